@@ -1,0 +1,41 @@
+"""einflow: tensor algebra in index notation, with symbolic derivatives, planned by opt_einsum.
+
+>>> import numpy as np, einflow as ef
+>>> ef.evaluate("y[i] = A[i,j] x[j]", A=np.eye(2), x=np.array([1.0, 2.0])).tolist()
+[1.0, 2.0]
+"""
+
+from einflow.errors import (
+    BackendError,
+    DerivativeError,
+    EinflowError,
+    IndexRuleError,
+    MemoryLimitError,
+    ParseError,
+    ShapeError,
+    TensorNameError,
+)
+from einflow.backends import get_default_backend, set_backend
+from einflow.numpy_compat import einsum
+from einflow.program import Program, compile, evaluate
+from einflow.report import PlanReport
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EinflowError",
+    "ParseError",
+    "ShapeError",
+    "IndexRuleError",
+    "TensorNameError",
+    "DerivativeError",
+    "BackendError",
+    "MemoryLimitError",
+    "Program",
+    "PlanReport",
+    "compile",
+    "evaluate",
+    "einsum",
+    "set_backend",
+    "get_default_backend",
+]

@@ -1,0 +1,72 @@
+"""Error classes: every mistake a user can make surfaces as an EinflowError."""
+
+from __future__ import annotations
+
+__all__ = [
+    "EinflowError",
+    "ParseError",
+    "IndexRuleError",
+    "ShapeError",
+    "TensorNameError",
+    "DerivativeError",
+    "BackendError",
+    "MemoryLimitError",
+]
+
+
+class EinflowError(Exception):
+    """Root of all einflow errors; catch this to catch any user mistake."""
+
+
+class ParseError(EinflowError):
+    """The text is not valid einflow syntax.
+
+    ``line`` and ``column`` are 1-based; the message shows the source line with a caret.
+    """
+
+    def __init__(self, message: str, line: int, column: int, source_line: str = "") -> None:
+        self.line = line
+        self.column = column
+        self.source_line = source_line
+        self.reason = message
+        caret = ""
+        if source_line:
+            caret = f"\n    {source_line}\n    {' ' * (column - 1)}^"
+        super().__init__(f"line {line}, column {column}: {message}{caret}")
+
+
+class IndexRuleError(EinflowError):
+    """An index rule of the language is broken (free/contracted/bound indices, targets)."""
+
+
+class ShapeError(EinflowError):
+    """Array shapes do not agree with the program (index sizes, ranks)."""
+
+
+class TensorNameError(EinflowError):
+    """A tensor name is unknown, unbound, reserved or assigned twice."""
+
+
+class DerivativeError(EinflowError):
+    """A derivative was requested that cannot be formed (non-scalar grad, unknown wrt)."""
+
+
+class BackendError(EinflowError):
+    """An unknown or unavailable backend was asked for."""
+
+
+class MemoryLimitError(EinflowError):
+    """The plan needs an intermediate larger than the memory limit; nothing was allocated."""
+
+
+def located(message: str, span: "object | None", source: str | None) -> str:
+    """Append the source line and a caret for ``span`` (a Span) when the source is known."""
+    if span is None or not source:
+        return message
+    lines = source.splitlines() or [""]
+    line = getattr(span, "line", 0)
+    column = getattr(span, "column", 0)
+    if not 1 <= line <= len(lines):
+        return message
+    text = lines[line - 1]
+    return f"{message}\n  at line {line}, column {column}:\n    {text}\n    {' ' * (column - 1)}^"

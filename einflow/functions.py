@@ -1,0 +1,56 @@
+"""The elementwise functions: value rule (array code) beside derivative rule (IR), one entry each."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from einflow import ir
+
+__all__ = ["FunctionRule", "FUNCTION_RULES"]
+
+
+@dataclass(frozen=True)
+class FunctionRule:
+    """``value(xp, x)`` evaluates f elementwise on the array module ``xp``; ``derivative(u)`` is f'(u) as IR."""
+
+    value: Callable[[Any, Any], Any]
+    derivative: Callable[[ir.Expr], ir.Expr]
+
+
+def _call(name: str) -> Callable[[ir.Expr], ir.Expr]:
+    return lambda u: ir.Call(name, u)
+
+
+def _step_value(xp: Any, x: Any) -> Any:
+    return xp.greater(x, 0).astype(xp.result_type(x))
+
+
+def _sigmoid_value(xp: Any, x: Any) -> Any:
+    # 0.5 (tanh(x/2) + 1) equals 1/(1+exp(-x)) but never overflows and keeps float32 as float32.
+    return 0.5 * (xp.tanh(0.5 * x) + 1)
+
+
+ZERO = ir.Num(0)
+
+FUNCTION_RULES: dict[str, FunctionRule] = {
+    #            value rule                                    derivative rule f'(u)
+    "exp": FunctionRule(lambda xp, x: xp.exp(x), _call("exp")),
+    "log": FunctionRule(lambda xp, x: xp.log(x), lambda u: ir.Power(u, -1)),
+    "log1p": FunctionRule(lambda xp, x: xp.log1p(x), lambda u: ir.Power(ir.Sum((ir.Num(1), u)), -1)),
+    "sqrt": FunctionRule(lambda xp, x: xp.sqrt(x), lambda u: ir.product(ir.Num(0.5), ir.Power(u, -0.5))),
+    "sin": FunctionRule(lambda xp, x: xp.sin(x), _call("cos")),
+    "cos": FunctionRule(lambda xp, x: xp.cos(x), lambda u: ir.negate(ir.Call("sin", u))),
+    "tanh": FunctionRule(lambda xp, x: xp.tanh(x),
+                         lambda u: ir.Sum((ir.Num(1), ir.negate(ir.Power(ir.Call("tanh", u), 2))))),
+    "sigmoid": FunctionRule(_sigmoid_value,
+                            lambda u: ir.product(ir.Call("sigmoid", u),
+                                                 ir.Sum((ir.Num(1), ir.negate(ir.Call("sigmoid", u)))))),
+    "abs": FunctionRule(lambda xp, x: xp.abs(x), _call("sign")),  # abs'(0) = sign(0) = 0
+    "relu": FunctionRule(lambda xp, x: xp.maximum(x, 0), _call("step")),  # relu'(0) = step(0) = 0
+    "sign": FunctionRule(lambda xp, x: xp.sign(x), lambda u: ZERO),
+    "step": FunctionRule(_step_value, lambda u: ZERO),
+}
+
+assert set(FUNCTION_RULES) == set(ir.FUNCTIONS)

@@ -1,0 +1,306 @@
+"""Build the Lark parser once and transform its trees into IR nodes."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from einflow import ir
+from einflow.errors import ParseError
+
+__all__ = ["parse", "parse_expression", "build_parser"]
+
+_OPENERS = {"LPAR", "LSQB"}
+_CLOSERS = {"RPAR", "RSQB"}
+
+
+class _BracketNewlines:
+    """Post-lexer: newlines inside ( ) or [ ] are plain white space."""
+
+    always_accept = ("_NL",)
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        depth = 0
+        for token in stream:
+            if token.type in _OPENERS:
+                depth += 1
+            elif token.type in _CLOSERS:
+                depth = max(depth - 1, 0)
+            elif token.type == "_NL" and depth > 0:
+                continue
+            yield token
+
+
+@functools.lru_cache(maxsize=None)
+def build_parser(strict: bool = False) -> Lark:
+    """The LALR parser (built once; ``strict=True`` makes Lark reject any grammar conflict)."""
+    return Lark.open_from_package(
+        "einflow.grammar",
+        "einflow.lark",
+        parser="lalr",
+        propagate_positions=True,
+        postlex=_BracketNewlines(),
+        maybe_placeholders=False,
+        strict=strict,
+    )
+
+
+def _span(meta_or_token: Any) -> ir.Span | None:
+    line = getattr(meta_or_token, "line", None)
+    if line is None:
+        return None
+    return ir.Span(line, meta_or_token.column, getattr(meta_or_token, "end_line", 0) or 0,
+                   getattr(meta_or_token, "end_column", 0) or 0)
+
+
+def _number(token: Token) -> int | float:
+    text = str(token)
+    if any(c in text for c in ".eE"):
+        return float(text)
+    return int(text)
+
+
+class _Paren:
+    """Marks a parenthesized expression while building products (removed afterwards)."""
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr: ir.Expr) -> None:
+        self.expr = expr
+
+
+def _unparen(value: Any) -> ir.Expr:
+    return value.expr if isinstance(value, _Paren) else value
+
+
+class _ToIR(Transformer):
+    """Lark tree -> IR. Products flatten through parentheses; sums keep parenthesized terms whole."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__()
+        self.source = source
+
+    # ---- statements
+    def start(self, items: list[Any]) -> ir.ProgramIR:
+        return ir.ProgramIR(tuple(items))
+
+    @v_args(meta=True)
+    def assign_indexed(self, meta: Any, items: list[Any]) -> ir.Assign:
+        name, indices, expr = items
+        return ir.Assign(str(name), indices, _unparen(expr), span=_span(meta))
+
+    @v_args(meta=True)
+    def assign_implicit(self, meta: Any, items: list[Any]) -> ir.Assign:
+        name, expr = items
+        return ir.Assign(str(name), None, _unparen(expr), span=_span(meta))
+
+    @v_args(meta=True)
+    def bare(self, meta: Any, items: list[Any]) -> ir.Assign:
+        return ir.Assign(None, None, _unparen(items[0]), span=_span(meta))
+
+    @v_args(meta=True)
+    def size_decl(self, meta: Any, items: list[Token]) -> ir.SizeDecl:
+        *names, source = items
+        if source.type == "NUMBER":
+            value = _number(source)
+            if not isinstance(value, int) or value < 0:
+                raise ParseError("a literal size must be a non-negative integer", source.line, source.column,
+                                 _line_of(self.source, source.line))
+            src: str | int = value
+        else:
+            src = str(source)
+        return ir.SizeDecl(tuple(str(n) for n in names), src, span=_span(meta))
+
+    @v_args(meta=True)
+    def return_line(self, meta: Any, items: list[Token]) -> ir.Return:
+        return ir.Return(tuple(str(n) for n in items), span=_span(meta))
+
+    def index_list(self, items: list[Token]) -> tuple[str, ...]:
+        return tuple(str(t) for t in items)
+
+    # ---- expressions
+    @v_args(meta=True)
+    def sum(self, meta: Any, items: list[Any]) -> ir.Expr:
+        if len(items) == 1:
+            return items[0]
+        terms = [_unparen(items[0])]
+        for sign, term in zip(items[1::2], items[2::2]):
+            term = _unparen(term)
+            terms.append(ir.negate(term) if sign == "-" else term)
+        return ir.Sum(tuple(terms), span=_span(meta))
+
+    @v_args(meta=True)
+    def product(self, meta: Any, items: list[Any]) -> Any:
+        if len(items) == 1:
+            return items[0]
+        factors: list[ir.Expr] = [_unparen(items[0])]
+        position = 1
+        while position < len(items):
+            item = items[position]
+            if isinstance(item, Token) and item.type == "MULOP":
+                operand = _unparen(items[position + 1])
+                factors.append(operand if item == "*" else ir.Power(operand, -1, span=_span(item)))
+                position += 2
+            else:
+                factors.append(_unparen(item))
+                position += 1
+        built = ir.product(*factors)
+        if isinstance(built, ir.Product):
+            built = ir.Product(built.factors, span=_span(meta))
+        return built
+
+    def signed(self, items: list[Any]) -> ir.Expr:
+        sign, operand = items
+        operand = _unparen(operand)
+        return ir.negate(operand) if sign == "-" else operand
+
+    @v_args(meta=True)
+    def power(self, meta: Any, items: list[Any]) -> ir.Power:
+        base, _op, exponent = items
+        return ir.Power(_unparen(base), exponent, span=_span(meta))
+
+    def exponent(self, items: list[Token]) -> int | float:
+        value = _number(items[-1])
+        return -value if len(items) == 2 and items[0] == "-" else value
+
+    def number(self, items: list[Token]) -> ir.Num:
+        return ir.Num(_number(items[0]), span=_span(items[0]))
+
+    @v_args(meta=True)
+    def tensor(self, meta: Any, items: list[Any]) -> ir.Tensor:
+        return ir.Tensor(str(items[0]), items[1], span=_span(meta))
+
+    def scalar(self, items: list[Token]) -> ir.Tensor:
+        return ir.Tensor(str(items[0]), (), span=_span(items[0]))
+
+    @v_args(meta=True)
+    def call(self, meta: Any, items: list[Any]) -> ir.Call:
+        return ir.Call(str(items[0].children[0]), _unparen(items[1]), span=_span(meta))
+
+    @v_args(meta=True)
+    def reduce(self, meta: Any, items: list[Any]) -> ir.Reduce:
+        return ir.Reduce(items[0], _unparen(items[1]), span=_span(meta))
+
+    @v_args(meta=True)
+    def delta(self, meta: Any, items: list[Token]) -> ir.Delta:
+        return ir.Delta(str(items[0]), str(items[1]), span=_span(meta))
+
+    def paren(self, items: list[Any]) -> _Paren:
+        inner = _unparen(items[0])
+        # A parenthesized product is the same product; a parenthesized sum stays one term.
+        return _Paren(inner)
+
+
+def _line_of(source: str, line: int) -> str:
+    lines = source.splitlines()
+    return lines[line - 1] if 1 <= line <= len(lines) else ""
+
+
+_TOKEN_WORDS = {
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "COMMA": "','",
+    "EQUAL": "'='",
+    "SIGN": "'+' or '-'",
+    "MULOP": "'*' or '/'",
+    "POW": "'^'",
+    "_NL": "a new line",
+    "SEMICOLON": "';'",
+    "SUM": "'sum'",
+    "DELTA": "'delta'",
+    "SIZE": "'size'",
+    "$END": "the end of the input",
+}
+
+
+def _describe_expected(expected: set[str]) -> str:
+    names = set(expected)
+    words: list[str] = []
+    if names & {"NAME", "NUMBER", "LPAR", "SUM", "DELTA", "SIGN"} and len(names) > 4:
+        words.append("an expression")
+        names -= {"NAME", "NUMBER", "LPAR", "SUM", "DELTA", "SIGN"}
+        names = {n for n in names if not n.isupper() or n in _TOKEN_WORDS}
+        names -= {"EXP", "LOG", "LOG1P", "SQRT", "SIN", "COS", "TANH", "SIGMOID", "ABS", "RELU", "STEP"}
+    for name in sorted(names):
+        if name in {"EXP", "LOG", "LOG1P", "SQRT", "SIN", "COS", "TANH", "SIGMOID", "ABS", "RELU", "STEP"}:
+            continue
+        words.append(_TOKEN_WORDS.get(name, f"'{name.lower()}'"))
+    if not words:
+        return "something else"
+    if len(words) == 1:
+        return words[0]
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _friendly(error: UnexpectedInput, source: str) -> ParseError:
+    line = getattr(error, "line", 0) or 1
+    column = getattr(error, "column", 0) or 1
+    source_line = _line_of(source, line)
+    if isinstance(error, UnexpectedCharacters):
+        char = source_line[column - 1] if 0 < column <= len(source_line) else "?"
+        message = f"unexpected character {char!r}"
+    elif isinstance(error, UnexpectedToken):
+        token = error.token
+        expected = _describe_expected(set(error.expected))
+        if token.type == "$END":
+            lines = source.splitlines() or [""]
+            line = len(lines)
+            source_line = lines[-1]
+            column = len(source_line) + 1
+            message = f"unexpected end of input, expected {expected}"
+        elif token.type == "_NL":
+            message = f"unexpected end of line, expected {expected}"
+            column = len(source_line) + 1 if column > len(source_line) else column
+        else:
+            text = str(token)
+            if token.type == "NUMBER" and "NUMBER" not in error.expected:
+                message = (f"unexpected number {text!r}: a number cannot follow a factor without '*'"
+                           if error.expected & {"MULOP", "SIGN"} else f"unexpected number {text!r}, expected {expected}")
+            else:
+                message = f"unexpected {text!r}, expected {expected}"
+    elif isinstance(error, UnexpectedEOF):
+        message = "unexpected end of input"
+    else:  # pragma: no cover - Lark has no other kinds
+        message = str(error)
+    return ParseError(message, line, column, source_line)
+
+
+@functools.lru_cache(maxsize=512)
+def parse(text: str) -> ir.ProgramIR:
+    """Parse einflow source into a ProgramIR (cached by text).
+
+    >>> str(parse("C[i,j] = A[i,k] B[k,j]"))
+    'C[i,j] = A[i,k] B[k,j]'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"einflow source must be a string, not {type(text).__name__}")
+    try:
+        tree = build_parser().parse(text)
+        program = _ToIR(text).transform(tree)
+    except UnexpectedInput as error:
+        raise _friendly(error, text) from None
+    except VisitError as error:
+        if isinstance(error.orig_exc, ParseError):
+            raise error.orig_exc from None
+        raise
+    if not program.statements:
+        lines = text.splitlines() or [""]
+        raise ParseError("empty program: write at least one statement", 1, 1, lines[0] if lines else "")
+    return program
+
+
+def parse_expression(text: str) -> ir.Expr:
+    """Parse a single bare expression."""
+    program = parse(text)
+    statement = program.statements[0]
+    if len(program.statements) != 1 or not isinstance(statement, ir.Assign) or statement.target is not None:
+        raise ParseError("expected a single expression", 1, 1, text.splitlines()[0] if text else "")
+    return statement.expr

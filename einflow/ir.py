@@ -1,0 +1,337 @@
+"""The einflow IR: immutable expression and statement nodes, and a printer whose text re-parses."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+__all__ = [
+    "Span",
+    "Num",
+    "Tensor",
+    "Delta",
+    "Product",
+    "Sum",
+    "Call",
+    "Power",
+    "Reduce",
+    "Expr",
+    "Assign",
+    "SizeDecl",
+    "Return",
+    "Statement",
+    "ProgramIR",
+    "FUNCTIONS",
+    "RESERVED",
+    "product",
+    "negate",
+    "sum_of",
+    "format_expr",
+    "format_statement",
+    "format_program",
+]
+
+FUNCTIONS = (
+    "exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid", "abs", "relu", "sign", "step",
+)
+RESERVED = frozenset(FUNCTIONS) | {"sum", "delta", "size"}
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Where a node came from in the source (1-based line and column)."""
+
+    line: int
+    column: int
+    end_line: int = 0
+    end_column: int = 0
+
+
+def _span() -> Span | None:
+    return field(default=None, compare=False, hash=False, repr=False, kw_only=True)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class Num:
+    """A number literal (int or float, kept apart like Python's)."""
+
+    value: int | float
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """A tensor reference ``A[i,j]``; ``indices == ()`` is a 0-d tensor written as a bare name."""
+
+    name: str
+    indices: tuple[str, ...] = ()
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """The Kronecker delta ``delta[i,j]``."""
+
+    first: str
+    second: str
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True, slots=True)
+class Product:
+    """An n-ary product: one contraction (never nested directly inside another Product)."""
+
+    factors: tuple["Expr", ...]
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True, slots=True)
+class Sum:
+    """An n-ary sum; each term is its own scope and is broadcast over the union of free indices."""
+
+    terms: tuple["Expr", ...]
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """An elementwise function applied to an expression: ``tanh(e)``."""
+
+    func: str
+    arg: "Expr"
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True, slots=True)
+class Power:
+    """``base ^ exponent`` with a number-literal exponent; the base is its own scope."""
+
+    base: "Expr"
+    exponent: int | float
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """``sum[k,...](body)``: binds the indices inside ``body`` and then sums over them."""
+
+    indices: tuple[str, ...]
+    body: "Expr"
+    span: Span | None = _span()
+
+
+Expr = Union[Num, Tensor, Delta, Product, Sum, Call, Power, Reduce]
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    """``T[i,j] = e`` (indices given), ``T = e`` (indices None: implicit) or a bare ``e`` (target None)."""
+
+    target: str | None
+    indices: tuple[str, ...] | None
+    expr: Expr
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True, slots=True)
+class SizeDecl:
+    """``size p, q = M`` (sizes of M's axes) or ``size n = 10`` (a literal size)."""
+
+    names: tuple[str, ...]
+    source: str | int
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True, slots=True)
+class Return:
+    """A final return line ``a, b``: the program's value is this tuple."""
+
+    names: tuple[str, ...]
+    span: Span | None = _span()
+
+
+Statement = Union[Assign, SizeDecl, Return]
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramIR:
+    """A whole program: statements in order."""
+
+    statements: tuple[Statement, ...]
+
+    def __str__(self) -> str:
+        return format_program(self)
+
+
+# ---------------------------------------------------------------- smart constructors
+
+
+def product(*factors: Expr) -> Expr:
+    """Build a flat product (nested products are merged; a single factor is returned as is)."""
+    flat: list[Expr] = []
+    for factor in factors:
+        if isinstance(factor, Product):
+            flat.extend(factor.factors)
+        else:
+            flat.append(factor)
+    if len(flat) == 1:
+        return flat[0]
+    return Product(tuple(flat))
+
+
+def negate(expr: Expr) -> Expr:
+    """``-expr`` in the parser's canonical form: a leading number absorbs the sign."""
+    if isinstance(expr, Num):
+        return Num(-expr.value)
+    if isinstance(expr, Product) and isinstance(expr.factors[0], Num):
+        return Product((Num(-expr.factors[0].value),) + expr.factors[1:])
+    return product(Num(-1), expr)
+
+
+def sum_of(*terms: Expr) -> Expr:
+    """Build a sum of terms (a single term is returned as is)."""
+    if len(terms) == 1:
+        return terms[0]
+    return Sum(tuple(terms))
+
+
+# ---------------------------------------------------------------- printer
+
+_SUM, _PRODUCT, _UNARY, _POWER, _ATOM = range(5)
+
+
+def format_number(value: int | float) -> str:
+    """Print a number literal so that it re-parses to the same value and type."""
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "1e999" if value > 0 else "-1e999"
+    if math.isnan(value):
+        raise ValueError("nan cannot be written in the einflow language")
+    text = repr(float(value))
+    return text
+
+
+def _indices(indices: tuple[str, ...]) -> str:
+    return "[" + ",".join(indices) + "]"
+
+
+def _precedence(expr: Expr) -> int:
+    if isinstance(expr, Sum):
+        return _SUM
+    if isinstance(expr, Product):
+        first = expr.factors[0]
+        if isinstance(first, Num) and first.value < 0:
+            return _UNARY
+        return _PRODUCT
+    if isinstance(expr, Num):
+        return _UNARY if expr.value < 0 or str(expr.value).startswith("-") else _ATOM
+    if isinstance(expr, Power):
+        return _POWER
+    return _ATOM
+
+
+def _wrap(expr: Expr, minimum: int) -> str:
+    text = format_expr(expr)
+    return f"({text})" if _precedence(expr) < minimum else text
+
+
+def _format_product(factors: tuple[Expr, ...]) -> str:
+    first = factors[0]
+    rest = factors[1:]
+    if isinstance(first, Num) and first.value == -1 and rest and not isinstance(rest[0], Num):
+        # -x y: the sign applies to the whole product (which is the same product).
+        head = "-" + _format_factor_first(rest[0])
+        rest = rest[1:]
+    else:
+        head = _format_factor_first(first)
+    parts = [head]
+    for factor in rest:
+        if isinstance(factor, Power) and factor.exponent == -1:
+            parts.append("/ " + _wrap(factor.base, _POWER + 1 if not _is_plain_atom(factor.base) else _ATOM))
+        elif isinstance(factor, Num) or _precedence(factor) == _UNARY:
+            parts.append("* " + _wrap(factor, _UNARY))
+        else:
+            parts.append(_wrap(factor, _POWER))
+    return " ".join(parts)
+
+
+def _is_plain_atom(expr: Expr) -> bool:
+    return _precedence(expr) >= _POWER
+
+
+def _format_factor_first(factor: Expr) -> str:
+    if isinstance(factor, Num):
+        return format_number(factor.value)
+    return _wrap(factor, _UNARY)
+
+
+def format_expr(expr: Expr) -> str:
+    """Print an expression in einflow syntax (minimal parentheses, re-parsable)."""
+    if isinstance(expr, Num):
+        return format_number(expr.value)
+    if isinstance(expr, Tensor):
+        return expr.name + (_indices(expr.indices) if expr.indices else "")
+    if isinstance(expr, Delta):
+        return f"delta[{expr.first},{expr.second}]"
+    if isinstance(expr, Call):
+        return f"{expr.func}({format_expr(expr.arg)})"
+    if isinstance(expr, Reduce):
+        return f"sum{_indices(expr.indices)}({format_expr(expr.body)})"
+    if isinstance(expr, Power):
+        base = expr.base
+        base_text = format_expr(base)
+        if not _is_plain_atom(base) or isinstance(base, Power):
+            base_text = f"({base_text})"
+        exponent = format_number(expr.exponent)
+        return f"{base_text}^{exponent}"
+    if isinstance(expr, Product):
+        return _format_product(expr.factors)
+    if isinstance(expr, Sum):
+        parts: list[str] = []
+        for position, term in enumerate(expr.terms):
+            text, negative = _format_term(term)
+            if position == 0:
+                parts.append(("-" + text) if negative else text)
+            else:
+                parts.append(("- " if negative else "+ ") + text)
+        return " ".join(parts)
+    raise TypeError(f"not an einflow expression: {expr!r}")
+
+
+def _format_term(term: Expr) -> tuple[str, bool]:
+    """A sum's term as (text, is_subtracted)."""
+    if isinstance(term, Sum):
+        return f"({format_expr(term)})", False
+    if isinstance(term, Num) and term.value < 0:
+        return format_number(-term.value), True
+    if isinstance(term, Product) and isinstance(term.factors[0], Num) and term.factors[0].value < 0:
+        coefficient = -term.factors[0].value
+        rest = term.factors[1:]
+        if coefficient == 1 and not isinstance(coefficient, float) and rest and not isinstance(rest[0], Num):
+            return _format_product(rest), True
+        return _format_product((Num(coefficient),) + rest), True
+    return format_expr(term), False
+
+
+def format_statement(statement: Statement) -> str:
+    """Print one statement."""
+    if isinstance(statement, SizeDecl):
+        return f"size {', '.join(statement.names)} = {statement.source}"
+    if isinstance(statement, Return):
+        if len(statement.names) == 1:
+            return statement.names[0] + ","
+        return ", ".join(statement.names)
+    body = format_expr(statement.expr)
+    if statement.target is None:
+        return body
+    target = statement.target + (_indices(statement.indices) if statement.indices else "")
+    return f"{target} = {body}"
+
+
+def format_program(program: ProgramIR) -> str:
+    """Print a whole program, one statement per line."""
+    return "\n".join(format_statement(statement) for statement in program.statements)

@@ -1,0 +1,61 @@
+"""``einsum(subscripts, *arrays)``: numpy's subscripts syntax, planned by opt_einsum and cached."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import opt_einsum as oe
+from opt_einsum.parser import parse_einsum_input
+
+from einflow.errors import EinflowError, ShapeError
+
+__all__ = ["einsum"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _expression(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize: Any) -> tuple[Any, str]:
+    class _Shaped:
+        def __init__(self, shape: tuple[int, ...]) -> None:
+            self.shape = shape
+
+    try:
+        inputs, output, _ = parse_einsum_input([subscripts, *[_Shaped(s) for s in shapes]])
+    except (ValueError, IndexError, TypeError) as error:
+        raise EinflowError(f"invalid einsum subscripts {subscripts!r}: {error}") from None
+    equation = f"{inputs}->{output}"
+    terms = inputs.split(",")
+    if len(terms) != len(shapes):
+        raise EinflowError(f"subscripts {subscripts!r} name {len(terms)} operands but {len(shapes)} were given")
+    sizes: dict[str, tuple[int, int]] = {}
+    for position, (term, shape) in enumerate(zip(terms, shapes)):
+        if len(term) != len(shape):
+            raise ShapeError(f"operand {position} has rank {len(shape)} (shape {shape}) but subscripts "
+                             f"'{term}' name {len(term)} axes")
+        for letter, size in zip(term, shape):
+            known = sizes.setdefault(letter, (size, position))
+            if known[0] != size and 1 not in (known[0], size):
+                raise ShapeError(f"index '{letter}' has size {known[0]} in operand {known[1]} but size {size} in "
+                                 f"operand {position}")
+    return oe.contract_expression(equation, *shapes, optimize=optimize), equation
+
+
+def einsum(subscripts: str, *operands: Any, optimize: Any = "auto") -> Any:
+    """numpy.einsum's interface (implicit mode, ``->``, ``...``, repeated letters), planned by opt_einsum.
+
+    >>> import numpy as np, einflow as ef
+    >>> ef.einsum("ij,jk", np.eye(2), np.ones((2, 3))).shape
+    (2, 3)
+    >>> float(ef.einsum("ii", np.eye(3)))
+    3.0
+    """
+    if not isinstance(subscripts, str):
+        raise EinflowError("einsum expects a subscripts string first, e.g. einsum('ij,jk->ik', a, b)")
+    arrays = [op if hasattr(op, "shape") else np.asarray(op) for op in operands]
+    shapes = tuple(tuple(a.shape) for a in arrays)
+    expression, equation = _expression(subscripts.replace(" ", ""), shapes, optimize)
+    if len(arrays) == 1 and "..." not in subscripts:
+        # a single operand: numpy's own einsum returns views for transposes and diagonals, like numpy
+        return np.einsum(equation, arrays[0]) if type(arrays[0]) is np.ndarray else expression(*arrays)
+    return expression(*arrays)

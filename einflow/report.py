@@ -1,0 +1,79 @@
+"""The plan report: each step with its FLOPs and intermediate size, totals, the largest intermediate."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from einflow.plan import PlanStep
+
+__all__ = ["PlanReport"]
+
+
+def _human(count: float) -> str:
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(count) < 1000 or unit == "T":
+            return f"{count:.3g}{unit}"
+        count /= 1000
+    return str(count)  # pragma: no cover
+
+
+def _bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return f"{count:.3g} {unit}"
+        count /= 1024
+    return str(count)  # pragma: no cover
+
+
+@dataclass
+class PlanReport:
+    """What a program will do for given shapes. ``str(report)`` is a readable table."""
+
+    program: str
+    steps: list[PlanStep]
+    output_shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def flops(self) -> int:
+        """Total floating point operations (opt_einsum's count for contractions, one per element otherwise)."""
+        return sum(step.flops for step in self.steps)
+
+    @property
+    def largest_intermediate(self) -> int:
+        """Elements in the largest array any step creates (including inside a contraction)."""
+        sizes = [max(step.largest, math.prod(step.shape)) for step in self.steps]
+        return max(sizes, default=0)
+
+    @property
+    def largest_bytes(self) -> int:
+        """Bytes of the largest intermediate."""
+        return max((max(step.largest, math.prod(step.shape)) * step.itemsize for step in self.steps), default=0)
+
+    @property
+    def contractions(self) -> int:
+        return sum(1 for step in self.steps if step.kind == "contract")
+
+    def __str__(self) -> str:
+        lines = ["plan for:", *("  " + line for line in self.program.splitlines()), ""]
+        header = f"  {'#':>3}  {'kind':<11} {'FLOPs':>9}  {'output shape':<16} step"
+        lines.append(header)
+        lines.append("  " + "-" * (len(header) + 20))
+        current = None
+        for number, step in enumerate(self.steps, 1):
+            if step.statement != current:
+                current = step.statement
+                lines.append(f"  {current}")
+            lines.append(f"  {number:>3}  {step.kind:<11} {_human(step.flops):>9}  {str(step.shape):<16} "
+                         f"{step.equation}")
+            if len(step.pairwise) > 1:
+                for pair, flops, shape in step.pairwise:
+                    lines.append(f"  {'':>3}  {'  pairwise':<11} {_human(flops):>9}  {str(shape):<16}   {pair}")
+        lines.append("")
+        lines.append(f"  total FLOPs: {_human(self.flops)}   contractions: {self.contractions}   "
+                     f"largest intermediate: {_human(self.largest_intermediate)} elements "
+                     f"({_bytes(self.largest_bytes)})")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return str(self)
