@@ -39,3 +39,7 @@ __all__ = [
     "set_backend",
     "get_default_backend",
 ]
+
+from einflow.autodiff import grad, hessian, jacobian, value_and_grad, vjp  # noqa: E402
+
+__all__ += ["grad", "jacobian", "hessian", "vjp", "value_and_grad"]

@@ -1,0 +1,280 @@
+"""Symbolic derivatives: gradients, Jacobians, Hessians and VJPs as new einflow programs.
+
+>>> import einflow as ef
+>>> print(ef.hessian("f = x[i] A[i,j] x[j]", wrt="x"))
+size p = x
+size q = x
+d2f_dx2[p,q] = A[p,q] + A[q,p]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from einflow import ir
+from einflow.autodiff.cse import hoist_repeated, reuse_forward
+from einflow.autodiff.normal import Fresh, all_index_names, readable, tensor_names, to_normal
+from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep
+from einflow.errors import DerivativeError, EinflowError
+from einflow.program import Program, compile
+
+__all__ = ["grad", "jacobian", "hessian", "vjp", "value_and_grad"]
+
+
+def _program(p: str | Program) -> Program:
+    return compile(p)
+
+
+def _wrt_list(program: Program, wrt: str | Sequence[str], what: str) -> tuple[list[str], bool]:
+    names = [wrt] if isinstance(wrt, str) else list(wrt)
+    if not names:
+        raise DerivativeError(f"{what}: wrt= names no tensor")
+    for name in names:
+        if not isinstance(name, str):
+            raise DerivativeError(f"{what}: wrt= must be tensor names, got {name!r}")
+        if name not in program.inputs:
+            if name in program.info.targets:
+                raise DerivativeError(
+                    f"{what}: '{name}' is computed by the program, not an input; derivatives are taken with "
+                    f"respect to inputs ({', '.join(program.inputs)})")
+            raise DerivativeError(f"{what}: wrt='{name}' is not an input of the program (inputs: "
+                                  f"{', '.join(program.inputs) or 'none'})")
+    if len(set(names)) != len(names):
+        raise DerivativeError(f"{what}: wrt= names a tensor twice")
+    return names, not isinstance(wrt, str)
+
+
+class _Setup:
+    """A program in normal form, ready for sweeps."""
+
+    def __init__(self, program: Program, what: str) -> None:
+        if program.info.returns_tuple:
+            raise DerivativeError(f"{what}: the program returns a tuple; differentiate one value at a time")
+        self.program = program
+        self.tensor_names = Fresh(set(program.inputs) | set(program.info.targets))
+        last = len(program.ir.statements) - 1
+        statement = program.ir.statements[last]
+        assert isinstance(statement, ir.Assign)
+        self.value = statement.target or self.tensor_names.pick(["f", "L", "y"], "f")
+        self.bare_position = last if statement.target is None else None
+        names = {last: self.value}
+        fresh = Fresh(all_index_names(program.ir))
+        normal = to_normal(program.ir, fresh, names)
+        ranks = dict(program.info.ranks)
+        ranks[self.value] = len(normal[-1].indices or ())
+        self.work = Work(normal, program.inputs, ranks, fresh, self.tensor_names)
+        self.forward_count = len(normal)
+        self.declared = {n for s in program.ir.statements if isinstance(s, ir.SizeDecl) for n in s.names}
+
+    @property
+    def value_rank(self) -> int:
+        return self.work.ranks[self.value]
+
+    def assemble(self, outputs: list[str], returns_tuple: bool) -> Program:
+        work = self.work
+        derived = work.statements[self.forward_count:]
+        forward = work.statements[: self.forward_count]
+        derived = reuse_forward(forward, derived)
+        protected = set(outputs)
+        movable = [s for s in derived if s.target not in protected]
+        derived = hoist_repeated(derived, work.fresh, work.tensor_fresh, work.ranks) if movable or derived else derived
+        needed = set(outputs)
+        kept: list[ir.Assign] = []
+        for statement in reversed(derived):
+            if statement.target in needed:
+                kept.append(statement)
+                needed |= tensor_names(statement.expr)
+        kept.reverse()
+        declared = set(self.declared) | set(work.size_of)
+        body: list[ir.Statement] = []
+        for position, statement in enumerate(self.program.ir.statements):
+            if isinstance(statement, ir.SizeDecl):
+                body.append(statement)
+            elif isinstance(statement, ir.Assign):
+                target = statement.target if statement.target is not None else self.value
+                if target in needed:
+                    body.append(ir.Assign(target, statement.indices, statement.expr))
+                    needed |= tensor_names(statement.expr)
+        emitted_sizes: set[str] = set()
+        for statement in kept:
+            pretty = readable(statement, declared)
+            for size in work.sizes:
+                if size.names[0] in emitted_sizes:
+                    continue
+                mentioned = (set(pretty.indices or ()) | _indices(pretty.expr))
+                if set(size.names) & mentioned:
+                    body.append(size)
+                    emitted_sizes.update(size.names)
+            body.append(pretty)
+        if returns_tuple:
+            body.append(ir.Return(tuple(outputs)))
+        program_ir = ir.ProgramIR(tuple(body))
+        text = ir.format_program(program_ir)
+        try:
+            return Program(program_ir, text)
+        except EinflowError as error:  # pragma: no cover - a bug in einflow, not the user's
+            raise EinflowError(f"internal error: derivative program does not check:\n{text}\n{error}") from error
+
+
+def _indices(expr: ir.Expr) -> set[str]:
+    from einflow.plan import indices_in
+
+    return set(indices_in(expr))
+
+
+def _gradient_names(setup: _Setup, wrt: list[str]) -> dict[str, str]:
+    names = {x: f"d{setup.value}_d{x}" for x in wrt}
+    names["value"] = setup.value
+    return names
+
+
+def grad(p: str | Program, wrt: str | Sequence[str]) -> Program:
+    """The gradient of a scalar program, as a new program (a tuple of gradients when ``wrt`` is a list).
+
+    >>> import numpy as np, einflow as ef
+    >>> g = ef.grad("f = x[i] x[i]", wrt="x")
+    >>> print(g)
+    size p = x
+    df_dx[p] = 2 x[p]
+    >>> g(x=np.array([1.0, 2.0])).tolist()
+    [2.0, 4.0]
+    """
+    program = _program(p)
+    names, as_tuple = _wrt_list(program, wrt, "grad")
+    setup = _Setup(program, "grad")
+    if setup.value_rank:
+        raise DerivativeError(
+            f"grad needs a scalar value, but '{setup.value}' has rank {setup.value_rank}; use jacobian(...) for the "
+            "full derivative or vjp(..., cotangent=...) to contract it with a cotangent")
+    outputs = reverse_sweep(setup.work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    return setup.assemble([outputs[x] for x in names], as_tuple)
+
+
+def value_and_grad(p: str | Program, wrt: str | Sequence[str]) -> Program:
+    """One program computing the value and its gradient(s) with shared work; its call returns ``(value, grad)``.
+
+    >>> import numpy as np, einflow as ef
+    >>> value, gradient = ef.value_and_grad("f = x[i] x[i]", wrt="x")(x=np.array([1.0, 2.0]))
+    >>> float(value), gradient.tolist()
+    (5.0, [2.0, 4.0])
+    """
+    program = _program(p)
+    names, as_tuple = _wrt_list(program, wrt, "value_and_grad")
+    setup = _Setup(program, "value_and_grad")
+    if setup.value_rank:
+        raise DerivativeError(f"value_and_grad needs a scalar value, but '{setup.value}' has rank "
+                              f"{setup.value_rank}; use jacobian(...) or vjp(...)")
+    outputs = reverse_sweep(setup.work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    built = setup.assemble([setup.value] + [outputs[x] for x in names], True)
+    return _ValueAndGrad(built, as_tuple)
+
+
+class _ValueAndGrad(Program):
+    """A program whose call returns (value, gradient) or (value, (gradients...))."""
+
+    __slots__ = ("_as_tuple",)
+
+    def __init__(self, program: Program, as_tuple: bool) -> None:
+        super().__init__(program.ir, program.source, program.info)
+        self._as_tuple = as_tuple
+
+    def __call__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        result = super().__call__(*args, **kwargs)
+        value, *gradients = result
+        return value, (tuple(gradients) if self._as_tuple else gradients[0])
+
+
+def vjp(p: str | Program, wrt: str | Sequence[str], cotangent: str = "G") -> Program:
+    """The cotangent ``cotangent`` (a new input with the value's shape) pulled back to ``wrt``.
+
+    >>> import numpy as np, einflow as ef
+    >>> v = ef.vjp("y[i] = A[i,j] x[j]", wrt="x", cotangent="g")
+    >>> print(v)
+    size p = x
+    vjp_x[p] = g[i] A[i,p]
+    """
+    program = _program(p)
+    names, as_tuple = _wrt_list(program, wrt, "vjp")
+    setup = _Setup(program, "vjp")
+    if not isinstance(cotangent, str) or not cotangent.isidentifier() or cotangent in ir.RESERVED:
+        raise DerivativeError(f"vjp: cotangent= must be a tensor name, got {cotangent!r}")
+    if cotangent in program.inputs or cotangent in program.info.targets:
+        raise DerivativeError(f"vjp: cotangent name '{cotangent}' is already used by the program")
+    setup.tensor_names.take(cotangent)
+    output = setup.work.target(setup.value)
+    assert output is not None
+    setup.work.ranks[cotangent] = setup.value_rank
+    seed = ir.Tensor(cotangent, output.indices or ())
+    gradient_names = {x: f"vjp_{x}" for x in names}
+    gradient_names["value"] = setup.value
+    outputs = reverse_sweep(setup.work, setup.value, seed, names, gradient_names)
+    return setup.assemble([outputs[x] for x in names], as_tuple)
+
+
+def jacobian(p: str | Program, wrt: str | Sequence[str]) -> Program:
+    """The full derivative: shape = value's shape + ``wrt``'s shape (a tuple for a list of ``wrt``).
+
+    >>> import einflow as ef
+    >>> print(ef.jacobian("y[i] = tanh(x[i])", wrt="x"))
+    size q = x
+    dy_dx[i,q] = delta[i,q] (1 - tanh(x[i])^2)
+    """
+    program = _program(p)
+    names, as_tuple = _wrt_list(program, wrt, "jacobian")
+    setup = _Setup(program, "jacobian")
+    work = setup.work
+    forward_targets = [s.target for s in work.statements if s.target]
+    outputs = []
+    for x in names:
+        results = forward_sweep(work, x, forward_targets, [setup.value])
+        name = work.tensor_fresh.pick([f"d{setup.value}_d{x}"], f"d_{x}")
+        statement = results.get(setup.value)
+        if statement is None:
+            fresh_axes = work.sizes[-1].names if work.sizes and work.sizes[-1].source == x else ()
+            indices = (work.target(setup.value).indices or ()) + tuple(fresh_axes)  # type: ignore[union-attr]
+            refs = [ir.Tensor(x, tuple(fresh_axes))] if fresh_axes else []
+            value_ref = [ir.Tensor(setup.value, work.target(setup.value).indices or ())]  # type: ignore[union-attr]
+            body = ir.product(ir.Num(0), *value_ref, *refs)
+            statement = ir.Assign(name, indices, body)
+        work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+        outputs.append(name)
+    return setup.assemble(outputs, as_tuple)
+
+
+def hessian(p: str | Program, wrt: str | Sequence[str]) -> Program:
+    """Second derivatives of a scalar program: shape = ``wrt``'s shape twice (blocks for a list of ``wrt``).
+
+    Forward-over-reverse: the gradient program's statements are differentiated forward.
+
+    >>> import einflow as ef
+    >>> print(ef.hessian("f = x[i] x[i]", wrt="x"))
+    size p = x
+    size q = x
+    d2f_dx2[p,q] = 2 delta[p,q]
+    """
+    program = _program(p)
+    names, as_tuple = _wrt_list(program, wrt, "hessian")
+    setup = _Setup(program, "hessian")
+    if setup.value_rank:
+        raise DerivativeError(f"hessian needs a scalar value, but '{setup.value}' has rank {setup.value_rank}")
+    work = setup.work
+    gradients = reverse_sweep(work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    through = [s.target for s in work.statements if s.target]
+    outputs = []
+    for first in names:
+        for second in names:
+            results = forward_sweep(work, second, through, [gradients[first]])
+            block = f"d2{setup.value}_d{first}2" if first == second else f"d2{setup.value}_d{first}d{second}"
+            name = work.tensor_fresh.pick([block], f"d2_{first}_{second}")
+            statement = results.get(gradients[first])
+            gradient_statement = work.target(gradients[first])
+            assert gradient_statement is not None
+            if statement is None:
+                fresh_axes = work.sizes[-1].names
+                indices = (gradient_statement.indices or ()) + tuple(fresh_axes)
+                body = ir.product(ir.Num(0), ir.Tensor(gradients[first], gradient_statement.indices or ()),
+                                  ir.Tensor(second, tuple(fresh_axes)))
+                statement = ir.Assign(name, indices, body)
+            work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+            outputs.append(name)
+    return setup.assemble(outputs, as_tuple)

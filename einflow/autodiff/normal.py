@@ -1,0 +1,294 @@
+"""Bound normal form: every contraction an explicit sum[...] with program-wide unique index names.
+
+In this form every index occurrence is bound by the statement's target or an enclosing ``Reduce``,
+so products can be flattened, reordered and differentiated without any index changing its meaning.
+``readable`` turns a normal-form statement back into idiomatic einflow (implicit contractions).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from einflow import ir
+from einflow.check import free_indices, product_operands, top_level_terms
+from einflow.plan import indices_in
+
+__all__ = ["Fresh", "rename", "to_normal", "normal_statement", "readable", "tensor_names", "all_index_names"]
+
+
+class Fresh:
+    """Names that collide with nothing in the program (nor with each other)."""
+
+    def __init__(self, taken: Iterable[str] = ()) -> None:
+        self.taken = set(taken) | set(ir.RESERVED)
+
+    def take(self, name: str) -> str:
+        self.taken.add(name)
+        return name
+
+    def index(self, base: str) -> str:
+        stem = re.sub(r"_\d+$", "", base)
+        number = 1
+        while f"{stem}_{number}" in self.taken:
+            number += 1
+        return self.take(f"{stem}_{number}")
+
+    def pick(self, candidates: Iterable[str], fallback: str) -> str:
+        for candidate in candidates:
+            if candidate not in self.taken:
+                return self.take(candidate)
+        number = 1
+        while f"{fallback}{number}" in self.taken:
+            number += 1
+        return self.take(f"{fallback}{number}")
+
+
+def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
+    """Rename index names everywhere in ``expr`` (safe in normal form, where names are unique)."""
+    if not mapping or not (indices_in(expr) & mapping.keys()):
+        return expr
+    if isinstance(expr, ir.Tensor):
+        return ir.Tensor(expr.name, tuple(mapping.get(i, i) for i in expr.indices))
+    if isinstance(expr, ir.Delta):
+        return ir.Delta(mapping.get(expr.first, expr.first), mapping.get(expr.second, expr.second))
+    if isinstance(expr, ir.Product):
+        return ir.Product(tuple(rename(f, mapping) for f in expr.factors))
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(rename(t, mapping) for t in expr.terms))
+    if isinstance(expr, ir.Call):
+        return ir.Call(expr.func, rename(expr.arg, mapping))
+    if isinstance(expr, ir.Power):
+        return ir.Power(rename(expr.base, mapping), expr.exponent)
+    if isinstance(expr, ir.Reduce):
+        return ir.Reduce(tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping))
+    return expr
+
+
+def tensor_names(expr: ir.Expr) -> set[str]:
+    """Names of the tensors ``expr`` reads."""
+    if isinstance(expr, ir.Tensor):
+        return {expr.name}
+    if isinstance(expr, ir.Product):
+        return set().union(*(tensor_names(f) for f in expr.factors))
+    if isinstance(expr, ir.Sum):
+        return set().union(*(tensor_names(t) for t in expr.terms))
+    if isinstance(expr, ir.Call):
+        return tensor_names(expr.arg)
+    if isinstance(expr, ir.Power):
+        return tensor_names(expr.base)
+    if isinstance(expr, ir.Reduce):
+        return tensor_names(expr.body)
+    return set()
+
+
+def all_index_names(program: ir.ProgramIR) -> set[str]:
+    """Every index name used anywhere in a program (targets, references, sums, size declarations)."""
+    names: set[str] = set()
+    for statement in program.statements:
+        if isinstance(statement, ir.Assign):
+            names |= indices_in(statement.expr) | set(statement.indices or ())
+        elif isinstance(statement, ir.SizeDecl):
+            names |= set(statement.names)
+    return names
+
+
+def _to_normal(expr: ir.Expr, bound: frozenset[str], fresh: Fresh) -> ir.Expr:
+    if isinstance(expr, ir.Num):
+        return expr
+    if isinstance(expr, (ir.Tensor, ir.Delta)):
+        return _normal_product((expr,), bound, fresh)
+    if isinstance(expr, ir.Product):
+        return _normal_product(expr.factors, bound, fresh)
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(_to_normal(t, bound, fresh) for t in expr.terms))
+    if isinstance(expr, ir.Call):
+        return ir.Call(expr.func, _to_normal(expr.arg, bound, fresh))
+    if isinstance(expr, ir.Power):
+        return ir.Power(_to_normal(expr.base, bound, fresh), expr.exponent)
+    if isinstance(expr, ir.Reduce):
+        mapping = {index: fresh.index(index) for index in expr.indices}
+        body = _rename_free(expr.body, mapping, bound)
+        inner = bound | frozenset(mapping.values())
+        return ir.Reduce(tuple(mapping.values()), _to_normal(body, inner, fresh))
+    raise TypeError(expr)
+
+
+def _rename_free(expr: ir.Expr, mapping: dict[str, str], bound: frozenset[str]) -> ir.Expr:
+    """Rename the occurrences of ``mapping``'s indices that are free in ``expr`` (not rebound inside)."""
+    if not mapping:
+        return expr
+    if isinstance(expr, ir.Reduce):
+        inner = {k: v for k, v in mapping.items() if k not in expr.indices}
+        return ir.Reduce(expr.indices, _rename_free(expr.body, inner, bound | frozenset(expr.indices)))
+    if isinstance(expr, ir.Product):
+        # an index contracted in this product (and not one we rename) is a different variable
+        return ir.Product(tuple(_rename_free(f, mapping, bound) for f in expr.factors))
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(_rename_free(t, mapping, bound) for t in expr.terms))
+    if isinstance(expr, ir.Call):
+        return ir.Call(expr.func, _rename_free(expr.arg, mapping, bound))
+    if isinstance(expr, ir.Power):
+        return ir.Power(_rename_free(expr.base, mapping, bound), expr.exponent)
+    return rename(expr, mapping)
+
+
+def _normal_product(factors: tuple[ir.Expr, ...], bound: frozenset[str], fresh: Fresh) -> ir.Expr:
+    counts: Counter[str] = Counter()
+    for indices in product_operands(factors, bound):
+        counts.update(indices)
+    contracted = [i for i in counts if counts[i] >= 2 and i not in bound]
+    mapping = {index: fresh.index(index) for index in contracted}
+    inner = bound | frozenset(mapping.values())
+    renamed = []
+    for factor in factors:
+        if isinstance(factor, (ir.Tensor, ir.Delta, ir.Num)):
+            renamed.append(rename(factor, mapping))
+        else:
+            # scope-opening factor: its contracted indices are local (the checker forbids a clash with
+            # this product's free ones), so only occurrences free in it are this product's indices
+            renamed.append(_to_normal(_rename_free(factor, mapping, bound), inner, fresh))
+    body = ir.product(*renamed)
+    return ir.Reduce(tuple(mapping.values()), body) if mapping else body
+
+
+def normal_statement(statement: ir.Assign, fresh: Fresh, target: str) -> ir.Assign:
+    """A statement in normal form: explicit target with fresh index names, every sum explicit."""
+    if statement.indices is None:
+        indices = free_indices(statement.expr)
+        expr = statement.expr
+    else:
+        indices = statement.indices
+        expr = statement.expr
+    mapping = {index: fresh.index(index) for index in indices}
+    bound = frozenset(mapping.values())
+    terms = []
+    for term in top_level_terms(expr) if statement.indices is not None else (expr,):
+        term = _rename_free(term, mapping, frozenset())
+        term = _to_normal(term, bound, fresh)
+        extra = [i for i in free_indices(term, bound) if i not in bound]
+        if extra:
+            extra_map = {i: fresh.index(i) for i in extra}
+            term = ir.Reduce(tuple(extra_map.values()), rename(term, extra_map))
+        terms.append(term)
+    body = terms[0] if len(terms) == 1 else ir.Sum(tuple(terms))
+    return ir.Assign(target, tuple(mapping.values()), body)
+
+
+def to_normal(program: ir.ProgramIR, fresh: Fresh, names: dict[int, str]) -> list[ir.Assign]:
+    """Normal-form versions of the program's assignments (``names`` gives targets to bare statements)."""
+    result = []
+    for position, statement in enumerate(program.statements):
+        if isinstance(statement, ir.Assign):
+            target = statement.target if statement.target is not None else names.get(position)
+            if target is None:
+                continue
+            result.append(normal_statement(statement, fresh, target))
+    return result
+
+
+# ---------------------------------------------------------------- back to readable einflow
+
+
+def _counts(factors: tuple[ir.Expr, ...]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for indices in product_operands(factors, frozenset(indices_in(ir.Product(factors)))):
+        counts.update(indices)
+    return counts
+
+
+def _contracts_if_unbound(expr: ir.Expr, index: str) -> bool:
+    """Would ``index`` be contracted somewhere inside ``expr`` if it were not bound around it?"""
+    if index not in indices_in(expr):
+        return False
+    if isinstance(expr, ir.Tensor):
+        return expr.indices.count(index) >= 2
+    if isinstance(expr, ir.Delta):
+        return expr.first == expr.second == index
+    if isinstance(expr, ir.Product):
+        count = 0
+        for factor in expr.factors:
+            if isinstance(factor, ir.Tensor):
+                count += factor.indices.count(index)
+            elif isinstance(factor, ir.Delta):
+                count += (factor.first == index) + (factor.second == index)
+            elif index in indices_in(factor):
+                if _contracts_if_unbound(factor, index):
+                    return True
+                count += 1
+        return count >= 2
+    if isinstance(expr, ir.Sum):
+        return any(_contracts_if_unbound(t, index) for t in expr.terms)
+    if isinstance(expr, ir.Call):
+        return _contracts_if_unbound(expr.arg, index)
+    if isinstance(expr, ir.Power):
+        return _contracts_if_unbound(expr.base, index)
+    if isinstance(expr, ir.Reduce):
+        return _contracts_if_unbound(expr.body, index)
+    return False
+
+
+def _occurrences(factors: tuple[ir.Expr, ...], index: str) -> int:
+    count = 0
+    for factor in factors:
+        if isinstance(factor, ir.Tensor):
+            count += factor.indices.count(index)
+        elif isinstance(factor, ir.Delta):
+            count += (factor.first == index) + (factor.second == index)
+        elif index in indices_in(factor):
+            count += 1
+    return count
+
+
+def _implicit(expr: ir.Expr, top_level: bool) -> ir.Expr:
+    """Drop sum[...] wrappers that an implicit contraction (or explicit-mode reduction) expresses."""
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(_implicit(t, top_level and not isinstance(t, ir.Sum)) for t in expr.terms))
+    if isinstance(expr, ir.Call):
+        return ir.Call(expr.func, _implicit(expr.arg, False))
+    if isinstance(expr, ir.Power):
+        return ir.Power(_implicit(expr.base, False), expr.exponent)
+    if isinstance(expr, ir.Product):
+        return ir.product(*(_implicit(f, False) for f in expr.factors))
+    if isinstance(expr, ir.Reduce):
+        body = _implicit(expr.body, False)
+        factors = body.factors if isinstance(body, ir.Product) else (body,)
+        keep = []
+        for index in expr.indices:
+            rebinding = any(_contracts_if_unbound(f, index) for f in factors
+                            if not isinstance(f, (ir.Tensor, ir.Delta, ir.Num)))
+            count = _occurrences(factors, index)
+            if rebinding or not (count >= 2 or (top_level and count == 1)):
+                keep.append(index)
+        if keep:
+            return ir.Reduce(tuple(keep), body)
+        return body
+    return expr
+
+
+def readable(statement: ir.Assign, keep: set[str]) -> ir.Assign:
+    """A normal-form statement as idiomatic einflow, with short index names.
+
+    ``keep`` are names that must not be reused for other indices (size-declared ones).
+    """
+    expr = _implicit(statement.expr, bool(statement.indices))
+    names: list[str] = list(statement.indices or ())
+    for index in sorted(indices_in(expr)):
+        if index not in names:
+            names.append(index)
+    used = set(keep)
+    mapping: dict[str, str] = {}
+    for name in names:
+        if name in keep:
+            mapping[name] = name
+            continue
+        stem = re.sub(r"_\d+$", "", name)
+        candidate, number = stem, 1
+        while candidate in used or candidate in ir.RESERVED:
+            number += 1
+            candidate = f"{stem}{number}"
+        used.add(candidate)
+        mapping[name] = candidate
+    indices = tuple(mapping[i] for i in statement.indices or ())
+    return ir.Assign(statement.target, indices if indices else None, rename(expr, mapping))

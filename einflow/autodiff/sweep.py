@@ -1,0 +1,151 @@
+"""Reverse (adjoint) and forward (tangent) sweeps over normal-form statements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from einflow import ir
+from einflow.autodiff.normal import Fresh, rename, tensor_names
+from einflow.autodiff.rules import derivative, input_leaf
+from einflow.simplify import bound_inside, simplify
+
+__all__ = ["Work", "reverse_sweep", "forward_sweep"]
+
+
+@dataclass
+class Work:
+    """A derivative program under construction, all in bound normal form."""
+
+    statements: list[ir.Assign]
+    inputs: tuple[str, ...]
+    ranks: dict[str, int]
+    fresh: Fresh
+    tensor_fresh: Fresh
+    sizes: list[ir.SizeDecl] = field(default_factory=list)
+    size_of: dict[str, tuple[str, int]] = field(default_factory=dict)  # index -> (tensor, axis)
+
+    def target(self, name: str) -> ir.Assign | None:
+        for statement in self.statements:
+            if statement.target == name:
+                return statement
+        return None
+
+    def fresh_indices(self, tensor: str) -> tuple[str, ...]:
+        """Fresh indices for ``tensor``'s axes, declared with a size statement."""
+        rank = self.ranks[tensor]
+        pool = [*"pqrsuvwabcdeg"] + [f"{c}{n}" for n in range(2, 10) for c in "pqrsuvw"]
+        names = tuple(self.fresh.pick(pool, "p") for _ in range(rank))
+        if names:
+            self.sizes.append(ir.SizeDecl(names, tensor))
+            for axis, name in enumerate(names):
+                self.size_of[name] = (tensor, axis)
+        return names
+
+    def depends(self, wrt: set[str]) -> set[str]:
+        """Targets whose value depends on any of ``wrt`` (plus ``wrt`` itself)."""
+        varying = set(wrt)
+        for statement in self.statements:
+            if tensor_names(statement.expr) & varying:
+                varying.add(statement.target)  # type: ignore[arg-type]
+        return varying
+
+
+def _fresh_copy(expr: ir.Expr, fresh: Fresh) -> ir.Expr:
+    """``expr`` with its internal dummy indices renamed apart (for inlining at a second place)."""
+    return rename(expr, {index: fresh.index(index) for index in bound_inside(expr)})
+
+
+def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_of: dict[str, str]) -> dict[str, str]:
+    """Append adjoint statements computing the cotangent ``seed`` pulled back to each ``wrt`` input.
+
+    ``seed`` has the output's target indices free. Returns wrt name -> adjoint statement name.
+    """
+    position = next(k for k, s in enumerate(work.statements) if s.target == output)
+    forward = work.statements[: position + 1]
+    varying = work.depends(set(wrt))
+    adjoint_indices: dict[str, tuple[str, ...]] = {x: work.fresh_indices(x) for x in wrt}
+    contributions: dict[str, list[ir.Expr]] = {}
+    adjoint_of: dict[str, ir.Expr] = {output: seed}
+    emitted: list[ir.Assign] = []
+    for statement in reversed(forward):
+        target = statement.target
+        assert target is not None
+        if target != output:
+            parts = contributions.get(target)
+            if not parts:
+                continue
+            name = work.tensor_fresh.pick([f"d{name_of['value']}_d{target}"], f"d_{target}")
+            indices = adjoint_indices[target]
+            emitted.append(ir.Assign(name, indices, simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])))
+            adjoint_of[target] = ir.Tensor(name, statement.indices or ())
+        cotangent = adjoint_of[target]
+        for read in sorted(tensor_names(statement.expr) & varying):
+            if read not in adjoint_indices:
+                adjoint_indices[read] = work.fresh_indices(read)
+            jac = derivative(statement.expr, input_leaf(read, adjoint_indices[read]))
+            if jac is None:
+                continue
+            pulled = ir.product(cotangent, jac)
+            if statement.indices:
+                pulled = ir.Reduce(statement.indices, pulled)
+            contribution = simplify(_fresh_copy(pulled, work.fresh))
+            if not (isinstance(contribution, ir.Num) and contribution.value == 0):
+                contributions.setdefault(read, []).append(contribution)
+    names: dict[str, str] = {}
+    for x in wrt:
+        name = work.tensor_fresh.pick([name_of[x]], f"d_{x}")
+        if x not in adjoint_indices:
+            adjoint_indices[x] = work.fresh_indices(x)
+        parts = contributions.get(x, [])
+        if parts:
+            body = simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])
+        else:
+            body = ir.Num(0)
+        if isinstance(body, ir.Num) and body.value == 0 and adjoint_indices[x]:
+            body = ir.product(ir.Num(0), ir.Tensor(x, adjoint_indices[x]))
+        emitted.append(ir.Assign(name, adjoint_indices[x], body))
+        names[x] = name
+    work.statements.extend(emitted)
+    return names
+
+
+def forward_sweep(work: Work, wrt: str, through: list[str], outputs: list[str]) -> dict[str, ir.Assign]:
+    """Tangents of ``through`` statements with respect to input ``wrt`` (fresh trailing indices).
+
+    Returns output name -> tangent statement (target indices = the output's + the fresh ones),
+    not yet appended. Simple tangents are inlined where used; others become statements.
+    """
+    fresh_axes = work.fresh_indices(wrt)
+    tangents: dict[str, tuple[tuple[str, ...], ir.Expr]] = {}
+
+    def leaf(node: ir.Tensor) -> ir.Expr | None:
+        if node.name == wrt:
+            return input_leaf(wrt, fresh_axes)(node)
+        found = tangents.get(node.name)
+        if found is None:
+            return None
+        indices, expr = found
+        copy = _fresh_copy(expr, work.fresh)
+        return rename(copy, dict(zip(indices, node.indices)))
+
+    results: dict[str, ir.Assign] = {}
+    for statement in list(work.statements):
+        if statement.target not in through:
+            continue
+        tangent = derivative(statement.expr, leaf)
+        if tangent is None:
+            continue
+        tangent = simplify(tangent)
+        indices = statement.indices or ()
+        if statement.target in outputs:
+            results[statement.target] = ir.Assign(statement.target, indices + fresh_axes, tangent)
+            continue
+        # keep simple tangents symbolic (inlined at each use); materialize the rest once
+        if isinstance(tangent, ir.Sum):
+            name = work.tensor_fresh.pick([f"d{statement.target}_d{wrt}"], f"d_{statement.target}")
+            work.statements.append(ir.Assign(name, indices + fresh_axes, tangent))
+            work.ranks[name] = len(indices) + len(fresh_axes)
+            tangents[statement.target] = (indices + fresh_axes, ir.Tensor(name, indices + fresh_axes))
+        else:
+            tangents[statement.target] = (indices + fresh_axes, tangent)
+    return results
