@@ -255,7 +255,9 @@ def _format_product(factors: tuple[Expr, ...]) -> str:
         elif isinstance(factor, Num) or _precedence(factor) == _UNARY:
             parts.append("* " + _wrap(factor, _UNARY))
         else:
-            parts.append(_wrap(factor, _POWER))
+            text = _wrap(factor, _POWER)
+            # a juxtaposed factor may not start with a number (`x 2^3` does not parse): write `x * 2^3`
+            parts.append(("* " + text) if text[0].isdigit() or text[0] == "." else text)
     return " ".join(parts)
 
 

@@ -96,6 +96,36 @@ def indices_in(expr: ir.Expr) -> frozenset[str]:
     raise TypeError(expr)
 
 
+def _weak(value: int | float) -> int | float:
+    """A folded constant stays a Python number; an int beyond int64 becomes a float (inf beyond float range)."""
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    return value
+
+
+def _is_unit(coefficient: int | float) -> bool:
+    """Multiplying by this changes nothing, dtype included (a float 1.0 still promotes integer arrays)."""
+    return isinstance(coefficient, int) and coefficient == 1
+
+
+def _fold_power(base: int | float, exponent: int | float) -> int | float:
+    """``base ** exponent`` on Python numbers without raising: ints stay ints while they fit int64."""
+    if isinstance(base, int) and isinstance(exponent, int) and exponent >= 0:
+        if abs(base) <= 1 or exponent * math.log2(abs(base)) < 64:
+            return _weak(base**exponent)
+    with np.errstate(all="ignore"):
+        return float(np.power(np.float64(base), float(exponent)))
+
+
+def _reciprocal_scalar(x: int | float) -> float:
+    if x == 0:
+        return math.copysign(math.inf, x) if isinstance(x, float) else math.inf
+    return 1.0 / x
+
+
 def _power_function(exponent: int | float, xp: Any) -> Any:
     integral = isinstance(exponent, int) or float(exponent).is_integer()
     needs_float = not integral or exponent < 0
@@ -110,7 +140,7 @@ def _power_function(exponent: int | float, xp: Any) -> Any:
     if exponent == 2:
         return lambda x: x * x
     if exponent == -1:
-        return lambda x: 1.0 / as_float(x) if isinstance(x, (int, float)) else xp.reciprocal(as_float(x))
+        return lambda x: _reciprocal_scalar(x) if isinstance(x, (int, float)) else xp.reciprocal(as_float(x))
     if exponent == 0.5:
         return lambda x: xp.sqrt(x)
     return lambda x: xp.power(as_float(x), exponent)
@@ -143,6 +173,7 @@ class _Lowering:
         self.sizes: dict[str, int] = {}
         self.steps: list[PlanStep] = []
         self.statement_text = ""
+        self.synthetic: set[int] = set()  # registers of boolean ones/identities that stand in for deltas
 
     # ------------------------------------------------------------------ registers
     def emit(self, key: Any, function: Any, args: tuple[int, ...], labels: tuple[str, ...],
@@ -150,7 +181,8 @@ class _Lowering:
         if key is not None:
             found = self.memo.get(key)
             if found is not None:
-                return found
+                # keys are positional: the same register may carry other names (`y[i]^2` and `y[l]^2`)
+                return Value(found.reg, labels, shape)
         self.guard(shape, "intermediate")
         register = self.count
         self.count += 1
@@ -317,7 +349,7 @@ class _Lowering:
 
     def lower(self, expr: ir.Expr, bound: frozenset[str], reduce: frozenset[str]) -> Value:
         if isinstance(expr, ir.Num):
-            return Value(-1, (), (), expr.value)
+            return Value(-1, (), (), _weak(expr.value))
         if isinstance(expr, (ir.Tensor, ir.Delta)):
             return self.lower_product((expr,), bound, reduce)
         if isinstance(expr, ir.Product):
@@ -339,6 +371,8 @@ class _Lowering:
             value = self.sum_axes(value, reduce)
         elif isinstance(expr, ir.Power):
             base = self.lower(expr.base, bound, frozenset())
+            if base.const is not None:
+                return Value(-1, (), (), _fold_power(base.const, expr.exponent))
             value = self.elementwise(("pow", expr.exponent), _power_function(expr.exponent, self.xp), base,
                                      f"^{expr.exponent}")
             value = self.sum_axes(value, reduce)
@@ -373,7 +407,7 @@ class _Lowering:
         arrays: list[Value] = []
         for term in terms:
             if term.const is not None:
-                constant = constant + term.const
+                constant = _weak(constant + term.const)
             else:
                 arrays.append(term)
         if not arrays:
@@ -384,13 +418,13 @@ class _Lowering:
             permutation = tuple(term.labels.index(label) for label in present)
             shape = tuple(self.sizes[label] if label in term.labels else 1 for label in order)
             identity = permutation == tuple(range(len(term.labels)))
-            if identity and len(present) == len(order):
-                aligned.append(None)
+            if identity and len(present) == len(order) or not term.labels:
+                aligned.append(None)  # a 0-d term (maybe a weak Python number) broadcasts as it is
             elif identity:
                 aligned.append(lambda x, shape=shape: x.reshape(shape))
             else:
                 aligned.append(lambda x, p=permutation, shape=shape: x.transpose(p).reshape(shape))
-        has_constant = constant != 0 or isinstance(constant, float) and len(arrays) == 0
+        has_constant = constant != 0 or isinstance(constant, float)  # + 0.0 still promotes integer arrays
         if len(arrays) == 1 and aligned[0] is None and not has_constant:
             return arrays[0]
 
@@ -417,12 +451,12 @@ class _Lowering:
         deltas: list[list[str]] = []
         for factor in factors:
             if isinstance(factor, ir.Num):
-                coefficient = coefficient * factor.value
+                coefficient = _weak(coefficient * _weak(factor.value))
             elif isinstance(factor, ir.Tensor):
                 value = self.names[factor.name]
                 if not factor.indices:
                     if value.const is not None:
-                        coefficient = coefficient * value.const
+                        coefficient = _weak(coefficient * value.const)
                     else:
                         scalars.append(value)
                 else:
@@ -432,7 +466,7 @@ class _Lowering:
             else:
                 value = self.lower(factor, bound, frozenset())
                 if value.const is not None:
-                    coefficient = coefficient * value.const
+                    coefficient = _weak(coefficient * value.const)
                 elif not value.labels:
                     scalars.append(value)
                 else:
@@ -493,7 +527,9 @@ class _Lowering:
     def ones(self, label: str) -> Value:
         size = self.sizes[label]
         backend = self.backend
-        return self.emit(("ones", size), lambda: backend.ones((size,), dtype=bool), (), (label,), (size,))
+        value = self.emit(("ones", size), lambda: backend.ones((size,), dtype=bool), (), (label,), (size,))
+        self.synthetic.add(value.reg)
+        return value
 
     def contract(self, operands: list[tuple[Value, list[str]]], output: list[str],
                  classes: dict[str, list[str]], coefficient: int | float, scalars: list[Value]) -> Value:
@@ -505,6 +541,7 @@ class _Lowering:
                         eye = self.emit(("eye", self.sizes[member]), functools.partial(
                             self.backend.eye, self.sizes[member], bool), (), (representative, member),
                             (self.sizes[member],) * 2)
+                        self.synthetic.add(eye.reg)
                         operands.append((eye, [representative, member]))
             partners = set()
             classes = {}
@@ -516,11 +553,13 @@ class _Lowering:
                 value = self.scale(None, scalars, coefficient, ())
             return self.diagonal(value, output, classes)
         # apply the scale to the smallest operand when that is cheaper than scaling the result
-        needs_scale = bool(scalars) or coefficient != 1
+        # deltas alone are booleans: scaling one by the int 1 first makes the product count (integers, like 1)
+        delta_only = not scalars and all(value.reg in self.synthetic for value, _ in operands)
+        needs_scale = bool(scalars) or not _is_unit(coefficient) or delta_only
         out_size = math.prod(self.sizes[label] for label in inner_output)
         if needs_scale:
             smallest = min(range(len(operands)), key=lambda k: math.prod(operands[k][0].shape))
-            if math.prod(operands[smallest][0].shape) < out_size:
+            if math.prod(operands[smallest][0].shape) < out_size or delta_only:
                 value, labels = operands[smallest]
                 operands[smallest] = (self.scale(value, scalars, coefficient, value.labels), labels)
                 needs_scale = False
@@ -535,10 +574,10 @@ class _Lowering:
         args = tuple(s.reg for s in scalars)
         if value is None:
             def product_of(*xs: Any) -> Any:
-                return functools.reduce(operator.mul, xs) * coefficient if coefficient != 1 else \
+                return functools.reduce(operator.mul, xs) * coefficient if not _is_unit(coefficient) else \
                     functools.reduce(operator.mul, xs)
             return self.emit(("scale", None, args, coefficient, type(coefficient)), product_of, args, (), ())
-        if coefficient == 1:
+        if _is_unit(coefficient) and scalars:
             def scaled(x: Any, *xs: Any) -> Any:
                 for s in xs:
                     x = x * s
@@ -565,7 +604,7 @@ class _Lowering:
                                                f"[{','.join(keep)}]", math.prod(self.shape_of(tuple(labels))),
                                                self.shape_of(tuple(keep)), self.itemsize))
                 if tuple(keep) == output:
-                    return Value(value.reg, output, shape) if not value.labels else value
+                    return Value(value.reg, output, shape)  # labels as renamed by delta substitution
                 permutation = tuple(keep.index(label) for label in output)
                 return self.emit(("transpose", value.reg, permutation), lambda x: x.transpose(permutation),
                                  (value.reg,), output, shape)

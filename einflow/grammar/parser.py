@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,7 +36,7 @@ class _BracketNewlines:
             yield token
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def build_parser(strict: bool = False) -> Lark:
     """The LALR parser (built once; ``strict=True`` makes Lark reject any grammar conflict)."""
     return Lark.open_from_package(
@@ -84,6 +85,14 @@ class _ToIR(Transformer):
         super().__init__()
         self.source = source
 
+    def _name(self, token: Token, role: str) -> str:
+        """The token's text; a reserved word (function name, sum, delta, size) is rejected as a name."""
+        text = str(token)
+        if text in ir.RESERVED:
+            raise ParseError(f"'{text}' is a reserved word and cannot be used as {role}", token.line or 1,
+                             token.column or 1, _line_of(self.source, token.line or 1))
+        return text
+
     # ---- statements
     def start(self, items: list[Any]) -> ir.ProgramIR:
         return ir.ProgramIR(tuple(items))
@@ -91,12 +100,12 @@ class _ToIR(Transformer):
     @v_args(meta=True)
     def assign_indexed(self, meta: Any, items: list[Any]) -> ir.Assign:
         name, indices, expr = items
-        return ir.Assign(str(name), indices, _unparen(expr), span=_span(meta))
+        return ir.Assign(self._name(name, "a tensor name"), indices, _unparen(expr), span=_span(meta))
 
     @v_args(meta=True)
     def assign_implicit(self, meta: Any, items: list[Any]) -> ir.Assign:
         name, expr = items
-        return ir.Assign(str(name), None, _unparen(expr), span=_span(meta))
+        return ir.Assign(self._name(name, "a tensor name"), None, _unparen(expr), span=_span(meta))
 
     @v_args(meta=True)
     def bare(self, meta: Any, items: list[Any]) -> ir.Assign:
@@ -112,15 +121,15 @@ class _ToIR(Transformer):
                                  _line_of(self.source, source.line))
             src: str | int = value
         else:
-            src = str(source)
-        return ir.SizeDecl(tuple(str(n) for n in names), src, span=_span(meta))
+            src = self._name(source, "a tensor name")
+        return ir.SizeDecl(tuple(self._name(n, "an index name") for n in names), src, span=_span(meta))
 
     @v_args(meta=True)
     def return_line(self, meta: Any, items: list[Token]) -> ir.Return:
-        return ir.Return(tuple(str(n) for n in items), span=_span(meta))
+        return ir.Return(tuple(self._name(n, "a tensor name") for n in items), span=_span(meta))
 
     def index_list(self, items: list[Token]) -> tuple[str, ...]:
-        return tuple(str(t) for t in items)
+        return tuple(self._name(t, "an index name") for t in items)
 
     # ---- expressions
     @v_args(meta=True)
@@ -172,10 +181,10 @@ class _ToIR(Transformer):
 
     @v_args(meta=True)
     def tensor(self, meta: Any, items: list[Any]) -> ir.Tensor:
-        return ir.Tensor(str(items[0]), items[1], span=_span(meta))
+        return ir.Tensor(self._name(items[0], "a tensor name"), items[1], span=_span(meta))
 
     def scalar(self, items: list[Token]) -> ir.Tensor:
-        return ir.Tensor(str(items[0]), (), span=_span(items[0]))
+        return ir.Tensor(self._name(items[0], "a tensor name"), (), span=_span(items[0]))
 
     @v_args(meta=True)
     def call(self, meta: Any, items: list[Any]) -> ir.Call:
@@ -187,7 +196,8 @@ class _ToIR(Transformer):
 
     @v_args(meta=True)
     def delta(self, meta: Any, items: list[Token]) -> ir.Delta:
-        return ir.Delta(str(items[0]), str(items[1]), span=_span(meta))
+        return ir.Delta(self._name(items[0], "an index name"), self._name(items[1], "an index name"),
+                        span=_span(meta))
 
     def paren(self, items: list[Any]) -> _Paren:
         inner = _unparen(items[0])
@@ -223,6 +233,8 @@ _TOKEN_WORDS = {
 
 def _describe_expected(expected: set[str]) -> str:
     names = set(expected)
+    if "SEMICOLON" not in names:
+        names.discard("_NL")  # the bracket post-lexer makes Lark list a new line everywhere; it ends statements only
     words: list[str] = []
     if names & {"NAME", "NUMBER", "LPAR", "SUM", "DELTA", "SIGN"} and len(names) > 4:
         words.append("an expression")
@@ -263,9 +275,13 @@ def _friendly(error: UnexpectedInput, source: str) -> ParseError:
             text = str(token)
             if token.type == "NUMBER" and "NUMBER" not in error.expected:
                 message = (f"unexpected number {text!r}: a number cannot follow a factor without '*'"
-                           if error.expected & {"MULOP", "SIGN"} else f"unexpected number {text!r}, expected {expected}")
+                           if error.expected & {"MULOP", "SIGN"}
+                           else f"unexpected number {text!r}, expected {expected}")
             else:
                 message = f"unexpected {text!r}, expected {expected}"
+            before = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", source_line[:column - 1])
+            if before and before.group(1) in ir.RESERVED and error.expected <= {"LPAR", "LSQB", "_NL"}:
+                message += f" ('{before.group(1)}' is a reserved word and cannot be used as a name)"
     elif isinstance(error, UnexpectedEOF):
         message = "unexpected end of input"
     else:  # pragma: no cover - Lark has no other kinds
