@@ -93,7 +93,8 @@ CORPUS: list[tuple[str, str, Callable[[], Inputs]]] = [
     ("bare-expression", "x[i] y[i]", lambda: _matrices(31, x=(4,), y=(4,))),
     ("negative-scaling", "y[i,j] = -A[i,j] - 2 B[j,i] * -1.5", lambda: _matrices(32, A=(2, 3), B=(3, 2))),
     # cases that previously failed (this list only grows)
-    ("implicit-delta-order", "size i = x\nM = delta[i,j] y[k]\nN = y[k] delta[i,j]\nM, N", lambda: _matrices(34, x=(3,), y=(2,))),
+    ("implicit-delta-order", "size i = x\nM = delta[i,j] y[k]\nN = y[k] delta[i,j]\nM, N",
+     lambda: _matrices(34, x=(3,), y=(2,))),
     ("delta-summed-to-ones", "v[l] = sum[j](delta[j,l]) + 0 * x[l]", lambda: _matrices(35, x=(3,))),
     ("python-scalar-in-sum", "y[i] = x[i] + s", lambda: {"x": _matrices(36, x=(3,))["x"], "s": 2.5}),
     ("hostile-names",
