@@ -339,7 +339,12 @@ class _Lowering:
         terms = []
         for term in top_level_terms(statement.expr):
             extra = frozenset(free_indices(term, bound)) - bound
-            terms.append(self.lower(term, bound, extra))
+            if isinstance(term, (ir.Product, ir.Tensor, ir.Delta)):
+                # a product term is produced directly in the target's axis order (no transpose after)
+                factors = term.factors if isinstance(term, ir.Product) else (term,)
+                terms.append(self.lower_product(factors, bound, extra, target))
+            else:
+                terms.append(self.lower(term, bound, extra))
         return self.add(terms, target)
 
     # ------------------------------------------------------------------ expressions
@@ -444,11 +449,13 @@ class _Lowering:
         return self.emit(key, add_terms, tuple(t.reg for t in arrays), order, shape)
 
     # ------------------------------------------------------------------ products
-    def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str]) -> Value:
+    def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
+                      preferred: tuple[str, ...] = ()) -> Value:
         coefficient: int | float = 1
         scalars: list[Value] = []
         operands: list[tuple[Value, list[str]]] = []
         deltas: list[list[str]] = []
+        sequence: list[list[str]] = []  # every factor's labels in factor order (the implicit target order)
         for factor in factors:
             if isinstance(factor, ir.Num):
                 coefficient = _weak(coefficient * _weak(factor.value))
@@ -461,8 +468,10 @@ class _Lowering:
                         scalars.append(value)
                 else:
                     operands.append((value, list(factor.indices)))
+                    sequence.append(operands[-1][1])
             elif isinstance(factor, ir.Delta):
                 deltas.append([factor.first, factor.second])
+                sequence.append(deltas[-1])
             else:
                 value = self.lower(factor, bound, frozenset())
                 if value.const is not None:
@@ -471,14 +480,17 @@ class _Lowering:
                     scalars.append(value)
                 else:
                     operands.append((value, list(value.labels)))
+                    sequence.append(operands[-1][1])
         counts: Counter[str] = Counter()
         order: list[str] = []
-        for labels in [labels for _, labels in operands] + deltas:
+        for labels in sequence:
             for label in labels:
                 if label not in counts:
                     order.append(label)
                 counts[label] += 1
         output = [label for label in order if (counts[label] == 1 or label in bound) and label not in reduce]
+        if preferred:
+            output = [label for label in preferred if label in output] + [l for l in output if l not in preferred]
         summed = {label for label in order if label not in output}
         classes = self.eliminate_deltas(operands, deltas, summed, output)
         if coefficient == 0:
@@ -490,6 +502,7 @@ class _Lowering:
                          summed: set[str], output: list[str]) -> dict[str, list[str]]:
         """Substitute deltas away where an index is summed; return surviving classes rep -> members."""
         classes: dict[str, list[str]] = {}
+        survivors: set[str] = set()  # indices a substituted delta leaves behind (still summed or kept)
 
         def rename(old: str, new: str) -> None:
             for _, labels in operands:
@@ -500,28 +513,32 @@ class _Lowering:
                 for position, label in enumerate(pair):
                     if label == old:
                         pair[position] = new
+            if old in survivors:
+                survivors.discard(old)
+                survivors.add(new)
 
         while deltas:
             first, second = deltas.pop()
             if first == second:
-                if not any(first in labels for _, labels in operands) and not any(first in d for d in deltas):
-                    if first in summed:
-                        operands.append((self.ones(first), [first]))  # sum of ones: the index's size
-                    else:
-                        operands.append((self.ones(first), [first]))
+                survivors.add(first)  # delta[i,i] is 1, but summing i over it still counts i's size
                 continue
             if first in summed:
                 rename(first, second)
+                survivors.add(second)
             elif second in summed:
                 rename(second, first)
+                survivors.add(first)
             else:
                 # both stay in the output: remember the diagonal and compute on one label
                 members = classes.pop(second, [second])
                 classes.setdefault(first, [first]).extend(m for m in members if m not in classes.get(first, []))
                 rename(second, first)
-        for representative in classes:
-            if not any(representative in labels for _, labels in operands):
-                operands.append((self.ones(representative), [representative]))
+        # an index no operand carries any more is supplied by ones: sum_j delta[j,l] is 1 for every l (kept l),
+        # and sum_{j,l} delta[j,l] is the size of l (summed l)
+        partners = {member for rep, members in classes.items() for member in members if member != rep}
+        for label in dict.fromkeys([*output, *sorted(survivors)]):
+            if label not in partners and not any(label in labels for _, labels in operands):
+                operands.append((self.ones(label), [label]))
         return classes
 
     def ones(self, label: str) -> Value:
@@ -618,8 +635,6 @@ class _Lowering:
         equation += "->" + "".join(letters[label] for label in output)
         shapes = [tuple(self.sizes[label] for label in labels) for _, labels in operands]
         path, info = oe.contract_path(equation, *shapes, shapes=True, optimize=self.optimize)
-        self.guard((), "contraction intermediate", elements=int(info.largest_intermediate))
-        expression = oe.contract_expression(equation, *shapes, optimize=path)
         names = {letter: label for label, letter in letters.items()}
         pairwise = []
         for contraction in info.contraction_list:
@@ -630,6 +645,10 @@ class _Lowering:
             readable = ",".join("[" + ",".join(names[c] for c in part) + "]" for part in inputs.split(","))
             readable += " -> [" + ",".join(names[c] for c in result) + "]"
             pairwise.append((readable, int(step_flops), tuple(info.size_dict[c] for c in result)))
+        if pairwise:  # refuse before anything is allocated, naming the largest pairwise step and its shape
+            step, _, step_shape = max(pairwise, key=lambda entry: math.prod(entry[2]))
+            self.guard(step_shape, f"contraction intermediate {step}")
+        expression = oe.contract_expression(equation, *shapes, optimize=path)
         pretty = " ".join(f"[{','.join(labels)}]" for _, labels in operands) + f" -> [{','.join(output)}]"
         self.steps.append(PlanStep(self.statement_text, "contract", pretty, int(info.opt_cost), shape,
                                    self.itemsize, pairwise, int(info.largest_intermediate)))
