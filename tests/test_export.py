@@ -112,12 +112,27 @@ def _derivative_cases() -> list[tuple[str, Callable[[], Any], Callable[[], Input
     labels = lambda: {**_matrices(40, X=(6, 3), w=(3,)), "y": np.sign(_rng(41).standard_normal(6))}  # noqa: E731
     net = "H[b,h] = tanh(X[b,f] W[f,h])\nP[b] = H[b,h] v[h]\nL = sum[b]((P[b] - t[b])^2)"
     net_inputs = lambda: _matrices(42, X=(5, 3), W=(3, 4), v=(4,), t=(5,))  # noqa: E731
+    cp = "L = sum[i,j,k]((A[i,r] B[j,r] C[k,r] - T[i,j,k])^2)"
+    attention = "E[q,k] = exp(Q[q,d] K[k,d] * scale)\nA[q,k] = E[q,k] / sum[j](E[q,j])\nL = A[q,k] V[k,e] G[q,e]"
     return [
         ("grad-logistic", lambda: einflow.grad(loss, wrt="w"), labels),
         ("hessian-logistic", lambda: einflow.hessian(loss, wrt="w"), labels),
         ("hessian-norm", lambda: einflow.hessian("f = x[i] x[i]", wrt="x"), lambda: _matrices(43, x=(4,))),
         ("grad-net-multi", lambda: einflow.grad(net, wrt=["W", "v"]), net_inputs),
         ("value-and-grad-net", lambda: einflow.value_and_grad(net, wrt="W"), net_inputs),
+        ("value-and-grad-multi", lambda: einflow.value_and_grad(net, wrt=["W", "v", "t"]), net_inputs),
+        ("value-and-grad-cp", lambda: einflow.value_and_grad(cp, wrt=["A", "B", "C"]),
+         lambda: _matrices(46, A=(3, 2), B=(4, 2), C=(5, 2), T=(3, 4, 5))),
+        ("grad-softmax-attention", lambda: einflow.grad(attention, wrt=["Q", "K", "V"]),
+         lambda: {**_matrices(47, Q=(3, 2), K=(4, 2), V=(4, 3), G=(3, 3)), "scale": 0.7}),
+        ("jacobian-matrix", lambda: einflow.jacobian("y[i] = tanh(A[i,j] x[j])", wrt="A"),
+         lambda: _matrices(48, A=(3, 4), x=(4,))),
+        ("hessian-mixed", lambda: einflow.hessian("f = sum[i](log(1 + exp(x[i])) x[i]^2) + x[i] A[i,j] x[j]",
+                                                  wrt="x"), lambda: _matrices(49, A=(4, 4), x=(4,))),
+        ("vjp-sigmoid", lambda: einflow.vjp("y[i] = sigmoid(A[i,j] x[j])", wrt="x", cotangent="G"),
+         lambda: _matrices(50, A=(3, 4), x=(4,), G=(3,))),
+        ("jacobian-elementwise-matrix", lambda: einflow.jacobian("Y[i,j] = relu(X[i,j])", wrt="X"),
+         lambda: _matrices(51, X=(3, 4))),
         ("jacobian-relu", lambda: einflow.jacobian("y[i] = relu(x[i])", wrt="x"), lambda: _with_zeros(44, 6)),
         ("grad-abs-sigmoid", lambda: einflow.grad("f = sum[i](abs(x[i]) sigmoid(x[i]))", wrt="x"),
          lambda: _with_zeros(45, 6)),
@@ -153,9 +168,15 @@ DRIVER = textwrap.dedent('''
         except Exception as error:  # reported, and the test fails with it
             report[case["key"]] = {"error": f"{type(error).__name__}: {error}"}
             continue
-        values = list(result) if isinstance(result, tuple) else [result]
+        values = []
+        def flatten(value):  # the nesting as text, the leaves in order
+            if isinstance(value, tuple):
+                return "(" + ",".join(flatten(item) for item in value) + ")"
+            values.append(value)
+            return "*"
+        structure = flatten(result)
         np.savez(here / (case["key"] + "_out.npz"), *[np.asarray(v) for v in values])
-        report[case["key"]] = {"tuple": isinstance(result, tuple), "types": [type(v).__name__ for v in values]}
+        report[case["key"]] = {"structure": structure, "types": [type(v).__name__ for v in values]}
     (here / "report.json").write_text(json.dumps(report))
     print("einflow" in sys.modules and sys.modules["einflow"] is not None)
 ''')
@@ -206,8 +227,15 @@ def _check_same(key: str, exported: dict[str, Any]) -> None:
     outcome = exported["report"][key]
     assert "error" not in outcome, outcome.get("error")
     reference = program(**inputs)
-    reference_values = list(reference) if isinstance(reference, tuple) else [reference]
-    assert outcome["tuple"] == isinstance(reference, tuple)
+    reference_values: list[Any] = []
+
+    def flatten(value: Any) -> str:
+        if isinstance(value, tuple):
+            return "(" + ",".join(flatten(item) for item in value) + ")"
+        reference_values.append(value)
+        return "*"
+
+    assert outcome["structure"] == flatten(reference)
     assert outcome["types"] == [type(v).__name__ for v in reference_values]
     with np.load(exported["folder"] / f"{key}_out.npz") as saved:
         values = [saved[f"arr_{n}"] for n in range(len(saved.files))]

@@ -193,7 +193,7 @@ class _Renderer:
                 value = factor.value
                 if position == 0 and value < 0:
                     negative, value = True, -value
-                if position == 0 and value == 1 and not isinstance(value, float) and len(factors) > 1:
+                if position == 0 and value == 1 and len(factors) > 1:  # dtype matters to numpy, not in print
                     continue
                 text = _number(value)
                 if numerator and not numerator[-1].startswith(r"\cdot"):

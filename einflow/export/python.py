@@ -208,6 +208,8 @@ class _Statement:
 class _Generator:
     def __init__(self, program: Any, name: str) -> None:
         self.program_ir: ir.ProgramIR = program.ir
+        # value_and_grad programs group their gradients when called (einflow.autodiff's _ValueAndGrad)
+        self.gradients_as_tuple: bool | None = getattr(program, "_as_tuple", None)
         self.info = program.info
         self.function_name = name
         self.taken = _tensor_names(self.program_ir) | {name} | set(dir(builtins))
@@ -348,11 +350,14 @@ class _Generator:
             assert final is not None
             returned = [self.materialize(final)]
         result: list[Part] = ["return "]
-        if returns_tuple:
-            result.append("(")
-            for position, value in enumerate(returned):
-                result.extend([", " if position else "", value.var])  # type: ignore[list-item]
-            result.append(",)" if len(returned) == 1 else ")")
+        if returns_tuple and self.gradients_as_tuple is not None and len(returned) > 1:
+            # a value_and_grad program: its call returns (value, gradient) or (value, (gradients...))
+            result.extend(["(", returned[0].var, ", "])  # type: ignore[list-item]
+            result.extend(_tuple_parts([value.var for value in returned[1:]])  # type: ignore[misc]
+                          if self.gradients_as_tuple else [returned[1].var])  # type: ignore[list-item]
+            result.append(")")
+        elif returns_tuple:
+            result.extend(_tuple_parts([value.var for value in returned]))  # type: ignore[misc]
         else:
             result.append(returned[0].var)  # type: ignore[arg-type]
         self.lines.append(_Line(result))
@@ -723,6 +728,14 @@ class _Generator:
         self.lines.append(_Line([f"{np_alias}.einsum({spec!r}, ", out, ")[...] = ", value.var],  # type: ignore[list-item]
                                 f"write the diagonal {groups}"))
         return _Value(out, tuple(output))
+
+
+def _tuple_parts(variables: list[_Var]) -> list[Part]:
+    parts: list[Part] = ["("]
+    for position, var in enumerate(variables):
+        parts.extend([", " if position else "", var])
+    parts.append(",)" if len(variables) == 1 else ")")
+    return parts
 
 
 def _fill(template: str, var: _Var) -> list[Part]:
