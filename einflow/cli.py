@@ -1,0 +1,177 @@
+"""The ``einflow`` command: the REPL, piped sessions, and the run / grad / plan subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from einflow.errors import EinflowError, TensorNameError
+
+__all__ = ["main", "build_parser"]
+
+_EPILOG = """\
+examples:
+  einflow                                   interactive session (a terminal), or a piped session:
+  einflow < session.ein                     lines as typed at the prompt; exit 1 if any failed
+  einflow -c ':set x [1.0, 2.0]
+  s = x[i] x[i]'                            the same for text given here
+  einflow run model.ein --inputs in.npz --out out.npz
+  einflow grad 'L = sum[i](log(1 + exp(-y[i] X[i,f] w[f])))' --wrt w
+  einflow plan 'y[i] = A[i,j] B[j,k] v[k]' --shape A=100x200 --shape B=200x300 --shape v=300
+"""
+
+
+def _read_text(text: str) -> str:
+    """Program text given on the command line: the text itself, a ``*.ein`` file, or ``-`` for stdin."""
+    if text == "-":
+        return sys.stdin.read()
+    if text.endswith(".ein") and os.path.isfile(text):
+        with open(text, encoding="utf-8") as handle:
+            return handle.read()
+    return text
+
+
+def _shape_argument(text: str) -> tuple[str, str]:
+    name, separator, shape = text.partition("=")
+    if not separator or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=SHAPE such as A=100x200, got {text!r}")
+    return name.strip(), shape.strip()
+
+
+def _compile(text: str, where: str) -> Any:
+    import einflow
+
+    try:
+        return einflow.compile(text)
+    except EinflowError as error:
+        if any(line.lstrip().startswith(":") for line in text.splitlines()):
+            raise EinflowError(f"{type(error).__name__}: {error}\n{where} looks like a session script (it has "
+                               f":commands); run it as a session instead: einflow < {where}") from None
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
+    from einflow.commands import load_arrays, save_arrays
+    from einflow.session import format_value
+
+    with open(args.file, encoding="utf-8") as handle:
+        program = _compile(handle.read(), args.file)
+    arrays = load_arrays(args.inputs) if args.inputs else {}
+    missing = [name for name in program.inputs if name not in arrays]
+    if missing:
+        where = f"{args.inputs} has no array" if args.inputs else "no --inputs file was given for"
+        raise TensorNameError(f"{where} {', '.join(repr(m) for m in missing)} (this program reads "
+                              f"{', '.join(program.inputs)}; pass them in a .npz with --inputs)")
+    value = program(arrays, backend=args.backend)
+    values = value if program.info.returns_tuple else (value,)
+    names = [name or "value" for name in program.outputs]
+    if not args.quiet:
+        print("\n".join(format_value(name, item) for name, item in zip(names, values)))
+    if args.out:
+        save_arrays(args.out, dict(zip(names, values)))
+    return 0
+
+
+def _derivative(kind: str) -> Any:
+    def handler(args: argparse.Namespace) -> int:
+        import einflow
+
+        function = getattr(einflow, kind, None)
+        if function is None:
+            raise EinflowError(f"einflow.{kind} is not available in this version of einflow")
+        program = _compile(_read_text(args.text), "the text")
+        wrt = args.wrt[0] if len(args.wrt) == 1 else list(args.wrt)
+        print(function(program, wrt=wrt))
+        return 0
+
+    return handler
+
+
+def _plan(args: argparse.Namespace) -> int:
+    program = _compile(_read_text(args.text), "the text")
+    print(program.plan(dict(args.shape or ()), optimize=args.optimize))
+    return 0
+
+
+def _session(args: argparse.Namespace) -> int:
+    from einflow.session import Session, run_lines
+
+    session = Session()
+    if args.session_backend:
+        reply = session.execute(f":backend {args.session_backend}")
+        if not reply.ok:
+            raise EinflowError(reply.text)
+    if args.command_text is not None:
+        return run_lines(session, args.command_text.splitlines(), sys.stdout, sys.stderr, args.echo, name="-c")
+    if sys.stdin.isatty() and not args.echo:
+        from einflow.repl import run_repl
+
+        return run_repl(session)
+    return run_lines(session, sys.stdin, sys.stdout, sys.stderr, args.echo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (usage errors exit with status 2)."""
+    from einflow import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="einflow", description="Tensor algebra in index notation: an interactive session, or one-shot tools.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"einflow {__version__}")
+    parser.add_argument("-c", dest="command_text", metavar="TEXT",
+                        help="run TEXT as session lines (statements and :commands), then exit")
+    parser.add_argument("--echo", action="store_true", help="piped mode: print each input line after the prompt")
+    parser.add_argument("--backend", dest="session_backend", metavar="B",
+                        help="session backend: numpy, dask, cupy, auto")
+    parser.set_defaults(handler=_session)
+    commands = parser.add_subparsers(dest="subcommand", metavar="{run,grad,jacobian,hessian,plan}")
+
+    run = commands.add_parser("run", help="run a program file and print (or save) its value")
+    run.add_argument("file", metavar="FILE.ein")
+    run.add_argument("--inputs", metavar="IN.npz", help="arrays for the program's inputs")
+    run.add_argument("--out", metavar="OUT.npz", help="save the program's value(s) here (atomically)")
+    run.add_argument("--backend", metavar="B", help="numpy, dask, cupy or auto")
+    run.add_argument("-q", "--quiet", action="store_true", help="do not print the values")
+    run.set_defaults(handler=_run)
+
+    for kind, what in (("grad", "gradient"), ("jacobian", "Jacobian"), ("hessian", "Hessian")):
+        sub = commands.add_parser(kind, help=f"print the {what} program of TEXT")
+        sub.add_argument("text", metavar="TEXT", help="einflow text, a .ein file, or - for stdin")
+        sub.add_argument("--wrt", action="append", required=True, metavar="X",
+                         help="an input to differentiate with respect to (repeat for several)")
+        sub.set_defaults(handler=_derivative(kind))
+
+    plan = commands.add_parser("plan", help="print the contraction plan of TEXT for given shapes")
+    plan.add_argument("text", metavar="TEXT", help="einflow text, a .ein file, or - for stdin")
+    plan.add_argument("--shape", action="append", type=_shape_argument, metavar="NAME=SHAPE",
+                      help="an input's shape, e.g. A=100x200 (a scalar: s=scalar)")
+    plan.add_argument("--optimize", default="auto", help="opt_einsum path strategy (default: auto)")
+    plan.set_defaults(handler=_plan)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``einflow`` command; returns the exit status.
+
+    >>> main(["plan", "s = x[i] x[i]", "--shape", "x=10"])  # doctest: +ELLIPSIS
+    plan for:
+    ...
+    0
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except (EinflowError, OSError, ValueError) as error:
+        name = "error" if type(error) is EinflowError else type(error).__name__
+        print(f"einflow: {name}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

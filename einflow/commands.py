@@ -1,0 +1,434 @@
+"""The session's ``:commands``: data in and out, derivatives through history, plans, timing, help."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import difflib
+import os
+import re
+import shlex
+import tempfile
+import timeit
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from einflow.grammar import parse
+from einflow.session import Reply, SessionError, check_name, format_value, to_numpy
+
+if TYPE_CHECKING:
+    from einflow.program import Program
+    from einflow.session import Session
+
+__all__ = ["COMMANDS", "Command", "run_command", "atomic_write", "save_arrays", "load_arrays"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``:command``: how to call it, what it does, and the function that runs it."""
+
+    name: str
+    usage: str
+    summary: str
+    run: Callable[[Session, str], str | Reply]
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def _command(name: str, usage: str, summary: str, aliases: tuple[str, ...] = ()) -> Callable[..., Any]:
+    def register(function: Callable[[Session, str], str | Reply]) -> Callable[[Session, str], str | Reply]:
+        for alias in (name, *aliases):
+            COMMANDS[alias] = Command(name, usage, summary, function)
+        return function
+
+    return register
+
+
+def run_command(session: Session, text: str) -> Reply:
+    """Run ``:name args``; unknown names get a suggestion."""
+    word, _, rest = text[1:].strip().partition(" ")
+    command = COMMANDS.get(word)
+    if command is None:
+        close = difflib.get_close_matches(word, COMMANDS, n=1)
+        hint = f"; did you mean :{close[0]}?" if close else ""
+        raise SessionError(f"unknown command ':{word}'{hint} (:help lists the commands)")
+    result = command.run(session, rest.strip())
+    return result if isinstance(result, Reply) else Reply(result)
+
+
+def _words(rest: str, usage: str, minimum: int = 1) -> list[str]:
+    words = shlex.split(rest)
+    if len(words) < minimum:
+        raise SessionError(f"usage: {usage}")
+    return words
+
+
+def _check_numeric(name: str, array: np.ndarray) -> np.ndarray:
+    if array.dtype.kind not in "biufc":
+        raise SessionError(f"{name}: expected numbers, got an array of dtype {array.dtype}")
+    return array
+
+
+# ---------------------------------------------------------------- data in
+
+
+@_command("set", ":set NAME LITERAL", "bind a Python literal: :set x [1.0, 2.0]  (numbers, nested lists)")
+def _set(session: Session, rest: str) -> str:
+    name, _, literal = rest.partition(" ")
+    if not literal.strip():
+        raise SessionError("usage: :set NAME LITERAL   e.g. :set A [[1.0, 2.0], [3.0, 4.0]]")
+    check_name(name)
+    try:
+        value = ast.literal_eval(literal.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as error:
+        raise SessionError(f"cannot read {literal.strip()!r} as a Python literal ({error})") from None
+    try:
+        array = np.asarray(value)
+    except ValueError as error:  # ragged lists
+        raise SessionError(f"cannot make an array from {literal.strip()!r}: {error}") from None
+    _check_numeric(name, array)
+    notes = session.bind(name, array, f":set {literal.strip()}")
+    return "\n".join([format_value(name, array, session.width), *notes])
+
+
+def _fill(kind: str) -> Callable[[Session, str], str]:
+    def fill(session: Session, rest: str) -> str:
+        name, *dims = _words(rest, f":{kind} NAME d1 d2 ...")
+        check_name(name)
+        try:
+            shape = tuple(int(d) for d in dims)
+        except ValueError:
+            raise SessionError(f"sizes must be whole numbers: :{kind} {rest}") from None
+        if any(d < 0 for d in shape):
+            raise SessionError(f"sizes must not be negative: :{kind} {rest}")
+        makers = {
+            "randn": lambda: session.rng.standard_normal(shape),
+            "rand": lambda: session.rng.random(shape),
+            "zeros": lambda: np.zeros(shape),
+            "ones": lambda: np.ones(shape),
+        }
+        array = makers[kind]()
+        notes = session.bind(name, array, f":{kind} {' '.join(dims)}".rstrip())
+        return "\n".join([format_value(name, array, session.width), *notes])
+
+    return fill
+
+
+_command("randn", ":randn NAME d1 d2 ...", "standard normal samples of that shape")(_fill("randn"))
+_command("rand", ":rand NAME d1 d2 ...", "uniform samples in [0, 1) of that shape")(_fill("rand"))
+_command("zeros", ":zeros NAME d1 d2 ...", "an array of zeros")(_fill("zeros"))
+_command("ones", ":ones NAME d1 d2 ...", "an array of ones")(_fill("ones"))
+
+
+@_command("seed", ":seed N", "seed the generator used by :randn and :rand")
+def _seed(session: Session, rest: str) -> str:
+    try:
+        session.rng = np.random.default_rng(int(rest))
+    except ValueError:
+        raise SessionError("usage: :seed N   (a non-negative whole number)") from None
+    return ""
+
+
+def load_arrays(path: str, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Arrays from a .npy file (one, under its file stem) or a .npz file (all, or the ``names`` given).
+
+    Pickled objects are refused (``allow_pickle=False``).
+    """
+    path = os.path.expanduser(path)
+    if path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as archive:
+            keys = names or list(archive.files)
+            missing = [key for key in keys if key not in archive.files]
+            if missing:
+                raise SessionError(f"{path} has no array {missing[0]!r} (it holds {', '.join(archive.files)})")
+            arrays = {key: archive[key] for key in keys}
+    else:
+        array = np.load(path, allow_pickle=False)
+        if not isinstance(array, np.ndarray):
+            raise SessionError(f"{path} is not a .npy file")
+        stem = os.path.splitext(os.path.basename(path))[0]
+        arrays = {names[0] if names else stem: array}
+    for key, array in arrays.items():
+        check_name(key)
+        _check_numeric(key, array)
+    return arrays
+
+
+@_command("load", ":load NAME FILE.npy | :load FILE.npz [NAME ...]", "read arrays (.npy one, .npz all or some)")
+def _load(session: Session, rest: str) -> str:
+    words = _words(rest, ":load NAME FILE.npy  or  :load FILE.npz [NAME ...]")
+    files = [word for word in words if word.endswith((".npz", ".npy"))]
+    if len(files) != 1:
+        raise SessionError("usage: :load NAME FILE.npy  or  :load FILE.npz [NAME ...]")
+    names = [word for word in words if word != files[0]]
+    if files[0].endswith(".npy") and len(names) > 1:
+        raise SessionError("a .npy file holds one array: :load NAME FILE.npy")
+    arrays = load_arrays(files[0], names or None)
+    notes = session.bind_many(arrays, f":load {files[0]}")
+    lines = [f"{name}: {array.shape} {array.dtype}  (from {files[0]})" for name, array in arrays.items()]
+    return "\n".join(lines + notes)
+
+
+# ---------------------------------------------------------------- data out
+
+
+def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
+    """Write a file through a temporary file in the same folder and ``os.replace`` it into place.
+
+    A reader (or a crash) never sees a half-written file; an existing file is replaced only on success.
+    """
+    path = os.path.expanduser(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            write(stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(temporary, 0o666 & ~mask)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def save_arrays(path: str, arrays: dict[str, Any]) -> None:
+    """Save atomically: one array to ``.npy``, or named arrays to ``.npz`` (any names, no pickles)."""
+    host = {name: to_numpy(value) for name, value in arrays.items()}
+    if path.endswith(".npz"):
+        def write(stream: IO[bytes]) -> None:
+            with zipfile.ZipFile(stream, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+                for name, array in host.items():
+                    with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                        np.lib.format.write_array(member, array, allow_pickle=False)
+    else:
+        if len(host) != 1:
+            raise SessionError("a .npy file holds exactly one array; use a .npz file for several")
+        (array,) = host.values()
+
+        def write(stream: IO[bytes]) -> None:
+            np.lib.format.write_array(stream, array, allow_pickle=False)
+
+    atomic_write(path, write)
+
+
+@_command("save", ":save NAME FILE.npy | :save FILE.npz [NAME ...]", "write arrays atomically (.npz: all bound)")
+def _save(session: Session, rest: str) -> str:
+    words = _words(rest, ":save NAME FILE.npy  or  :save FILE.npz [NAME ...]")
+    files = [word for word in words if word.endswith((".npz", ".npy"))]
+    if len(files) != 1:
+        raise SessionError("usage: :save NAME FILE.npy  or  :save FILE.npz [NAME ...]  (name the file .npy/.npz)")
+    path = files[0]
+    names = [word for word in words if word != path]
+    if path.endswith(".npz") and not names:
+        names = list(session.values)
+        if not names:
+            raise SessionError("nothing to save: no tensor is bound")
+    if path.endswith(".npy") and len(names) != 1:
+        raise SessionError("usage: :save NAME FILE.npy  (one array per .npy file)")
+    arrays = {name: session.lookup(name) for name in names}
+    save_arrays(path, arrays)
+    return f"saved {', '.join(names)} to {path}"
+
+
+# ---------------------------------------------------------------- looking around
+
+
+@_command("vars", ":vars", "list bound tensors: name, shape, dtype, and what defined them")
+def _vars(session: Session, rest: str) -> str:
+    rows = [("name", "shape", "dtype", "defined by")]
+    for name in session.names():
+        if name in session.values:
+            array = session.values[name]
+            shape, dtype = str(tuple(np.shape(array))), str(getattr(array, "dtype", type(array).__name__))
+        else:
+            shape, dtype = "stale", "-"
+        definition = session.definitions.get(name)
+        origin = definition.text if definition is not None else session.origins.get(name, "")
+        rows.append((name, shape, dtype, origin))
+    if len(rows) == 1:
+        return "no tensors bound (bind some with :set, :randn, :load, or a statement)"
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    lines = [f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}".rstrip()
+             for row in rows]
+    declarations = list(dict.fromkeys(session.sizes.values()))
+    if declarations:
+        from einflow.ir import format_statement
+
+        lines.append("sizes: " + "; ".join(format_statement(decl) for decl in declarations))
+    return "\n".join(lines)
+
+
+@_command("backend", ":backend [NAME]", "show or choose the backend: numpy, dask, cupy, auto")
+def _backend(session: Session, rest: str) -> str:
+    from einflow.backends import BACKENDS, get_backend, get_default_backend
+
+    if not rest:
+        return f"backend: {session.backend or get_default_backend()}"
+    if rest not in BACKENDS:
+        from einflow.errors import BackendError
+
+        raise BackendError(f"backend {rest!r} not found, valid options are {set(BACKENDS)}")
+    if rest != "auto":
+        get_backend(rest)
+    session.backend = rest
+    return f"backend: {rest}"
+
+
+@_command("reset", ":reset", "forget every tensor, statement and size declaration")
+def _reset(session: Session, rest: str) -> str:
+    session.reset()
+    return "session reset"
+
+
+@_command("quit", ":quit", "leave (Ctrl-D works too)", aliases=("exit", "q"))
+def _quit(session: Session, rest: str) -> Reply:
+    return Reply(quit=True)
+
+
+@_command("help", ":help [COMMAND]", "this list, or one command's usage")
+def _help(session: Session, rest: str) -> str:
+    if rest:
+        command = COMMANDS.get(rest.lstrip(":"))
+        if command is None:
+            raise SessionError(f"no command :{rest.lstrip(':')} (:help lists them)")
+        return f"{command.usage}\n  {command.summary}"
+    ordered = sorted({command.name: command for command in COMMANDS.values()}.values(),
+                     key=lambda command: _HELP_ORDER.index(command.name))
+    lines = ["Type einflow statements to evaluate them: y[i] = A[i,j] x[j]   (targets are bound and kept)",
+             "Commands (:help NAME for one):"]
+    for command in ordered:
+        if len(command.usage) <= 26:
+            lines.append(f"  {command.usage:<26}  {command.summary}")
+        else:
+            lines.extend([f"  {command.usage}", f"  {'':<26}  {command.summary}"])
+    return "\n".join(lines)
+
+
+_HELP_ORDER = ["set", "randn", "rand", "zeros", "ones", "seed", "load", "save", "vars", "grad", "jacobian",
+               "hessian", "plan", "latex", "time", "backend", "reset", "help", "quit"]
+
+
+# ---------------------------------------------------------------- programs: derivatives, plans, LaTeX, timing
+
+
+def _program_of(session: Session, text: str) -> Program:
+    """A kept name -> the program computing it from data; anything else -> that text as a program."""
+    from einflow.program import compile as compile_text
+
+    if re.fullmatch(r"[A-Za-z_]\w*", text) and text in session.definitions:
+        return compile_text(session.program_for(text))
+    statements = parse(text).statements
+    return session.unit(statements, text)
+
+
+def _parse_wrt(rest: str, usage: str) -> tuple[str, list[str]]:
+    words = [word for word in re.split(r"[\s,]+", rest) if word]
+    if len(words) >= 3 and words[1] == "wrt":
+        words = [words[0], *words[2:]]
+    if len(words) < 2:
+        raise SessionError(f"usage: {usage}")
+    for word in words:
+        check_name(word)
+    return words[0], words[1:]
+
+
+def _derive(session: Session, kind: str, rest: str, usage: str) -> str:
+    import einflow
+
+    target, wrt = _parse_wrt(rest, usage)
+    function = getattr(einflow, kind, None)
+    if function is None:
+        raise SessionError(f"einflow.{kind} is not available in this version of einflow")
+    if kind == "hessian" and len(wrt) != 1:
+        raise SessionError(f"usage: {usage}  (one tensor)")
+    session.lookup(target)
+    for name in wrt:
+        session.lookup(name)
+    program = einflow.compile(session.program_for(target, cut=wrt))
+    for name in wrt:
+        if name not in program.inputs:
+            raise SessionError(f"'{target}' does not depend on '{name}' (it reads {', '.join(program.inputs)})")
+    derivative = function(program, wrt=wrt[0] if len(wrt) == 1 else wrt)
+    values = derivative(session.values, backend=session.backend)
+    if not derivative.info.returns_tuple:
+        values = (values,)
+    out = [f"# {kind} of {target} with respect to {', '.join(wrt)}", str(derivative), ""]
+    notes: list[str] = []
+    prefix = "d2" if kind == "hessian" else "d"
+    for position, value in enumerate(values):
+        name = derivative.outputs[position] or f"{prefix}{target}_d{wrt[position]}"
+        out.append(format_value(name, value, session.width))
+        notes.extend(session.bind(name, value, f":{kind} {target} wrt {', '.join(wrt)}"))
+    return "\n".join(out + notes)
+
+
+_GRAD_USAGE = ":grad L wrt X[, Y ...]"
+
+
+@_command("grad", _GRAD_USAGE, "print the gradient program of scalar L, evaluate it, bind dL_dX ...")
+def _grad(session: Session, rest: str) -> str:
+    return _derive(session, "grad", rest, _GRAD_USAGE)
+
+
+@_command("jacobian", ":jacobian Y wrt X", "print and evaluate the Jacobian of Y (shape of Y + shape of X)")
+def _jacobian(session: Session, rest: str) -> str:
+    return _derive(session, "jacobian", rest, ":jacobian Y wrt X")
+
+
+@_command("hessian", ":hessian L wrt X", "print and evaluate the Hessian of scalar L (shape of X twice)")
+def _hessian(session: Session, rest: str) -> str:
+    return _derive(session, "hessian", rest, ":hessian L wrt X")
+
+
+@_command("plan", ":plan STATEMENT_OR_NAME", "the contraction plan for the current shapes: FLOPs, memory")
+def _plan(session: Session, rest: str) -> str:
+    if not rest:
+        raise SessionError("usage: :plan STATEMENT_OR_NAME")
+    program = _program_of(session, rest)
+    shapes = session.shapes(program.inputs)
+    itemsize = max((to_numpy(session.values[name]).dtype.itemsize for name in program.inputs), default=8)
+    backend = session.backend if session.backend not in (None, "auto") else "numpy"
+    return str(program.plan(shapes, itemsize=itemsize, backend=backend))
+
+
+@_command("latex", ":latex STATEMENT_OR_NAME", "the program as LaTeX")
+def _latex(session: Session, rest: str) -> str:
+    if not rest:
+        raise SessionError("usage: :latex STATEMENT_OR_NAME")
+    program = _program_of(session, rest)
+    try:
+        return program.to_latex()
+    except (ImportError, NotImplementedError) as error:
+        raise SessionError(f"LaTeX export is not available in this version of einflow ({error})") from None
+
+
+def _duration(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+@_command("time", ":time STATEMENT", "time a statement: the first call (plans) and then per call (binds nothing)")
+def _time(session: Session, rest: str) -> str:
+    if not rest:
+        raise SessionError("usage: :time STATEMENT")
+    program = session.unit(parse(rest).statements, rest)
+    session.shapes(program.inputs)  # every input bound
+    values, backend = session.values, session.backend
+    timer = timeit.Timer(lambda: program(values, backend=backend))
+    first = timer.timeit(1)
+    number, total = timer.autorange()
+    best = min([total, *timer.repeat(repeat=2, number=number)]) / number
+    return f"first call {_duration(first)} (includes planning); then {_duration(best)} per call " \
+           f"(best of 3 x {number})"
+
