@@ -71,41 +71,53 @@ class _Setup:
         return self.work.ranks[self.value]
 
     def assemble(self, outputs: list[str], returns_tuple: bool) -> Program:
+        """The finished program: needed forward statements, shared helpers, derivative statements."""
         work = self.work
-        derived = work.statements[self.forward_count:]
         forward = work.statements[: self.forward_count]
-        derived = reuse_forward(forward, derived)
-        protected = set(outputs)
-        movable = [s for s in derived if s.target not in protected]
-        derived = hoist_repeated(derived, work.fresh, work.tensor_fresh, work.ranks) if movable or derived else derived
+        derived = reuse_forward(forward, work.statements[self.forward_count:])
+        # repeated sub-expressions (across the forward statements too) get one statement each
+        combined = hoist_repeated(forward + derived, work.fresh, work.tensor_fresh, work.ranks)
         needed = set(outputs)
         kept: list[ir.Assign] = []
-        for statement in reversed(derived):
+        for statement in reversed(combined):
             if statement.target in needed:
                 kept.append(statement)
                 needed |= tensor_names(statement.expr)
         kept.reverse()
+        original = {s.target if s.target is not None else self.value: s
+                    for s in self.program.ir.statements if isinstance(s, ir.Assign)}
+        unchanged = {s.target for s in forward if s in kept}
+        origins = _axis_origins(forward)
         declared = set(self.declared) | set(work.size_of)
+        pending_sizes = [s for s in self.program.ir.statements if isinstance(s, ir.SizeDecl)]
+        positions = {s.target if s.target is not None else self.value: k
+                     for k, s in enumerate(self.program.ir.statements) if isinstance(s, ir.Assign)}
         body: list[ir.Statement] = []
-        for position, statement in enumerate(self.program.ir.statements):
-            if isinstance(statement, ir.SizeDecl):
-                body.append(statement)
-            elif isinstance(statement, ir.Assign):
-                target = statement.target if statement.target is not None else self.value
-                if target in needed:
-                    body.append(ir.Assign(target, statement.indices, statement.expr))
-                    needed |= tensor_names(statement.expr)
         emitted_sizes: set[str] = set()
         for statement in kept:
-            pretty = readable(statement, declared)
+            target = statement.target
+            if target in original:
+                # the user's own size declarations stay before the statements that follow them
+                here = positions[target]
+                for size in list(pending_sizes):
+                    if self.program.ir.statements.index(size) < here:
+                        body.append(size)
+                        pending_sizes.remove(size)
+            if target in unchanged:
+                source = original[target]
+                body.append(ir.Assign(target, source.indices, source.expr))
+                continue
+            statement = _mark_missing_targets(statement)
+            pretty, mapping = readable(statement, declared)
             for size in work.sizes:
                 if size.names[0] in emitted_sizes:
                     continue
-                mentioned = (set(pretty.indices or ()) | _indices(pretty.expr))
-                if set(size.names) & mentioned:
+                if set(size.names) & (set(pretty.indices or ()) | _indices(pretty.expr)):
                     body.append(size)
                     emitted_sizes.update(size.names)
+            body.extend(self._size_unsized(pretty, mapping, origins, declared))
             body.append(pretty)
+        body.extend(pending_sizes)
         if returns_tuple:
             body.append(ir.Return(tuple(outputs)))
         program_ir = ir.ProgramIR(tuple(body))
@@ -114,6 +126,79 @@ class _Setup:
             return Program(program_ir, text)
         except EinflowError as error:  # pragma: no cover - a bug in einflow, not the user's
             raise EinflowError(f"internal error: derivative program does not check:\n{text}\n{error}") from error
+
+    def _size_unsized(self, statement: ir.Assign, mapping: dict[str, str], origins: dict[str, tuple[str, int]],
+                      declared: set[str]) -> list[ir.SizeDecl]:
+        """Size declarations for indices no tensor in ``statement`` gives a size to (traced to an axis)."""
+        sized = set(declared) | _tensor_axis_indices(statement.expr)
+        inverse = {new: old for old, new in mapping.items()}
+        decls = []
+        for index in sorted(set(statement.indices or ()) | _indices(statement.expr)):
+            if index in sized:
+                continue
+            name = inverse.get(index, index)
+            while name not in origins and name in self.work.fresh.parent:
+                name = self.work.fresh.parent[name]
+            if name not in origins:
+                continue  # a delta partner may still size it; the checker reports it otherwise
+            tensor, axis = origins[name]
+            names = [self.work.fresh.index("z") for _ in range(self.work.ranks[tensor])]
+            names[axis] = index
+            declared.update(names)
+            decls.append(ir.SizeDecl(tuple(names), tensor))
+        return decls
+
+
+def _axis_origins(statements: list[ir.Assign]) -> dict[str, tuple[str, int]]:
+    origins: dict[str, tuple[str, int]] = {}
+    for statement in statements:
+        stack: list[ir.Expr] = [statement.expr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ir.Tensor):
+                for axis, index in enumerate(node.indices):
+                    origins.setdefault(index, (node.name, axis))
+            elif isinstance(node, ir.Product):
+                stack.extend(node.factors)
+            elif isinstance(node, ir.Sum):
+                stack.extend(node.terms)
+            elif isinstance(node, (ir.Call, ir.Power)):
+                stack.append(node.arg if isinstance(node, ir.Call) else node.base)
+            elif isinstance(node, ir.Reduce):
+                stack.append(node.body)
+    return origins
+
+
+def _tensor_axis_indices(expr: ir.Expr) -> set[str]:
+    found: set[str] = set()
+    stack: list[ir.Expr] = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ir.Tensor):
+            found.update(node.indices)
+        elif isinstance(node, ir.Product):
+            stack.extend(node.factors)
+        elif isinstance(node, ir.Sum):
+            stack.extend(node.terms)
+        elif isinstance(node, ir.Call):
+            stack.append(node.arg)
+        elif isinstance(node, ir.Power):
+            stack.append(node.base)
+        elif isinstance(node, ir.Reduce):
+            stack.append(node.body)
+    return found
+
+
+def _mark_missing_targets(statement: ir.Assign) -> ir.Assign:
+    """A target index the right side lost (a constant derivative) is kept by a delta[p,p] (= 1) factor."""
+    present = _indices(statement.expr)
+    missing = [i for i in statement.indices or () if i not in present]
+    if not missing:
+        return statement
+    markers = [ir.Delta(i, i) for i in missing]
+    expr = statement.expr
+    factors = markers if isinstance(expr, ir.Num) and expr.value == 1 else [expr, *markers]
+    return ir.Assign(statement.target, statement.indices, ir.product(*factors))
 
 
 def _indices(expr: ir.Expr) -> set[str]:

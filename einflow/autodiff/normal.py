@@ -23,6 +23,8 @@ class Fresh:
 
     def __init__(self, taken: Iterable[str] = ()) -> None:
         self.taken = set(taken) | set(ir.RESERVED)
+        #: new name -> the name it was made from (to trace an index back to a tensor axis)
+        self.parent: dict[str, str] = {}
 
     def take(self, name: str) -> str:
         self.taken.add(name)
@@ -33,6 +35,7 @@ class Fresh:
         number = 1
         while f"{stem}_{number}" in self.taken:
             number += 1
+        self.parent[f"{stem}_{number}"] = base
         return self.take(f"{stem}_{number}")
 
     def pick(self, candidates: Iterable[str], fallback: str) -> str:
@@ -267,8 +270,8 @@ def _implicit(expr: ir.Expr, top_level: bool) -> ir.Expr:
     return expr
 
 
-def readable(statement: ir.Assign, keep: set[str]) -> ir.Assign:
-    """A normal-form statement as idiomatic einflow, with short index names.
+def readable(statement: ir.Assign, keep: set[str]) -> tuple[ir.Assign, dict[str, str]]:
+    """A normal-form statement as idiomatic einflow, with short index names (and the renaming used).
 
     ``keep`` are names that must not be reused for other indices (size-declared ones).
     """
@@ -291,4 +294,4 @@ def readable(statement: ir.Assign, keep: set[str]) -> ir.Assign:
         used.add(candidate)
         mapping[name] = candidate
     indices = tuple(mapping[i] for i in statement.indices or ())
-    return ir.Assign(statement.target, indices if indices else None, rename(expr, mapping))
+    return ir.Assign(statement.target, indices if indices else None, rename(expr, mapping)), mapping
