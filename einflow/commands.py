@@ -184,7 +184,10 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
     """
     path = os.path.expanduser(path)
     folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    except OSError as error:
+        raise type(error)(error.errno, f"cannot write {path}: {error.strerror}") from None
     try:
         with os.fdopen(handle, "wb") as stream:
             write(stream)
