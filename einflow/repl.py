@@ -1,4 +1,4 @@
-"""The interactive front end (prompt_toolkit) and the piped mode; both drive an einflow Session."""
+"""The interactive front end on prompt_toolkit: the prompt loop, history, Tab completion, highlighting."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A session: einflow statements and commands typed one line at a time, kept as a program.
 
-The prompt_toolkit front end (einflow.repl) and the piped mode both drive a ``Session``:
-``session.execute(line)`` runs one line and returns a ``Reply`` with the text to print.
+The prompt_toolkit front end (einflow.repl) and the piped mode (``run_lines``, here) both drive a
+``Session``: ``session.execute(line)`` runs one line and returns a ``Reply`` with the text to print.
 """
 
 from __future__ import annotations
