@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from einflow import backends as _registry
 from einflow import ir
-from einflow.backends import get_backend, get_default_backend, infer_backend
+from einflow.backends import get_backend, infer_backend
 from einflow.check import ProgramInfo, check_program
 from einflow.errors import EinflowError, TensorNameError
 from einflow.grammar import parse
@@ -112,8 +113,18 @@ class Program:
 
     # ------------------------------------------------------------------ evaluation
     def __call__(self, mapping: Mapping[str, Any] | None = None, /, *, backend: str | None = None,
-                 optimize: Any = "auto", memory_limit: float | None | str = "default", **arrays: Any) -> Any:
-        """Evaluate with arrays given by keyword or in a mapping; returns the program's value."""
+                 optimize: Any = "auto", memory_limit: float | None | str = "default", chunks: Any = None,
+                 **arrays: Any) -> Any:
+        """Evaluate with arrays given by keyword or in a mapping; returns the program's value.
+
+        ``backend``: ``"auto"`` (the default: from the input arrays), ``"numpy"``, ``"cupy"`` or ``"dask"``;
+        ``chunks``: how the dask backend chunks numpy inputs (see docs/backends.md).
+
+        >>> import numpy as np, einflow as ef
+        >>> p = ef.compile("y[i] = A[i,j] x[j]")
+        >>> p(A=np.eye(2), x=np.array([1.0, 2.0]), backend="numpy").tolist()
+        [1.0, 2.0]
+        """
         if mapping is not None:
             arrays = {**mapping, **arrays}
         try:
@@ -123,25 +134,62 @@ class Program:
             raise TensorNameError(
                 f"tensor {missing[0]!r} is not bound: pass it as {missing[0]}=array "
                 f"(this program reads {', '.join(self.info.inputs)})") from None
-        name = backend or get_default_backend()
+        name = backend or _registry._default
+        if (name == "auto" or name == "numpy") and type(optimize) is str:
+            # fast path: numpy arrays and Python numbers with a cached plan go straight to the plan
+            signature = []
+            for value in values:
+                kind = type(value)
+                if kind is np.ndarray:
+                    signature.append((value.shape, value.dtype))
+                elif kind is float or kind is int:
+                    signature.append(((), kind))
+                else:
+                    break
+            else:
+                plan = self._plans.get(("numpy", optimize, memory_limit, tuple(signature)))
+                if plan is not None:
+                    return plan.run(values)
+        return self._evaluate(values, name, optimize, memory_limit, chunks)
+
+    def _evaluate(self, values: list[Any], name: str, optimize: Any, memory_limit: Any, chunks: Any) -> Any:
+        """The general call: pick the backend, convert inputs once, plan (cached), run, convert results."""
         if name == "auto":
             name = infer_backend(values)
-        key = (name, optimize if isinstance(optimize, (str, bool)) else id(optimize), memory_limit,
-               tuple(map(_signature, values)))
+        engine = get_backend(name)
+        lazy = name == "dask" and any(type(value).__module__.startswith("dask") for value in values)
+        converted: dict[Any, Any] = {}
+        for position, (tensor, value) in enumerate(zip(self.info.inputs, values)):
+            spec = engine.chunks_for(tensor, chunks) if name == "dask" else None
+            known = (id(value), repr(spec))  # the same array passed twice is converted once
+            if known not in converted:
+                converted[known] = engine.asarray(value, spec)
+            values[position] = converted[known]
+        signature = tuple(map(_signature, values))
+        for tensor, (_, dtype) in zip(self.info.inputs, signature):
+            if not isinstance(dtype, type) and np.dtype(dtype).kind not in "biufc":
+                raise EinflowError(f"tensor {tensor!r} has dtype {dtype}; einflow computes with numbers "
+                                   "(bool, int, float or complex arrays)")
+        if isinstance(optimize, (str, bool)):
+            optimize_key: Any = optimize
+        elif isinstance(optimize, (list, tuple)):
+            optimize_key = tuple(tuple(step) if isinstance(step, (list, tuple)) else step for step in optimize)
+        else:
+            optimize_key = ("object", id(optimize))
+        # dask keeps intermediates in chunks on the workers: the whole-array guard is not applied to them
+        plan_limit = None if name == "dask" else memory_limit
+        key = (name, optimize_key, plan_limit, signature)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._build(key, name, values, optimize, memory_limit)
-        engine = plan.backend
-        if name != "numpy" or not all(type(v) is np.ndarray for v in values):
-            values = [engine.asarray(v) for v in values]
+            plan = self._build(key, name, values, optimize, plan_limit)
         result = plan.run(values)
-        if name != "numpy":
-            native = all(type(v).__module__.split(".")[0] == name.split("_")[0] or isinstance(v, (int, float))
-                         for v in arrays.values() if v is not None)
-            if plan.returns_tuple:
-                return tuple(engine.result(r, native) for r in result)
-            return engine.result(result, native)
-        return result
+        outputs = result if plan.returns_tuple else (result,)
+        if name == "dask" and not lazy:
+            limit = default_memory_limit() if memory_limit == "default" else memory_limit
+            engine.check_client_memory(self.info.outputs, outputs, limit)
+        if plan.returns_tuple:
+            return engine.results(outputs, lazy)
+        return engine.result(result, lazy)
 
     def _build(self, key: Any, backend_name: str, values: list[Any], optimize: Any, memory_limit: Any) -> Plan:
         shapes = {}

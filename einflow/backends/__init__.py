@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from einflow.backends.base import Backend
@@ -11,57 +12,57 @@ from einflow.errors import BackendError
 
 __all__ = ["Backend", "get_backend", "infer_backend", "set_backend", "get_default_backend", "BACKENDS"]
 
-_FACTORIES: dict[str, tuple[str, Callable[[], Backend]]] = {}
+BACKENDS = ("numpy", "cupy", "dask", "auto")
+# name -> (module, class); a module is imported only when its backend is first asked for
+_MODULES = {
+    "numpy": ("einflow.backends.numpy_backend", "NumpyBackend"),
+    "cupy": ("einflow.backends.cupy_backend", "CupyBackend"),
+    "dask": ("einflow.backends.dask_backend", "DaskBackend"),
+}
+_INSTALL = {
+    "numpy": "pip install numpy",
+    "cupy": "pip install 'einflow[cupy]' (needs a CUDA 12 GPU)",
+    "dask": "pip install 'einflow[dask]'",
+}
 _LOADED: dict[str, Backend] = {}
 _default = "auto"
 
-BACKENDS = ("numpy", "cupy", "dask", "auto")
-_INSTALL = {
-    "numpy": "pip install numpy",
-    "cupy": "pip install 'einflow[cupy]' (a CUDA GPU is required)",
-    "dask": "pip install 'einflow[dask]'",
-}
 
-
-def _register(name: str, module: str, attribute: str) -> None:
-    def factory() -> Backend:
-        import importlib
-
-        return getattr(importlib.import_module(module), attribute)()
-
-    _FACTORIES[name] = (module, factory)
-
-
-_register("numpy", "einflow.backends.numpy_backend", "NumpyBackend")
-_register("cupy", "einflow.backends.cupy_backend", "CupyBackend")
-_register("dask", "einflow.backends.dask_backend", "DaskBackend")
+def _choices() -> str:
+    installs = "; ".join(f"{name}: {_INSTALL[name]}" for name in ("dask", "cupy"))
+    return f"valid options are {', '.join(repr(name) for name in BACKENDS)} (to install: {installs})"
 
 
 def get_backend(name: str) -> Backend:
-    """The backend called ``name`` (imported on first use)."""
+    """The backend called ``name``, importing its library on first use.
+
+    >>> get_backend("numpy").name
+    'numpy'
+    """
     backend = _LOADED.get(name)
     if backend is not None:
         return backend
-    if name not in _FACTORIES:
-        raise BackendError(f"backend {name!r} not found, valid options are {set(BACKENDS)}")
+    if name not in _MODULES:
+        raise BackendError(f"backend {name!r} not found, {_choices()}")
+    module, attribute = _MODULES[name]
     try:
-        backend = _FACTORIES[name][1]()
+        backend = getattr(importlib.import_module(module), attribute)()
     except ImportError as error:
-        raise BackendError(
-            f"backend {name!r} is not available ({error}); install it with: {_INSTALL[name]}; "
-            f"valid options are {set(BACKENDS)}"
-        ) from None
+        raise BackendError(f"backend {name!r} is not available ({error}); install it with: {_INSTALL[name]}") \
+            from None
     _LOADED[name] = backend
     return backend
 
 
 def infer_backend(values: Iterable[Any]) -> str:
-    """``auto``: any dask array -> dask; any cupy array -> cupy; otherwise numpy."""
+    """``auto``: any dask array -> dask; any cupy array -> cupy; otherwise numpy (no library is imported).
+
+    >>> infer_backend([1.0, [2, 3]])
+    'numpy'
+    """
     found = "numpy"
     for value in values:
         module = type(value).__module__
-        if module.startswith("numpy") or module == "builtins":
-            continue
         if module.startswith("dask"):
             return "dask"
         if module.startswith("cupy"):
@@ -69,21 +70,30 @@ def infer_backend(values: Iterable[Any]) -> str:
     return found
 
 
-def set_backend(name: str) -> None:
-    """Set the process-wide default backend (``auto`` unless changed).
+def set_backend(name: str, **settings: Any) -> None:
+    """Set the process-wide default backend (``auto`` unless changed) and, optionally, its settings.
 
-    >>> set_backend("numpy"); set_backend("auto")
+    >>> set_backend("numpy"); get_default_backend()
+    'numpy'
+    >>> set_backend("auto")
     """
     global _default
     if name not in BACKENDS:
-        raise BackendError(f"backend {name!r} not found, valid options are {set(BACKENDS)}")
-    if name != "auto":
-        get_backend(name)
+        raise BackendError(f"backend {name!r} not found, {_choices()}")
+    if name == "auto":
+        if settings:
+            raise BackendError("'auto' has no settings; give them with the backend's own name")
+    else:
+        get_backend(name).configure(**settings)
     _default = name
 
 
 def get_default_backend() -> str:
-    """The process-wide default backend name."""
+    """The process-wide default backend name.
+
+    >>> get_default_backend()
+    'auto'
+    """
     return _default
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from einflow.errors import BackendError
 from einflow.functions import FUNCTION_RULES
 
 __all__ = ["Backend"]
@@ -17,20 +18,37 @@ class Backend:
     einsum_backend = "numpy"
     #: whether a zeroed output can be written through a strided diagonal view
     strided_writes = True
+    #: settings ``set_backend(name, **settings)`` may change (attribute name -> what it means)
+    settings: dict[str, str] = {}
 
     @property
     def xp(self) -> Any:  # pragma: no cover - each backend overrides
         raise NotImplementedError
 
-    def asarray(self, value: Any) -> Any:
-        """Bring an input onto this backend (Python numbers stay weak Python scalars)."""
+    def asarray(self, value: Any, chunks: Any = None) -> Any:
+        """Bring an input onto this backend (Python numbers stay weak Python scalars).
+
+        ``chunks`` matters only to backends that chunk (dask); the others ignore it.
+        """
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
         return self.xp.asarray(value)
 
     def result(self, value: Any, inputs_native: bool) -> Any:
-        """Convert a result for the caller (dask may compute; others return as is)."""
+        """Convert a result for the caller (dask computes unless ``inputs_native``; others return as is)."""
         return value
+
+    def results(self, values: tuple[Any, ...], inputs_native: bool) -> tuple[Any, ...]:
+        """Convert a tuple of results together (dask computes them in one graph)."""
+        return tuple(self.result(value, inputs_native) for value in values)
+
+    def configure(self, **settings: Any) -> None:
+        """Change backend settings (see ``settings``); an unknown name is a BackendError."""
+        for key, value in settings.items():
+            if key not in self.settings:
+                valid = ", ".join(sorted(self.settings)) or "none"
+                raise BackendError(f"backend {self.name!r} has no setting {key!r}; its settings are: {valid}")
+            setattr(self, key, value)
 
     def function(self, name: str) -> Any:
         """The elementwise function ``name`` on this backend's arrays."""

@@ -12,7 +12,13 @@ __all__ = ["NumpyBackend"]
 
 
 class NumpyBackend(Backend):
-    """Arrays are numpy.ndarray; contractions go through opt_einsum to BLAS."""
+    """Arrays are numpy.ndarray; contractions go through opt_einsum to BLAS.
+
+    Other arrays are brought to the host: a dask array is computed, a cupy array copied off the device.
+
+    >>> NumpyBackend().asarray([1.0, 2.0]).tolist()
+    [1.0, 2.0]
+    """
 
     name = "numpy"
     einsum_backend = "numpy"
@@ -20,3 +26,10 @@ class NumpyBackend(Backend):
     @property
     def xp(self) -> Any:
         return numpy
+
+    def asarray(self, value: Any, chunks: Any = None) -> Any:
+        if type(value) is numpy.ndarray or isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+        if type(value).__module__.startswith("cupy"):
+            return value.get()
+        return numpy.asarray(value)

@@ -1,0 +1,118 @@
+"""The memory guard: a plan whose largest intermediate exceeds ``memory_limit`` is refused before running."""
+
+from __future__ import annotations
+
+import os
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import einflow as ef
+from einflow.program import default_memory_limit
+
+try:
+    from tests.test_backends import CORPUS
+except ImportError:  # tests/ is not a package: pytest puts it on sys.path itself
+    from test_backends import CORPUS
+
+MILLION = 10**6
+
+
+def test_refuses_a_huge_outer_product_before_allocating_anything() -> None:
+    p = ef.compile("a[i] = exp(u[i])\nO[i,j] = a[i] v[j]")
+    u = np.ones(MILLION)
+    v = np.ones(MILLION)
+    tracemalloc.start()
+    try:
+        start = time.perf_counter()
+        with pytest.raises(ef.MemoryLimitError) as error:
+            p(u=u, v=v, memory_limit=100 * MILLION)  # statement 1 (8 MB) fits, statement 2 (8 TB) does not
+        elapsed = time.perf_counter() - start
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 2
+    assert peak < 4 * MILLION  # not even statement 1's 8 MB result was allocated
+    message = str(error.value)
+    for expected in ("(1000000, 1000000)", "7.3 TiB", "O[i,j] = a[i] v[j]", "[i,j]", "nothing was allocated",
+                     "backend='dask'", "optimize=", "memory_limit="):
+        assert expected in message, expected
+    assert isinstance(error.value, ef.EinflowError)
+
+
+def test_the_default_limit_comes_from_available_memory() -> None:
+    limit = default_memory_limit()
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert 0 < limit <= physical
+    u = np.ones(MILLION)
+    with pytest.raises(ef.MemoryLimitError, match="over the memory limit"):
+        ef.compile("O[i,j] = u[i] v[j]")(u=u, v=u)
+
+
+def test_elementwise_intermediates_are_guarded_too() -> None:
+    u = np.ones(MILLION)
+    with pytest.raises(ef.MemoryLimitError, match=r"sum\[i,j\]\(exp\(u\[i\] v\[j\]\)\)"):
+        ef.compile("s = sum[i,j](exp(u[i] v[j]))")(u=u, v=u, memory_limit=10 * MILLION)
+
+
+def test_the_limit_is_exact_and_none_turns_it_off() -> None:
+    p = ef.compile("Outer[i,j] = u[i] v[j]")
+    u = np.arange(1000.0)
+    v = np.arange(1000.0) / 7
+    needed = 1000 * 1000 * 8
+    np.testing.assert_allclose(p(u=u, v=v, memory_limit=needed), np.multiply.outer(u, v))
+    with pytest.raises(ef.MemoryLimitError, match=r"\(1000, 1000\)"):
+        p(u=u, v=v, memory_limit=needed - 1)
+    np.testing.assert_allclose(p(u=u, v=v, memory_limit=None), np.multiply.outer(u, v))
+
+
+def test_a_refused_plan_is_not_cached() -> None:
+    p = ef.compile("Refused[i,j] = u[i] v[j]")
+    u = np.ones(300)
+    with pytest.raises(ef.MemoryLimitError):
+        p(u=u, v=u, memory_limit=1000)
+    assert not p._plans
+    assert p(u=u, v=u, memory_limit=10 * MILLION).shape == (300, 300)
+    with pytest.raises(ef.MemoryLimitError):  # the cached plan for one limit does not bypass another
+        p(u=u, v=u, memory_limit=1000)
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[case.name for case in CORPUS])
+def test_guard_agrees_with_the_plan_report(case: object) -> None:
+    arrays = case.arrays()
+    program = ef.compile(case.text)
+    shapes = {name: np.shape(value) for name, value in arrays.items()}
+    report = program.plan(**shapes)
+    largest = report.largest_bytes
+    # (the report lists no step for scaling by a 0-d tensor, so count the outputs as well)
+    outputs = max(8 * int(np.prod(shape)) for shape in report.output_shapes)
+    program(arrays, memory_limit=max(largest, outputs))
+    if largest > 8:  # the guard is checked on every intermediate the report lists
+        with pytest.raises(ef.MemoryLimitError):
+            program(arrays, memory_limit=largest - 1)
+
+
+# ---------------------------------------------------------------------------------------------- dask
+@pytest.mark.filterwarnings("ignore:Increasing number of chunks")
+def test_dask_guards_what_it_gathers_on_the_client() -> None:
+    pytest.importorskip("dask.array", reason="dask is not installed (pip install 'einflow[dask]')")
+    u = np.ones(MILLION)
+    start = time.perf_counter()
+    with pytest.raises(ef.MemoryLimitError, match="client") as error:
+        ef.compile("O[i,j] = u[i] v[j]")(u=u, v=u, backend="dask", memory_limit=100 * MILLION)
+    assert time.perf_counter() - start < 10
+    assert "(1000000, 1000000)" in str(error.value) and "'O'" in str(error.value)
+
+
+def test_dask_does_not_guard_chunked_intermediates() -> None:
+    pytest.importorskip("dask.array", reason="dask is not installed (pip install 'einflow[dask]')")
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((1000, 2)) / 4
+    B = rng.standard_normal((2, 1000)) / 4
+    p = ef.compile("s = sum[i,j](exp(A[i,k] B[k,j]))")
+    with pytest.raises(ef.MemoryLimitError):
+        p(A=A, B=B, memory_limit=MILLION)  # numpy: an 8 MB intermediate over a 1 MB limit
+    result = p(A=A, B=B, backend="dask", chunks={"A": (250, 2), "B": (2, 250)}, memory_limit=MILLION)
+    np.testing.assert_allclose(result, np.exp(A @ B).sum())
