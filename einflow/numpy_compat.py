@@ -20,6 +20,10 @@ def _expression(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize: 
         def __init__(self, shape: tuple[int, ...]) -> None:
             self.shape = shape
 
+    strange = [c for c in subscripts if not (c.isascii() and c.isalpha()) and c not in ",.->"]
+    if strange:
+        raise EinflowError(f"invalid einsum subscripts {subscripts!r}: {strange[0]!r} is not a letter (subscripts are "
+                           "the letters a-z and A-Z, with ',', '->' and '...')")
     try:
         inputs, output, _ = parse_einsum_input([subscripts, *[_Shaped(s) for s in shapes]])
     except (ValueError, IndexError, TypeError) as error:
@@ -38,7 +42,11 @@ def _expression(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize: 
             if known[0] != size and 1 not in (known[0], size):
                 raise ShapeError(f"index '{letter}' has size {known[0]} in operand {known[1]} but size {size} in "
                                  f"operand {position}")
-    return oe.contract_expression(equation, *shapes, optimize=optimize), equation
+    try:
+        expression = oe.contract_expression(equation, *shapes, optimize=optimize)
+    except (ValueError, KeyError, TypeError) as error:  # e.g. a subscript that is not a letter
+        raise EinflowError(f"invalid einsum subscripts {subscripts!r}: {error}") from None
+    return expression, equation
 
 
 def einsum(subscripts: str, *operands: Any, optimize: Any = "auto") -> Any:

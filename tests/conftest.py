@@ -1,0 +1,78 @@
+"""Shared test fixtures: a seeded generator of random einflow expression text."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+__all__ = ["RANDOM_TENSORS", "random_expression"]
+
+#: tensors the random expressions read: name -> index names used by default
+RANDOM_TENSORS: dict[str, tuple[str, ...]] = {
+    "s": (), "x": ("i",), "y": ("i",), "v": ("j",), "A": ("i", "j"), "B": ("j", "k"),
+}
+_FUNCTIONS = ("exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid", "abs", "relu", "sign", "step")
+_NUMBERS = ("2", "3", "0.5", ".25", "2.", "1e-1", "2.5E+0", "1", "0")
+_EXPONENTS = ("2", "-1", "0.5", "3", "-0.5", "(-1)", "(+2)", "+2", "1", "** 2")
+
+
+def _expression(r: random.Random, depth: int) -> str:
+    if depth <= 0 or r.random() < 0.25:
+        return _atom(r, 0)
+    if r.random() < 0.3:
+        return _expression(r, depth - 1) + r.choice((" + ", " - ", " -", "+")) + _term(r, depth - 1)
+    return _term(r, depth)
+
+
+def _term(r: random.Random, depth: int) -> str:
+    if depth <= 0 or r.random() < 0.3:
+        return _unary(r, depth - 1)
+    operator = r.choice((" * ", " / ", " ", " ", "*", "/"))
+    right = _unary(r, depth - 1) if operator.strip() else _power(r, depth - 1, juxtaposed=True)
+    return _term(r, depth - 1) + operator + right
+
+
+def _unary(r: random.Random, depth: int) -> str:
+    if r.random() < 0.15:
+        return r.choice(("-", "+", "- ")) + _unary(r, depth - 1)
+    return _power(r, depth)
+
+
+def _power(r: random.Random, depth: int, juxtaposed: bool = False) -> str:
+    base = _atom(r, depth, juxtaposed)
+    if r.random() < 0.2:
+        exponent = r.choice(_EXPONENTS)
+        return base + (exponent if exponent.startswith("**") else r.choice(("^", " ^ ", "**")) + exponent)
+    return base
+
+
+def _atom(r: random.Random, depth: int, juxtaposed: bool = False) -> str:
+    choice = r.random()
+    if depth <= 0 or choice < 0.5:
+        if not juxtaposed and r.random() < 0.2:
+            return r.choice(_NUMBERS)
+        name = r.choice(list(RANDOM_TENSORS))
+        indices = RANDOM_TENSORS[name]
+        if indices and r.random() < 0.3:
+            indices = tuple(r.choice("ijkl") for _ in indices)
+        return name + ("[" + ",".join(indices) + "]" if indices else "")
+    if choice < 0.65:
+        return r.choice(_FUNCTIONS) + "(" + _expression(r, depth - 1) + ")"
+    if choice < 0.75:
+        return f"sum[{r.choice('ijk')}](" + _expression(r, depth - 1) + ")"
+    if choice < 0.8:
+        return f"delta[{r.choice('ijkl')},{r.choice('ijkl')}]"
+    return "(" + _expression(r, depth - 1) + ")"
+
+
+def random_expression(r: random.Random, depth: int = 4) -> str:
+    """A random expression in valid syntax over RANDOM_TENSORS (index rules and sizes may still fail)."""
+    return _expression(r, depth)
+
+
+@pytest.fixture
+def make_expression() -> Callable[[random.Random, int], str]:
+    """The random expression generator (seed the Random you pass for reproducible cases)."""
+    return random_expression
