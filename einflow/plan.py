@@ -20,7 +20,7 @@ import opt_einsum as oe
 from einflow import ir
 from einflow.backends.base import Backend
 from einflow.check import ProgramInfo, free_indices, top_level_terms
-from einflow.errors import MemoryLimitError, ShapeError, TensorNameError, located
+from einflow.errors import EinflowError, MemoryLimitError, ShapeError, TensorNameError, located
 
 __all__ = ["Plan", "PlanStep", "build_plan", "indices_in"]
 
@@ -67,8 +67,15 @@ class Plan:
 
     def run(self, values: list[Any]) -> Any:
         registers = values + [None] * (self.register_count - len(values))
-        for function, out, args in self.instructions:
-            registers[out] = function(*[registers[a] for a in args])
+        try:
+            for function, out, args in self.instructions:
+                registers[out] = function(*[registers[a] for a in args])
+        except (OverflowError, TypeError) as error:
+            # numpy refusing a dtype (`-x` for uint8 x, sign of booleans) is the user's to fix, not a crash
+            if not isinstance(error, OverflowError) and "ufunc" not in f"{type(error).__name__} {error}".lower():
+                raise
+            raise EinflowError(f"cannot compute this program for inputs of these dtypes: {error}; cast the inputs "
+                               "(e.g. to float64) first") from None
         if self.returns_tuple:
             return tuple(registers[o] for o in self.outputs)
         return registers[self.outputs[0]]

@@ -235,3 +235,13 @@ def test_einsum_errors() -> None:
         ef.einsum("ij,jk", np.ones((2, 3)), np.ones((4, 2)))
     with pytest.raises(ef.EinflowError, match="not a letter"):
         ef.einsum("i$", np.ones((2, 2)))
+
+
+def test_dtypes_numpy_refuses_are_einflow_errors() -> None:
+    # numpy will not mix the literal -1 with uint8 arrays, nor take the sign of booleans
+    with pytest.raises(ef.EinflowError, match="dtypes"):
+        ef.evaluate("y[i] = -x[i]", x=np.arange(3, dtype=np.uint8))
+    with pytest.raises(ef.EinflowError, match="dtypes"):
+        ef.evaluate("y[i] = sign(x[i])", x=np.array([True, False]))
+    with pytest.raises(ef.EinflowError, match="dtypes"):
+        ef.evaluate("y[i] = 99999999999999 x[i]", x=np.arange(3, dtype=np.int32))

@@ -289,6 +289,12 @@ def _friendly(error: UnexpectedInput, source: str) -> ParseError:
     return ParseError(message, line, column, source_line)
 
 
+def _too_deep(source: str) -> ParseError:
+    lines = source.splitlines() or [""]
+    return ParseError("the expression is nested too deeply (parentheses or function calls inside one another); "
+                      "split it into several statements", 1, 1, lines[0])
+
+
 @functools.lru_cache(maxsize=512)
 def parse(text: str) -> ir.ProgramIR:
     """Parse einflow source into a ProgramIR (cached by text).
@@ -306,7 +312,11 @@ def parse(text: str) -> ir.ProgramIR:
     except VisitError as error:
         if isinstance(error.orig_exc, ParseError):
             raise error.orig_exc from None
+        if isinstance(error.orig_exc, RecursionError):
+            raise _too_deep(text) from None
         raise
+    except RecursionError:
+        raise _too_deep(text) from None
     if not program.statements:
         lines = text.splitlines() or [""]
         raise ParseError("empty program: write at least one statement", 1, 1, lines[0] if lines else "")
