@@ -181,6 +181,7 @@ class _Lowering:
         self.steps: list[PlanStep] = []
         self.statement_text = ""
         self.synthetic: set[int] = set()  # registers of boolean ones/identities that stand in for deltas
+        self.float_dtype: Any = None
 
     # ------------------------------------------------------------------ registers
     def emit(self, key: Any, function: Any, args: tuple[int, ...], labels: tuple[str, ...],
@@ -585,6 +586,10 @@ class _Lowering:
             smallest = min(range(len(operands)), key=lambda k: math.prod(operands[k][0].shape))
             if math.prod(operands[smallest][0].shape) < out_size or delta_only:
                 value, labels = operands[smallest]
+                if delta_only and self.float_dtype is not None:
+                    dtype = self.float_dtype
+                    value = self.emit(("astype", value.reg, str(dtype)), lambda x: x.astype(dtype), (value.reg,),
+                                      value.labels, value.shape)
                 operands[smallest] = (self.scale(value, scalars, coefficient, value.labels), labels)
                 needs_scale = False
         result = self.einsum(operands, inner_output)
@@ -703,6 +708,12 @@ def _bytes(count: float) -> str:
 
 def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple[int, ...]], itemsize: int,
                backend: Backend, optimize: Any = "auto", memory_limit: float | None = None,
-               source: str | None = None) -> Plan:
-    """Lower a checked program for concrete input shapes."""
-    return _Lowering(program, info, shapes, itemsize, backend, optimize, memory_limit, source).lower_program()
+               source: str | None = None, float_dtype: Any = None) -> Plan:
+    """Lower a checked program for concrete input shapes.
+
+    ``float_dtype`` (the inputs' floating type, if any) is the type of products made of deltas alone,
+    so that a Hessian like ``2 delta[p,q]`` has the type of the ``x`` it was taken for.
+    """
+    lowering = _Lowering(program, info, shapes, itemsize, backend, optimize, memory_limit, source)
+    lowering.float_dtype = float_dtype
+    return lowering.lower_program()

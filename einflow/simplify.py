@@ -8,6 +8,7 @@ factors pulled out of a sum (never distributing unless that removes a delta), ca
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from einflow import ir
-from einflow.autodiff.normal import rename
+from einflow.autodiff.normal import rename, rename_apart
 from einflow.functions import FUNCTION_RULES
 from einflow.plan import indices_in
 
@@ -126,6 +127,12 @@ def canonical_key(expr: ir.Expr, rename_free: bool = True) -> tuple[ir.Expr, lis
     return rename(ordered, mapping), free
 
 
+@functools.lru_cache(maxsize=8192)
+def alpha_key(expr: ir.Expr) -> ir.Expr:
+    """Equal for expressions that differ only in the names of indices summed inside them."""
+    return canonical_key(expr, rename_free=False)[0]
+
+
 # ---------------------------------------------------------------- the rewrite rules
 
 
@@ -166,9 +173,14 @@ def _s_product(node: ir.Product, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
     if coefficient == 0:
         return ir.Num(0)
     if reduces:
-        # hoist sums out of the product so the whole thing is one contraction (names are unique)
+        # hoist sums out of the product so the whole thing is one contraction; a summed index that
+        # is also used elsewhere in the product (a copied sub-expression) is renamed apart first
         indices: list[str] = []
-        for reduce in reduces:
+        for position, reduce in enumerate(reduces):
+            elsewhere = set().union(*(indices_in(f) for f in factors), *(indices_in(r) for r in reduces[position + 1:]))
+            elsewhere |= set(indices)
+            if elsewhere & set(reduce.indices):
+                reduce = rename_apart(reduce)  # type: ignore[assignment]
             indices.extend(reduce.indices)
             factors.append(reduce.body)
         return s(ir.Reduce(tuple(indices), ir.product(_fold_number(coefficient), *factors)))
@@ -187,22 +199,26 @@ def _s_product(node: ir.Product, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
     # equal factors (all indices bound) merge into powers
     merged: dict[ir.Expr, int | float] = {}
     order: list[ir.Expr] = []
+    representative: dict[ir.Expr, ir.Expr] = {}
     for factor in factors:
         base, exponent = (factor.base, factor.exponent) if isinstance(factor, ir.Power) else (factor, 1)
         if isinstance(base, ir.Delta):
             order.append(factor)
             continue
-        if base in merged:
-            merged[base] = merged[base] + exponent
+        key = alpha_key(base)
+        if key in merged:
+            merged[key] = merged[key] + exponent
         else:
-            merged[base] = exponent
-            order.append(base)
+            merged[key] = exponent
+            representative[key] = base
+            order.append(key)
     rebuilt: list[ir.Expr] = []
-    for base in order:
-        if isinstance(base, ir.Delta) or (isinstance(base, ir.Power) and base not in merged):
-            rebuilt.append(base)
+    for key in order:
+        if isinstance(key, ir.Delta):
+            rebuilt.append(key)
             continue
-        exponent = merged[base]
+        base = representative[key]
+        exponent = merged[key]
         if exponent == 0:
             continue
         rebuilt.append(base if exponent == 1 else s(ir.Power(base, exponent)))
@@ -273,10 +289,11 @@ def _eliminate_deltas(indices: list[str], factors: list[ir.Expr]) -> tuple[list[
 
 
 def _common_factors(terms: list[ir.Expr]) -> tuple[list[ir.Expr], list[ir.Expr]] | None:
+    """Factors every term shares (up to names of their inner sums), and what is left of each term."""
     lists = [_factors_of(t) for t in terms]
-    common = Counter(f for f in lists[0] if not isinstance(f, ir.Num))
+    common = Counter(alpha_key(f) for f in lists[0] if not isinstance(f, ir.Num))
     for factors in lists[1:]:
-        common &= Counter(factors)
+        common &= Counter(alpha_key(f) for f in factors)
     if not common:
         return None
     remainders = []
@@ -284,19 +301,21 @@ def _common_factors(terms: list[ir.Expr]) -> tuple[list[ir.Expr], list[ir.Expr]]
         left = Counter(common)
         rest = []
         for f in factors:
-            if left[f] > 0:
-                left[f] -= 1
+            key = alpha_key(f)
+            if left[key] > 0:
+                left[key] -= 1
             else:
                 rest.append(f)
         remainders.append(ir.product(*rest) if rest else ir.Num(1))
-    index_sets = {indices_in(r) for r in remainders}
+    index_sets = {indices_in(r) - frozenset(bound_inside(r)) for r in remainders}
     if len(index_sets) != 1:
         return None
     shared = []
     for f in lists[0]:
-        if common[f] > 0:
+        key = alpha_key(f)
+        if common[key] > 0:
             shared.append(f)
-            common[f] -= 1
+            common[key] -= 1
     return shared, remainders
 
 
@@ -316,6 +335,10 @@ def _s_reduce(node: ir.Reduce, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
             body = s(ir.Sum(tuple(ir.product(*others, t) for t in factor.terms)))
             factors = _factors_of(body)
             break
+    outer, rest = _split_coefficient(body)
+    if isinstance(rest, ir.Sum) and outer != 1:
+        # c * (a + b): work on the sum, scale the result
+        return s(ir.product(_fold_number(outer), _s_reduce(ir.Reduce(tuple(indices), rest), s)))
     if isinstance(body, ir.Sum):
         terms = list(body.terms)
         wanted = set(indices)

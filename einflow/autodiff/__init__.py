@@ -58,7 +58,8 @@ class _Setup:
         self.value = statement.target or self.tensor_names.pick(["f", "L", "y"], "f")
         self.bare_position = last if statement.target is None else None
         names = {last: self.value}
-        fresh = Fresh(all_index_names(program.ir))
+        # fresh indices avoid tensor names too, so a printed program never reads `v[v]`
+        fresh = Fresh(all_index_names(program.ir) | set(program.inputs) | set(program.info.targets) | {self.value})
         normal = to_normal(program.ir, fresh, names)
         ranks = dict(program.info.ranks)
         ranks[self.value] = len(normal[-1].indices or ())
@@ -83,6 +84,9 @@ class _Setup:
             if statement.target in needed:
                 kept.append(statement)
                 needed |= tensor_names(statement.expr)
+                # a size declaration a statement relies on reads its tensor too
+                mentioned = set(statement.indices or ()) | _indices(statement.expr)
+                needed |= {size.source for size in work.sizes if set(size.names) & mentioned}  # type: ignore[misc]
         kept.reverse()
         original = {s.target if s.target is not None else self.value: s
                     for s in self.program.ir.statements if isinstance(s, ir.Assign)}

@@ -7,6 +7,7 @@ so products can be flattened, reordered and differentiated without any index cha
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -16,6 +17,11 @@ from einflow.check import free_indices, product_operands, top_level_terms
 from einflow.plan import indices_in
 
 __all__ = ["Fresh", "rename", "to_normal", "normal_statement", "readable", "tensor_names", "all_index_names"]
+
+
+def stem_of(name: str) -> str:
+    """The user's name behind a generated one: ``k_3`` and ``k_r12_1`` both come from ``k``."""
+    return re.sub(r"(_[a-z]?\d+)+$", "", name) or name
 
 
 class Fresh:
@@ -31,7 +37,7 @@ class Fresh:
         return name
 
     def index(self, base: str) -> str:
-        stem = re.sub(r"_\d+$", "", base)
+        stem = stem_of(base)
         number = 1
         while f"{stem}_{number}" in self.taken:
             number += 1
@@ -67,6 +73,35 @@ def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
     if isinstance(expr, ir.Reduce):
         return ir.Reduce(tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping))
     return expr
+
+
+_APART = itertools.count(1)
+
+
+def rename_apart(expr: ir.Expr) -> ir.Expr:
+    """``expr`` with every index bound inside it renamed to a new name (keeps normal form unique
+    when a rule copies a sub-expression). New names keep their stem: ``k_1`` becomes ``k_r17``."""
+    inner: list[str] = []
+
+    def walk(node: ir.Expr) -> None:
+        if isinstance(node, ir.Reduce):
+            inner.extend(node.indices)
+            walk(node.body)
+        elif isinstance(node, ir.Product):
+            for f in node.factors:
+                walk(f)
+        elif isinstance(node, ir.Sum):
+            for t in node.terms:
+                walk(t)
+        elif isinstance(node, ir.Call):
+            walk(node.arg)
+        elif isinstance(node, ir.Power):
+            walk(node.base)
+
+    walk(expr)
+    if not inner:
+        return expr
+    return rename(expr, {i: f"{stem_of(i)}_r{next(_APART)}" for i in dict.fromkeys(inner)})
 
 
 def tensor_names(expr: ir.Expr) -> set[str]:
@@ -286,11 +321,11 @@ def readable(statement: ir.Assign, keep: set[str]) -> tuple[ir.Assign, dict[str,
         if name in keep:
             mapping[name] = name
             continue
-        stem = re.sub(r"_\d+$", "", name)
+        stem = stem_of(name)
         candidate, number = stem, 1
         while candidate in used or candidate in ir.RESERVED:
             number += 1
-            candidate = f"{stem}{number}"
+            candidate = f"{stem}_{number}" if stem[-1].isdigit() else f"{stem}{number}"
         used.add(candidate)
         mapping[name] = candidate
     indices = tuple(mapping[i] for i in statement.indices or ())

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from einflow import ir
+from einflow.autodiff.normal import rename_apart
 from einflow.functions import FUNCTION_RULES
 
 __all__ = ["Leaf", "derivative"]
@@ -43,13 +44,14 @@ def _d_sum(node: ir.Sum, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | No
 
 
 def _d_call(node: ir.Call, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
+    # chain rule: f'(u) du; u now occurs twice, so du's summed indices are renamed apart
     inner = d(node.arg)
     if inner is None:
         return None
     outer = FUNCTION_RULES[node.func].derivative(node.arg)
     if isinstance(outer, ir.Num) and outer.value == 0:
         return None
-    return ir.product(outer, inner)
+    return ir.product(outer, rename_apart(inner))
 
 
 def _d_power(node: ir.Power, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
@@ -63,7 +65,7 @@ def _d_power(node: ir.Power, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr 
     if lowered == 0:
         return ir.product(_num(exponent), inner)
     base = node.base if lowered == 1 else ir.Power(node.base, lowered)
-    return ir.product(_num(exponent), base, inner)
+    return ir.product(_num(exponent), base, rename_apart(inner))
 
 
 def _d_reduce(node: ir.Reduce, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:

@@ -47,6 +47,8 @@ def build_parser(strict: bool = False) -> Lark:
         postlex=_BracketNewlines(),
         maybe_placeholders=False,
         strict=strict,
+        # the built parser is cached on disk: building it (with Lark's regex checks) costs ~1 s per process
+        cache=not strict,
     )
 
 

@@ -1,0 +1,122 @@
+"""Random valid programs: their gradients match central finite differences in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import einflow as ef
+
+N = 3
+SMOOTH = ["exp", "tanh", "sigmoid", "sin", "cos"]
+
+
+@st.composite
+def vector(draw, index: str, depth: int, names: list[str], counter: list[int]) -> str:
+    """An expression whose only free index is ``index`` (bound where it is used)."""
+    leaves = [f"{name}[{index}]" for name in names]
+    if depth <= 0:
+        return draw(st.sampled_from(leaves + [f"A[{index},k{_next(counter)}] x[k{counter[0]}]"]))
+    choice = draw(st.integers(0, 9))
+    inner = lambda: draw(vector(index, depth - 1, names, counter))  # noqa: E731
+    if choice == 0:
+        return draw(st.sampled_from(leaves))
+    if choice == 1:
+        return f"{draw(st.sampled_from(['0.5', '2', '-1.5']))} * ({inner()})"
+    if choice == 2:
+        return f"{inner()} + {inner()}"
+    if choice == 3:
+        return f"{inner()} - {inner()}"
+    if choice == 4:
+        return f"{inner()} * ({inner()})"
+    if choice == 5:
+        return f"{draw(st.sampled_from(SMOOTH))}({inner()})"
+    if choice == 6:
+        return f"({inner()})^{draw(st.sampled_from(['2', '3']))}"
+    if choice == 7:
+        return f"{inner()} / (1 + ({inner()})^2)"
+    if choice == 8:
+        k = f"k{_next(counter)}"
+        return f"sum[{k}](B[{index},{k}] ({draw(vector(k, depth - 1, names, counter))}))"
+    return f"log1p(({inner()})^2) + sqrt(1 + ({inner()})^2)"
+
+
+def _next(counter: list[int]) -> int:
+    counter[0] += 1
+    return counter[0]
+
+
+@st.composite
+def programs(draw) -> str:
+    counter = [0]
+    names = ["x", "y"]
+    statements = []
+    for number in range(draw(st.integers(0, 2))):
+        target = f"h{number}"
+        statements.append(f"{target}[i] = {draw(vector('i', 2, names, counter))}")
+        names = names + [target]
+    final = draw(st.integers(0, 2))
+    if final == 0:
+        body = f"sum[i]({draw(vector('i', 2, names, counter))})"
+    elif final == 1:
+        body = f"{draw(st.sampled_from(names))}[j] A[j,m] {draw(st.sampled_from(names))}[m]"
+    else:
+        body = f"tanh({draw(st.sampled_from(names))}[j] {draw(st.sampled_from(names))}[j]) + s"
+    statements.append(f"L = {body}")
+    return "\n".join(statements)
+
+
+def _finite_difference(program: ef.Program, values: dict, wrt: str, eps: float = 1e-6) -> np.ndarray:
+    base = values[wrt]
+    out = np.zeros_like(base)
+    for index in np.ndindex(base.shape):
+        plus, minus = base.copy(), base.copy()
+        plus[index] += eps
+        minus[index] -= eps
+        out[index] = (float(program({**values, wrt: plus})) - float(program({**values, wrt: minus}))) / (2 * eps)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=programs(), seed=st.integers(0, 2**16), wrt=st.sampled_from(["x", "A", "B", "y"]))
+def test_gradient_matches_finite_differences(text, seed, wrt):
+    program = ef.compile(text)
+    assume(wrt in program.inputs)
+    rng = np.random.default_rng(seed)
+    shapes = {"x": (N,), "y": (N,), "A": (N, N), "B": (N, N), "s": ()}
+    values = {name: 0.5 * rng.normal(size=shapes[name]) for name in program.inputs}
+    value = float(program(values))
+    assume(np.isfinite(value) and abs(value) < 1e4)
+    gradient = ef.grad(program, wrt=wrt)
+    ours = gradient(values)
+    reference = _finite_difference(program, values, wrt)
+    assume(np.all(np.isfinite(reference)))
+    np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-5 * (1 + np.abs(reference).max()))
+    # the printed program is a program: it re-parses and gives the same numbers
+    np.testing.assert_allclose(ef.compile(str(gradient))(values), ours, rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=programs(), seed=st.integers(0, 2**16))
+def test_hessian_matches_finite_differences_of_gradient(text, seed):
+    program = ef.compile(text)
+    assume("x" in program.inputs)
+    rng = np.random.default_rng(seed)
+    shapes = {"x": (N,), "y": (N,), "A": (N, N), "B": (N, N), "s": ()}
+    values = {name: 0.5 * rng.normal(size=shapes[name]) for name in program.inputs}
+    value = float(program(values))
+    assume(np.isfinite(value) and abs(value) < 1e4)
+    gradient = ef.grad(program, wrt="x")
+    hessian = ef.hessian(program, wrt="x")
+    H = hessian(values)
+    columns = []
+    for k in range(N):
+        plus, minus = values["x"].copy(), values["x"].copy()
+        plus[k] += 1e-6
+        minus[k] -= 1e-6
+        columns.append((gradient({**values, "x": plus}) - gradient({**values, "x": minus})) / 2e-6)
+    reference = np.stack(columns, axis=1)
+    assume(np.all(np.isfinite(reference)))
+    np.testing.assert_allclose(H, reference, rtol=1e-4, atol=1e-5 * (1 + np.abs(reference).max()))
+    np.testing.assert_allclose(H, H.T, rtol=1e-8, atol=1e-8 * (1 + np.abs(H).max()))
