@@ -249,9 +249,9 @@ class _Lowering:
                 mentioned.setdefault(node.first, None)
                 mentioned.setdefault(node.second, None)
             elif isinstance(node, ir.Product):
-                stack.extend(node.factors)
+                stack.extend(reversed(node.factors))  # source order: first use is reported first
             elif isinstance(node, ir.Sum):
-                stack.extend(node.terms)
+                stack.extend(reversed(node.terms))
             elif isinstance(node, ir.Call):
                 stack.append(node.arg)
             elif isinstance(node, ir.Power):

@@ -280,7 +280,7 @@ def vjp(p: str | Program, wrt: str | Sequence[str], cotangent: str = "G") -> Pro
     >>> v = ef.vjp("y[i] = A[i,j] x[j]", wrt="x", cotangent="g")
     >>> print(v)
     size p = x
-    vjp_x[p] = g[i] A[i,p]
+    vjp_x[p] = A[i,p] g[i]
     """
     program = _program(p)
     names, as_tuple = _wrt_list(program, wrt, "vjp")
@@ -305,8 +305,9 @@ def jacobian(p: str | Program, wrt: str | Sequence[str]) -> Program:
 
     >>> import einflow as ef
     >>> print(ef.jacobian("y[i] = tanh(x[i])", wrt="x"))
-    size q = x
-    dy_dx[i,q] = delta[i,q] (1 - tanh(x[i])^2)
+    y[i] = tanh(x[i])
+    size p = x
+    dy_dx[i,p] = delta[i,p] (1 - y[i]^2)
     """
     program = _program(p)
     names, as_tuple = _wrt_list(program, wrt, "jacobian")
