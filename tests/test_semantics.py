@@ -542,3 +542,23 @@ def test_random_programs_match_a_dense_oracle(make_expression: Any) -> None:
             np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-10, err_msg=form)
             compared += 1
     assert compared > 300
+
+
+# ---------------------------------------------------------------- the user docs run
+
+
+def test_language_doc_examples() -> None:
+    import doctest
+    import pathlib
+    import re
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "docs" / "language.md"
+    blocks = re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.DOTALL)
+    assert len(blocks) > 20
+    text = "\n\n".join(block for block in blocks if ">>>" in block)
+    test = doctest.DocTestParser().get_doctest(text, {}, "docs/language.md", str(path), 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runner.run(test, out=lambda report: print(report, end=""))
+    assert test.examples and runner.failures == 0
