@@ -231,3 +231,20 @@ def test_derivative_names_never_collide():
     assert "df_dx" in str(g)
     x = RNG.normal(size=3)
     np.testing.assert_allclose(g(x=x), 6 * x)
+
+
+@pytest.mark.parametrize("wrt", ["x", "W", "V"])
+def test_jacobian_forward_and_reverse_modes_agree(wrt):
+    text = "h[j] = tanh(W[j,k] x[k])\ny[i] = V[i,j] h[j]"
+    v = arrays(W=(3, 4), x=(4,), V=(2, 3))
+    forward = ef.jacobian(text, wrt=wrt, mode="forward")(v)
+    reverse = ef.jacobian(text, wrt=wrt, mode="reverse")(v)
+    np.testing.assert_allclose(forward, reverse, rtol=1e-12)
+
+
+def test_jacobian_auto_mode_carries_the_smaller_side():
+    text = "h[j] = tanh(W[j,k] x[k])\ny[i] = V[i,j] h[j]"
+    assert "dy_dh" in str(ef.jacobian(text, wrt="W"))  # value rank 1 < W rank 2: adjoints (reverse)
+    assert "dy_dh" not in str(ef.jacobian(text, wrt="x"))  # ranks equal: tangents (forward)
+    with pytest.raises(ef.DerivativeError, match="valid options"):
+        ef.jacobian(text, wrt="x", mode="sideways")

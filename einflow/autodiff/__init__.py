@@ -300,8 +300,11 @@ def vjp(p: str | Program, wrt: str | Sequence[str], cotangent: str = "G") -> Pro
     return setup.assemble([outputs[x] for x in names], as_tuple)
 
 
-def jacobian(p: str | Program, wrt: str | Sequence[str]) -> Program:
+def jacobian(p: str | Program, wrt: str | Sequence[str], mode: str = "auto") -> Program:
     """The full derivative: shape = value's shape + ``wrt``'s shape (a tuple for a list of ``wrt``).
+
+    ``mode``: ``"forward"`` carries tangents (the input's axes) through the statements, ``"reverse"``
+    carries adjoints (the value's axes); ``"auto"`` carries whichever has fewer axes.
 
     >>> import einflow as ef
     >>> print(ef.jacobian("y[i] = tanh(x[i])", wrt="x"))
@@ -313,6 +316,20 @@ def jacobian(p: str | Program, wrt: str | Sequence[str]) -> Program:
     names, as_tuple = _wrt_list(program, wrt, "jacobian")
     setup = _Setup(program, "jacobian")
     work = setup.work
+    if mode == "auto":
+        # carry the smaller side through the program: the value's axes (reverse) or the input's (forward)
+        mode = "reverse" if setup.value_rank < min(work.ranks[x] for x in names) else "forward"
+    if mode not in ("forward", "reverse"):
+        raise DerivativeError(f"jacobian: mode={mode!r} not found, valid options are {{'auto', 'forward', 'reverse'}}")
+    if mode == "reverse":
+        value = work.target(setup.value)
+        assert value is not None
+        axes = work.fresh_indices(setup.value)
+        seed = ir.product(ir.Num(1), *(ir.Delta(t, o) for t, o in zip(value.indices or (), axes)))
+        gradient_names = {x: f"d{setup.value}_d{x}" for x in names}
+        gradient_names["value"] = setup.value
+        outputs_by = reverse_sweep(work, setup.value, seed, names, gradient_names, extra=axes)
+        return setup.assemble([outputs_by[x] for x in names], as_tuple)
     forward_targets = [s.target for s in work.statements if s.target]
     outputs = []
     for x in names:

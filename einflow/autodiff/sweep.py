@@ -55,10 +55,13 @@ def _fresh_copy(expr: ir.Expr, fresh: Fresh) -> ir.Expr:
     return rename(expr, {index: fresh.index(index) for index in bound_inside(expr)})
 
 
-def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_of: dict[str, str]) -> dict[str, str]:
+def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_of: dict[str, str],
+                  extra: tuple[str, ...] = ()) -> dict[str, str]:
     """Append adjoint statements computing the cotangent ``seed`` pulled back to each ``wrt`` input.
 
-    ``seed`` has the output's target indices free. Returns wrt name -> adjoint statement name.
+    ``seed`` has the output's target indices free, plus ``extra`` indices that every adjoint carries
+    along (a reverse-mode Jacobian seeds with deltas and keeps the value's axes as ``extra``).
+    Returns wrt name -> adjoint statement name (its indices: ``extra`` then the input's axes).
     """
     position = next(k for k, s in enumerate(work.statements) if s.target == output)
     forward = work.statements[: position + 1]
@@ -75,9 +78,10 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
             if not parts:
                 continue
             name = work.tensor_fresh.pick([f"d{name_of['value']}_d{target}"], f"d_{target}")
-            indices = adjoint_indices[target]
+            indices = adjoint_indices[target] + extra
             emitted.append(ir.Assign(name, indices, simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])))
-            adjoint_of[target] = ir.Tensor(name, statement.indices or ())
+            work.ranks[name] = len(indices)
+            adjoint_of[target] = ir.Tensor(name, (statement.indices or ()) + extra)
         cotangent = adjoint_of[target]
         for read in sorted(tensor_names(statement.expr) & varying):
             if read not in adjoint_indices:
@@ -103,7 +107,7 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
             body = ir.Num(0)
         if isinstance(body, ir.Num) and body.value == 0 and adjoint_indices[x]:
             body = ir.product(ir.Num(0), ir.Tensor(x, adjoint_indices[x]))
-        emitted.append(ir.Assign(name, adjoint_indices[x], body))
+        emitted.append(ir.Assign(name, extra + adjoint_indices[x], body))
         names[x] = name
     work.statements.extend(emitted)
     return names
