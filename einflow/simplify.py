@@ -222,10 +222,42 @@ def _s_product(node: ir.Product, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
         if exponent == 0:
             continue
         rebuilt.append(base if exponent == 1 else s(ir.Power(base, exponent)))
-    factors = sorted(rebuilt, key=_shape_key)
+    factors = sorted(_logistic(rebuilt), key=_shape_key)
     if not factors:
         return _fold_number(coefficient)
     return _with_coefficient(coefficient, ir.product(*factors))
+
+
+def _as_power(factor: ir.Expr) -> tuple[ir.Expr, int | float]:
+    return (factor.base, factor.exponent) if isinstance(factor, ir.Power) else (factor, 1)
+
+
+def _one_plus_exp(expr: ir.Expr) -> ir.Expr | None:
+    """``u`` when ``expr`` is ``1 + exp(u)``."""
+    if isinstance(expr, ir.Sum) and len(expr.terms) == 2:
+        first, second = expr.terms
+        if isinstance(first, ir.Num) and first.value == 1 and isinstance(second, ir.Call) and second.func == "exp":
+            return second.arg
+    return None
+
+
+def _logistic(factors: list[ir.Expr]) -> list[ir.Expr]:
+    """``exp(u)^a (1 + exp(u))^-a`` is ``sigmoid(u)^a`` (the derivative of softplus, written as such)."""
+    result = list(factors)
+    for position, factor in enumerate(result):
+        base, exponent = _as_power(factor)
+        if not (isinstance(base, ir.Call) and base.func == "exp"):
+            continue
+        key = alpha_key(base.arg)
+        for other_position, other in enumerate(result):
+            other_base, other_exponent = _as_power(other)
+            inner = _one_plus_exp(other_base)
+            if inner is not None and other_exponent == -exponent and alpha_key(inner) == key:
+                sigmoid = ir.Call("sigmoid", base.arg)
+                result[position] = sigmoid if exponent == 1 else ir.Power(sigmoid, exponent)
+                del result[other_position]
+                return _logistic(result)
+    return result
 
 
 def _terms_of(expr: ir.Expr) -> list[ir.Expr]:

@@ -57,6 +57,10 @@ _HELPERS: dict[str, str] = {
     if isinstance(x, (int, float)):
         return 1.0 / x if x != 0 else float({np}.copysign({np}.inf, x))
     return {np}.reciprocal({as_float}(x))''',
+    "delta_scale": '''def {delta_scale}(x, c, *inputs):
+    """Deltas alone, scaled by c: numbers of the inputs' floating type when they have one (as einflow does)."""
+    floats = [a.dtype for a in inputs if getattr(a, "dtype", None) is not None and a.dtype.kind == "f"]
+    return (x.astype({np}.result_type(*floats)) if floats else x) * c''',
 }
 _HELPER_NEEDS = {"reciprocal": ("as_float",)}
 
@@ -215,7 +219,7 @@ class _Generator:
         self.taken = _tensor_names(self.program_ir) | {name} | set(dir(builtins))
         self.alias = {key: self.fresh(value) for key, value in (
             ("np", "_np"), ("oe", "_oe"), ("input", "_input"), ("as_float", "_as_float"),
-            ("reciprocal", "_reciprocal"))}
+            ("reciprocal", "_reciprocal"), ("delta_scale", "_delta_scale"))}
         self.used_helpers: set[str] = set()
         self.lines: list[_Line] = []
         self.names: dict[str, _Value] = {}
@@ -377,6 +381,7 @@ class _Generator:
                 self.keyword_inputs.append((name, var.name))
             self.names[name] = _Value(var)
             converted.append(var.name)
+        self.input_vars = list(converted)
         if self.keyword_inputs:
             self.kwargs = self.fresh("_arrays")
             for name, var in self.keyword_inputs:
@@ -400,7 +405,7 @@ class _Generator:
             f"import opt_einsum as {self.alias['oe']}",
             "",
         ]
-        for key in ("input", "as_float", "reciprocal"):
+        for key in ("input", "as_float", "reciprocal", "delta_scale"):
             if key in self.used_helpers:
                 header.extend(["", self.render_helper(key), ""])
         parameters = list(self.parameters)
@@ -659,8 +664,10 @@ class _Generator:
         if not scalars and all(id(value) in self.synthetic for value, _ in operands):
             # deltas alone are booleans: scaling one of them first (even by the int 1) makes the product count
             value, labels = operands[0]
-            scaled = self.emit([value.var, " * " + self._factor(coefficient)],  # type: ignore[list-item]
-                               "deltas alone: count in numbers, not booleans")
+            scale = self.helper("delta_scale")
+            scaled = self.emit([f"{scale}(", value.var, ", " + self.number(coefficient),  # type: ignore[list-item]
+                                *[", " + var for var in self.input_vars], ")"],
+                               "deltas alone: numbers of the inputs' floating type")
             operands[0] = (_Value(scaled, value.labels), labels)
             return self.diagonal(self.einsum(operands, inner_output), output, classes)
         result = self.einsum(operands, inner_output)
