@@ -66,4 +66,7 @@ def einsum(subscripts: str, *operands: Any, optimize: Any = "auto") -> Any:
     if len(arrays) == 1 and "..." not in subscripts:
         # a single operand: numpy's own einsum returns views for transposes and diagonals, like numpy
         return np.einsum(equation, arrays[0]) if type(arrays[0]) is np.ndarray else expression(*arrays)
-    return expression(*arrays)
+    result = expression(*arrays)
+    if type(result) is np.ndarray and result.ndim == 0:
+        return result[()]  # numpy.einsum gives a numpy scalar, not a 0-d array, for a full contraction
+    return result

@@ -97,6 +97,7 @@ def to_statement(subscripts: str, shapes: list[tuple[int, ...]]) -> str:
 def check(subscripts: str, operands: list[np.ndarray], through_dsl: bool = True) -> None:
     want = np.einsum(subscripts, *operands)
     got = ef.einsum(subscripts, *operands)
+    assert type(got) is type(want), subscripts  # a numpy scalar for a full contraction, like numpy
     assert np.shape(got) == want.shape, subscripts
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=subscripts)
     if through_dsl:
