@@ -345,3 +345,47 @@ def test_spans_take_no_part_in_equality() -> None:
     first, second = parse("y  =  x[i]   x[i]"), parse("y = x[i] x[i]")
     assert first == second and hash(first) == hash(second)
     assert first.statements[0].expr.span != second.statements[0].expr.span
+
+
+# ---------------------------------------------------------------- round trip of IR built in code (as autodiff does)
+
+_IR_TENSORS = {"s": (), "x": ("i",), "y": ("i",), "v": ("j",), "A": ("i", "j")}
+_IR_NUMBERS = (2, 3, -1, -2, 0.5, -0.5, 1.0, -1.0, 0, -0.0, 1e20, 12345678901234567890, 2.5e-7, 1, float("inf"))
+
+
+def _random_ir(generator: random.Random, depth: int) -> ir.Expr:
+    """A random valid expression node (products flat, as ir.product builds them)."""
+    choice = generator.random()
+    if depth <= 0 or choice < 0.3:
+        if generator.random() < 0.25:
+            return N(generator.choice(_IR_NUMBERS))
+        name = generator.choice(list(_IR_TENSORS))
+        return T(name, _IR_TENSORS[name])
+    if choice < 0.5:
+        return ir.product(*[_random_ir(generator, depth - 1) for _ in range(generator.randint(2, 3))])
+    if choice < 0.65:
+        return ir.Sum(tuple(_random_ir(generator, depth - 1) for _ in range(generator.randint(2, 3))))
+    if choice < 0.75:
+        return ir.Power(_random_ir(generator, depth - 1), generator.choice((2, -1, 0.5, -0.5, 3, 1, -2, 2.0)))
+    if choice < 0.85:
+        return ir.Call(generator.choice(ir.FUNCTIONS), _random_ir(generator, depth - 1))
+    if choice < 0.9:
+        return ir.Delta(generator.choice("ij"), generator.choice("ij"))
+    return ir.Reduce(("k",), ir.product(_random_ir(generator, depth - 1), T("x", ("k",))))
+
+
+def test_printed_ir_parses_back_to_the_same_ir() -> None:
+    generator = random.Random(17)
+    for _ in range(2000):
+        statement = ir.Assign(generator.choice((None, "T")), None, _random_ir(generator, 4))
+        program = ir.ProgramIR((statement,))
+        text = ir.format_program(program)
+        assert parse(text) == program, text
+
+
+def test_printed_numbers_keep_value_and_type() -> None:
+    for value in (0, 7, -3, 2**70, 0.1, -2.5, 1e-300, 1e300, float("inf"), -0.0, 5e-324, 1 / 3):
+        text = ir.format_number(value)
+        parsed = parse_expression(text)
+        number = parsed if isinstance(parsed, ir.Num) else None
+        assert number is not None and number.value == value and type(number.value) is type(value), text
