@@ -82,7 +82,7 @@ class Delta:
 class Product:
     """An n-ary product: one contraction (never nested directly inside another Product)."""
 
-    factors: tuple["Expr", ...]
+    factors: tuple[Expr, ...]
     span: Span | None = _span()
 
 
@@ -90,7 +90,7 @@ class Product:
 class Sum:
     """An n-ary sum; each term is its own scope and is broadcast over the union of free indices."""
 
-    terms: tuple["Expr", ...]
+    terms: tuple[Expr, ...]
     span: Span | None = _span()
 
 
@@ -99,7 +99,7 @@ class Call:
     """An elementwise function applied to an expression: ``tanh(e)``."""
 
     func: str
-    arg: "Expr"
+    arg: Expr
     span: Span | None = _span()
 
 
@@ -107,7 +107,7 @@ class Call:
 class Power:
     """``base ^ exponent`` with a number-literal exponent; the base is its own scope."""
 
-    base: "Expr"
+    base: Expr
     exponent: int | float
     span: Span | None = _span()
 
@@ -117,7 +117,7 @@ class Reduce:
     """``sum[k,...](body)``: binds the indices inside ``body`` and then sums over them."""
 
     indices: tuple[str, ...]
-    body: "Expr"
+    body: Expr
     span: Span | None = _span()
 
 
