@@ -31,7 +31,7 @@ class ParseError(EinflowError):
         self.reason = message
         caret = ""
         if source_line:
-            caret = f"\n    {source_line}\n    {' ' * (column - 1)}^"
+            caret = f"\n    {source_line}\n    {_pad(source_line, column)}^"
         super().__init__(f"line {line}, column {column}: {message}{caret}")
 
 
@@ -69,4 +69,9 @@ def located(message: str, span: "object | None", source: str | None) -> str:
     if not 1 <= line <= len(lines):
         return message
     text = lines[line - 1]
-    return f"{message}\n  at line {line}, column {column}:\n    {text}\n    {' ' * (column - 1)}^"
+    return f"{message}\n  at line {line}, column {column}:\n    {text}\n    {_pad(text, column)}^"
+
+
+def _pad(text: str, column: int) -> str:
+    """White space that puts a caret under ``column`` of ``text`` (tabs stay tabs so it lines up)."""
+    return "".join(c if c == "\t" else " " for c in text[: column - 1]).ljust(column - 1)

@@ -28,8 +28,9 @@ def _step_value(xp: Any, x: Any) -> Any:
 
 
 def _sigmoid_value(xp: Any, x: Any) -> Any:
-    # 0.5 (tanh(x/2) + 1) equals 1/(1+exp(-x)) but never overflows and keeps float32 as float32.
-    return 0.5 * (xp.tanh(0.5 * x) + 1)
+    # exp(-log(1 + exp(-x))): never overflows, keeps float32 as float32, and stays accurate far into
+    # the negative tail (sigmoid(-40) = 4.2e-18, where 0.5 (tanh(x/2) + 1) rounds to 0)
+    return xp.exp(-xp.logaddexp(0, -x))
 
 
 ZERO = ir.Num(0)
