@@ -5,6 +5,7 @@
 [1.0, 2.0]
 """
 
+from einflow.backends import get_default_backend, set_backend
 from einflow.errors import (
     BackendError,
     DerivativeError,
@@ -15,7 +16,6 @@ from einflow.errors import (
     ShapeError,
     TensorNameError,
 )
-from einflow.backends import get_default_backend, set_backend
 from einflow.numpy_compat import einsum
 from einflow.program import Program, compile, evaluate
 from einflow.report import PlanReport

@@ -161,23 +161,7 @@ class _Checker:
                   f"rename one of them, or make the intent explicit with a target or sum[{index}](...)", node)
 
     def tensor_refs(self, expr: ir.Expr) -> list[ir.Tensor]:
-        refs: list[ir.Tensor] = []
-        stack = [expr]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, ir.Tensor):
-                refs.append(node)
-            elif isinstance(node, ir.Product):
-                stack.extend(reversed(node.factors))
-            elif isinstance(node, ir.Sum):
-                stack.extend(reversed(node.terms))
-            elif isinstance(node, ir.Call):
-                stack.append(node.arg)
-            elif isinstance(node, ir.Power):
-                stack.append(node.base)
-            elif isinstance(node, ir.Reduce):
-                stack.append(node.body)
-        return refs
+        return [node for node in ir.walk(expr) if isinstance(node, ir.Tensor)]
 
     def check(self, program: ir.ProgramIR) -> ProgramInfo:
         inputs: dict[str, None] = {}

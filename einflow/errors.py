@@ -59,7 +59,7 @@ class MemoryLimitError(EinflowError):
     """The plan needs an intermediate larger than the memory limit; nothing was allocated."""
 
 
-def located(message: str, span: "object | None", source: str | None) -> str:
+def located(message: str, span: object | None, source: str | None) -> str:
     """Append the source line and a caret for ``span`` (a Span) when the source is known."""
     if span is None or not source:
         return message

@@ -30,7 +30,7 @@ def _step_value(xp: Any, x: Any) -> Any:
 def _sigmoid_value(xp: Any, x: Any) -> Any:
     # exp(-log(1 + exp(-x))): never overflows, keeps float32 as float32, and stays accurate far into
     # the negative tail (sigmoid(-40) = 4.2e-18, where 0.5 (tanh(x/2) + 1) rounds to 0)
-    return xp.exp(-xp.logaddexp(0, -x))
+    return xp.exp(-xp.logaddexp(0, -1 * x))  # -1 * x: booleans become integers, float32 stays float32
 
 
 ZERO = ir.Num(0)

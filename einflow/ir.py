@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -22,6 +23,9 @@ __all__ = [
     "Return",
     "Statement",
     "ProgramIR",
+    "children",
+    "walk",
+    "with_children",
     "FUNCTIONS",
     "RESERVED",
     "product",
@@ -162,6 +166,48 @@ class ProgramIR:
 
     def __str__(self) -> str:
         return format_program(self)
+
+
+# ---------------------------------------------------------------- traversal
+
+
+def children(expr: Expr) -> tuple[Expr, ...]:
+    """The direct sub-expressions of ``expr`` (leaves have none)."""
+    if isinstance(expr, Product):
+        return expr.factors
+    if isinstance(expr, Sum):
+        return expr.terms
+    if isinstance(expr, Call):
+        return (expr.arg,)
+    if isinstance(expr, Power):
+        return (expr.base,)
+    if isinstance(expr, Reduce):
+        return (expr.body,)
+    return ()
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Every node of ``expr``, parents before children, left to right (source order)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:
+    """``expr`` rebuilt around new direct sub-expressions (same kind, same indices/exponent/function)."""
+    if isinstance(expr, Product):
+        return Product(new)
+    if isinstance(expr, Sum):
+        return Sum(new)
+    if isinstance(expr, Call):
+        return Call(expr.func, new[0])
+    if isinstance(expr, Power):
+        return Power(new[0], expr.exponent)
+    if isinstance(expr, Reduce):
+        return Reduce(expr.indices, new[0])
+    return expr
 
 
 # ---------------------------------------------------------------- smart constructors

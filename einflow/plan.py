@@ -21,6 +21,7 @@ from einflow import ir
 from einflow.backends.base import Backend
 from einflow.check import ProgramInfo, free_indices, top_level_terms
 from einflow.errors import EinflowError, MemoryLimitError, ShapeError, TensorNameError, located
+from einflow.kernels import compile_numpy
 
 __all__ = ["Plan", "PlanStep", "build_plan", "indices_in"]
 
@@ -64,12 +65,39 @@ class Plan:
     steps: list[PlanStep]
     backend: Backend
     output_shapes: tuple[tuple[int, ...], ...]
+    #: bytes each instruction's result allocates (by register); views are in ``views`` instead
+    allocations: dict[int, int] = field(default_factory=dict)
+    #: register -> the register whose memory it shares (a transposed or reshaped view)
+    views: dict[int, int] = field(default_factory=dict)
+    #: bytes alive only while a register is computed (intermediates inside a contraction)
+    transients: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.schedule = _release_schedule(self.instructions, self.outputs, self.views)
+
+    @property
+    def peak_bytes(self) -> int:
+        """Predicted peak of the memory one run allocates: results and the intermediates alive at once.
+
+        Each intermediate is released after its last use (a view keeps the array it views); inputs are
+        the caller's and not counted; of the temporaries inside elementwise functions, sigmoid's and step's one
+        array is counted (functions.py builds them with one temporary).
+        """
+        live = peak = 0
+        for _, out, _, dead in self.schedule:
+            made = self.allocations.get(out, 0)
+            peak = max(peak, live + made + self.transients.get(out, 0))
+            live += made
+            live -= sum(self.allocations.get(register, 0) for register in dead)
+        return peak
 
     def run(self, values: list[Any]) -> Any:
         registers = values + [None] * (self.register_count - len(values))
         try:
-            for function, out, args in self.instructions:
+            for function, out, args, dead in self.schedule:
                 registers[out] = function(*[registers[a] for a in args])
+                for register in dead:  # released after its last use: peak memory is the live set
+                    registers[register] = None
         except (OverflowError, TypeError) as error:
             # numpy refusing a dtype (`-x` for uint8 x, sign of booleans) is the user's to fix, not a crash
             if not isinstance(error, OverflowError) and "ufunc" not in f"{type(error).__name__} {error}".lower():
@@ -81,6 +109,29 @@ class Plan:
         return registers[self.outputs[0]]
 
 
+def _release_schedule(instructions: list[tuple[Any, int, tuple[int, ...]]], outputs: tuple[int, ...],
+                      views: dict[int, int]) -> list[tuple[Any, int, tuple[int, ...], tuple[int, ...]]]:
+    """Instructions with the registers that die after each: last use, extended to the last use of any view."""
+    last: dict[int, int] = {}
+    for position, (_, out, args) in enumerate(instructions):
+        last[out] = position  # a result nobody reads is released at once
+        for register in args:
+            last[register] = position
+    for register in outputs:
+        last[register] = len(instructions)
+    for _, out, _ in reversed(instructions):  # views come after what they view: one backward pass suffices
+        base = views.get(out)
+        if base is not None and base in last:
+            last[base] = max(last[base], last[out])
+    dead: list[list[int]] = [[] for _ in instructions]
+    produced = {out for _, out, _ in instructions}
+    for register, position in last.items():
+        if register in produced and position < len(instructions):
+            dead[position].append(register)
+    return [(function, out, args, tuple(dead[position]))
+            for position, (function, out, args) in enumerate(instructions)]
+
+
 @functools.lru_cache(maxsize=4096)
 def indices_in(expr: ir.Expr) -> frozenset[str]:
     """Every index name occurring anywhere in ``expr``."""
@@ -88,20 +139,8 @@ def indices_in(expr: ir.Expr) -> frozenset[str]:
         return frozenset(expr.indices)
     if isinstance(expr, ir.Delta):
         return frozenset((expr.first, expr.second))
-    if isinstance(expr, ir.Num):
-        return frozenset()
-    if isinstance(expr, ir.Product):
-        return frozenset().union(*(indices_in(f) for f in expr.factors))
-    if isinstance(expr, ir.Sum):
-        return frozenset().union(*(indices_in(t) for t in expr.terms))
-    if isinstance(expr, ir.Call):
-        return indices_in(expr.arg)
-    if isinstance(expr, ir.Power):
-        return indices_in(expr.base)
-    if isinstance(expr, ir.Reduce):
-        return indices_in(expr.body) | frozenset(expr.indices)
-    raise TypeError(expr)
-
+    found = frozenset().union(*(indices_in(child) for child in ir.children(expr)))
+    return found | frozenset(expr.indices) if isinstance(expr, ir.Reduce) else found
 
 def _weak(value: int | float) -> int | float:
     """A folded constant stays a Python number; an int beyond int64 becomes a float (inf beyond float range)."""
@@ -153,6 +192,10 @@ def _power_function(exponent: int | float, xp: Any) -> Any:
     return lambda x: xp.power(as_float(x), exponent)
 
 
+# value rules in functions.py that build one temporary array of their argument's size
+_ONE_TEMPORARY = {("call", "sigmoid"), ("call", "step")}
+
+
 def _letters(labels: list[str]) -> dict[str, str]:
     return {label: oe.get_symbol(position) for position, label in enumerate(labels)}
 
@@ -179,13 +222,17 @@ class _Lowering:
         self.declared: dict[str, tuple[int, str]] = {}
         self.sizes: dict[str, int] = {}
         self.steps: list[PlanStep] = []
+        self.allocations: dict[int, int] = {}
+        self.views: dict[int, int] = {}
+        self.transients: dict[int, int] = {}
         self.statement_text = ""
         self.synthetic: set[int] = set()  # registers of boolean ones/identities that stand in for deltas
         self.float_dtype: Any = None
 
     # ------------------------------------------------------------------ registers
     def emit(self, key: Any, function: Any, args: tuple[int, ...], labels: tuple[str, ...],
-             shape: tuple[int, ...]) -> Value:
+             shape: tuple[int, ...], view: bool = False, transient: int = 0) -> Value:
+        """Append an instruction (unless ``key`` was seen); ``view``: its result shares ``args[0]``'s memory."""
         if key is not None:
             found = self.memo.get(key)
             if found is not None:
@@ -195,6 +242,12 @@ class _Lowering:
         register = self.count
         self.count += 1
         self.instructions.append((function, register, args))
+        if view:
+            self.views[register] = args[0]
+        else:
+            self.allocations[register] = math.prod(shape) * self.itemsize
+        if transient:
+            self.transients[register] = transient * self.itemsize
         value = Value(register, labels, shape)
         if key is not None:
             self.memo[key] = value
@@ -230,9 +283,7 @@ class _Lowering:
                     f"index '{index}' has size {known[0]} in {known[1]} but size {size} in {where}",
                     getattr(node, "span", None), self.source))
 
-        stack: list[ir.Expr] = [statement.expr]
-        while stack:
-            node = stack.pop()
+        for node in ir.walk(statement.expr):  # source order: the first use is reported first
             if isinstance(node, ir.Tensor):
                 shape = self.shapes.get(node.name)
                 if shape is None:
@@ -248,16 +299,6 @@ class _Lowering:
                 partners.append((node.first, node.second, node))
                 mentioned.setdefault(node.first, None)
                 mentioned.setdefault(node.second, None)
-            elif isinstance(node, ir.Product):
-                stack.extend(reversed(node.factors))  # source order: first use is reported first
-            elif isinstance(node, ir.Sum):
-                stack.extend(reversed(node.terms))
-            elif isinstance(node, ir.Call):
-                stack.append(node.arg)
-            elif isinstance(node, ir.Power):
-                stack.append(node.base)
-            elif isinstance(node, ir.Reduce):
-                stack.append(node.body)
         for index in statement.indices or ():
             mentioned.setdefault(index, None)
         for index in mentioned:
@@ -329,7 +370,7 @@ class _Lowering:
             outputs.append(value.reg)
             output_shapes.append(value.shape)
         return Plan(self.instructions, self.count, tuple(outputs), self.info.returns_tuple, self.steps,
-                    self.backend, tuple(output_shapes))
+                    self.backend, tuple(output_shapes), self.allocations, self.views, self.transients)
 
     def materialize(self, value: Value) -> Value:
         if value.const is None:
@@ -401,7 +442,9 @@ class _Lowering:
             return Value(-1, (), (), result)
         self.steps.append(PlanStep(self.statement_text, "elementwise", f"{name}[{','.join(arg.labels)}]",
                                    math.prod(arg.shape), arg.shape, self.itemsize))
-        return self.emit((key, arg.reg), function, (arg.reg,), arg.labels, arg.shape)
+        temporary = math.prod(arg.shape) if key in _ONE_TEMPORARY else 0
+        return self.emit((key, arg.reg), function, (arg.reg,), arg.labels, arg.shape, view=key == ("pow", 1),
+                         transient=temporary)
 
     def sum_axes(self, value: Value, reduce: frozenset[str]) -> Value:
         if not reduce:
@@ -454,7 +497,9 @@ class _Lowering:
         self.steps.append(PlanStep(self.statement_text, "add", " + ".join(
             f"[{','.join(t.labels)}]" for t in arrays), math.prod(shape) * len(arrays), shape, self.itemsize))
         key = ("add", tuple((t.reg, t.labels) for t in arrays), order, constant, type(constant))
-        return self.emit(key, add_terms, tuple(t.reg for t in arrays), order, shape)
+        # one term without a constant is only aligned: a transposed/reshaped view of it
+        return self.emit(key, add_terms, tuple(t.reg for t in arrays), order, shape,
+                         view=len(arrays) == 1 and not has_constant)
 
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
@@ -636,7 +681,7 @@ class _Lowering:
                     return Value(value.reg, output, shape)  # labels as renamed by delta substitution
                 permutation = tuple(keep.index(label) for label in output)
                 return self.emit(("transpose", value.reg, permutation), lambda x: x.transpose(permutation),
-                                 (value.reg,), output, shape)
+                                 (value.reg,), output, shape, view=True)
         everything: list[str] = []
         for _, labels in operands:
             for label in labels:
@@ -660,17 +705,22 @@ class _Lowering:
         if pairwise:  # refuse before anything is allocated, naming the largest pairwise step and its shape
             step, _, step_shape = max(pairwise, key=lambda entry: math.prod(entry[2]))
             self.guard(step_shape, f"contraction intermediate {step}")
-        expression = oe.contract_expression(equation, *shapes, optimize=path)
         pretty = " ".join(f"[{','.join(labels)}]" for _, labels in operands) + f" -> [{','.join(output)}]"
         self.steps.append(PlanStep(self.statement_text, "contract", pretty, int(info.opt_cost), shape,
                                    self.itemsize, pairwise, int(info.largest_intermediate)))
-        backend_name = self.backend.einsum_backend
+        internal = max((math.prod(step_shape) for _, _, step_shape in pairwise[:-1]), default=0)
+        if self.backend.name == "numpy":
+            # each pairwise step decided once: direct numpy.dot/einsum calls (see einflow/kernels.py)
+            run, internal = compile_numpy(equation, shapes, info.contraction_list)
+        else:
+            expression = oe.contract_expression(equation, *shapes, optimize=path)
+            backend_name = self.backend.einsum_backend
 
-        def run(*arrays: Any) -> Any:
-            return expression(*arrays, backend=backend_name)
+            def run(*arrays: Any) -> Any:
+                return expression(*arrays, backend=backend_name)
 
         key = ("einsum", equation, tuple(v.reg for v, _ in operands))
-        return self.emit(key, run, tuple(v.reg for v, _ in operands), output, shape)
+        return self.emit(key, run, tuple(v.reg for v, _ in operands), output, shape, transient=internal)
 
     def diagonal(self, value: Value, output: list[str], classes: dict[str, list[str]]) -> Value:
         if not classes:
@@ -706,6 +756,24 @@ def _bytes(count: float) -> str:
     return f"{count} B"  # pragma: no cover
 
 
+def _check_optimize(optimize: Any) -> None:
+    """``optimize=``: an opt_einsum path algorithm's name, True/False/None, a PathOptimizer or path function."""
+    if optimize is None or isinstance(optimize, bool) or callable(optimize):
+        return
+    if isinstance(optimize, str):
+        try:
+            oe.paths.get_path_fn(optimize)
+        except KeyError:
+            names = ", ".join(repr(name) for name in sorted(oe.paths._PATH_OPTIONS))
+            raise EinflowError(f"optimize={optimize!r} is not a path algorithm; valid options are {names}, "
+                               "True/False, or an opt_einsum PathOptimizer") from None
+        return
+    if isinstance(optimize, (list, tuple)) and all(isinstance(step, (list, tuple)) for step in optimize):
+        return  # an explicit contraction path
+    raise EinflowError(f"optimize= must be a path algorithm's name (e.g. 'greedy', 'dp', 'optimal'), True/False, "
+                       f"or an opt_einsum PathOptimizer, not {type(optimize).__name__}")
+
+
 def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple[int, ...]], itemsize: int,
                backend: Backend, optimize: Any = "auto", memory_limit: float | None = None,
                source: str | None = None, float_dtype: Any = None) -> Plan:
@@ -714,6 +782,7 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
     ``float_dtype`` (the inputs' floating type, if any) is the type of products made of deltas alone,
     so that a Hessian like ``2 delta[p,q]`` has the type of the ``x`` it was taken for.
     """
+    _check_optimize(optimize)
     lowering = _Lowering(program, info, shapes, itemsize, backend, optimize, memory_limit, source)
     lowering.float_dtype = float_dtype
     return lowering.lower_program()

@@ -37,25 +37,11 @@ def _fold_number(value: float | int) -> ir.Num:
 
 def bound_inside(expr: ir.Expr) -> list[str]:
     """Indices bound by sum[...] somewhere inside ``expr``, in order of appearance."""
-    found: list[str] = []
-
-    def walk(node: ir.Expr) -> None:
+    found: dict[str, None] = {}
+    for node in ir.walk(expr):
         if isinstance(node, ir.Reduce):
-            found.extend(i for i in node.indices if i not in found)
-            walk(node.body)
-        elif isinstance(node, ir.Product):
-            for f in node.factors:
-                walk(f)
-        elif isinstance(node, ir.Sum):
-            for t in node.terms:
-                walk(t)
-        elif isinstance(node, ir.Call):
-            walk(node.arg)
-        elif isinstance(node, ir.Power):
-            walk(node.base)
-
-    walk(expr)
-    return found
+            found.update(dict.fromkeys(node.indices))
+    return list(found)
 
 
 _KIND = {ir.Num: 0, ir.Delta: 1, ir.Tensor: 2, ir.Power: 3, ir.Call: 4, ir.Sum: 5, ir.Reduce: 6, ir.Product: 7}
@@ -69,42 +55,18 @@ def _shape_key(expr: ir.Expr) -> tuple[int, str]:
 
 def _sorted(expr: ir.Expr) -> ir.Expr:
     if isinstance(expr, ir.Product):
-        factors = [_sorted(f) for f in expr.factors]
-        return ir.Product(tuple(sorted(factors, key=_shape_key)))
-    if isinstance(expr, ir.Sum):
-        return ir.Sum(tuple(_sorted(t) for t in expr.terms))
-    if isinstance(expr, ir.Call):
-        return ir.Call(expr.func, _sorted(expr.arg))
-    if isinstance(expr, ir.Power):
-        return ir.Power(_sorted(expr.base), expr.exponent)
-    if isinstance(expr, ir.Reduce):
-        return ir.Reduce(expr.indices, _sorted(expr.body))
-    return expr
+        return ir.Product(tuple(sorted((_sorted(f) for f in expr.factors), key=_shape_key)))
+    return ir.with_children(expr, tuple(_sorted(c) for c in ir.children(expr)))
 
 
 def _first_occurrence(expr: ir.Expr) -> list[str]:
-    order: list[str] = []
-
-    def walk(node: ir.Expr) -> None:
+    order: dict[str, None] = {}
+    for node in ir.walk(expr):
         if isinstance(node, ir.Tensor):
-            order.extend(i for i in node.indices if i not in order)
+            order.update(dict.fromkeys(node.indices))
         elif isinstance(node, ir.Delta):
-            order.extend(i for i in (node.first, node.second) if i not in order)
-        elif isinstance(node, ir.Product):
-            for f in node.factors:
-                walk(f)
-        elif isinstance(node, ir.Sum):
-            for t in node.terms:
-                walk(t)
-        elif isinstance(node, ir.Call):
-            walk(node.arg)
-        elif isinstance(node, ir.Power):
-            walk(node.base)
-        elif isinstance(node, ir.Reduce):
-            walk(node.body)
-
-    walk(expr)
-    return order
+            order.update(dict.fromkeys((node.first, node.second)))
+    return list(order)
 
 
 def canonical_key(expr: ir.Expr, rename_free: bool = True) -> tuple[ir.Expr, list[str]]:

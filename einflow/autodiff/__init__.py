@@ -154,43 +154,19 @@ class _Setup:
 
 
 def _axis_origins(statements: list[ir.Assign]) -> dict[str, tuple[str, int]]:
+    """For each index, one tensor axis it ranges over (its size source)."""
     origins: dict[str, tuple[str, int]] = {}
     for statement in statements:
-        stack: list[ir.Expr] = [statement.expr]
-        while stack:
-            node = stack.pop()
+        for node in ir.walk(statement.expr):
             if isinstance(node, ir.Tensor):
                 for axis, index in enumerate(node.indices):
                     origins.setdefault(index, (node.name, axis))
-            elif isinstance(node, ir.Product):
-                stack.extend(node.factors)
-            elif isinstance(node, ir.Sum):
-                stack.extend(node.terms)
-            elif isinstance(node, (ir.Call, ir.Power)):
-                stack.append(node.arg if isinstance(node, ir.Call) else node.base)
-            elif isinstance(node, ir.Reduce):
-                stack.append(node.body)
     return origins
 
 
 def _tensor_axis_indices(expr: ir.Expr) -> set[str]:
-    found: set[str] = set()
-    stack: list[ir.Expr] = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ir.Tensor):
-            found.update(node.indices)
-        elif isinstance(node, ir.Product):
-            stack.extend(node.factors)
-        elif isinstance(node, ir.Sum):
-            stack.extend(node.terms)
-        elif isinstance(node, ir.Call):
-            stack.append(node.arg)
-        elif isinstance(node, ir.Power):
-            stack.append(node.base)
-        elif isinstance(node, ir.Reduce):
-            stack.append(node.body)
-    return found
+    """Indices that some tensor in ``expr`` gives a size to."""
+    return {index for node in ir.walk(expr) if isinstance(node, ir.Tensor) for index in node.indices}
 
 
 def _mark_missing_targets(statement: ir.Assign) -> ir.Assign:

@@ -14,37 +14,17 @@ _Candidate = (ir.Call, ir.Power, ir.Sum, ir.Reduce)
 
 
 def _map(expr: ir.Expr, replace: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr:
+    """``expr`` with each outermost node that ``replace`` maps to something replaced by it."""
     found = replace(expr)
     if found is not None:
         return found
     if isinstance(expr, ir.Product):
         return ir.product(*(_map(f, replace) for f in expr.factors))
-    if isinstance(expr, ir.Sum):
-        return ir.Sum(tuple(_map(t, replace) for t in expr.terms))
-    if isinstance(expr, ir.Call):
-        return ir.Call(expr.func, _map(expr.arg, replace))
-    if isinstance(expr, ir.Power):
-        return ir.Power(_map(expr.base, replace), expr.exponent)
-    if isinstance(expr, ir.Reduce):
-        return ir.Reduce(expr.indices, _map(expr.body, replace))
-    return expr
+    return ir.with_children(expr, tuple(_map(c, replace) for c in ir.children(expr)))
 
 
 def _nodes(expr: ir.Expr) -> list[ir.Expr]:
-    out = [expr]
-    if isinstance(expr, ir.Product):
-        for f in expr.factors:
-            out += _nodes(f)
-    elif isinstance(expr, ir.Sum):
-        for t in expr.terms:
-            out += _nodes(t)
-    elif isinstance(expr, ir.Call):
-        out += _nodes(expr.arg)
-    elif isinstance(expr, ir.Power):
-        out += _nodes(expr.base)
-    elif isinstance(expr, ir.Reduce):
-        out += _nodes(expr.body)
-    return out
+    return list(ir.walk(expr))
 
 
 def _worth_sharing(expr: ir.Expr) -> bool:

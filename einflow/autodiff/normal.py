@@ -62,17 +62,9 @@ def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
         return ir.Tensor(expr.name, tuple(mapping.get(i, i) for i in expr.indices))
     if isinstance(expr, ir.Delta):
         return ir.Delta(mapping.get(expr.first, expr.first), mapping.get(expr.second, expr.second))
-    if isinstance(expr, ir.Product):
-        return ir.Product(tuple(rename(f, mapping) for f in expr.factors))
-    if isinstance(expr, ir.Sum):
-        return ir.Sum(tuple(rename(t, mapping) for t in expr.terms))
-    if isinstance(expr, ir.Call):
-        return ir.Call(expr.func, rename(expr.arg, mapping))
-    if isinstance(expr, ir.Power):
-        return ir.Power(rename(expr.base, mapping), expr.exponent)
     if isinstance(expr, ir.Reduce):
         return ir.Reduce(tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping))
-    return expr
+    return ir.with_children(expr, tuple(rename(c, mapping) for c in ir.children(expr)))
 
 
 _APART = itertools.count(1)
@@ -81,44 +73,15 @@ _APART = itertools.count(1)
 def rename_apart(expr: ir.Expr) -> ir.Expr:
     """``expr`` with every index bound inside it renamed to a new name (keeps normal form unique
     when a rule copies a sub-expression). New names keep their stem: ``k_1`` becomes ``k_r17``."""
-    inner: list[str] = []
-
-    def walk(node: ir.Expr) -> None:
-        if isinstance(node, ir.Reduce):
-            inner.extend(node.indices)
-            walk(node.body)
-        elif isinstance(node, ir.Product):
-            for f in node.factors:
-                walk(f)
-        elif isinstance(node, ir.Sum):
-            for t in node.terms:
-                walk(t)
-        elif isinstance(node, ir.Call):
-            walk(node.arg)
-        elif isinstance(node, ir.Power):
-            walk(node.base)
-
-    walk(expr)
+    inner = dict.fromkeys(i for node in ir.walk(expr) if isinstance(node, ir.Reduce) for i in node.indices)
     if not inner:
         return expr
-    return rename(expr, {i: f"{stem_of(i)}_r{next(_APART)}" for i in dict.fromkeys(inner)})
+    return rename(expr, {i: f"{stem_of(i)}_r{next(_APART)}" for i in inner})
 
 
 def tensor_names(expr: ir.Expr) -> set[str]:
     """Names of the tensors ``expr`` reads."""
-    if isinstance(expr, ir.Tensor):
-        return {expr.name}
-    if isinstance(expr, ir.Product):
-        return set().union(*(tensor_names(f) for f in expr.factors))
-    if isinstance(expr, ir.Sum):
-        return set().union(*(tensor_names(t) for t in expr.terms))
-    if isinstance(expr, ir.Call):
-        return tensor_names(expr.arg)
-    if isinstance(expr, ir.Power):
-        return tensor_names(expr.base)
-    if isinstance(expr, ir.Reduce):
-        return tensor_names(expr.body)
-    return set()
+    return {node.name for node in ir.walk(expr) if isinstance(node, ir.Tensor)}
 
 
 def all_index_names(program: ir.ProgramIR) -> set[str]:
@@ -160,16 +123,9 @@ def _rename_free(expr: ir.Expr, mapping: dict[str, str], bound: frozenset[str]) 
     if isinstance(expr, ir.Reduce):
         inner = {k: v for k, v in mapping.items() if k not in expr.indices}
         return ir.Reduce(expr.indices, _rename_free(expr.body, inner, bound | frozenset(expr.indices)))
-    if isinstance(expr, ir.Product):
-        # an index contracted in this product (and not one we rename) is a different variable
-        return ir.Product(tuple(_rename_free(f, mapping, bound) for f in expr.factors))
-    if isinstance(expr, ir.Sum):
-        return ir.Sum(tuple(_rename_free(t, mapping, bound) for t in expr.terms))
-    if isinstance(expr, ir.Call):
-        return ir.Call(expr.func, _rename_free(expr.arg, mapping, bound))
-    if isinstance(expr, ir.Power):
-        return ir.Power(_rename_free(expr.base, mapping, bound), expr.exponent)
-    return rename(expr, mapping)
+    if isinstance(expr, (ir.Tensor, ir.Delta, ir.Num)):
+        return rename(expr, mapping)
+    return ir.with_children(expr, tuple(_rename_free(c, mapping, bound) for c in ir.children(expr)))
 
 
 def _normal_product(factors: tuple[ir.Expr, ...], bound: frozenset[str], fresh: Fresh) -> ir.Expr:
