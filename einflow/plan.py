@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +19,10 @@ import opt_einsum as oe
 from einflow import ir
 from einflow.backends.base import Backend
 from einflow.check import ProgramInfo, free_indices, top_level_terms
+from einflow.contraction import eliminate_deltas, product_output
 from einflow.errors import EinflowError, MemoryLimitError, ShapeError, TensorNameError, located
 from einflow.kernels import compile_numpy
+from einflow.numbers import _fold_power, _is_unit, _weak
 
 __all__ = ["Plan", "PlanStep", "build_plan", "indices_in"]
 
@@ -141,30 +142,6 @@ def indices_in(expr: ir.Expr) -> frozenset[str]:
         return frozenset((expr.first, expr.second))
     found = frozenset().union(*(indices_in(child) for child in ir.children(expr)))
     return found | frozenset(expr.indices) if isinstance(expr, ir.Reduce) else found
-
-def _weak(value: int | float) -> int | float:
-    """A folded constant stays a Python number; an int beyond int64 becomes a float (inf beyond float range)."""
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:
-        try:
-            return float(value)
-        except OverflowError:
-            return math.inf if value > 0 else -math.inf
-    return value
-
-
-def _is_unit(coefficient: int | float) -> bool:
-    """Multiplying by this changes nothing, dtype included (a float 1.0 still promotes integer arrays)."""
-    return isinstance(coefficient, int) and coefficient == 1
-
-
-def _fold_power(base: int | float, exponent: int | float) -> int | float:
-    """``base ** exponent`` on Python numbers without raising: ints stay ints while they fit int64."""
-    if isinstance(base, int) and isinstance(exponent, int) and exponent >= 0:
-        if abs(base) <= 1 or exponent * math.log2(abs(base)) < 64:
-            return _weak(base**exponent)
-    with np.errstate(all="ignore"):
-        return float(np.power(np.float64(base), float(exponent)))
-
 
 def _reciprocal_scalar(x: int | float) -> float:
     if x == 0:
@@ -534,17 +511,7 @@ class _Lowering:
                 else:
                     operands.append((value, list(value.labels)))
                     sequence.append(operands[-1][1])
-        counts: Counter[str] = Counter()
-        order: list[str] = []
-        for labels in sequence:
-            for label in labels:
-                if label not in counts:
-                    order.append(label)
-                counts[label] += 1
-        output = [label for label in order if (counts[label] == 1 or label in bound) and label not in reduce]
-        if preferred:
-            output = [label for label in preferred if label in output] + [l for l in output if l not in preferred]
-        summed = {label for label in order if label not in output}
+        output, summed = product_output(sequence, bound, reduce, preferred)
         classes = self.eliminate_deltas(operands, deltas, summed, output)
         if coefficient == 0:
             # 0 times anything finite; keep the shape and dtype by scaling (inf/nan propagate like numpy)
@@ -553,45 +520,9 @@ class _Lowering:
 
     def eliminate_deltas(self, operands: list[tuple[Value, list[str]]], deltas: list[list[str]],
                          summed: set[str], output: list[str]) -> dict[str, list[str]]:
-        """Substitute deltas away where an index is summed; return surviving classes rep -> members."""
-        classes: dict[str, list[str]] = {}
-        survivors: set[str] = set()  # indices a substituted delta leaves behind (still summed or kept)
-
-        def rename(old: str, new: str) -> None:
-            for _, labels in operands:
-                for position, label in enumerate(labels):
-                    if label == old:
-                        labels[position] = new
-            for pair in deltas:
-                for position, label in enumerate(pair):
-                    if label == old:
-                        pair[position] = new
-            if old in survivors:
-                survivors.discard(old)
-                survivors.add(new)
-
-        while deltas:
-            first, second = deltas.pop()
-            if first == second:
-                survivors.add(first)  # delta[i,i] is 1, but summing i over it still counts i's size
-                continue
-            if first in summed:
-                rename(first, second)
-                survivors.add(second)
-            elif second in summed:
-                rename(second, first)
-                survivors.add(first)
-            else:
-                # both stay in the output: remember the diagonal and compute on one label
-                members = classes.pop(second, [second])
-                classes.setdefault(first, [first]).extend(m for m in members if m not in classes.get(first, []))
-                rename(second, first)
-        # an index no operand carries any more is supplied by ones: sum_j delta[j,l] is 1 for every l (kept l),
-        # and sum_{j,l} delta[j,l] is the size of l (summed l)
-        partners = {member for rep, members in classes.items() for member in members if member != rep}
-        for label in dict.fromkeys([*output, *sorted(survivors)]):
-            if label not in partners and not any(label in labels for _, labels in operands):
-                operands.append((self.ones(label), [label]))
+        """Substitute deltas away where an index is summed; supply ones for labels left uncarried."""
+        classes, missing = eliminate_deltas([labels for _, labels in operands], deltas, summed, output)
+        operands.extend((self.ones(label), [label]) for label in missing)
         return classes
 
     def ones(self, label: str) -> Value:

@@ -126,23 +126,7 @@ def _error_text(error: BaseException) -> str:
 
 
 def _tensor_names(expr: ir.Expr) -> set[str]:
-    names: set[str] = set()
-    stack: list[ir.Expr] = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ir.Tensor):
-            names.add(node.name)
-        elif isinstance(node, ir.Product):
-            stack.extend(node.factors)
-        elif isinstance(node, ir.Sum):
-            stack.extend(node.terms)
-        elif isinstance(node, ir.Call):
-            stack.append(node.arg)
-        elif isinstance(node, ir.Power):
-            stack.append(node.base)
-        elif isinstance(node, ir.Reduce):
-            stack.append(node.body)
-    return names
+    return {node.name for node in ir.walk(expr) if isinstance(node, ir.Tensor)}
 
 
 class Session:

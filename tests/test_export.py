@@ -96,6 +96,8 @@ CORPUS: list[tuple[str, str, Callable[[], Inputs]]] = [
     ("implicit-delta-order", "size i = x\nM = delta[i,j] y[k]\nN = y[k] delta[i,j]\nM, N",
      lambda: _matrices(34, x=(3,), y=(2,))),
     ("delta-summed-to-ones", "v[l] = sum[j](delta[j,l]) + 0 * x[l]", lambda: _matrices(35, x=(3,))),
+    # the generator once kept its own copy of delta elimination, which lost the size a summed delta counts
+    ("delta-summed-to-size", "size j, l = M\nc = sum[j,l](delta[j,l]) + M[i,i]", lambda: _matrices(36, M=(3, 3))),
     ("python-scalar-in-sum", "y[i] = x[i] + s", lambda: {"x": _matrices(36, x=(3,))["x"], "s": 2.5}),
     ("hostile-names",
      "f[i,j] = np[i,k] contract[k,j] + einsum[i,j] + oe[i,j] + _np[i,j] + _oe[i,j] + _input[i,j] + _t1[i,j]\n"

@@ -14,23 +14,7 @@ def _quote(text: str) -> str:
 
 
 def _references(expr: ir.Expr) -> list[str]:
-    found: dict[str, None] = {}
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ir.Tensor):
-            found.setdefault(node.name, None)
-        elif isinstance(node, ir.Product):
-            stack.extend(reversed(node.factors))
-        elif isinstance(node, ir.Sum):
-            stack.extend(reversed(node.terms))
-        elif isinstance(node, ir.Call):
-            stack.append(node.arg)
-        elif isinstance(node, ir.Power):
-            stack.append(node.base)
-        elif isinstance(node, ir.Reduce):
-            stack.append(node.body)
-    return list(found)
+    return list(dict.fromkeys(node.name for node in ir.walk(expr) if isinstance(node, ir.Tensor)))
 
 
 def to_dot(program: Any, **shapes: Any) -> str:

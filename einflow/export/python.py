@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import keyword
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +19,9 @@ import opt_einsum as oe
 
 from einflow import ir
 from einflow.check import free_indices, top_level_terms
+from einflow.contraction import eliminate_deltas, product_output
 from einflow.errors import EinflowError, ShapeError
+from einflow.numbers import _fold_power, _is_unit, _weak
 
 __all__ = ["to_source"]
 
@@ -98,30 +99,6 @@ class _Line:
         return f"    {text}  # {self.note}" if self.note else f"    {text}"
 
 
-def _weak(value: int | float) -> int | float:
-    """A folded constant stays a Python number; an int beyond int64 becomes a float (as einflow.plan folds)."""
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:
-        try:
-            return float(value)
-        except OverflowError:
-            return math.inf if value > 0 else -math.inf
-    return value
-
-
-def _is_unit(coefficient: int | float) -> bool:
-    """Multiplying by this changes nothing, dtype included (a float 1.0 still promotes integer arrays)."""
-    return isinstance(coefficient, int) and coefficient == 1
-
-
-def _fold_power(base: int | float, exponent: int | float) -> int | float:
-    """``base ** exponent`` on Python numbers, never raising: ints stay ints while they fit int64."""
-    if isinstance(base, int) and isinstance(exponent, int) and exponent >= 0:
-        if abs(base) <= 1 or exponent * math.log2(abs(base)) < 64:
-            return _weak(base**exponent)
-    with np.errstate(all="ignore"):
-        return float(np.power(np.float64(base), float(exponent)))
-
-
 def _usable(name: str) -> bool:
     return name.isidentifier() and not keyword.iskeyword(name) and name != "__debug__"
 
@@ -139,23 +116,13 @@ def _number(value: int | float, np_alias: str) -> str:
 
 
 def _tensor_names(program: ir.ProgramIR) -> set[str]:
+    """Every name the program uses for a tensor or an index (generated names must avoid them)."""
     names: set[str] = set()
     for statement in program.statements:
         if isinstance(statement, ir.Assign):
             if statement.target is not None:
                 names.add(statement.target)
-            stack: list[ir.Expr] = [statement.expr]
-            while stack:
-                node = stack.pop()
-                if isinstance(node, ir.Tensor):
-                    names.add(node.name)
-                elif isinstance(node, ir.Product):
-                    stack.extend(node.factors)
-                elif isinstance(node, ir.Sum):
-                    stack.extend(node.terms)
-                elif isinstance(node, (ir.Call, ir.Power, ir.Reduce)):
-                    stack.append(node.arg if isinstance(node, ir.Call) else
-                                 node.base if isinstance(node, ir.Power) else node.body)
+            names.update(node.name for node in ir.walk(statement.expr) if isinstance(node, ir.Tensor))
         elif isinstance(statement, ir.SizeDecl):
             names.update(statement.names)
             if isinstance(statement.source, str):
@@ -166,19 +133,7 @@ def _tensor_names(program: ir.ProgramIR) -> set[str]:
 
 
 def _has_delta(expr: ir.Expr) -> bool:
-    if isinstance(expr, ir.Delta):
-        return True
-    if isinstance(expr, ir.Product):
-        return any(_has_delta(f) for f in expr.factors)
-    if isinstance(expr, ir.Sum):
-        return any(_has_delta(t) for t in expr.terms)
-    if isinstance(expr, ir.Call):
-        return _has_delta(expr.arg)
-    if isinstance(expr, ir.Power):
-        return _has_delta(expr.base)
-    if isinstance(expr, ir.Reduce):
-        return _has_delta(expr.body)
-    return False
+    return any(isinstance(node, ir.Delta) for node in ir.walk(expr))
 
 
 def _mentioned(expr: ir.Expr) -> frozenset[str]:
@@ -592,49 +547,15 @@ class _Generator:
                 else:
                     operands.append((value, list(value.labels)))
                     sequence.append(operands[-1][1])
-        counts: Counter[str] = Counter()
-        order: list[str] = []
-        for labels in sequence:
-            for label in labels:
-                if label not in counts:
-                    order.append(label)
-                counts[label] += 1
-        output = [label for label in order if (counts[label] == 1 or label in bound) and label not in reduce]
-        if preferred:
-            output = [label for label in preferred if label in output] + [
-                label for label in output if label not in preferred]
-        summed = {label for label in order if label not in output}
+        output, summed = product_output(sequence, bound, reduce, preferred)
         classes = self.eliminate_deltas(operands, deltas, summed, output)
         return self.contract(operands, output, classes, coefficient, scalars)
 
     def eliminate_deltas(self, operands: list[tuple[_Value, list[str]]], deltas: list[list[str]],
                          summed: set[str], output: list[str]) -> dict[str, list[str]]:
-        """Substitute deltas where an index is summed; return the surviving classes (representative -> members)."""
-        classes: dict[str, list[str]] = {}
-
-        def rename(old: str, new: str) -> None:
-            for labels in [labels for _, labels in operands] + deltas:
-                labels[:] = [new if label == old else label for label in labels]
-
-        while deltas:
-            first, second = deltas.pop()
-            if first == second:
-                if not any(first in labels for _, labels in operands) and not any(first in d for d in deltas):
-                    operands.append((self.ones(first), [first]))
-            elif first in summed:
-                rename(first, second)
-            elif second in summed:
-                rename(second, first)
-            else:
-                members = classes.pop(second, [second])
-                group = classes.setdefault(first, [first])
-                group.extend(member for member in members if member not in group)
-                rename(second, first)
-        # an output index no operand carries any more (sum_j delta[j,l] is 1 for every l) is broadcast by ones
-        partners = {member for rep, members in classes.items() for member in members if member != rep}
-        for label in output:
-            if label not in partners and not any(label in labels for _, labels in operands):
-                operands.append((self.ones(label), [label]))
+        """Substitute deltas where an index is summed (as einflow.plan does); ones for uncarried labels."""
+        classes, missing = eliminate_deltas([labels for _, labels in operands], deltas, summed, output)
+        operands.extend((self.ones(label), [label]) for label in missing)
         return classes
 
     def ones(self, label: str) -> _Value:
