@@ -174,6 +174,8 @@ class Program:
             optimize_key: Any = optimize
         elif isinstance(optimize, (list, tuple)):
             optimize_key = tuple(tuple(step) if isinstance(step, (list, tuple)) else step for step in optimize)
+        elif getattr(type(optimize), "__hash__", None) is not None:
+            optimize_key = ("object", optimize)  # a PathOptimizer: the key holds it, no later object reuses its id
         else:
             optimize_key = ("object", id(optimize))
         # dask keeps intermediates in chunks on the workers: the whole-array guard is not applied to them

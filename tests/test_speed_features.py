@@ -1,0 +1,194 @@
+"""Speed features: compiled numpy contractions, released intermediates and the predicted peak, optimize=."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+
+import numpy as np
+import opt_einsum as oe
+import pytest
+
+import einflow as ef
+from einflow.kernels import compile_numpy
+
+# equations a contraction step may take: GEMM in every transposition, GEMV, dot, outer, batch (einsum),
+# repeated and one-sided summed indices (einsum), scalars
+EQUATIONS = [
+    "ij,jk->ik", "ij,jk->ki", "ji,jk->ik", "ij,kj->ik", "ji,kj->ki", "ij,j->i", "j,ij->i", "i,i->", "ij,ij->",
+    "ij,ji->", "i,j->ij", "bij,bjk->bik", "ijk,kj->i", "ijk,jkl->il", "ijk,lkj->li", "ii,ij->j", "ij,jk->i",
+    "ab,bc,cd->ad", "ab,bc,cd,de,e->a", "abc,cd,db->a", ",ij->ij", "ij,->ji", "abcd,dcef->abef", "i,i,i->i",
+    # cases that previously failed
+]
+
+
+def _contract(equation: str, arrays: list[np.ndarray], optimize: object = "auto") -> object:
+    shapes = [a.shape for a in arrays]
+    _, info = oe.contract_path(equation, *shapes, shapes=True, optimize=optimize)
+    run, _ = compile_numpy(equation, shapes, info.contraction_list)
+    return run(*arrays)
+
+
+def _arrays(equation: str, rng: np.random.Generator, sizes: dict[str, int] | None = None) -> list[np.ndarray]:
+    sizes = sizes or {label: 2 + k % 4 for k, label in enumerate("abcdefghijkl")}
+    return [rng.standard_normal(tuple(sizes[c] for c in term)) for term in equation.split("->")[0].split(",")]
+
+
+@pytest.mark.parametrize("equation", EQUATIONS)
+def test_compiled_contraction_matches_numpy_einsum(equation: str) -> None:
+    rng = np.random.default_rng(0)
+    arrays = _arrays(equation, rng)
+    expected = np.einsum(equation, *arrays)
+    got = _contract(equation, arrays)
+    assert np.shape(got) == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    # the same compiled steps must not depend on the inputs' memory order
+    transposed = [np.asfortranarray(a) if a.ndim else a for a in arrays]
+    np.testing.assert_allclose(_contract(equation, transposed), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_random_equations_every_dtype_match_opt_einsum() -> None:
+    """Random equations with every path algorithm and dtype: same values, shapes and dtypes as opt_einsum."""
+    r = random.Random(7)
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        letters = "abcdef"
+        sizes = {c: r.choice([0, 1, 2, 3, 4]) if r.random() < 0.1 else r.choice([2, 3, 4]) for c in letters}
+        terms = ["".join(r.sample(letters, r.randint(0, 4))) for _ in range(r.randint(1, 4))]
+        present = sorted(set("".join(terms)))
+        equation = ",".join(terms) + "->" + "".join(r.sample(present, r.randint(0, len(present))))
+        kind = r.choice(["f8", "f4", "i8", "b1", "c16"])
+        arrays = [(rng.standard_normal(tuple(sizes[c] for c in t)) * 3).astype(kind) for t in terms]
+        optimize = r.choice(["auto", "greedy", "optimal", "dp", False])
+        got = np.asarray(_contract(equation, arrays, optimize))
+        path, _ = oe.contract_path(equation, *arrays, optimize=optimize)
+        want = np.asarray(oe.contract(equation, *arrays, optimize=path))
+        assert got.shape == want.shape and got.dtype == want.dtype, equation
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=equation)
+
+
+@pytest.mark.parametrize("equation", ["ij,jk->ik", "ji,jk->ik", "ij,kj->ik", "ab,bc,cd->ad", "ij,j->i"])
+def test_compiled_gemm_allocates_only_its_result(equation: str) -> None:
+    """Transposed operands go to BLAS as views: nothing but the result (and chain intermediates) is allocated."""
+    rng = np.random.default_rng(1)
+    arrays = _arrays(equation, rng, {c: 300 for c in "abcdijk"})
+    shapes = [a.shape for a in arrays]
+    _, info = oe.contract_path(equation, *shapes, shapes=True)
+    run, internal = compile_numpy(equation, shapes, info.contraction_list)
+    run(*arrays)
+    tracemalloc.start()
+    try:
+        result = run(*arrays)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # a copied operand would add 720 kB; the slack covers allocations of other threads (dask tests' workers)
+    assert peak <= result.nbytes + internal * 8 + 200_000
+
+
+# ---------------------------------------------------------------------------- released intermediates, peak
+
+LEAST_SQUARES = "L = sum[i,j]((A[i,k] X[k,j] - B[i,j])^2)"
+
+
+def _traced_peak(function: object) -> int:
+    tracemalloc.start()
+    try:
+        function()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("text, wrt", [(LEAST_SQUARES, None), (LEAST_SQUARES, "X"),
+                                       ("L = sum[s](log(1 + exp(-y[s] X[s,f] w[f])))", "w")])
+def test_measured_peak_is_within_the_predicted_peak(text: str, wrt: str | None) -> None:
+    rng = np.random.default_rng(3)
+    if "A[i,k]" in text:
+        arrays = dict(A=rng.standard_normal((300, 200)), X=rng.standard_normal((200, 150)),
+                      B=rng.standard_normal((300, 150)))
+    else:
+        arrays = dict(X=rng.standard_normal((2000, 50)), y=np.sign(rng.standard_normal(2000)),
+                      w=rng.standard_normal(50))
+    program = ef.compile(text) if wrt is None else ef.value_and_grad(text, wrt=wrt)
+    program(arrays)
+    (plan,) = program._plans.values()
+    peak = _traced_peak(lambda: program(arrays))
+    assert peak <= 1.2 * plan.peak_bytes + 8192
+    assert peak >= 0.8 * plan.peak_bytes
+
+
+def test_dead_intermediates_are_released() -> None:
+    """Three 8 MB statements in a row: each is dropped after its last use, so the peak stays near two of them."""
+    program = ef.compile("a[i,j] = exp(x[i,j])\nb[i,j] = a[i,j] * 2\nc[i,j] = sin(b[i,j])\nd = sum[i,j](c[i,j])")
+    x = np.random.default_rng(4).standard_normal((1000, 1000))
+    value = program(x=x)
+    peak = _traced_peak(lambda: program(x=x))
+    assert peak < 2.3 * x.nbytes
+    np.testing.assert_allclose(value, np.sin(np.exp(x) * 2).sum(), rtol=1e-10)
+
+
+def test_released_registers_do_not_touch_outputs_or_views() -> None:
+    """A returned value that is a transposed view of an intermediate still holds the right numbers."""
+    program = ef.compile("t[j,i] = A[i,k] B[k,j]\nu[i,j] = t[j,i] + 1\nt, u")
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
+    t, u = program(A=a, B=b)
+    np.testing.assert_allclose(t, (a @ b).T, rtol=1e-12)
+    np.testing.assert_allclose(u, a @ b + 1, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------- optimize=
+
+class RecordingGreedy(oe.paths.PathOptimizer):
+    """A custom path optimizer: greedy, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, inputs, output, size_dict, memory_limit=None):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return oe.paths.greedy(inputs, output, size_dict, memory_limit)
+
+
+def test_a_custom_path_optimizer_is_used_once_per_shape_signature() -> None:
+    program = ef.compile("y[i] = A[i,j] B[j,k] C[k,l] v[l]")
+    rng = np.random.default_rng(6)
+    arrays = dict(A=rng.standard_normal((5, 6)), B=rng.standard_normal((6, 7)), C=rng.standard_normal((7, 8)),
+                  v=rng.standard_normal(8))
+    expected = arrays["A"] @ arrays["B"] @ arrays["C"] @ arrays["v"]
+    optimizer = RecordingGreedy()
+    np.testing.assert_allclose(program(arrays, optimize=optimizer), expected, rtol=1e-12)
+    assert optimizer.calls == 1
+    program(arrays, optimize=optimizer)
+    assert optimizer.calls == 1  # the plan was cached for this optimizer object
+    other = RecordingGreedy()
+    program(arrays, optimize=other)
+    assert other.calls == 1  # another optimizer object gets its own plan
+    program.plan(arrays, optimize=optimizer)
+    assert optimizer.calls == 2
+
+
+@pytest.mark.parametrize("optimize", ["auto", "greedy", "dp", "optimal", "branch-2", "random-greedy", True, False])
+def test_every_path_algorithm_gives_the_same_value(optimize: object) -> None:
+    program = ef.compile("y[i] = A[i,j] B[j,k] C[k,l] v[l]")
+    rng = np.random.default_rng(8)
+    arrays = dict(A=rng.standard_normal((5, 6)), B=rng.standard_normal((6, 7)), C=rng.standard_normal((7, 8)),
+                  v=rng.standard_normal(8))
+    expected = arrays["A"] @ arrays["B"] @ arrays["C"] @ arrays["v"]
+    np.testing.assert_allclose(program(arrays, optimize=optimize), expected, rtol=1e-12)
+
+
+def test_optimize_false_plans_one_einsum_and_auto_plans_pairs() -> None:
+    program = ef.compile("y[i] = A[i,j] B[j,k] v[k]")
+    shapes = dict(A=(50, 60), B=(60, 70), v=(70,))
+    assert len(program.plan(shapes, optimize=False).steps[0].pairwise) == 1
+    assert len(program.plan(shapes, optimize="auto").steps[0].pairwise) == 2
+    assert program.plan(shapes, optimize="auto").flops < program.plan(shapes, optimize=False).flops
+
+
+@pytest.mark.parametrize("optimize", ["bogus", 3.5, object()])
+def test_a_wrong_optimize_is_an_einflow_error(optimize: object) -> None:
+    program = ef.compile("y[i] = A[i,j] v[j]")
+    with pytest.raises(ef.EinflowError, match="optimize="):
+        program(A=np.ones((2, 2)), v=np.ones(2), optimize=optimize)
