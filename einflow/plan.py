@@ -236,8 +236,9 @@ class _Lowering:
         count = math.prod(shape) if elements is None else elements
         needed = count * self.itemsize
         if needed > self.memory_limit:
+            article = "an" if what[0] in "aeiou" else "a"
             raise MemoryLimitError(
-                f"the plan needs a {what} of shape {tuple(shape)} ({_bytes(needed)}) in statement "
+                f"the plan needs {article} {what} of shape {tuple(shape)} ({_bytes(needed)}) in statement "
                 f"'{self.statement_text}', over the memory limit of {_bytes(self.memory_limit)}; nothing was "
                 "allocated. Use backend='dask' to compute in chunks, try another optimize= choice, "
                 "raise memory_limit=, or shrink the problem")
@@ -592,6 +593,9 @@ class _Lowering:
                 for s in xs:
                     x = x * s
                 return x * coefficient
+        factors = [repr(coefficient)] if not _is_unit(coefficient) else []
+        self.steps.append(PlanStep(self.statement_text, "scale", "by " + " * ".join(
+            [*factors, *(["a scalar"] * len(scalars))]), math.prod(value.shape), value.shape, self.itemsize))
         return self.emit(("scale", value.reg, args, coefficient, type(coefficient)), scaled, (value.reg,) + args,
                          labels, value.shape)
 

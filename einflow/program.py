@@ -38,7 +38,10 @@ def _signature(value: Any) -> tuple[Any, Any]:
     if shape is None:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return (), type(value)
-        value = np.asarray(value)
+        try:
+            value = np.asarray(value)
+        except ValueError as error:
+            raise EinflowError(f"cannot use this input as an array: {error}") from None
         return value.shape, value.dtype
     return tuple(shape), value.dtype
 
@@ -163,7 +166,10 @@ class Program:
             spec = engine.chunks_for(tensor, chunks) if name == "dask" else None
             known = (id(value), repr(spec))  # the same array passed twice is converted once
             if known not in converted:
-                converted[known] = engine.asarray(value, spec)
+                try:
+                    converted[known] = engine.asarray(value, spec)
+                except (ValueError, TypeError) as error:
+                    raise EinflowError(f"tensor {tensor!r}: cannot use this input as an array ({error})") from None
             values[position] = converted[known]
         signature = tuple(map(_signature, values))
         for tensor, (_, dtype) in zip(self.info.inputs, signature):
@@ -201,8 +207,9 @@ class Program:
             shapes[name] = shape
             itemsize = max(itemsize, np.dtype(dtype).itemsize if not isinstance(dtype, type) else 8)
         limit = default_memory_limit() if memory_limit == "default" else memory_limit
+        floats = [v.dtype for v in values if getattr(v, "dtype", None) is not None and v.dtype.kind == "f"]
         plan = build_plan(self.ir, self.info, shapes, itemsize, get_backend(backend_name), optimize, limit,
-                          self.source)
+                          self.source, float_dtype=np.result_type(*floats) if floats else None)
         self._plans[key] = plan
         return plan
 
@@ -238,9 +245,13 @@ def _parse_shape(name: str, shape: Any) -> tuple[int, ...]:
             return tuple(int(part) for part in text.lower().split("x"))
         except ValueError:
             raise EinflowError(f"cannot read shape {shape!r} for {name}: write it like 100x200") from None
-    if isinstance(shape, int):
+    if isinstance(shape, int) and not isinstance(shape, bool):
         return (shape,)
-    return tuple(int(n) for n in shape)
+    try:
+        return tuple(int(n) for n in shape)
+    except (TypeError, ValueError):
+        raise EinflowError(f"cannot read shape {shape!r} for {name}: give a tuple like (100, 200), a string "
+                           "like '100x200', or an array") from None
 
 
 @functools.lru_cache(maxsize=256)
