@@ -25,6 +25,13 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (np.tanh(0.5 * z) + 1)
 
 
+def _torch_gradient(th, function, args):  # noqa: ANN001 - torch is optional
+    """Gradient of ``function`` in its first argument with torch autograd (one backward pass)."""
+    first = args[0].clone().requires_grad_(True)
+    (gradient,) = th.autograd.grad(function(first, *args[1:]), first)
+    return gradient
+
+
 def cases(rng: np.random.Generator) -> list[dict]:
     n, d = 2000, 1000
     X = rng.normal(size=(n, d)) / np.sqrt(d)
@@ -58,16 +65,20 @@ def cases(rng: np.random.Generator) -> list[dict]:
     return [
         dict(name="logistic gradient (2000x1000)", kind="grad", text=LOGISTIC, wrt="w",
              arrays=dict(X=X, y=y, w=w), hand=logistic_grad,
-             jax=lambda jnp: lambda w_, X_, y_: jnp.sum(jnp.logaddexp(0.0, -y_ * (X_ @ w_))), argnames=("w", "X", "y")),
+             jax=lambda jnp: lambda w_, X_, y_: jnp.sum(jnp.logaddexp(0.0, -y_ * (X_ @ w_))), argnames=("w", "X", "y"),
+             torch=lambda th: lambda w_, X_, y_: th.nn.functional.softplus(-y_ * (X_ @ w_)).sum()),
         dict(name="logistic Hessian (2000x1000)", kind="hessian", text=LOGISTIC, wrt="w",
              arrays=dict(X=X, y=y, w=w), hand=logistic_hessian,
-             jax=lambda jnp: lambda w_, X_, y_: jnp.sum(jnp.logaddexp(0.0, -y_ * (X_ @ w_))), argnames=("w", "X", "y")),
+             jax=lambda jnp: lambda w_, X_, y_: jnp.sum(jnp.logaddexp(0.0, -y_ * (X_ @ w_))), argnames=("w", "X", "y"),
+             torch=lambda th: lambda w_, X_, y_: th.nn.functional.softplus(-y_ * (X_ @ w_)).sum()),
         dict(name="quadratic-form Hessian (n=2000)", kind="hessian", text=QUADRATIC, wrt="x",
              arrays=dict(x=x, A=A), hand=quadratic_hessian,
-             jax=lambda jnp: lambda x_, A_: x_ @ A_ @ x_, argnames=("x", "A")),
+             jax=lambda jnp: lambda x_, A_: x_ @ A_ @ x_, argnames=("x", "A"),
+             torch=lambda th: lambda x_, A_: x_ @ A_ @ x_),
         dict(name="matrix-factorization Hessian (200x300, r=10)", kind="hessian", text=FACTOR, wrt="U",
              arrays=dict(U=U, T=T, V=V), hand=factor_hessian,
-             jax=lambda jnp: lambda U_, T_, V_: jnp.sum((T_ - U_ @ V_.T) ** 2), argnames=("U", "T", "V")),
+             jax=lambda jnp: lambda U_, T_, V_: jnp.sum((T_ - U_ @ V_.T) ** 2), argnames=("U", "T", "V"),
+             torch=lambda th: lambda U_, T_, V_: ((T_ - U_ @ V_.T) ** 2).sum()),
     ]
 
 
@@ -95,13 +106,19 @@ def run(repeat: int = 7) -> tuple[str, list[list[str]]]:
             check = np.asarray(compiled(*args))
             assert np.allclose(check, reference, rtol=1e-6, atol=1e-6), case["name"] + " (jax)"
             candidates["jax.jit"] = lambda c=compiled, a=args: c(*a).block_until_ready()
-        if torch is not None and case["kind"] == "hessian":
+        if torch is not None:
             import torch as th
 
             targs = [th.from_numpy(arrays[n]) for n in case["argnames"]]
-            jf = case["jax"](th)
-            candidates["torch"] = lambda f=jf, a=targs: th.autograd.functional.hessian(
-                lambda first: f(first, *a[1:]), a[0])
+            tf = case["torch"](th)
+            if case["kind"] == "hessian":
+                candidates["torch"] = lambda f=tf, a=targs: th.autograd.functional.hessian(
+                    lambda first: f(first, *a[1:]), a[0])
+            else:
+                candidates["torch"] = lambda f=tf, a=targs: _torch_gradient(th, f, a)
+            check = candidates["torch"]()
+            check = check[0] if isinstance(check, tuple) else check
+            assert np.allclose(check.detach().numpy(), reference, rtol=1e-6, atol=1e-6), case["name"] + " (torch)"
         times = compare(candidates, repeat=repeat)
         base = times["numpy (hand)"]
         row = [case["name"], f"{times['einflow'] * 1e3:.2f} ms", f"{times['einflow'] / base:.2f}x"]

@@ -34,7 +34,7 @@ _CALLS: dict[str, str] = {
     "sin": "{np}.sin({x})",
     "cos": "{np}.cos({x})",
     "tanh": "{np}.tanh({x})",
-    "sigmoid": "0.5 * ({np}.tanh(0.5 * {x}) + 1)",
+    "sigmoid": "{sigmoid}({x})",  # a generated helper, the same formula as einflow.functions
     "abs": "{np}.abs({x})",
     "relu": "{np}.maximum({x}, 0)",
     "sign": "{np}.sign({x})",
@@ -58,6 +58,11 @@ _HELPERS: dict[str, str] = {
     if isinstance(x, (int, float)):
         return 1.0 / x if x != 0 else float({np}.copysign({np}.inf, x))
     return {np}.reciprocal({as_float}(x))''',
+    "sigmoid": '''def {sigmoid}(x):
+    """1 / (1 + exp(-x)) without overflow, accurate in both tails (as einflow computes it)."""
+    e = {np}.exp(-1 * {np}.abs(x))
+    r = 1 / (1 + e)
+    return {np}.where(x >= 0, r, e * r)''',
     "delta_scale": '''def {delta_scale}(x, c, *inputs):
     """Deltas alone, scaled by c: numbers of the inputs' floating type when they have one (as einflow does)."""
     floats = [a.dtype for a in inputs if getattr(a, "dtype", None) is not None and a.dtype.kind == "f"]
@@ -174,7 +179,7 @@ class _Generator:
         self.taken = _tensor_names(self.program_ir) | {name} | set(dir(builtins))
         self.alias = {key: self.fresh(value) for key, value in (
             ("np", "_np"), ("oe", "_oe"), ("input", "_input"), ("as_float", "_as_float"),
-            ("reciprocal", "_reciprocal"), ("delta_scale", "_delta_scale"))}
+            ("reciprocal", "_reciprocal"), ("delta_scale", "_delta_scale"), ("sigmoid", "_sigmoid"))}
         self.used_helpers: set[str] = set()
         self.lines: list[_Line] = []
         self.names: dict[str, _Value] = {}
@@ -219,11 +224,11 @@ class _Generator:
         """Evaluate an elementwise template on a compile-time number, as einflow.plan folds it."""
         if self.fold_namespace is None:
             namespace: dict[str, Any] = {self.alias["np"]: np}
-            for key in ("as_float", "reciprocal"):
+            for key in ("as_float", "reciprocal", "sigmoid"):
                 exec(self.render_helper(key), namespace)  # noqa: S102 - our own helper text
             self.fold_namespace = namespace
         with np.errstate(all="ignore"):
-            code = template.format(np=self.alias["np"], x="_x_")
+            code = template.format(np=self.alias["np"], x="_x_", sigmoid=self.alias["sigmoid"])
             folded = eval(code, {**self.fold_namespace, "_x_": np.asarray(const)})  # noqa: S307 - our own template
         return folded.item() if hasattr(folded, "item") else folded
 
@@ -360,7 +365,7 @@ class _Generator:
             f"import opt_einsum as {self.alias['oe']}",
             "",
         ]
-        for key in ("input", "as_float", "reciprocal", "delta_scale"):
+        for key in ("input", "as_float", "reciprocal", "sigmoid", "delta_scale"):
             if key in self.used_helpers:
                 header.extend(["", self.render_helper(key), ""])
         parameters = list(self.parameters)
@@ -438,7 +443,10 @@ class _Generator:
             value = self.add([self.lower(term, bound, frozenset()) for term in expr.terms], order)
             value = self.sum_axes(value, reduce)
         elif isinstance(expr, ir.Call):
-            value = self.elementwise(_CALLS[expr.func], self.lower(expr.arg, bound, frozenset()), f"{expr.func}(...)")
+            template = _CALLS[expr.func]
+            if expr.func == "sigmoid":
+                template = self.helper("sigmoid") + "({x})"
+            value = self.elementwise(template, self.lower(expr.arg, bound, frozenset()), f"{expr.func}(...)")
             value = self.sum_axes(value, reduce)
         elif isinstance(expr, ir.Power):
             value = self.power(self.lower(expr.base, bound, frozenset()), expr.exponent)
@@ -451,7 +459,7 @@ class _Generator:
     def elementwise(self, template: str, arg: _Value, note: str) -> _Value:
         if arg.var is None:
             return _Value(None, (), self.fold(template, arg.const))  # type: ignore[arg-type]
-        parts = _fill(template.format(np=self.alias["np"], x="\0"), arg.var)
+        parts = _fill(template.format(np=self.alias["np"], x="\0", sigmoid=self.alias["sigmoid"]), arg.var)
         return _Value(self.emit(parts, f"{note} [{','.join(arg.labels)}]"), arg.labels)
 
     def power(self, base: _Value, exponent: int | float) -> _Value:
