@@ -161,6 +161,87 @@ def _gemm(first: str, second: str, removed: frozenset[str], wanted: str | None,
     return step, left_free + right_free, copied
 
 
+def _batch_layout(labels: str, batch: str, first: str, second: str) -> str:
+    """How an operand becomes a stack of (first, second) matrices: as is, transposed views, or by copying."""
+    if labels == batch + first + second:
+        return "N"
+    if labels == batch + second + first:
+        return "T"
+    return "copy"
+
+
+def _as_stack(labels: str, batch: str, rows: str, columns: str, layout: str,
+              sizes: dict[str, int]) -> Callable[[Any], Any]:
+    """A function reshaping an operand into a (batch, rows, columns) stack of matrices."""
+    stack, row_count, column_count = (math.prod(sizes[c] for c in part) for part in (batch, rows, columns))
+    if layout == "N":
+        shape = (stack, row_count, column_count)
+        return lambda x: x.reshape(shape)
+    if layout == "T":
+        shape = (stack, column_count, row_count)
+        return lambda x: x.reshape(shape).transpose(0, 2, 1)
+    permutation = tuple(labels.index(c) for c in batch + rows + columns)
+    shape = (stack, row_count, column_count)
+    return lambda x: x.transpose(permutation).reshape(shape)
+
+
+def _batched(first: str, second: str, batch_labels: frozenset[str], removed: frozenset[str], wanted: str | None,
+             sizes: dict[str, int]) -> tuple[Step, str, int]:
+    """A contraction with batch indices (kept, in both operands) as one ``numpy.matmul`` on matrix stacks."""
+    best: tuple[float, Any] | None = None
+    for order, (left, right) in (((0, 1), (first, second)), ((1, 0), (second, first))):
+        for batch in dict.fromkeys("".join(c for c in term if c in batch_labels) for term in (first, second)):
+            for summed in dict.fromkeys("".join(c for c in term if c in removed) for term in (first, second)):
+                left_free = "".join(c for c in left if c not in removed and c not in batch_labels)
+                right_free = "".join(c for c in right if c not in removed and c not in batch_labels)
+                left_layout = _batch_layout(left, batch, left_free, summed)
+                right_layout = _batch_layout(right, batch, summed, right_free)
+                stack, rows, columns, inner = (math.prod(sizes[c] for c in part)
+                                               for part in (batch, left_free, right_free, summed))
+                cost = float(stack * rows * columns * inner)
+                cost *= 1 + _TRANSPOSED * ((left_layout == "T") + (right_layout == "T"))
+                copied = stack * ((rows * inner if left_layout == "copy" else 0)
+                                  + (inner * columns if right_layout == "copy" else 0))
+                cost += _COPY * copied
+                if wanted is not None and batch + left_free + right_free != wanted:
+                    cost += 1
+                if best is None or cost < best[0]:
+                    best = (cost, (order, left, right, batch, left_free, right_free, summed, left_layout,
+                                   right_layout, copied))
+    assert best is not None
+    order, left, right, batch, left_free, right_free, summed, left_layout, right_layout, copied = best[1]
+    prepare_left = _as_stack(left, batch, left_free, summed, left_layout, sizes)
+    prepare_right = _as_stack(right, batch, summed, right_free, right_layout, sizes)
+    labels = batch + left_free + right_free
+    shape = tuple(sizes[c] for c in labels)
+    matmul = np.matmul
+    if order == (1, 0):
+        def step(x: Any, y: Any) -> Any:
+            return matmul(prepare_left(y), prepare_right(x)).reshape(shape)
+    else:
+        def step(x: Any, y: Any) -> Any:
+            return matmul(prepare_left(x), prepare_right(y)).reshape(shape)
+    return step, labels, copied
+
+
+def _batch_indices(labels: list[str], result: str, removed: frozenset[str]) -> frozenset[str]:
+    """The batch indices of a two-operand step that matmul stacks can compute, or an empty set.
+
+    Each index must be summed (in both), kept in both (batch) or kept in one: no repeated index, none
+    summed inside one operand, and something must be summed (else it is an elementwise product).
+    """
+    first, second = labels
+    if len(set(first)) != len(first) or len(set(second)) != len(second) or not removed:
+        return frozenset()
+    batch = set(first) & set(second) & set(result)
+    for c in set(first) ^ set(second):
+        if c not in result:
+            return frozenset()
+    if not removed <= set(first) & set(second):
+        return frozenset()
+    return frozenset(batch)
+
+
 def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
                   contraction_list: Sequence[tuple[Any, ...]]) -> tuple[Callable[..., Any], int]:
     """Compile ``equation`` (explicit ``->`` form) along opt_einsum's ``contraction_list`` for these shapes.
@@ -183,6 +264,8 @@ def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
         for label, size in zip(term, shape):
             if sizes.get(label, 1) == 1:
                 sizes[label] = size
+    # an axis of size 1 against a longer one broadcasts: only einsum does that
+    broadcast = any(size != sizes[label] for term, shape in zip(terms, shapes) for label, size in zip(term, shape))
     live: list[tuple[str, int]] = [(term, 0) for term in terms]  # labels, elements if an intermediate
     steps: list[tuple[tuple[int, ...], Step]] = []
     peak = 0
@@ -192,11 +275,15 @@ def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
         taken = [live.pop(position) for position in positions]
         operand_labels = [labels for labels, _ in taken]
         last = number == len(contraction_list) - 1
-        blas = can_blas(operand_labels, result, removed) if len(taken) == 2 else False
+        blas = can_blas(operand_labels, result, removed) if len(taken) == 2 and not broadcast else False
+        batch = _batch_indices(operand_labels, result, removed) if len(taken) == 2 and not broadcast else None
         copied = 0
         if blas and "EINSUM" not in blas:
             step, labels, copied = _gemm(operand_labels[0], operand_labels[1], removed,
                                          output if last else None, sizes)
+        elif batch:
+            step, labels, copied = _batched(operand_labels[0], operand_labels[1], batch, removed,
+                                            output if last else None, sizes)
         else:
             text = ",".join(operand_labels) + "->" + result
             step = functools.partial(np.einsum, text)

@@ -81,8 +81,7 @@ class Plan:
         """Predicted peak of the memory one run allocates: results and the intermediates alive at once.
 
         Each intermediate is released after its last use (a view keeps the array it views); inputs are
-        the caller's and not counted; of the temporaries inside elementwise functions, sigmoid's and step's one
-        array is counted (functions.py builds them with one temporary).
+        the caller's and not counted; temporaries inside elementwise functions count as ``TEMPORARIES`` says.
         """
         live = peak = 0
         for _, out, _, dead in self.schedule:
@@ -169,8 +168,10 @@ def _power_function(exponent: int | float, xp: Any) -> Any:
     return lambda x: xp.power(as_float(x), exponent)
 
 
-# value rules in functions.py that build one temporary array of their argument's size
-_ONE_TEMPORARY = {("call", "sigmoid"), ("call", "step")}
+# temporaries (in arrays of the argument's size, float64) that functions.py's value rules build besides
+# their result: sigmoid keeps exp(-|x|), 1/(1+e), e*r and a boolean mask; step a boolean mask.
+# tests/test_speed_features.py measures them, so a change in functions.py shows up there.
+TEMPORARIES: dict[str, float] = {"sigmoid": 3.125, "step": 0.125}
 
 
 def _letters(labels: list[str]) -> dict[str, str]:
@@ -418,9 +419,10 @@ class _Lowering:
             folded = function(np.asarray(arg.const))
             result = folded.item() if hasattr(folded, "item") else folded
             return Value(-1, (), (), result)
-        self.steps.append(PlanStep(self.statement_text, "elementwise", f"{name}[{','.join(arg.labels)}]",
-                                   math.prod(arg.shape), arg.shape, self.itemsize))
-        temporary = math.prod(arg.shape) if key in _ONE_TEMPORARY else 0
+        if (key, arg.reg) not in self.memo:  # a repeat is not computed again: not reported again
+            self.steps.append(PlanStep(self.statement_text, "elementwise", f"{name}[{','.join(arg.labels)}]",
+                                       math.prod(arg.shape), arg.shape, self.itemsize))
+        temporary = int(math.prod(arg.shape) * TEMPORARIES.get(key[1], 0)) if key[0] == "call" else 0
         return self.emit((key, arg.reg), function, (arg.reg,), arg.labels, arg.shape, view=key == ("pow", 1),
                          transient=temporary)
 
@@ -472,9 +474,12 @@ class _Lowering:
             return total
 
         shape = self.shape_of(order)
-        self.steps.append(PlanStep(self.statement_text, "add", " + ".join(
-            f"[{','.join(t.labels)}]" for t in arrays), math.prod(shape) * len(arrays), shape, self.itemsize))
-        key = ("add", tuple((t.reg, t.labels) for t in arrays), order, constant, type(constant))
+        # positional: the same sum under other index names (`1 - h[b,i]^2`, `1 - h[w,i]^2`) is computed once
+        key = ("add", tuple((t.reg, tuple(order.index(label) for label in t.labels)) for t in arrays), len(order),
+               constant, type(constant))
+        if key not in self.memo:
+            self.steps.append(PlanStep(self.statement_text, "add", " + ".join(
+                f"[{','.join(t.labels)}]" for t in arrays), math.prod(shape) * len(arrays), shape, self.itemsize))
         # one term without a constant is only aligned: a transposed/reshaped view of it
         return self.emit(key, add_terms, tuple(t.reg for t in arrays), order, shape,
                          view=len(arrays) == 1 and not has_constant)
