@@ -6,10 +6,15 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-__all__ = ["median_time", "compare", "machine", "format_table", "optional"]
+__all__ = ["median_time", "compare", "machine", "format_table", "optional", "calibrate", "Row", "PEERS",
+           "combined_table", "seconds", "ratio"]
+
+#: the peer columns of the combined table, in order
+PEERS = ("numpy.einsum", "numpy.einsum optimize", "opt_einsum", "jax.jit", "torch", "dask.array.einsum")
 
 
 def median_time(function: Callable[[], Any], repeat: int = 7, number: int = 1) -> float:
@@ -76,3 +81,70 @@ def optional(module: str) -> Any:
         return __import__(module)
     except ImportError:
         return None
+
+
+def calibrate(function: Callable[[], Any], seconds: float = 0.02) -> int:
+    """How many calls of ``function`` make one timing sample last about ``seconds`` (at least 1)."""
+    function()
+    start = time.perf_counter()
+    function()
+    once = max(time.perf_counter() - start, 1e-7)
+    return max(1, min(100_000, int(seconds / once)))
+
+
+def seconds(value: float) -> str:
+    """A duration with a readable unit."""
+    if value < 1e-3:
+        return f"{value * 1e6:.1f} us"
+    if value < 1:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value:.2f} s"
+
+
+@dataclass
+class Row:
+    """One line of the combined table: einflow's measurement, its target, and ratios to peers.
+
+    ``ratio`` is einflow / reference (the target's reference); ``peers`` maps a peer name to
+    einflow's time divided by the peer's time (below 1: einflow is faster).
+    """
+
+    section: str
+    case: str
+    einflow: str
+    reference: str = ""
+    ratio: float | None = None
+    target: float | None = None  # the ratio must be at most this
+    peers: dict[str, float | str] = field(default_factory=dict)
+
+    @property
+    def met(self) -> str:
+        if self.target is None or self.ratio is None:
+            return ""
+        return "yes" if self.ratio <= self.target else "NO"
+
+
+def ratio(value: float) -> str:
+    """A ratio with two significant digits below 0.1 (0.0053), two decimals up to 10, none above."""
+    if value >= 10:
+        return f"{value:.0f}"
+    if value >= 0.1:
+        return f"{value:.2f}"
+    return f"{value:.2g}"
+
+
+def combined_table(rows: list[Row]) -> str:
+    """One markdown table for every section: ratios are einflow ÷ the other (below 1: einflow is faster)."""
+    header = ["section", "case", "einflow", "reference", "einflow ÷ ref", "target", "met", *PEERS]
+    used = [peer for peer in PEERS if any(peer in row.peers for row in rows)]
+    header = header[:7] + used
+    body = []
+    for row in rows:
+        cells = [row.section, row.case, row.einflow, row.reference,
+                 "" if row.ratio is None else ratio(row.ratio),
+                 "" if row.target is None else f"≤ {row.target:g}", row.met]
+        for peer in used:
+            value = row.peers.get(peer, "")
+            cells.append(ratio(value) if isinstance(value, float) else str(value))
+        body.append(cells)
+    return format_table(body, header)
