@@ -82,7 +82,12 @@ def cases(rng: np.random.Generator) -> list[dict]:
     ]
 
 
-def run(repeat: int = 7) -> tuple[str, list[list[str]]]:
+def run(repeat: int = 7, torch_hessians: bool = False) -> tuple[str, list[list[str]]]:
+    """Measure every case; returns (markdown table, rows).
+
+    torch's Hessians (``torch.autograd.functional.hessian``, one backward pass per row) take 10-40 s per
+    call here, so they are measured only when ``torch_hessians`` is set, and then with 3 repeats.
+    """
     rng = np.random.default_rng(0)
     jax = optional("jax")
     torch = optional("torch")
@@ -106,7 +111,7 @@ def run(repeat: int = 7) -> tuple[str, list[list[str]]]:
             check = np.asarray(compiled(*args))
             assert np.allclose(check, reference, rtol=1e-6, atol=1e-6), case["name"] + " (jax)"
             candidates["jax.jit"] = lambda c=compiled, a=args: c(*a).block_until_ready()
-        if torch is not None:
+        if torch is not None and (case["kind"] == "grad" or torch_hessians):
             import torch as th
 
             targs = [th.from_numpy(arrays[n]) for n in case["argnames"]]
@@ -119,7 +124,10 @@ def run(repeat: int = 7) -> tuple[str, list[list[str]]]:
             check = candidates["torch"]()
             check = check[0] if isinstance(check, tuple) else check
             assert np.allclose(check.detach().numpy(), reference, rtol=1e-6, atol=1e-6), case["name"] + " (torch)"
-        times = compare(candidates, repeat=repeat)
+        slow = {"torch"} if case["kind"] == "hessian" else set()
+        times = compare({k: v for k, v in candidates.items() if k not in slow}, repeat=repeat)
+        if slow & candidates.keys():
+            times.update(compare({k: candidates[k] for k in slow & candidates.keys()}, repeat=3))
         base = times["numpy (hand)"]
         row = [case["name"], f"{times['einflow'] * 1e3:.2f} ms", f"{times['einflow'] / base:.2f}x"]
         row.append(f"{times['jax.jit'] / times['einflow']:.1f}x" if "jax.jit" in times else "n/a")
@@ -130,7 +138,7 @@ def run(repeat: int = 7) -> tuple[str, list[list[str]]]:
 
 
 def main() -> None:
-    table, _ = run()
+    table, _ = run(torch_hessians="--torch-hessians" in sys.argv)
     print(f"## Derivatives ({machine()})\n")
     print(table)
 

@@ -42,12 +42,9 @@ def _derivatives(repeat: int, quick: bool) -> list[Row]:
     torch's Hessians (torch.autograd.functional.hessian) take seconds to tens of seconds per call on these
     cases, which alone would take `make bench` past ten minutes: they run only with --torch-hessians.
     """
-    import common
     import derivatives
 
-    if not TORCH_HESSIANS:
-        derivatives.optional = lambda name: None if name == "torch" else common.optional(name)
-    _, raw = derivatives.run(repeat=3 if quick else repeat)
+    _, raw = derivatives.run(repeat=3 if quick else repeat, torch_hessians=TORCH_HESSIANS)
     rows = []
     for cells in raw:
         row = Row("derivatives", cells[0], cells[1], "hand numpy", _number(cells[2]))
