@@ -10,12 +10,13 @@ import opt_einsum as oe
 from opt_einsum.parser import parse_einsum_input
 
 from einflow.errors import EinflowError, ShapeError
+from einflow.kernels import compile_numpy
 
 __all__ = ["einsum"]
 
 
 @functools.lru_cache(maxsize=1024)
-def _expression(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize: Any) -> tuple[Any, str]:
+def _expression(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize: Any) -> tuple[Any, Any, str]:
     class _Shaped:
         def __init__(self, shape: tuple[int, ...]) -> None:
             self.shape = shape
@@ -43,10 +44,13 @@ def _expression(subscripts: str, shapes: tuple[tuple[int, ...], ...], optimize: 
                 raise ShapeError(f"index '{letter}' has size {known[0]} in operand {known[1]} but size {size} in "
                                  f"operand {position}")
     try:
-        expression = oe.contract_expression(equation, *shapes, optimize=optimize)
+        _, info = oe.contract_path(equation, *shapes, shapes=True, optimize=optimize)
+        expression = oe.contract_expression(equation, *shapes, optimize=info.path)
     except (ValueError, KeyError, TypeError) as error:  # e.g. a subscript that is not a letter
         raise EinflowError(f"invalid einsum subscripts {subscripts!r}: {error}") from None
-    return expression, equation
+    # numpy arrays run the same path as direct numpy.dot/matmul/einsum steps (einflow.kernels)
+    compiled, _ = compile_numpy(equation, shapes, info.contraction_list)
+    return expression, compiled, equation
 
 
 def einsum(subscripts: str, *operands: Any, optimize: Any = "auto") -> Any:
@@ -62,11 +66,12 @@ def einsum(subscripts: str, *operands: Any, optimize: Any = "auto") -> Any:
         raise EinflowError("einsum expects a subscripts string first, e.g. einsum('ij,jk->ik', a, b)")
     arrays = [op if hasattr(op, "shape") else np.asarray(op) for op in operands]
     shapes = tuple(tuple(a.shape) for a in arrays)
-    expression, equation = _expression(subscripts.replace(" ", ""), shapes, optimize)
+    expression, compiled, equation = _expression(subscripts.replace(" ", ""), shapes, optimize)
+    plain = all(type(a) is np.ndarray for a in arrays)
     if len(arrays) == 1 and "..." not in subscripts:
         # a single operand: numpy's own einsum returns views for transposes and diagonals, like numpy
-        return np.einsum(equation, arrays[0]) if type(arrays[0]) is np.ndarray else expression(*arrays)
-    result = expression(*arrays)
+        return np.einsum(equation, arrays[0]) if plain else expression(*arrays)
+    result = compiled(*arrays) if plain else expression(*arrays)
     if type(result) is np.ndarray and result.ndim == 0:
         return result[()]  # numpy.einsum gives a numpy scalar, not a 0-d array, for a full contraction
     return result
