@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from einflow import ir
+from einflow.contraction import product_output
 from einflow.errors import IndexRuleError, TensorNameError, located
 
 __all__ = [
@@ -34,16 +35,8 @@ def product_operands(factors: tuple[ir.Expr, ...], bound: frozenset[str]) -> lis
 
 
 def _product_split(factors: tuple[ir.Expr, ...], bound: frozenset[str]) -> tuple[tuple[str, ...], set[str]]:
-    counts: Counter[str] = Counter()
-    order: list[str] = []
-    for indices in product_operands(factors, bound):
-        for index in indices:
-            if index not in counts:
-                order.append(index)
-            counts[index] += 1
-    free = tuple(i for i in order if counts[i] == 1 or i in bound)
-    contracted = {i for i in order if counts[i] >= 2 and i not in bound}
-    return free, contracted
+    output, summed = product_output(product_operands(factors, bound), bound, frozenset())
+    return tuple(output), set(summed)
 
 
 def free_indices(expr: ir.Expr, bound: frozenset[str] = frozenset()) -> tuple[str, ...]:

@@ -6,19 +6,20 @@ Pure functions on label lists: which indices a product keeps, and how its deltas
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 
 __all__ = ["product_output", "eliminate_deltas"]
 
 
-def product_output(sequence: list[list[str]], bound: frozenset[str], reduce: frozenset[str],
-                   preferred: tuple[str, ...] = ()) -> tuple[list[str], set[str]]:
-    """(output labels, summed labels) of a product whose operands carry ``sequence``'s labels.
+def product_output(sequence: list[list[str]] | list[tuple[str, ...]], bound: frozenset[str], reduce: frozenset[str],
+                   preferred: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """(output labels, summed labels), both in order, of a product whose operands carry ``sequence``'s labels.
 
     An index is kept when it occurs once or is bound, and is not in ``reduce``; it is summed otherwise.
     Kept labels come in order of first occurrence, or in ``preferred``'s order for those it names.
 
     >>> product_output([["i", "k"], ["k", "j"]], frozenset(), frozenset())
-    (['i', 'j'], {'k'})
+    (['i', 'j'], ['k'])
     """
     counts: Counter[str] = Counter()
     order: list[str] = []
@@ -30,10 +31,10 @@ def product_output(sequence: list[list[str]], bound: frozenset[str], reduce: fro
     output = [label for label in order if (counts[label] == 1 or label in bound) and label not in reduce]
     if preferred:
         output = [label for label in preferred if label in output] + [l for l in output if l not in preferred]
-    return output, {label for label in order if label not in output}
+    return output, [label for label in order if label not in output]
 
 
-def eliminate_deltas(operands: list[list[str]], deltas: list[list[str]], summed: set[str],
+def eliminate_deltas(operands: list[list[str]], deltas: list[list[str]], summed: Collection[str],
                      output: list[str]) -> tuple[dict[str, list[str]], list[str]]:
     """Substitute deltas away where an index is summed (renaming ``operands``' labels in place).
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -525,7 +526,7 @@ class _Lowering:
         return self.contract(operands, output, classes, coefficient, scalars)
 
     def eliminate_deltas(self, operands: list[tuple[Value, list[str]]], deltas: list[list[str]],
-                         summed: set[str], output: list[str]) -> dict[str, list[str]]:
+                         summed: Collection[str], output: list[str]) -> dict[str, list[str]]:
         """Substitute deltas away where an index is summed; supply ones for labels left uncarried."""
         classes, missing = eliminate_deltas([labels for _, labels in operands], deltas, summed, output)
         operands.extend((self.ones(label), [label]) for label in missing)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
 from typing import Any
 
 from einflow import ir
 from einflow.check import free_indices, product_operands, top_level_terms
+from einflow.contraction import product_output
 
 __all__ = ["to_latex", "render_name", "render_expression"]
 
@@ -175,14 +175,8 @@ class _Renderer:
     def product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str],
                 extra: tuple[str, ...]) -> tuple[bool, str, str]:
         """(negative, text without the sign, kind) of a product, its contractions written as a sum."""
-        counts: Counter[str] = Counter()
-        order: list[str] = []
-        for indices in product_operands(factors, bound):
-            for index in indices:
-                if index not in counts:
-                    order.append(index)
-                counts[index] += 1
-        summed = _merge(extra, tuple(i for i in order if counts[i] >= 2 and i not in bound))
+        _, contracted = product_output(product_operands(factors, bound), bound, frozenset())
+        summed = _merge(extra, tuple(contracted))
         negative = False
         numerator: list[str] = []
         denominator: list[str] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import keyword
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -560,7 +561,7 @@ class _Generator:
         return self.contract(operands, output, classes, coefficient, scalars)
 
     def eliminate_deltas(self, operands: list[tuple[_Value, list[str]]], deltas: list[list[str]],
-                         summed: set[str], output: list[str]) -> dict[str, list[str]]:
+                         summed: Collection[str], output: list[str]) -> dict[str, list[str]]:
         """Substitute deltas where an index is summed (as einflow.plan does); ones for uncarried labels."""
         classes, missing = eliminate_deltas([labels for _, labels in operands], deltas, summed, output)
         operands.extend((self.ones(label), [label]) for label in missing)
