@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import einflow as ef
+from einflow.ir import Assign
 
 RNG = np.random.default_rng(7)
 
@@ -248,3 +249,24 @@ def test_jacobian_auto_mode_carries_the_smaller_side():
     assert "dy_dh" not in str(ef.jacobian(text, wrt="x"))  # ranks equal: tangents (forward)
     with pytest.raises(ef.DerivativeError, match="valid options"):
         ef.jacobian(text, wrt="x", mode="sideways")
+
+
+# cases that previously failed (this list only grows): programs with `size` declarations whose
+# derivatives lost the declared size, or put the user's declaration after the derivative
+SIZED = [
+    "size n = 3\nf = sum[i](x[i] delta[i,n] delta[n,n])",
+    "size n = 4\nf = sum[i](x[i]) sum[m](delta[m,n] delta[n,n])",
+    "size n = 4\ny[n] = x[i] x[i] + delta[n,n]\nf = y[k] y[k]",
+    "size a, b = M\nf = sum[i](x[i]) sum[m](delta[m,b] delta[b,b])",
+]
+
+
+@pytest.mark.parametrize("text", SIZED)
+def test_gradients_of_programs_with_size_declarations(text):
+    x, M = RNG.normal(size=3), np.ones((2, 5))
+    program, gradient = ef.compile(text), ef.grad(text, wrt="x")
+    eps = 1e-6
+    numeric = [(float(program(x=x + eps * e, M=M)) - float(program(x=x - eps * e, M=M))) / (2 * eps)
+               for e in np.eye(3)]
+    np.testing.assert_allclose(gradient(x=x, M=M), numeric, rtol=1e-6, atol=1e-6)
+    assert isinstance(gradient.ir.statements[-1], Assign)  # the program ends with its derivative

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from einflow import ir
 from einflow.autodiff.cse import hoist_repeated, reuse_forward
-from einflow.autodiff.normal import Fresh, all_index_names, readable, tensor_names, to_normal
+from einflow.autodiff.normal import Fresh, all_index_names, readable, stem_of, tensor_names, to_normal
 from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep
 from einflow.errors import DerivativeError, EinflowError
 from einflow.program import Program, compile
@@ -65,7 +65,8 @@ class _Setup:
         ranks[self.value] = len(normal[-1].indices or ())
         self.work = Work(normal, program.inputs, ranks, fresh, self.tensor_names)
         self.forward_count = len(normal)
-        self.declared = {n for s in program.ir.statements if isinstance(s, ir.SizeDecl) for n in s.names}
+        self.user_sizes = [s for s in program.ir.statements if isinstance(s, ir.SizeDecl)]
+        self.declared = {n for s in self.user_sizes for n in s.names}
 
     @property
     def value_rank(self) -> int:
@@ -87,19 +88,27 @@ class _Setup:
                 # a size declaration a statement relies on reads its tensor too
                 mentioned = set(statement.indices or ()) | _indices(statement.expr)
                 needed |= {size.source for size in work.sizes if set(size.names) & mentioned}  # type: ignore[misc]
+                stems = {stem_of(index) for index in mentioned}
+                needed |= {size.source for size in self.user_sizes  # type: ignore[misc]
+                           if set(size.names) & stems and isinstance(size.source, str)}
         kept.reverse()
         original = {s.target if s.target is not None else self.value: s
                     for s in self.program.ir.statements if isinstance(s, ir.Assign)}
         unchanged = {s.target for s in forward if s in kept}
-        origins = _axis_origins(forward)
+        origins = _axis_origins(forward, self.user_sizes)
         declared = set(self.declared) | set(work.size_of)
         pending_sizes = [s for s in self.program.ir.statements if isinstance(s, ir.SizeDecl)]
         positions = {s.target if s.target is not None else self.value: k
                      for k, s in enumerate(self.program.ir.statements) if isinstance(s, ir.Assign)}
         body: list[ir.Statement] = []
         emitted_sizes: set[str] = set()
+        mentioned_stems = {stem_of(i) for s in kept for i in set(s.indices or ()) | _indices(s.expr)}
         for statement in kept:
             target = statement.target
+            if target not in original and pending_sizes:
+                # the user's declarations that derivative statements rely on come before them
+                body.extend(size for size in pending_sizes if set(size.names) & mentioned_stems)
+                pending_sizes = []
             if target in original:
                 # the user's own size declarations stay before the statements that follow them
                 here = positions[target]
@@ -112,7 +121,7 @@ class _Setup:
                 body.append(ir.Assign(target, source.indices, source.expr))
                 continue
             statement = _mark_missing_targets(statement)
-            pretty, mapping = readable(statement, declared)
+            pretty, mapping = readable(statement, declared, frozenset(self.declared))
             for size in work.sizes:
                 if size.names[0] in emitted_sizes:
                     continue
@@ -121,7 +130,6 @@ class _Setup:
                     emitted_sizes.update(size.names)
             body.extend(self._size_unsized(pretty, mapping, origins, declared))
             body.append(pretty)
-        body.extend(pending_sizes)
         if returns_tuple:
             body.append(ir.Return(tuple(outputs)))
         program_ir = ir.ProgramIR(tuple(body))
@@ -131,7 +139,7 @@ class _Setup:
         except EinflowError as error:  # pragma: no cover - a bug in einflow, not the user's
             raise EinflowError(f"internal error: derivative program does not check:\n{text}\n{error}") from error
 
-    def _size_unsized(self, statement: ir.Assign, mapping: dict[str, str], origins: dict[str, tuple[str, int]],
+    def _size_unsized(self, statement: ir.Assign, mapping: dict[str, str], origins: dict[str, tuple[str | int, int]],
                       declared: set[str]) -> list[ir.SizeDecl]:
         """Size declarations for indices no tensor in ``statement`` gives a size to (traced to an axis)."""
         sized = set(declared) | _tensor_axis_indices(statement.expr)
@@ -145,22 +153,55 @@ class _Setup:
                 name = self.work.fresh.parent[name]
             if name not in origins:
                 continue  # a delta partner may still size it; the checker reports it otherwise
-            tensor, axis = origins[name]
-            names = [self.work.fresh.index("z") for _ in range(self.work.ranks[tensor])]
+            source, axis = origins[name]
+            if isinstance(source, int):
+                declared.add(index)
+                decls.append(ir.SizeDecl((index,), source))
+                continue
+            names = [self.work.fresh.index("z") for _ in range(self.work.ranks[source])]
             names[axis] = index
             declared.update(names)
-            decls.append(ir.SizeDecl(tuple(names), tensor))
+            decls.append(ir.SizeDecl(tuple(names), source))
         return decls
 
 
-def _axis_origins(statements: list[ir.Assign]) -> dict[str, tuple[str, int]]:
-    """For each index, one tensor axis it ranges over (its size source)."""
-    origins: dict[str, tuple[str, int]] = {}
+def _axis_origins(statements: list[ir.Assign], user_sizes: list[ir.SizeDecl]) -> dict[str, tuple[str | int, int]]:
+    """For each index, where its size comes from: ``(tensor, axis)``, or ``(literal size, -1)``.
+
+    Sources are tensor axes, the user's ``size`` declarations (normal form keeps their names as stems)
+    and delta partners, which have equal sizes.
+    """
+    declared: dict[str, tuple[str | int, int]] = {}
+    for size in user_sizes:
+        for axis, name in enumerate(size.names):
+            declared[name] = (size.source, axis) if isinstance(size.source, str) else (size.source, -1)
+    origins: dict[str, tuple[str | int, int]] = {}
+    partners: list[tuple[str, str]] = []
     for statement in statements:
+        for index in statement.indices or ():
+            if stem_of(index) in declared:
+                origins.setdefault(index, declared[stem_of(index)])
         for node in ir.walk(statement.expr):
             if isinstance(node, ir.Tensor):
                 for axis, index in enumerate(node.indices):
                     origins.setdefault(index, (node.name, axis))
+            elif isinstance(node, ir.Delta):
+                partners.append((node.first, node.second))
+                for index in (node.first, node.second):
+                    if stem_of(index) in declared:
+                        origins.setdefault(index, declared[stem_of(index)])
+            elif isinstance(node, ir.Reduce):
+                for index in node.indices:
+                    if stem_of(index) in declared:
+                        origins.setdefault(index, declared[stem_of(index)])
+    changed = True
+    while changed:
+        changed = False
+        for first, second in partners:
+            for known, other in ((first, second), (second, first)):
+                if known in origins and other not in origins:
+                    origins[other] = origins[known]
+                    changed = True
     return origins
 
 

@@ -261,10 +261,12 @@ def _implicit(expr: ir.Expr, top_level: bool) -> ir.Expr:
     return expr
 
 
-def readable(statement: ir.Assign, keep: set[str]) -> tuple[ir.Assign, dict[str, str]]:
+def readable(statement: ir.Assign, keep: set[str], declared: frozenset[str] = frozenset()) -> tuple[
+        ir.Assign, dict[str, str]]:
     """A normal-form statement as idiomatic einflow, with short index names (and the renaming used).
 
-    ``keep`` are names that must not be reused for other indices (size-declared ones).
+    ``keep`` are names that must not be reused for other indices (size-declared ones); an index made
+    from a user-``declared`` name gets that name back (so its declared size applies again).
     """
     expr = _implicit(statement.expr, bool(statement.indices))
     names: list[str] = list(statement.indices or ())
@@ -278,6 +280,9 @@ def readable(statement: ir.Assign, keep: set[str]) -> tuple[ir.Assign, dict[str,
             mapping[name] = name
             continue
         stem = stem_of(name)
+        if stem in declared and stem not in mapping.values():
+            mapping[name] = stem
+            continue
         candidate, number = stem, 1
         while candidate in used or candidate in ir.RESERVED:
             number += 1
