@@ -167,6 +167,6 @@ def test_dask_scales_past_memory_without_computing() -> None:
     u = da.ones(10**5, chunks=10**4)  # the result would take 80 GB in one piece
     start = time.perf_counter()
     lazy = p(u=u, v=u, memory_limit=10**6)  # lazy: intermediates and results stay in chunks
-    assert time.perf_counter() - start < 5
+    assert time.perf_counter() - start < 30  # lazy: computing 80 GB would not finish in time
     assert lazy.shape == (10**5, 10**5)
     assert float(lazy[:2, :3].sum().compute()) == 6.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 import warnings
 from typing import Any
 
@@ -117,18 +116,14 @@ def _fuzz(make_text: Any, count: int, seed: int) -> dict[str, int]:
 
 
 def test_random_token_strings_raise_only_einflow_errors() -> None:
-    started = time.perf_counter()
     outcomes = _fuzz(_random_tokens, 6000, seed=1)
     assert outcomes["rejected"] > 3000  # most soup is not a program
     assert outcomes["evaluated"] > 20  # but some is, and runs
-    assert time.perf_counter() - started < 30
 
 
 def test_mutated_programs_raise_only_einflow_errors() -> None:
-    started = time.perf_counter()
     outcomes = _fuzz(lambda generator: _mutate(generator.choice(_SEEDS), generator), 5000, seed=2)
     assert outcomes["evaluated"] > 300 and outcomes["rejected"] > 1000
-    assert time.perf_counter() - started < 30
 
 
 def test_random_expressions_raise_only_einflow_errors(make_expression: Any) -> None:
