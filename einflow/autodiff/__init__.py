@@ -278,16 +278,17 @@ def value_and_grad(p: str | Program, wrt: str | Sequence[str]) -> Program:
 class _ValueAndGrad(Program):
     """A program whose call returns (value, gradient) or (value, (gradients...))."""
 
-    __slots__ = ("_as_tuple",)
+    __slots__ = ("gradients_as_tuple",)
 
     def __init__(self, program: Program, as_tuple: bool) -> None:
         super().__init__(program.ir, program.source, program.info)
-        self._as_tuple = as_tuple
+        #: whether the gradients come as a tuple (``wrt`` was a list) or as one array
+        self.gradients_as_tuple = as_tuple
 
     def __call__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         result = super().__call__(*args, **kwargs)
         value, *gradients = result
-        return value, (tuple(gradients) if self._as_tuple else gradients[0])
+        return value, (tuple(gradients) if self.gradients_as_tuple else gradients[0])
 
 
 def vjp(p: str | Program, wrt: str | Sequence[str], cotangent: str = "G") -> Program:

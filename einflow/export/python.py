@@ -174,7 +174,7 @@ class _Generator:
     def __init__(self, program: Any, name: str) -> None:
         self.program_ir: ir.ProgramIR = program.ir
         # value_and_grad programs group their gradients when called (einflow.autodiff's _ValueAndGrad)
-        self.gradients_as_tuple: bool | None = getattr(program, "_as_tuple", None)
+        self.gradients_as_tuple: bool | None = getattr(program, "gradients_as_tuple", None)
         self.info = program.info
         self.function_name = name
         self.taken = _tensor_names(self.program_ir) | {name} | set(dir(builtins))
