@@ -6,9 +6,63 @@ Pure functions on label lists: which indices a product keeps, and how its deltas
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
-__all__ = ["product_output", "eliminate_deltas"]
+from einflow import ir
+from einflow.numbers import _weak
+
+__all__ = ["ProductParts", "split_product", "product_output", "eliminate_deltas"]
+
+V = TypeVar("V")
+
+
+@dataclass
+class ProductParts(Generic[V]):
+    """A product's factors sorted by role: a folded number, 0-d values, indexed operands, deltas."""
+
+    coefficient: int | float = 1
+    scalars: list[V] = field(default_factory=list)
+    operands: list[tuple[V, list[str]]] = field(default_factory=list)
+    deltas: list[list[str]] = field(default_factory=list)
+    #: every operand's and delta's labels in factor order (the order of the product's free indices)
+    sequence: list[list[str]] = field(default_factory=list)
+
+
+def split_product(factors: tuple[ir.Expr, ...], tensor: Callable[[str], V], lower: Callable[[ir.Expr], V],
+                  constant: Callable[[V], int | float | None],
+                  labels: Callable[[V], tuple[str, ...]]) -> ProductParts[V]:
+    """Sort a product's factors, the same way for the evaluator and the code generator.
+
+    ``tensor(name)`` is a named value, ``lower(factor)`` evaluates a scope-opening factor,
+    ``constant(value)`` is its compile-time number (or None), ``labels(value)`` its axis labels.
+    Numbers and constant values fold into the coefficient as weak Python numbers.
+    """
+    parts: ProductParts[V] = ProductParts()
+    for factor in factors:
+        if isinstance(factor, ir.Num):
+            parts.coefficient = _weak(parts.coefficient * _weak(factor.value))
+            continue
+        if isinstance(factor, ir.Delta):
+            parts.deltas.append([factor.first, factor.second])
+            parts.sequence.append(parts.deltas[-1])
+            continue
+        if isinstance(factor, ir.Tensor):
+            value = tensor(factor.name)
+            indices = factor.indices
+        else:
+            value = lower(factor)
+            indices = labels(value)
+        number = constant(value)
+        if number is not None:
+            parts.coefficient = _weak(parts.coefficient * number)
+        elif not indices:
+            parts.scalars.append(value)
+        else:
+            parts.operands.append((value, list(indices)))
+            parts.sequence.append(parts.operands[-1][1])
+    return parts
 
 
 def product_output(sequence: list[list[str]] | list[tuple[str, ...]], bound: frozenset[str], reduce: frozenset[str],

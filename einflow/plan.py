@@ -20,7 +20,7 @@ import opt_einsum as oe
 from einflow import ir
 from einflow.backends.base import Backend
 from einflow.check import ProgramInfo, free_indices, top_level_terms
-from einflow.contraction import eliminate_deltas, product_output
+from einflow.contraction import eliminate_deltas, product_output, split_product
 from einflow.errors import EinflowError, MemoryLimitError, ShapeError, TensorNameError, located
 from einflow.kernels import compile_numpy
 from einflow.numbers import _fold_power, _is_unit, _weak
@@ -488,42 +488,11 @@ class _Lowering:
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
                       preferred: tuple[str, ...] = ()) -> Value:
-        coefficient: int | float = 1
-        scalars: list[Value] = []
-        operands: list[tuple[Value, list[str]]] = []
-        deltas: list[list[str]] = []
-        sequence: list[list[str]] = []  # every factor's labels in factor order (the implicit target order)
-        for factor in factors:
-            if isinstance(factor, ir.Num):
-                coefficient = _weak(coefficient * _weak(factor.value))
-            elif isinstance(factor, ir.Tensor):
-                value = self.names[factor.name]
-                if not factor.indices:
-                    if value.const is not None:
-                        coefficient = _weak(coefficient * value.const)
-                    else:
-                        scalars.append(value)
-                else:
-                    operands.append((value, list(factor.indices)))
-                    sequence.append(operands[-1][1])
-            elif isinstance(factor, ir.Delta):
-                deltas.append([factor.first, factor.second])
-                sequence.append(deltas[-1])
-            else:
-                value = self.lower(factor, bound, frozenset())
-                if value.const is not None:
-                    coefficient = _weak(coefficient * value.const)
-                elif not value.labels:
-                    scalars.append(value)
-                else:
-                    operands.append((value, list(value.labels)))
-                    sequence.append(operands[-1][1])
-        output, summed = product_output(sequence, bound, reduce, preferred)
-        classes = self.eliminate_deltas(operands, deltas, summed, output)
-        if coefficient == 0:
-            # 0 times anything finite; keep the shape and dtype by scaling (inf/nan propagate like numpy)
-            pass
-        return self.contract(operands, output, classes, coefficient, scalars)
+        parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
+                              lambda value: value.const, lambda value: value.labels)
+        output, summed = product_output(parts.sequence, bound, reduce, preferred)
+        classes = self.eliminate_deltas(parts.operands, parts.deltas, summed, output)
+        return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars)
 
     def eliminate_deltas(self, operands: list[tuple[Value, list[str]]], deltas: list[list[str]],
                          summed: Collection[str], output: list[str]) -> dict[str, list[str]]:
@@ -554,7 +523,6 @@ class _Lowering:
             partners = set()
             classes = {}
         inner_output = tuple(label for label in output if label not in partners)
-        scale_args = tuple(s.reg for s in scalars)
         if not operands:
             value = Value(-1, (), (), coefficient)
             if scalars:
@@ -578,7 +546,6 @@ class _Lowering:
         result = self.einsum(operands, inner_output)
         if needs_scale:
             result = self.scale(result, scalars, coefficient, result.labels)
-        del scale_args
         return self.diagonal(result, output, classes)
 
     def scale(self, value: Value | None, scalars: list[Value], coefficient: int | float,

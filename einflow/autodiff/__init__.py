@@ -16,6 +16,7 @@ from einflow.autodiff.cse import hoist_repeated, reuse_forward
 from einflow.autodiff.normal import Fresh, all_index_names, readable, stem_of, tensor_names, to_normal
 from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep
 from einflow.errors import DerivativeError, EinflowError
+from einflow.plan import indices_in
 from einflow.program import Program, compile
 
 __all__ = ["grad", "jacobian", "hessian", "vjp", "value_and_grad"]
@@ -210,6 +211,14 @@ def _tensor_axis_indices(expr: ir.Expr) -> set[str]:
     return {index for node in ir.walk(expr) if isinstance(node, ir.Tensor) for index in node.indices}
 
 
+def _zero_derivative(of: ir.Assign, wrt: str, fresh_axes: tuple[str, ...]) -> ir.Assign:
+    """The derivative of ``of``'s target by ``wrt`` when it does not depend on it: zeros of the right shape."""
+    indices = of.indices or ()
+    refs = [ir.Tensor(wrt, fresh_axes)] if fresh_axes else []
+    assert of.target is not None
+    return ir.Assign(of.target, indices + fresh_axes, ir.product(ir.Num(0), ir.Tensor(of.target, indices), *refs))
+
+
 def _mark_missing_targets(statement: ir.Assign) -> ir.Assign:
     """A target index the right side lost (a constant derivative) is kept by a delta[p,p] (= 1) factor."""
     present = _indices(statement.expr)
@@ -223,8 +232,6 @@ def _mark_missing_targets(statement: ir.Assign) -> ir.Assign:
 
 
 def _indices(expr: ir.Expr) -> set[str]:
-    from einflow.plan import indices_in
-
     return set(indices_in(expr))
 
 
@@ -351,16 +358,11 @@ def jacobian(p: str | Program, wrt: str | Sequence[str], mode: str = "auto") -> 
     forward_targets = [s.target for s in work.statements if s.target]
     outputs = []
     for x in names:
-        results = forward_sweep(work, x, forward_targets, [setup.value])
+        results, fresh_axes = forward_sweep(work, x, forward_targets, [setup.value])
         name = work.tensor_fresh.pick([f"d{setup.value}_d{x}"], f"d_{x}")
-        statement = results.get(setup.value)
-        if statement is None:
-            fresh_axes = work.sizes[-1].names if work.sizes and work.sizes[-1].source == x else ()
-            indices = (work.target(setup.value).indices or ()) + tuple(fresh_axes)  # type: ignore[union-attr]
-            refs = [ir.Tensor(x, tuple(fresh_axes))] if fresh_axes else []
-            value_ref = [ir.Tensor(setup.value, work.target(setup.value).indices or ())]  # type: ignore[union-attr]
-            body = ir.product(ir.Num(0), *value_ref, *refs)
-            statement = ir.Assign(name, indices, body)
+        value = work.target(setup.value)
+        assert value is not None
+        statement = results.get(setup.value) or _zero_derivative(value, x, fresh_axes)
         work.statements.append(ir.Assign(name, statement.indices, statement.expr))
         outputs.append(name)
     return setup.assemble(outputs, as_tuple)
@@ -388,18 +390,12 @@ def hessian(p: str | Program, wrt: str | Sequence[str]) -> Program:
     outputs = []
     for first in names:
         for second in names:
-            results = forward_sweep(work, second, through, [gradients[first]])
+            results, fresh_axes = forward_sweep(work, second, through, [gradients[first]])
             block = f"d2{setup.value}_d{first}2" if first == second else f"d2{setup.value}_d{first}d{second}"
             name = work.tensor_fresh.pick([block], f"d2_{first}_{second}")
-            statement = results.get(gradients[first])
             gradient_statement = work.target(gradients[first])
             assert gradient_statement is not None
-            if statement is None:
-                fresh_axes = work.sizes[-1].names
-                indices = (gradient_statement.indices or ()) + tuple(fresh_axes)
-                body = ir.product(ir.Num(0), ir.Tensor(gradients[first], gradient_statement.indices or ()),
-                                  ir.Tensor(second, tuple(fresh_axes)))
-                statement = ir.Assign(name, indices, body)
+            statement = results.get(gradients[first]) or _zero_derivative(gradient_statement, second, fresh_axes)
             work.statements.append(ir.Assign(name, statement.indices, statement.expr))
             outputs.append(name)
     return setup.assemble(outputs, as_tuple)

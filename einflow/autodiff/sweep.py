@@ -113,11 +113,13 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
     return names
 
 
-def forward_sweep(work: Work, wrt: str, through: list[str], outputs: list[str]) -> dict[str, ir.Assign]:
+def forward_sweep(work: Work, wrt: str, through: list[str],
+                  outputs: list[str]) -> tuple[dict[str, ir.Assign], tuple[str, ...]]:
     """Tangents of ``through`` statements with respect to input ``wrt`` (fresh trailing indices).
 
-    Returns output name -> tangent statement (target indices = the output's + the fresh ones),
-    not yet appended. Simple tangents are inlined where used; others become statements.
+    Returns (output name -> tangent statement, not yet appended, whose target indices are the output's
+    then the fresh ones; the fresh indices). An output missing from the dict does not depend on ``wrt``.
+    Simple tangents are inlined where used; others become statements.
     """
     fresh_axes = work.fresh_indices(wrt)
     tangents: dict[str, tuple[tuple[str, ...], ir.Expr]] = {}
@@ -152,4 +154,4 @@ def forward_sweep(work: Work, wrt: str, through: list[str], outputs: list[str]) 
             tangents[statement.target] = (indices + fresh_axes, ir.Tensor(name, indices + fresh_axes))
         else:
             tangents[statement.target] = (indices + fresh_axes, tangent)
-    return results
+    return results, fresh_axes

@@ -20,7 +20,7 @@ import opt_einsum as oe
 
 from einflow import ir
 from einflow.check import free_indices, top_level_terms
-from einflow.contraction import eliminate_deltas, product_output
+from einflow.contraction import eliminate_deltas, product_output, split_product
 from einflow.errors import EinflowError, ShapeError
 from einflow.numbers import _fold_power, _is_unit, _weak
 
@@ -526,39 +526,11 @@ class _Generator:
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
                       preferred: tuple[str, ...] = ()) -> _Value:
-        coefficient: int | float = 1
-        scalars: list[_Value] = []
-        operands: list[tuple[_Value, list[str]]] = []
-        deltas: list[list[str]] = []
-        sequence: list[list[str]] = []  # every factor's labels in factor order: the order of the free indices
-        for factor in factors:
-            if isinstance(factor, ir.Num):
-                coefficient = _weak(coefficient * _weak(factor.value))
-            elif isinstance(factor, ir.Tensor):
-                value = self.names[factor.name]
-                if not factor.indices:
-                    if value.var is None:
-                        coefficient = _weak(coefficient * value.const)  # type: ignore[operator]
-                    else:
-                        scalars.append(value)
-                else:
-                    operands.append((value, list(factor.indices)))
-                    sequence.append(operands[-1][1])
-            elif isinstance(factor, ir.Delta):
-                deltas.append([factor.first, factor.second])
-                sequence.append(deltas[-1])
-            else:
-                value = self.lower(factor, bound, frozenset())
-                if value.var is None:
-                    coefficient = _weak(coefficient * value.const)  # type: ignore[operator]
-                elif not value.labels:
-                    scalars.append(value)
-                else:
-                    operands.append((value, list(value.labels)))
-                    sequence.append(operands[-1][1])
-        output, summed = product_output(sequence, bound, reduce, preferred)
-        classes = self.eliminate_deltas(operands, deltas, summed, output)
-        return self.contract(operands, output, classes, coefficient, scalars)
+        parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
+                              lambda value: value.const if value.var is None else None, lambda value: value.labels)
+        output, summed = product_output(parts.sequence, bound, reduce, preferred)
+        classes = self.eliminate_deltas(parts.operands, parts.deltas, summed, output)
+        return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars)
 
     def eliminate_deltas(self, operands: list[tuple[_Value, list[str]]], deltas: list[list[str]],
                          summed: Collection[str], output: list[str]) -> dict[str, list[str]]:
