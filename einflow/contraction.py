@@ -89,16 +89,20 @@ def product_output(sequence: list[list[str]] | list[tuple[str, ...]], bound: fro
 
 
 def eliminate_deltas(operands: list[list[str]], deltas: list[list[str]], summed: Collection[str],
-                     output: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+                     output: list[str]) -> tuple[dict[str, list[str]], list[str], list[str]]:
     """Substitute deltas away where an index is summed (renaming ``operands``' labels in place).
 
-    Returns the surviving diagonals (representative -> its members, all kept in the output) and the
-    labels that no operand carries any more, which the caller supplies as vectors of ones:
-    ``sum_j delta[j,l]`` is 1 for every kept ``l``; ``sum_{j,l} delta[j,l]`` counts ``l``'s size.
+    Returns the surviving diagonals (representative -> its members, all kept in the output), the
+    output labels that no operand carries any more, which the caller supplies as vectors of ones
+    (``sum_j delta[j,l]`` is 1 for every kept ``l``), and the summed labels that no operand carries,
+    whose sizes multiply the product (``sum_{j,l} delta[j,l]`` counts ``l``'s size). Counting by
+    multiplication, not by contracting vectors of ones, keeps a count exact in any dtype.
 
     >>> ops = [["j", "m"]]
     >>> eliminate_deltas(ops, [["i", "j"]], {"j"}, ["i", "m"]), ops
-    (({}, []), [['i', 'm']])
+    (({}, [], []), [['i', 'm']])
+    >>> eliminate_deltas([["p"]], [["i", "i"], ["j", "j"]], {"i", "j"}, ["p"])
+    ({}, [], ['i', 'j'])
     """
     classes: dict[str, list[str]] = {}
     survivors: set[str] = set()  # indices a substituted delta leaves behind (still summed or kept)
@@ -127,6 +131,6 @@ def eliminate_deltas(operands: list[list[str]], deltas: list[list[str]], summed:
             group.extend(member for member in members if member not in group)
             rename(second, first)
     partners = {member for rep, members in classes.items() for member in members if member != rep}
-    missing = [label for label in dict.fromkeys([*output, *sorted(survivors)])
-               if label not in partners and not any(label in labels for labels in operands)]
-    return classes, missing
+    uncarried = [label for label in dict.fromkeys([*output, *sorted(survivors)])
+                 if label not in partners and not any(label in labels for labels in operands)]
+    return classes, [label for label in uncarried if label in output], [l for l in uncarried if l not in output]

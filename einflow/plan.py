@@ -491,20 +491,27 @@ class _Lowering:
         parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
                               lambda value: value.const, lambda value: value.labels)
         output, summed = product_output(parts.sequence, bound, reduce, preferred)
-        classes = self.eliminate_deltas(parts.operands, parts.deltas, summed, output)
-        return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars)
+        classes, counted = self.eliminate_deltas(parts.operands, parts.deltas, summed, output)
+        coefficient = _weak(parts.coefficient * math.prod(self.sizes[label] for label in counted))
+        return self.contract(parts.operands, output, classes, coefficient, parts.scalars)
 
     def eliminate_deltas(self, operands: list[tuple[Value, list[str]]], deltas: list[list[str]],
-                         summed: Collection[str], output: list[str]) -> dict[str, list[str]]:
-        """Substitute deltas away where an index is summed; supply ones for labels left uncarried."""
-        classes, missing = eliminate_deltas([labels for _, labels in operands], deltas, summed, output)
-        operands.extend((self.ones(label), [label]) for label in missing)
-        return classes
+                         summed: Collection[str], output: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+        """Substitute deltas away where an index is summed; supply ones for kept labels left uncarried.
 
-    def ones(self, label: str) -> Value:
-        size = self.sizes[label]
+        Returns the diagonals and the summed labels that only count their size (they scale the product).
+        """
+        classes, missing, counted = eliminate_deltas([labels for _, labels in operands], deltas, summed, output)
+        operands.extend((self.ones(label), [label]) for label in missing)
+        if counted and not operands:
+            operands.append((self.ones(None), []))  # a count alone still has the deltas' numeric type
+        return classes, counted
+
+    def ones(self, label: str | None) -> Value:
+        shape = () if label is None else (self.sizes[label],)
         backend = self.backend
-        value = self.emit(("ones", size), lambda: backend.ones((size,), dtype=bool), (), (label,), (size,))
+        value = self.emit(("ones", shape), lambda: backend.ones(shape, dtype=bool), (), (label,) if label else (),
+                          shape)
         self.synthetic.add(value.reg)
         return value
 

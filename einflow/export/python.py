@@ -529,23 +529,31 @@ class _Generator:
         parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
                               lambda value: value.const if value.var is None else None, lambda value: value.labels)
         output, summed = product_output(parts.sequence, bound, reduce, preferred)
-        classes = self.eliminate_deltas(parts.operands, parts.deltas, summed, output)
+        classes = self.eliminate_deltas(parts.operands, parts.deltas, summed, output, parts.scalars)
         return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars)
 
     def eliminate_deltas(self, operands: list[tuple[_Value, list[str]]], deltas: list[list[str]],
-                         summed: Collection[str], output: list[str]) -> dict[str, list[str]]:
-        """Substitute deltas where an index is summed (as einflow.plan does); ones for uncarried labels."""
-        classes, missing = eliminate_deltas([labels for _, labels in operands], deltas, summed, output)
+                         summed: Collection[str], output: list[str], scalars: list[_Value]) -> dict[str, list[str]]:
+        """Substitute deltas where an index is summed (as einflow.plan does); ones for uncarried kept labels,
+        the size itself (a scalar factor) for uncarried summed ones."""
+        classes, missing, counted = eliminate_deltas([labels for _, labels in operands], deltas, summed, output)
         operands.extend((self.ones(label), [label]) for label in missing)
+        if counted and not operands:
+            operands.append((self.ones(None), []))  # a count alone still has the deltas' numeric type
+        for label in counted:
+            count = _Value(self.emit(["(", *self.size(label), ")"], f"delta: the size of {label}"), ())
+            self.synthetic.add(id(count))
+            scalars.append(count)
         return classes
 
-    def ones(self, label: str) -> _Value:
+    def ones(self, label: str | None) -> _Value:
         key = ("ones", label, self.statement.number)
         found = self.memo.get(key)
         if found is None:
-            var = self.emit([f"{self.alias['np']}.ones((", *self.size(label), f",), dtype={self.alias['np']}.bool_)"],
-                            f"delta: ones over {label}")
-            found = self.memo[key] = _Value(var, (label,))
+            shape = ["()"] if label is None else ["(", *self.size(label), ",)"]
+            var = self.emit([f"{self.alias['np']}.ones(", *shape, f", dtype={self.alias['np']}.bool_)"],
+                            f"delta: ones over {label}" if label else "delta: a count")
+            found = self.memo[key] = _Value(var, (label,) if label else ())
             self.synthetic.add(id(found))
         return found
 
@@ -563,11 +571,14 @@ class _Generator:
             if not _is_unit(coefficient):
                 parts.append(" * " + self._factor(coefficient))
             return _Value(self.emit(parts, "scalar product"), ())
-        if not scalars and all(id(value) in self.synthetic for value, _ in operands):
+        if all(id(value) in self.synthetic for value, _ in [*operands, *((s, ()) for s in scalars)]):
             # deltas alone are booleans: scaling one of them first (even by the int 1) makes the product count
             value, labels = operands[0]
             scale = self.helper("delta_scale")
-            scaled = self.emit([f"{scale}(", value.var, ", " + self.number(coefficient),  # type: ignore[list-item]
+            counts: list[Part] = []
+            for count in scalars:
+                counts.extend([" * ", count.var])  # type: ignore[list-item]
+            scaled = self.emit([f"{scale}(", value.var, ", " + self.number(coefficient), *counts,  # type: ignore[list-item]
                                 *[", " + var for var in self.input_vars], ")"],
                                "deltas alone: numbers of the inputs' floating type")
             operands[0] = (_Value(scaled, value.labels), labels)
