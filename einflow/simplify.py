@@ -301,9 +301,6 @@ def _common_factors(terms: list[ir.Expr]) -> tuple[list[ir.Expr], list[ir.Expr]]
             else:
                 rest.append(f)
         remainders.append(ir.product(*rest) if rest else ir.Num(1))
-    index_sets = {indices_in(r) - frozenset(bound_inside(r)) for r in remainders}
-    if len(index_sets) != 1:
-        return None
     shared = []
     for f in lists[0]:
         key = alpha_key(f)

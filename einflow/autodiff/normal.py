@@ -110,21 +110,28 @@ def _to_normal(expr: ir.Expr, bound: frozenset[str], fresh: Fresh) -> ir.Expr:
         return ir.Power(_to_normal(expr.base, bound, fresh), expr.exponent)
     if isinstance(expr, ir.Reduce):
         mapping = {index: fresh.index(index) for index in expr.indices}
-        body = _rename_free(expr.body, mapping, bound)
+        body = _rename_free(expr.body, mapping, bound | frozenset(expr.indices))
         inner = bound | frozenset(mapping.values())
         return ir.Reduce(tuple(mapping.values()), _to_normal(body, inner, fresh))
     raise TypeError(expr)
 
 
 def _rename_free(expr: ir.Expr, mapping: dict[str, str], bound: frozenset[str]) -> ir.Expr:
-    """Rename the occurrences of ``mapping``'s indices that are free in ``expr`` (not rebound inside)."""
+    """Rename the occurrences of ``mapping``'s indices that are free in ``expr`` (``bound``: bound around it).
+
+    An index that a nested scope contracts on its own (``exp(x[k] x[k])`` inside ``x[k] y[k] exp(...)``)
+    or that a ``sum[...]`` rebinds is that scope's own index and keeps its name.
+    """
     if not mapping:
         return expr
-    if isinstance(expr, ir.Reduce):
-        inner = {k: v for k, v in mapping.items() if k not in expr.indices}
-        return ir.Reduce(expr.indices, _rename_free(expr.body, inner, bound | frozenset(expr.indices)))
+    free = set(free_indices(expr, bound))
+    mapping = {old: new for old, new in mapping.items() if old in free}
+    if not mapping:
+        return expr
     if isinstance(expr, (ir.Tensor, ir.Delta, ir.Num)):
         return rename(expr, mapping)
+    if isinstance(expr, ir.Reduce):
+        return ir.Reduce(expr.indices, _rename_free(expr.body, mapping, bound | frozenset(expr.indices)))
     return ir.with_children(expr, tuple(_rename_free(c, mapping, bound) for c in ir.children(expr)))
 
 
@@ -159,7 +166,7 @@ def normal_statement(statement: ir.Assign, fresh: Fresh, target: str) -> ir.Assi
     bound = frozenset(mapping.values())
     terms = []
     for term in top_level_terms(expr) if statement.indices is not None else (expr,):
-        term = _rename_free(term, mapping, frozenset())
+        term = _rename_free(term, mapping, frozenset(indices))
         term = _to_normal(term, bound, fresh)
         extra = [i for i in free_indices(term, bound) if i not in bound]
         if extra:
@@ -223,6 +230,10 @@ def _contracts_if_unbound(expr: ir.Expr, index: str) -> bool:
     return False
 
 
+def _factors_of(expr: ir.Expr) -> tuple[ir.Expr, ...]:
+    return expr.factors if isinstance(expr, ir.Product) else (expr,)
+
+
 def _occurrences(factors: tuple[ir.Expr, ...], index: str) -> int:
     count = 0
     for factor in factors:
@@ -253,7 +264,14 @@ def _implicit(expr: ir.Expr, top_level: bool) -> ir.Expr:
             rebinding = any(_contracts_if_unbound(f, index) for f in factors
                             if not isinstance(f, (ir.Tensor, ir.Delta, ir.Num)))
             count = _occurrences(factors, index)
-            if rebinding or not (count >= 2 or (top_level and count == 1)):
+            if isinstance(body, ir.Sum) and top_level:
+                # the terms become top-level terms, each reduced on its own: a term without the index
+                # would lose its factor of the index's size
+                implicit = all(_occurrences(_factors_of(term), index) == 1 and not _contracts_if_unbound(term, index)
+                               for term in body.terms)
+            else:
+                implicit = count >= 2 or (top_level and count == 1)
+            if rebinding or not implicit:
                 keep.append(index)
         if keep:
             return ir.Reduce(tuple(keep), body)
