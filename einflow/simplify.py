@@ -17,6 +17,7 @@ import numpy as np
 
 from einflow import ir
 from einflow.autodiff.normal import rename, rename_apart
+from einflow.autodiff.sizes import active
 from einflow.functions import FUNCTION_RULES
 from einflow.plan import indices_in
 
@@ -80,19 +81,35 @@ def canonical_key(expr: ir.Expr, rename_free: bool = True) -> tuple[ir.Expr, lis
     free: list[str] = []
     for index in _first_occurrence(ordered):
         if index in dummies:
-            mapping[index] = f"#d{len(mapping)}"
+            mapping[index] = f"#d{len(mapping)}{_size_tag(index)}"
         else:
             free.append(index)
     if rename_free:
         for position, index in enumerate(free):
-            mapping[index] = f"#f{position}"
+            mapping[index] = f"#f{position}{_size_tag(index)}"
     return rename(ordered, mapping), free
 
 
+def _size_tag(index: str) -> str:
+    """The size class of ``index`` in the derivation in progress: renaming keeps sizes apart."""
+    sizes = active()
+    return "" if sizes is None else "@" + sizes.key(index)
+
+
 @functools.lru_cache(maxsize=8192)
-def alpha_key(expr: ir.Expr) -> ir.Expr:
-    """Equal for expressions that differ only in the names of indices summed inside them."""
+def _alpha_key(expr: ir.Expr) -> ir.Expr:
     return canonical_key(expr, rename_free=False)[0]
+
+
+def alpha_key(expr: ir.Expr) -> ir.Expr:
+    """Equal for expressions that differ only in the names of indices summed inside them (of equal sizes)."""
+    sizes = active()
+    if sizes is None:
+        return _alpha_key(expr)
+    found = sizes.cache.get(expr)
+    if found is None:
+        found = sizes.cache[expr] = canonical_key(expr, rename_free=False)[0]
+    return found  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------- the rewrite rules

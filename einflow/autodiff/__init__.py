@@ -9,17 +9,33 @@ d2f_dx2[p,q] = A[p,q] + A[q,p]
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from einflow import ir
 from einflow.autodiff.cse import hoist_repeated, reuse_forward
 from einflow.autodiff.normal import Fresh, all_index_names, readable, stem_of, tensor_names, to_normal
+from einflow.autodiff.sizes import IndexSizes, activated, active
 from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep
 from einflow.errors import DerivativeError, EinflowError
 from einflow.plan import indices_in
 from einflow.program import Program, compile
 
 __all__ = ["grad", "jacobian", "hessian", "vjp", "value_and_grad"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _deriving(function: _F) -> _F:
+    """Run a derivation with its own index-size registry (consulted by renaming and simplification)."""
+
+    @functools.wraps(function)
+    def derive(*args, **kwargs):  # type: ignore[no-untyped-def]
+        with activated(IndexSizes()):
+            return function(*args, **kwargs)
+
+    return derive  # type: ignore[return-value]
 
 
 def _program(p: str | Program) -> Program:
@@ -59,8 +75,13 @@ class _Setup:
         self.value = statement.target or self.tensor_names.pick(["f", "L", "y"], "f")
         self.bare_position = last if statement.target is None else None
         names = {last: self.value}
+        sizes = active()
+        assert sizes is not None, "derivations run under @_deriving"
+        self.sizes = sizes
+        self.sizes.add_program(program.ir.statements, names)
         # fresh indices avoid tensor names too, so a printed program never reads `v[v]`
-        fresh = Fresh(all_index_names(program.ir) | set(program.inputs) | set(program.info.targets) | {self.value})
+        fresh = Fresh(all_index_names(program.ir) | set(program.inputs) | set(program.info.targets) | {self.value},
+                      self.sizes)
         normal = to_normal(program.ir, fresh, names)
         ranks = dict(program.info.ranks)
         ranks[self.value] = len(normal[-1].indices or ())
@@ -80,12 +101,17 @@ class _Setup:
         derived = reuse_forward(forward, work.statements[self.forward_count:])
         # repeated sub-expressions (across the forward statements too) get one statement each
         combined = hoist_repeated(forward + derived, work.fresh, work.tensor_fresh, work.ranks)
+        targets = {s.target for s in combined}
         needed = set(outputs)
         kept: list[ir.Assign] = []
         for statement in reversed(combined):
             if statement.target in needed:
                 kept.append(statement)
                 needed |= tensor_names(statement.expr)
+                for index in _unsized(statement, set(work.size_of)):
+                    source = self._size_source(index, targets)
+                    if isinstance(source, tuple):
+                        needed.add(source[0])  # a size read from a tensor the program must then compute
                 # a size declaration a statement relies on reads its tensor too
                 mentioned = set(statement.indices or ()) | _indices(statement.expr)
                 needed |= {size.source for size in work.sizes if set(size.names) & mentioned}  # type: ignore[misc]
@@ -96,7 +122,6 @@ class _Setup:
         original = {s.target if s.target is not None else self.value: s
                     for s in self.program.ir.statements if isinstance(s, ir.Assign)}
         unchanged = {s.target for s in forward if s in kept}
-        origins = _axis_origins(forward, self.user_sizes)
         declared = set(self.declared) | set(work.size_of)
         pending_sizes = [s for s in self.program.ir.statements if isinstance(s, ir.SizeDecl)]
         positions = {s.target if s.target is not None else self.value: k
@@ -129,7 +154,7 @@ class _Setup:
                 if set(size.names) & (set(pretty.indices or ()) | _indices(pretty.expr)):
                     body.append(size)
                     emitted_sizes.update(size.names)
-            body.extend(self._size_unsized(pretty, mapping, origins, declared))
+            body.extend(self._size_unsized(pretty, mapping, declared, targets))
             body.append(pretty)
         if returns_tuple:
             body.append(ir.Return(tuple(outputs)))
@@ -140,70 +165,41 @@ class _Setup:
         except EinflowError as error:  # pragma: no cover - a bug in einflow, not the user's
             raise EinflowError(f"internal error: derivative program does not check:\n{text}\n{error}") from error
 
-    def _size_unsized(self, statement: ir.Assign, mapping: dict[str, str], origins: dict[str, tuple[str | int, int]],
-                      declared: set[str]) -> list[ir.SizeDecl]:
-        """Size declarations for indices no tensor in ``statement`` gives a size to (traced to an axis)."""
-        sized = set(declared) | _tensor_axis_indices(statement.expr)
+    def _size_source(self, index: str, targets: set[str | None]) -> tuple[str, int] | int | None:
+        """Where a printed program reads ``index``'s size: an input's axis, else a literal, else a target's axis."""
+        sources = self.sizes.sources(index)
+        ranked = sorted(sources, key=lambda s: 0 if isinstance(s, tuple) and s[0] not in targets else
+                        1 if isinstance(s, int) else 2)
+        for source in ranked:
+            if isinstance(source, int) or source[0] in self.work.ranks or source[0] in targets:
+                return source
+        return None
+
+    def _size_unsized(self, statement: ir.Assign, mapping: dict[str, str], declared: set[str],
+                      targets: set[str | None]) -> list[ir.SizeDecl]:
+        """Size declarations for indices no tensor in ``statement`` gives a size to (traced to a source)."""
         inverse = {new: old for old, new in mapping.items()}
         decls = []
-        for index in sorted(set(statement.indices or ()) | _indices(statement.expr)):
-            if index in sized:
-                continue
-            name = inverse.get(index, index)
-            while name not in origins and name in self.work.fresh.parent:
-                name = self.work.fresh.parent[name]
-            if name not in origins:
+        for index in _unsized(statement, declared):
+            source = self._size_source(inverse.get(index, index), targets)
+            if source is None:
                 continue  # a delta partner may still size it; the checker reports it otherwise
-            source, axis = origins[name]
             if isinstance(source, int):
                 declared.add(index)
                 decls.append(ir.SizeDecl((index,), source))
                 continue
-            names = [self.work.fresh.index("z") for _ in range(self.work.ranks[source])]
+            tensor, axis = source
+            names = [self.work.fresh.index("z") for _ in range(self.work.ranks[tensor])]
             names[axis] = index
             declared.update(names)
-            decls.append(ir.SizeDecl(tuple(names), source))
+            decls.append(ir.SizeDecl(tuple(names), tensor))
         return decls
 
 
-def _axis_origins(statements: list[ir.Assign], user_sizes: list[ir.SizeDecl]) -> dict[str, tuple[str | int, int]]:
-    """For each index, where its size comes from: ``(tensor, axis)``, or ``(literal size, -1)``.
-
-    Sources are tensor axes, the user's ``size`` declarations (normal form keeps their names as stems)
-    and delta partners, which have equal sizes.
-    """
-    declared: dict[str, tuple[str | int, int]] = {}
-    for size in user_sizes:
-        for axis, name in enumerate(size.names):
-            declared[name] = (size.source, axis) if isinstance(size.source, str) else (size.source, -1)
-    origins: dict[str, tuple[str | int, int]] = {}
-    partners: list[tuple[str, str]] = []
-    for statement in statements:
-        for index in statement.indices or ():
-            if stem_of(index) in declared:
-                origins.setdefault(index, declared[stem_of(index)])
-        for node in ir.walk(statement.expr):
-            if isinstance(node, ir.Tensor):
-                for axis, index in enumerate(node.indices):
-                    origins.setdefault(index, (node.name, axis))
-            elif isinstance(node, ir.Delta):
-                partners.append((node.first, node.second))
-                for index in (node.first, node.second):
-                    if stem_of(index) in declared:
-                        origins.setdefault(index, declared[stem_of(index)])
-            elif isinstance(node, ir.Reduce):
-                for index in node.indices:
-                    if stem_of(index) in declared:
-                        origins.setdefault(index, declared[stem_of(index)])
-    changed = True
-    while changed:
-        changed = False
-        for first, second in partners:
-            for known, other in ((first, second), (second, first)):
-                if known in origins and other not in origins:
-                    origins[other] = origins[known]
-                    changed = True
-    return origins
+def _unsized(statement: ir.Assign, declared: set[str]) -> list[str]:
+    """The indices of ``statement`` that no tensor in it gives a size to (and no declaration in force)."""
+    sized = declared | _tensor_axis_indices(statement.expr)
+    return sorted(index for index in set(statement.indices or ()) | _indices(statement.expr) if index not in sized)
 
 
 def _tensor_axis_indices(expr: ir.Expr) -> set[str]:
@@ -241,6 +237,7 @@ def _gradient_names(setup: _Setup, wrt: list[str]) -> dict[str, str]:
     return names
 
 
+@_deriving
 def grad(p: str | Program, wrt: str | Sequence[str]) -> Program:
     """The gradient of a scalar program, as a new program (a tuple of gradients when ``wrt`` is a list).
 
@@ -263,6 +260,7 @@ def grad(p: str | Program, wrt: str | Sequence[str]) -> Program:
     return setup.assemble([outputs[x] for x in names], as_tuple)
 
 
+@_deriving
 def value_and_grad(p: str | Program, wrt: str | Sequence[str]) -> Program:
     """One program computing the value and its gradient(s) with shared work; its call returns ``(value, grad)``.
 
@@ -298,6 +296,7 @@ class _ValueAndGrad(Program):
         return value, (tuple(gradients) if self.gradients_as_tuple else gradients[0])
 
 
+@_deriving
 def vjp(p: str | Program, wrt: str | Sequence[str], cotangent: str = "G") -> Program:
     """The cotangent ``cotangent`` (a new input with the value's shape) pulled back to ``wrt``.
 
@@ -325,6 +324,7 @@ def vjp(p: str | Program, wrt: str | Sequence[str], cotangent: str = "G") -> Pro
     return setup.assemble([outputs[x] for x in names], as_tuple)
 
 
+@_deriving
 def jacobian(p: str | Program, wrt: str | Sequence[str], mode: str = "auto") -> Program:
     """The full derivative: shape = value's shape + ``wrt``'s shape (a tuple for a list of ``wrt``).
 
@@ -368,6 +368,7 @@ def jacobian(p: str | Program, wrt: str | Sequence[str], mode: str = "auto") -> 
     return setup.assemble(outputs, as_tuple)
 
 
+@_deriving
 def hessian(p: str | Program, wrt: str | Sequence[str]) -> Program:
     """Second derivatives of a scalar program: shape = ``wrt``'s shape twice (blocks for a list of ``wrt``).
 

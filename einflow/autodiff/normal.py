@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from einflow import ir
+from einflow.autodiff.sizes import IndexSizes, active
 from einflow.check import free_indices, product_operands, top_level_terms
 from einflow.plan import indices_in
 
@@ -27,10 +28,12 @@ def stem_of(name: str) -> str:
 class Fresh:
     """Names that collide with nothing in the program (nor with each other)."""
 
-    def __init__(self, taken: Iterable[str] = ()) -> None:
+    def __init__(self, taken: Iterable[str] = (), sizes: IndexSizes | None = None) -> None:
         self.taken = set(taken) | set(ir.RESERVED)
         #: new name -> the name it was made from (to trace an index back to a tensor axis)
         self.parent: dict[str, str] = {}
+        #: where a new index's size is recorded (it is the size of the index it was made from)
+        self.sizes = sizes
 
     def take(self, name: str) -> str:
         self.taken.add(name)
@@ -42,6 +45,8 @@ class Fresh:
         while f"{stem}_{number}" in self.taken:
             number += 1
         self.parent[f"{stem}_{number}"] = base
+        if self.sizes is not None:
+            self.sizes.alias(f"{stem}_{number}", base)
         return self.take(f"{stem}_{number}")
 
     def pick(self, candidates: Iterable[str], fallback: str) -> str:
@@ -76,7 +81,12 @@ def rename_apart(expr: ir.Expr) -> ir.Expr:
     inner = dict.fromkeys(i for node in ir.walk(expr) if isinstance(node, ir.Reduce) for i in node.indices)
     if not inner:
         return expr
-    return rename(expr, {i: f"{stem_of(i)}_r{next(_APART)}" for i in inner})
+    mapping = {i: f"{stem_of(i)}_r{next(_APART)}" for i in inner}
+    sizes = active()
+    if sizes is not None:
+        for old, new in mapping.items():
+            sizes.alias(new, old)
+    return rename(expr, mapping)
 
 
 def tensor_names(expr: ir.Expr) -> set[str]:
@@ -178,14 +188,27 @@ def normal_statement(statement: ir.Assign, fresh: Fresh, target: str) -> ir.Assi
 
 
 def to_normal(program: ir.ProgramIR, fresh: Fresh, names: dict[int, str]) -> list[ir.Assign]:
-    """Normal-form versions of the program's assignments (``names`` gives targets to bare statements)."""
+    """Normal-form versions of the program's assignments (``names`` gives targets to bare statements).
+
+    With ``fresh.sizes`` set, each new index is tied to the user's name in its own statement (the
+    same name in another statement may have another size).
+    """
+    sizes, fresh.sizes = fresh.sizes, None
     result = []
     for position, statement in enumerate(program.statements):
         if isinstance(statement, ir.Assign):
             target = statement.target if statement.target is not None else names.get(position)
             if target is None:
                 continue
+            before = set(fresh.parent)
             result.append(normal_statement(statement, fresh, target))
+            if sizes is not None:
+                for new in fresh.parent.keys() - before:
+                    origin = new
+                    while origin in fresh.parent:
+                        origin = fresh.parent[origin]
+                    sizes.alias(new, ("user", position, origin))
+    fresh.sizes = sizes
     return result
 
 

@@ -39,6 +39,8 @@ class Work:
             self.sizes.append(ir.SizeDecl(names, tensor))
             for axis, name in enumerate(names):
                 self.size_of[name] = (tensor, axis)
+                if self.fresh.sizes is not None:
+                    self.fresh.sizes.union(name, ("axis", tensor, axis))
         return names
 
     def depends(self, wrt: set[str]) -> set[str]:
