@@ -151,6 +151,9 @@ def _s_product(node: ir.Product, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
             factors.append(factor)
     if coefficient == 0:
         return ir.Num(0)
+    if len(reduces) == 1 and not factors:
+        # c sum[k](e): nothing to contract with; keeping c outside is also what _s_reduce makes of it
+        return _with_coefficient(coefficient, reduces[0])
     if reduces:
         # hoist sums out of the product so the whole thing is one contraction; a summed index that
         # is also used elsewhere in the product (a copied sub-expression) is renamed apart first

@@ -43,7 +43,13 @@ def _program(p: str | Program) -> Program:
 
 
 def _wrt_list(program: Program, wrt: str | Sequence[str], what: str) -> tuple[list[str], bool]:
-    names = [wrt] if isinstance(wrt, str) else list(wrt)
+    if isinstance(wrt, str):
+        names = [wrt]
+    elif isinstance(wrt, (list, tuple)):
+        names = list(wrt)
+    else:
+        raise DerivativeError(f"{what}: wrt= must name an input or list input names, got {wrt!r} "
+                              f"(inputs: {', '.join(program.inputs) or 'none'})")
     if not names:
         raise DerivativeError(f"{what}: wrt= names no tensor")
     for name in names:
