@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from einflow import ir
 from einflow.autodiff.normal import Fresh, rename
-from einflow.simplify import bound_inside, canonical_key
+from einflow.autodiff.simplify import bound_inside, canonical_key
 
 __all__ = ["reuse_forward", "hoist_repeated"]
 

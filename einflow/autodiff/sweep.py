@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from einflow import ir
 from einflow.autodiff.normal import Fresh, rename, tensor_names
 from einflow.autodiff.rules import derivative, input_leaf
-from einflow.simplify import bound_inside, simplify
+from einflow.autodiff.simplify import bound_inside, simplify
 
 __all__ = ["Work", "reverse_sweep", "forward_sweep"]
 
