@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from einflow import ir
+from einflow.autodiff.canonical import bound_inside, canonical_key
 from einflow.autodiff.normal import Fresh, rename
-from einflow.autodiff.simplify import bound_inside, canonical_key
 
 __all__ = ["reuse_forward", "hoist_repeated"]
 

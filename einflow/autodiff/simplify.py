@@ -1,27 +1,96 @@
 """Simplification of bound-normal-form expressions: what a careful person would write.
 
-Rules (each preserves meaning because every index in normal form is bound and uniquely named):
-delta elimination by substitution, constant folding, zero/one elimination, flattening, equal
-factors merged into powers, like terms merged after canonical renaming of dummy indices, common
-factors pulled out of a sum (never distributing unless that removes a delta), canonical factor order.
+Every index in normal form is bound and uniquely named, so each rule below preserves meaning. The
+rules are rows: a name and a before -> after example (``RULES``; ``tests/test_simplify.py`` checks
+every row, numerically and by the rule firing). Per node type they run in the order listed, bottom
+up, until nothing changes.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import math
+import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 import numpy as np
 
 from einflow import ir
+from einflow.autodiff.canonical import alpha_key, bound_inside, canonical_key, shape_key
 from einflow.autodiff.normal import rename, rename_apart
-from einflow.autodiff.sizes import active
 from einflow.functions import FUNCTION_RULES
 from einflow.plan import indices_in
 
-__all__ = ["simplify", "canonical_key", "bound_inside", "is_zero"]
+__all__ = ["Rule", "RULES", "SimplifierLimitWarning", "simplify", "fired_rules", "is_zero", "canonical_key",
+           "bound_inside"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rewrite: where it applies, its name, and an example in normal form (before -> after)."""
+
+    node: str
+    name: str
+    before: str
+    after: str
+
+
+#: every rewrite of the simplifier, in the order it is tried on its kind of node
+RULES: tuple[Rule, ...] = (
+    Rule("product", "flatten", "x[p] (y[p] z[p])^1", "x[p] y[p] z[p]"),
+    Rule("product", "fold numbers", "2 x[p] * 3", "6 x[p]"),
+    Rule("product", "zero", "0 x[p] y[p]", "0"),
+    Rule("product", "scaled sum stays", "2 sum[k](A[p,k] + y[p])", "2 sum[k](A[p,k] + y[p])"),
+    Rule("product", "hoist sums", "x[p] sum[k](A[p,k] y[k])", "sum[k](A[p,k] x[p] y[k])"),
+    Rule("product", "unit delta", "delta[p,p] x[p]", "x[p]"),
+    Rule("product", "idempotent delta", "delta[p,q] delta[p,q] A[p,q]", "delta[p,q] A[p,q]"),
+    Rule("product", "powers", "x[p] x[p] x[p]^-0.5", "x[p]^1.5"),
+    Rule("product", "sigmoid", "exp(x[p]) (1 + exp(x[p]))^-1", "sigmoid(x[p])"),
+    Rule("product", "order", "y[p] * 2 delta[p,q]", "2 delta[p,q] y[p]"),
+    Rule("sum", "flatten", "x[p] + (y[p] + z[p])^1", "x[p] + y[p] + z[p]"),
+    Rule("sum", "like terms", "x[p] + 2 x[p] - y[p]", "3 x[p] - y[p]"),
+    Rule("sum", "fold constants", "1 + x[p] + 2", "3 + x[p]"),
+    Rule("reduce", "merge", "sum[k](sum[j](A[k,j]))", "sum[k,j](A[k,j])"),
+    Rule("reduce", "zero", "sum[k](0 A[p,k])", "0"),
+    Rule("reduce", "distribute for a delta", "sum[u](A[p,u] (delta[u,q] + B[u,q]))",
+         "A[p,q] + sum[u](A[p,u] B[u,q])"),
+    Rule("reduce", "scale outside", "sum[k](2 (A[p,k] + y[p]))", "2 sum[k](A[p,k] + y[p])"),
+    Rule("reduce", "split terms", "sum[k](A[p,k] + B[k,p])", "sum[k](A[p,k]) + sum[k](B[k,p])"),
+    Rule("reduce", "common factors", "sum[k](x[k] y[p] + x[k] z[p])", "sum[k](x[k] (y[p] + z[p]))"),
+    Rule("reduce", "delta", "sum[u](delta[u,p] x[u])", "x[p]"),
+    Rule("reduce", "count", "sum[q,u](2 delta[q,u] y[p])", "2 sum[u](delta[u,u] y[p])"),
+    Rule("call", "fold numbers", "exp(0) x[p]", "x[p]"),
+    Rule("power", "one", "(x[p] y[p])^1", "x[p] y[p]"),
+    Rule("power", "fold numbers", "2^3 x[p]", "8 x[p]"),
+    Rule("power", "power of power", "(x[p]^2)^3", "x[p]^6"),
+)
+
+
+class SimplifierLimitWarning(UserWarning):
+    """The simplifier stopped at its pass limit before reaching a fixed point (the result is still correct)."""
+
+
+_PASSES = 8
+_FIRED: ContextVar[set[str] | None] = ContextVar("einflow_fired_rules", default=None)
+
+
+def _fire(node: str, name: str) -> None:
+    fired = _FIRED.get()
+    if fired is not None:
+        fired.add(f"{node}: {name}")
+
+
+@contextlib.contextmanager
+def fired_rules() -> Iterator[set[str]]:
+    """Collect the ``"node: name"`` of every rule that changes something while the block runs."""
+    token = _FIRED.set(set())
+    try:
+        yield _FIRED.get()  # type: ignore[misc]
+    finally:
+        _FIRED.reset(token)
 
 
 def is_zero(expr: ir.Expr) -> bool:
@@ -34,85 +103,6 @@ def _fold_number(value: float | int) -> ir.Num:
     if isinstance(value, int) and not -(2**63) <= value < 2**63:
         value = float(value)
     return ir.Num(value)
-
-
-def bound_inside(expr: ir.Expr) -> list[str]:
-    """Indices bound by sum[...] somewhere inside ``expr``, in order of appearance."""
-    found: dict[str, None] = {}
-    for node in ir.walk(expr):
-        if isinstance(node, ir.Reduce):
-            found.update(dict.fromkeys(node.indices))
-    return list(found)
-
-
-_KIND = {ir.Num: 0, ir.Delta: 1, ir.Tensor: 2, ir.Power: 3, ir.Call: 4, ir.Sum: 5, ir.Reduce: 6, ir.Product: 7}
-
-
-def _shape_key(expr: ir.Expr) -> tuple[int, str]:
-    """Sort key ignoring index names (so alpha-equivalent products sort alike)."""
-    anonymous = rename(expr, {i: "_" for i in indices_in(expr)})
-    return _KIND[type(expr)], ir.format_expr(anonymous)
-
-
-def _sorted(expr: ir.Expr) -> ir.Expr:
-    if isinstance(expr, ir.Product):
-        return ir.Product(tuple(sorted((_sorted(f) for f in expr.factors), key=_shape_key)))
-    return ir.with_children(expr, tuple(_sorted(c) for c in ir.children(expr)))
-
-
-def _first_occurrence(expr: ir.Expr) -> list[str]:
-    order: dict[str, None] = {}
-    for node in ir.walk(expr):
-        if isinstance(node, ir.Tensor):
-            order.update(dict.fromkeys(node.indices))
-        elif isinstance(node, ir.Delta):
-            order.update(dict.fromkeys((node.first, node.second)))
-    return list(order)
-
-
-def canonical_key(expr: ir.Expr, rename_free: bool = True) -> tuple[ir.Expr, list[str]]:
-    """(key, free indices in first-occurrence order): equal keys mean alpha-equivalent expressions.
-
-    With ``rename_free=False`` free indices keep their names (equal keys then mean equal values).
-    """
-    ordered = _sorted(expr)
-    dummies = set(bound_inside(ordered))
-    mapping: dict[str, str] = {}
-    free: list[str] = []
-    for index in _first_occurrence(ordered):
-        if index in dummies:
-            mapping[index] = f"#d{len(mapping)}{_size_tag(index)}"
-        else:
-            free.append(index)
-    if rename_free:
-        for position, index in enumerate(free):
-            mapping[index] = f"#f{position}{_size_tag(index)}"
-    return rename(ordered, mapping), free
-
-
-def _size_tag(index: str) -> str:
-    """The size class of ``index`` in the derivation in progress: renaming keeps sizes apart."""
-    sizes = active()
-    return "" if sizes is None else "@" + sizes.key(index)
-
-
-@functools.lru_cache(maxsize=8192)
-def _alpha_key(expr: ir.Expr) -> ir.Expr:
-    return canonical_key(expr, rename_free=False)[0]
-
-
-def alpha_key(expr: ir.Expr) -> ir.Expr:
-    """Equal for expressions that differ only in the names of indices summed inside them (of equal sizes)."""
-    sizes = active()
-    if sizes is None:
-        return _alpha_key(expr)
-    found = sizes.cache.get(expr)
-    if found is None:
-        found = sizes.cache[expr] = canonical_key(expr, rename_free=False)[0]
-    return found  # type: ignore[return-value]
-
-
-# ---------------------------------------------------------------- the rewrite rules
 
 
 def _split_coefficient(expr: ir.Expr) -> tuple[int | float, ir.Expr | None]:
@@ -134,61 +124,112 @@ def _with_coefficient(coefficient: int | float, rest: ir.Expr | None) -> ir.Expr
     return ir.product(_fold_number(coefficient), rest)
 
 
-def _s_product(node: ir.Product, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
+def _factors_of(expr: ir.Expr) -> list[ir.Expr]:
+    return list(expr.factors) if isinstance(expr, ir.Product) else [expr]
+
+
+def _terms_of(expr: ir.Expr) -> list[ir.Expr]:
+    return list(expr.terms) if isinstance(expr, ir.Sum) else [expr]
+
+
+def _as_power(factor: ir.Expr) -> tuple[ir.Expr, int | float]:
+    return (factor.base, factor.exponent) if isinstance(factor, ir.Power) else (factor, 1)
+
+
+Simplify = Callable[[ir.Expr], ir.Expr]
+
+
+# ---------------------------------------------------------------- products
+
+
+def _s_product(node: ir.Product, s: Simplify) -> ir.Expr:
     coefficient: int | float = 1
+    numbers = 0
     factors: list[ir.Expr] = []
     reduces: list[ir.Reduce] = []
     pending = list(node.factors)
     while pending:
         factor = s(pending.pop(0))
         if isinstance(factor, ir.Product):
+            _fire("product", "flatten")
             pending[:0] = list(factor.factors)
         elif isinstance(factor, ir.Num):
+            numbers += 1
+            if numbers == 2:
+                _fire("product", "fold numbers")
             coefficient = coefficient * factor.value
         elif isinstance(factor, ir.Reduce):
             reduces.append(factor)
         else:
             factors.append(factor)
     if coefficient == 0:
+        _fire("product", "zero")
         return ir.Num(0)
     if len(reduces) == 1 and not factors:
-        # c sum[k](e): nothing to contract with; keeping c outside is also what _s_reduce makes of it
+        # nothing to contract the sum with; keeping c outside is also what "scale outside" makes of it
+        _fire("product", "scaled sum stays")
         return _with_coefficient(coefficient, reduces[0])
     if reduces:
-        # hoist sums out of the product so the whole thing is one contraction; a summed index that
-        # is also used elsewhere in the product (a copied sub-expression) is renamed apart first
-        indices: list[str] = []
-        for position, reduce in enumerate(reduces):
-            elsewhere = set().union(*(indices_in(f) for f in factors), *(indices_in(r) for r in reduces[position + 1:]))
-            elsewhere |= set(indices)
-            if elsewhere & set(reduce.indices):
-                reduce = rename_apart(reduce)  # type: ignore[assignment]
-            indices.extend(reduce.indices)
-            factors.append(reduce.body)
-        return s(ir.Reduce(tuple(indices), ir.product(_fold_number(coefficient), *factors)))
-    # a delta with equal indices is 1 where its index occurs elsewhere (it only marks a size otherwise)
+        return s(_hoist_sums(coefficient, factors, reduces))
+    factors = _unit_deltas(factors)
+    factors = _powers(factors, s)
+    factors = _sigmoid(factors)
+    ordered = sorted(factors, key=shape_key)
+    if ordered != factors:
+        _fire("product", "order")
+    if not ordered:
+        return _fold_number(coefficient)
+    return _with_coefficient(coefficient, ir.product(*ordered))
+
+
+def _hoist_sums(coefficient: int | float, factors: list[ir.Expr], reduces: list[ir.Reduce]) -> ir.Expr:
+    """``x[p] sum[k](A[p,k] y[k])`` -> ``sum[k](x[p] A[p,k] y[k])``: the whole product is one contraction.
+
+    A summed index also used elsewhere in the product (a copied sub-expression) is renamed apart first.
+    """
+    _fire("product", "hoist sums")
+    indices: list[str] = []
+    factors = list(factors)
+    for position, reduce in enumerate(reduces):
+        elsewhere = set().union(*(indices_in(f) for f in factors), *(indices_in(r) for r in reduces[position + 1:]))
+        elsewhere |= set(indices)
+        if elsewhere & set(reduce.indices):
+            reduce = rename_apart(reduce)  # type: ignore[assignment]
+        indices.extend(reduce.indices)
+        factors.append(reduce.body)
+    return ir.Reduce(tuple(indices), ir.product(_fold_number(coefficient), *factors))
+
+
+def _unit_deltas(factors: list[ir.Expr]) -> list[ir.Expr]:
+    """``delta[p,p]`` is 1 where ``p`` occurs elsewhere (alone it counts ``p``'s size); delta delta = delta."""
     kept: list[ir.Expr] = []
     for position, factor in enumerate(factors):
         if isinstance(factor, ir.Delta):
             if factor.first == factor.second:
                 others = factors[:position] + factors[position + 1:]
                 if any(factor.first in indices_in(o) for o in others):
+                    _fire("product", "unit delta")
                     continue
             if factor in kept:
-                continue  # delta * delta = delta
+                _fire("product", "idempotent delta")
+                continue
         kept.append(factor)
-    factors = kept
-    # equal factors (all indices bound) merge into powers
+    return kept
+
+
+def _powers(factors: list[ir.Expr], s: Simplify) -> list[ir.Expr]:
+    """Equal factors (equal up to their summed indices' names) merge into one power."""
     merged: dict[ir.Expr, int | float] = {}
     order: list[ir.Expr] = []
     representative: dict[ir.Expr, ir.Expr] = {}
     for factor in factors:
-        base, exponent = (factor.base, factor.exponent) if isinstance(factor, ir.Power) else (factor, 1)
+        base, exponent = _as_power(factor)
         if isinstance(base, ir.Delta):
             order.append(factor)
             continue
         key = alpha_key(base)
         if key in merged:
+            _fire("product", "powers")
             merged[key] = merged[key] + exponent
         else:
             merged[key] = exponent
@@ -204,14 +245,7 @@ def _s_product(node: ir.Product, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
         if exponent == 0:
             continue
         rebuilt.append(base if exponent == 1 else s(ir.Power(base, exponent)))
-    factors = sorted(_logistic(rebuilt), key=_shape_key)
-    if not factors:
-        return _fold_number(coefficient)
-    return _with_coefficient(coefficient, ir.product(*factors))
-
-
-def _as_power(factor: ir.Expr) -> tuple[ir.Expr, int | float]:
-    return (factor.base, factor.exponent) if isinstance(factor, ir.Power) else (factor, 1)
+    return rebuilt
 
 
 def _one_plus_exp(expr: ir.Expr) -> ir.Expr | None:
@@ -223,7 +257,7 @@ def _one_plus_exp(expr: ir.Expr) -> ir.Expr | None:
     return None
 
 
-def _logistic(factors: list[ir.Expr]) -> list[ir.Expr]:
+def _sigmoid(factors: list[ir.Expr]) -> list[ir.Expr]:
     """``exp(u)^a (1 + exp(u))^-a`` is ``sigmoid(u)^a`` (the derivative of softplus, written as such)."""
     result = list(factors)
     for position, factor in enumerate(result):
@@ -235,36 +269,43 @@ def _logistic(factors: list[ir.Expr]) -> list[ir.Expr]:
             other_base, other_exponent = _as_power(other)
             inner = _one_plus_exp(other_base)
             if inner is not None and other_exponent == -exponent and alpha_key(inner) == key:
+                _fire("product", "sigmoid")
                 sigmoid = ir.Call("sigmoid", base.arg)
                 result[position] = sigmoid if exponent == 1 else ir.Power(sigmoid, exponent)
                 del result[other_position]
-                return _logistic(result)
+                return _sigmoid(result)
     return result
 
 
-def _terms_of(expr: ir.Expr) -> list[ir.Expr]:
-    return list(expr.terms) if isinstance(expr, ir.Sum) else [expr]
+# ---------------------------------------------------------------- sums
 
 
-def _s_sum(node: ir.Sum, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
+def _s_sum(node: ir.Sum, s: Simplify) -> ir.Expr:
     terms: list[ir.Expr] = []
     for term in node.terms:
         term = s(term)
+        if isinstance(term, ir.Sum):
+            _fire("sum", "flatten")
         terms.extend(_terms_of(term))
     constant: int | float = 0
+    constants = 0
     merged: dict[ir.Expr, list] = {}
     order: list[ir.Expr] = []
     for term in terms:
         coefficient, rest = _split_coefficient(term)
         if rest is None:
             constant = constant + coefficient
+            constants += 1
             continue
         key, _ = canonical_key(rest, rename_free=False)
         if key in merged:
+            _fire("sum", "like terms")
             merged[key][0] = merged[key][0] + coefficient
         else:
             merged[key] = [coefficient, rest]
             order.append(key)
+    if constants > 1:
+        _fire("sum", "fold constants")
     result = [_with_coefficient(merged[k][0], merged[k][1]) for k in order if merged[k][0] != 0]
     if constant != 0 or (not result and isinstance(constant, float)):
         result.insert(0, _fold_number(constant))
@@ -273,8 +314,7 @@ def _s_sum(node: ir.Sum, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
     return result[0] if len(result) == 1 else ir.Sum(tuple(result))
 
 
-def _factors_of(expr: ir.Expr) -> list[ir.Expr]:
-    return list(expr.factors) if isinstance(expr, ir.Product) else [expr]
+# ---------------------------------------------------------------- sum[...]
 
 
 def _has_delta_on(expr: ir.Expr, indices: set[str]) -> bool:
@@ -282,6 +322,7 @@ def _has_delta_on(expr: ir.Expr, indices: set[str]) -> bool:
 
 
 def _eliminate_deltas(indices: list[str], factors: list[ir.Expr]) -> tuple[list[str], list[ir.Expr]]:
+    """``sum[k](delta[k,p] x[k])`` -> ``x[p]``: a delta on a summed index renames it to its partner."""
     changed = True
     while changed:
         changed = False
@@ -294,6 +335,7 @@ def _eliminate_deltas(indices: list[str], factors: list[ir.Expr]) -> tuple[list[
                 old, new = factor.second, factor.first
             else:
                 continue
+            _fire("reduce", "delta")
             rest = factors[:position] + factors[position + 1:]
             factors = [rename(f, {old: new}) for f in rest]
             indices = [i for i in indices if i != old]
@@ -330,43 +372,51 @@ def _common_factors(terms: list[ir.Expr]) -> tuple[list[ir.Expr], list[ir.Expr]]
     return shared, remainders
 
 
-def _s_reduce(node: ir.Reduce, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
+def _s_reduce(node: ir.Reduce, s: Simplify) -> ir.Expr:
     body = s(node.body)
     indices = list(node.indices)
     if isinstance(body, ir.Reduce):
+        _fire("reduce", "merge")
         indices += list(body.indices)
         body = body.body
     if is_zero(body):
+        _fire("reduce", "zero")
         return ir.Num(0)
     factors = _factors_of(body)
     # distribute over a sum factor only when that lets a delta disappear
     for position, factor in enumerate(factors):
         if isinstance(factor, ir.Sum) and any(_has_delta_on(t, set(indices)) for t in factor.terms):
             others = factors[:position] + factors[position + 1:]
-            body = s(ir.Sum(tuple(ir.product(*others, t) for t in factor.terms)))
+            distributed = s(ir.Sum(tuple(ir.product(*others, t) for t in factor.terms)))
+            if distributed != body:
+                _fire("reduce", "distribute for a delta")
+            body = distributed
             factors = _factors_of(body)
             break
     outer, rest = _split_coefficient(body)
     if isinstance(rest, ir.Sum) and outer != 1:
-        # c * (a + b): work on the sum, scale the result
+        _fire("reduce", "scale outside")
         return s(ir.product(_fold_number(outer), _s_reduce(ir.Reduce(tuple(indices), rest), s)))
     if isinstance(body, ir.Sum):
         terms = list(body.terms)
         wanted = set(indices)
-        if any(_has_delta_on(t, wanted) for t in terms) and all(wanted <= indices_in(t) for t in terms):
+        if all(wanted <= indices_in(t) for t in terms) and any(_has_delta_on(t, wanted) for t in terms):
+            _fire("reduce", "split terms")
             return s(ir.Sum(tuple(ir.Reduce(tuple(indices), t) for t in terms)))
         shared = _common_factors(terms)
         if shared is not None:
+            _fire("reduce", "common factors")
             common, remainders = shared
             inner = s(ir.Sum(tuple(remainders)))
             return _finish_reduce(indices, [*common, *_factors_of(inner)], s)
         if all(wanted <= indices_in(t) for t in terms):
+            _fire("reduce", "split terms")
             return s(ir.Sum(tuple(ir.Reduce(tuple(indices), t) for t in terms)))
         return _finish_reduce(indices, [body], s)
     return _finish_reduce(indices, factors, s)
 
 
-def _finish_reduce(indices: list[str], factors: list[ir.Expr], s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
+def _finish_reduce(indices: list[str], factors: list[ir.Expr], s: Simplify) -> ir.Expr:
     indices, factors = _eliminate_deltas(indices, factors)
     coefficient = 1
     rest = []
@@ -379,11 +429,13 @@ def _finish_reduce(indices: list[str], factors: list[ir.Expr], s: Callable[[ir.E
         return ir.Num(0)
     body = s(ir.product(*rest)) if rest else ir.Num(1)
     if not indices:
-        return _with_coefficient(coefficient, None if isinstance(body, ir.Num) and body.value == 1 else body) \
-            if not isinstance(body, ir.Num) else _fold_number(coefficient * body.value)
+        if isinstance(body, ir.Num):
+            return _fold_number(coefficient * body.value)
+        return _with_coefficient(coefficient, None if isinstance(body, ir.Num) and body.value == 1 else body)
     present = indices_in(body)
     for index in indices:
         if index not in present:
+            _fire("reduce", "count")
             body = ir.product(body, ir.Delta(index, index))  # sums a constant: the index's size
     body_coefficient, body_rest = _split_coefficient(body)
     total = coefficient * body_coefficient
@@ -392,7 +444,10 @@ def _finish_reduce(indices: list[str], factors: list[ir.Expr], s: Callable[[ir.E
     return _with_coefficient(total, ir.Reduce(tuple(indices), body_rest))
 
 
-def _s_call(node: ir.Call, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
+# ---------------------------------------------------------------- functions and powers
+
+
+def _s_call(node: ir.Call, s: Simplify) -> ir.Expr:
     arg = s(node.arg)
     if isinstance(arg, ir.Num):
         with np.errstate(all="ignore"):
@@ -400,16 +455,19 @@ def _s_call(node: ir.Call, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
         value = value.item()
         if isinstance(value, float) and not math.isfinite(value):
             return ir.Call(node.func, arg)
+        _fire("call", "fold numbers")
         return _fold_number(value)
     return ir.Call(node.func, arg)
 
 
-def _s_power(node: ir.Power, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
+def _s_power(node: ir.Power, s: Simplify) -> ir.Expr:
     base = s(node.base)
     exponent = node.exponent
     if exponent == 1:
+        _fire("power", "one")
         return base
     if exponent == 0:
+        _fire("power", "one")
         return ir.Num(1)
     if isinstance(base, ir.Num):
         try:
@@ -420,13 +478,15 @@ def _s_power(node: ir.Power, s: Callable[[ir.Expr], ir.Expr]) -> ir.Expr:
             return ir.Power(base, exponent)
         if isinstance(exponent, int) and exponent < 0 and isinstance(base.value, int):
             value = float(value)
+        _fire("power", "fold numbers")
         return _fold_number(value)
     if isinstance(base, ir.Power) and isinstance(exponent, int):
+        _fire("power", "power of power")
         return s(ir.Power(base.base, base.exponent * exponent))
     return ir.Power(base, exponent)
 
 
-_RULES: dict[type, Callable[..., ir.Expr]] = {
+_NODE_RULES: dict[type, Callable[..., ir.Expr]] = {
     ir.Product: _s_product,
     ir.Sum: _s_sum,
     ir.Reduce: _s_reduce,
@@ -436,11 +496,11 @@ _RULES: dict[type, Callable[..., ir.Expr]] = {
 
 
 def simplify(expr: ir.Expr) -> ir.Expr:
-    """Simplify a bound-normal-form expression to a fixed point."""
+    """Simplify a bound-normal-form expression to a fixed point (warns if the pass limit stops it first)."""
     cache: dict[ir.Expr, ir.Expr] = {}
 
     def s(node: ir.Expr) -> ir.Expr:
-        rule = _RULES.get(type(node))
+        rule = _NODE_RULES.get(type(node))
         if rule is None:
             return node
         found = cache.get(node)
@@ -449,9 +509,12 @@ def simplify(expr: ir.Expr) -> ir.Expr:
             cache[node] = found
         return found
 
-    for _ in range(8):
+    for _ in range(_PASSES):
         result = s(expr)
         if result == expr:
             return result
         expr = result
+    warnings.warn(f"the simplifier stopped after {_PASSES} passes without reaching a fixed point; the result "
+                  f"is correct but may not be in its simplest form: {ir.format_expr(expr)}",
+                  SimplifierLimitWarning, stacklevel=2)
     return expr

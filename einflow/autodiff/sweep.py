@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from einflow import ir
+from einflow.autodiff.canonical import bound_inside
 from einflow.autodiff.normal import Fresh, rename, tensor_names
 from einflow.autodiff.rules import derivative, input_leaf
-from einflow.autodiff.simplify import bound_inside, simplify
+from einflow.autodiff.simplify import simplify
 
 __all__ = ["Work", "reverse_sweep", "forward_sweep"]
 
