@@ -55,6 +55,7 @@ class IndexSizes:
 
     def union(self, first: Hashable, second: Hashable) -> None:
         """Record that ``first`` and ``second`` have equal sizes."""
+        new = first not in self._parent
         a, b = self.find(first), self.find(second)
         if a == b:
             return
@@ -63,7 +64,8 @@ class IndexSizes:
         self._parent[b] = a
         self._sources[a] |= self._sources.pop(b)
         self._label.pop(b)
-        self.cache.clear()
+        if not (new and b == first):
+            self.cache.clear()  # keys of known indices may have changed (a new index joining changes none)
 
     def alias(self, new: str, old: Hashable) -> None:
         """``new`` is a renamed copy of ``old`` (same size)."""
