@@ -208,8 +208,9 @@ class Program:
             itemsize = max(itemsize, np.dtype(dtype).itemsize if not isinstance(dtype, type) else 8)
         limit = default_memory_limit() if memory_limit == "default" else memory_limit
         floats = [v.dtype for v in values if getattr(v, "dtype", None) is not None and v.dtype.kind == "f"]
+        dtypes = {name: _signature(value)[1] for name, value in zip(self.info.inputs, values)}
         plan = build_plan(self.ir, self.info, shapes, itemsize, get_backend(backend_name), optimize, limit,
-                          self.source, float_dtype=np.result_type(*floats) if floats else None)
+                          self.source, float_dtype=np.result_type(*floats) if floats else None, dtypes=dtypes)
         self._plans[key] = plan
         return plan
 
@@ -231,7 +232,7 @@ class Program:
                                       f"{', '.join(self.info.inputs)})")
             resolved[name] = _parse_shape(name, shapes[name])
         plan = build_plan(self.ir, self.info, resolved, itemsize, get_backend(backend), optimize, None, self.source)
-        return PlanReport(self.text, plan.steps, plan.output_shapes)
+        return PlanReport(self.text, plan.steps, plan.output_shapes, plan.peak_bytes)
 
 
 def _parse_shape(name: str, shape: Any) -> tuple[int, ...]:
