@@ -110,8 +110,9 @@ def run(repeat: int = 15) -> tuple[str, list[Row]]:
         assert np.allclose(program(inputs), hand(**inputs))
         candidates = {"einflow": lambda p=program, a=inputs: p(a), "reference": lambda h=hand, a=inputs: h(**a)}
         times = compare(candidates, repeat=repeat, number=calibrate(candidates["einflow"]))
-        rows.append(Row("overhead", f"{statements}-statement program call, 4-element vectors", seconds(times["einflow"]),
-                        "hand-written straight-line numpy", times["einflow"] / times["reference"], 1.5))
+        rows.append(Row("overhead", f"{statements}-statement program call, 4-element vectors",
+                        seconds(times["einflow"]), "hand-written straight-line numpy",
+                        times["einflow"] / times["reference"], 1.5))
 
     first, again = _first_call(repeat)
     rows.append(Row("overhead", "first call of a new 5-operand program (parse+check+plan+run)", seconds(first),
