@@ -45,6 +45,21 @@ def _first_call(repeat: int) -> tuple[float, float]:
     return statistics.median(firsts), again
 
 
+def straight_line(statements: int) -> tuple[str, str]:
+    """A program of ``statements`` statements and the same computation hand-written as straight-line numpy."""
+    lines, hand = [], ["def hand(W, x, y):", "    h0 = x"]
+    lines.append("h0[i] = x[i]")
+    for k in range(1, statements):
+        if k % 2:
+            lines.append(f"h{k}[i] = tanh(W[i,j] h{k - 1}[j])")
+            hand.append(f"    h{k} = np.tanh(np.dot(W, h{k - 1}))")
+        else:
+            lines.append(f"h{k}[i] = h{k - 1}[i] y[i] - h{k - 2}[i]")
+            hand.append(f"    h{k} = h{k - 1} * y - h{k - 2}")
+    hand.append(f"    return h{statements - 1}")
+    return "\n".join(lines), "\n".join(hand)
+
+
 def run(repeat: int = 15) -> tuple[str, list[Row]]:
     """Time the overhead cases; returns the section's table and its rows."""
     rng = np.random.default_rng(0)
@@ -84,6 +99,20 @@ def run(repeat: int = 15) -> tuple[str, list[Row]]:
     rows.append(Row("overhead", "einflow.einsum one-shot, 4x4", seconds(times["einflow"]), "numpy.einsum",
                     times["einflow"] / times["reference"], None,
                     {"opt_einsum": times["einflow"] / times["opt_einsum"]}))
+
+    for statements in (10, 50, 200):
+        text, hand_text = straight_line(statements)
+        namespace: dict[str, object] = {"np": np}
+        exec(hand_text, namespace)  # noqa: S102 - the benchmark's own reference
+        hand = namespace["hand"]
+        program = ef.compile(text)
+        inputs = dict(W=rng.standard_normal((4, 4)) / 2, x=rng.standard_normal(4), y=rng.standard_normal(4))
+        assert np.allclose(program(inputs), hand(**inputs))
+        candidates = {"einflow": lambda p=program, a=inputs: p(a), "reference": lambda h=hand, a=inputs: h(**a)}
+        times = compare(candidates, repeat=repeat, number=calibrate(candidates["einflow"]))
+        rows.append(Row("overhead", f"{statements}-statement program call, 4-element vectors",
+                        seconds(times["einflow"]), "hand-written straight-line numpy",
+                        times["einflow"] / times["reference"], 1.5))
 
     first, again = _first_call(repeat)
     rows.append(Row("overhead", "first call of a new 5-operand program (parse+check+plan+run)", seconds(first),

@@ -9,7 +9,6 @@ views (no copies when the layouts allow it) and, where they allow it, an untrans
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,35 +16,12 @@ from typing import Any
 import numpy as np
 from opt_einsum.blas import can_blas
 
-__all__ = ["compile_numpy"]
+__all__ = ["compile_numpy", "contraction_text"]
 
 # relative extra cost of a transposed operand in a GEMM, and of copying one element (in units of one
 # multiply-add): measured on OpenBLAS, a transposed operand costs 10-15% more; a strided copy ~40 FMAs
 _TRANSPOSED = 0.15
 _COPY = 40.0
-
-Step = Callable[..., Any]
-
-
-def _runner(steps: list[tuple[tuple[int, ...], Step]], finish: tuple[int, ...] | None) -> Callable[..., Any]:
-    """The fastest call for the common shapes of a plan: one step, or one step and an output transpose."""
-    if len(steps) == 1:
-        positions, step = steps[0]
-        if positions == (1, 0) and finish is None:
-            return lambda a, b: step(b, a)
-        if positions == (1, 0):
-            return lambda a, b: step(b, a).transpose(finish)
-        if positions == (0,) and finish is None:
-            return step
-
-    def run(*arrays: Any) -> Any:
-        operands = list(arrays)
-        for positions, one in steps:
-            operands.append(one(*[operands.pop(position) for position in positions]))
-        result = operands[0]
-        return result if finish is None else result.transpose(finish)
-
-    return run
 
 
 def _left_layout(labels: str, free: str, summed: str) -> str:
@@ -66,42 +42,31 @@ def _right_layout(labels: str, free: str, summed: str) -> str:
     return "copy"
 
 
-def _as_matrix(labels: str, rows: str, columns: str, layout: str, sizes: dict[str, int],
-               vector: bool) -> Callable[[Any], Any] | None:
-    """A function reshaping an operand with axes ``labels`` into a (rows, columns) matrix (or a vector).
-
-    None when the operand already is that matrix (or vector): the step then passes it to BLAS as it is.
-    """
+def _as_matrix(labels: str, rows: str, columns: str, layout: str, sizes: dict[str, int], vector: bool) -> str:
+    """Text turning an operand ``{x}`` with axes ``labels`` into a (rows, columns) matrix (or a vector)."""
     row_count = math.prod(sizes[c] for c in rows)
     column_count = math.prod(sizes[c] for c in columns)
     if vector:  # one side has no free axes: a 1-D operand makes numpy.dot call GEMV
         count = row_count * column_count
         if labels == rows + columns:
-            return None if len(labels) == 1 else (lambda x: x.reshape(count))
+            return "{x}" if len(labels) == 1 else f"{{x}}.reshape({count})"
         permutation = tuple(labels.index(c) for c in rows + columns)
-        return lambda x: x.transpose(permutation).reshape(count)
+        return f"{{x}}.transpose({permutation}).reshape({count})"
     if layout == "N":
         if len(rows) == 1 and len(columns) == 1:
-            return None
-        shape = (row_count, column_count)
-        return lambda x: x.reshape(shape)
+            return "{x}"
+        return f"{{x}}.reshape(({row_count}, {column_count}))"
     if layout == "T":
         if len(rows) == 1 and len(columns) == 1:
-            return lambda x: x.T
-        shape = (column_count, row_count)
-        return lambda x: x.reshape(shape).T
+            return "{x}.T"
+        return f"{{x}}.reshape(({column_count}, {row_count})).T"
     permutation = tuple(labels.index(c) for c in rows + columns)
-    shape = (row_count, column_count)
-    return lambda x: x.transpose(permutation).reshape(shape)
-
-
-def _same(x: Any) -> Any:
-    return x
+    return f"{{x}}.transpose({permutation}).reshape(({row_count}, {column_count}))"
 
 
 def _gemm(first: str, second: str, removed: frozenset[str], wanted: str | None,
-          sizes: dict[str, int]) -> tuple[Step, str, int]:
-    """Plan one pairwise contraction as ``numpy.dot``; returns (step(first, second), result labels, copies)."""
+          sizes: dict[str, int]) -> tuple[str, str, int]:
+    """Plan one pairwise contraction as ``numpy.dot``: (text with ``{0}``/``{1}``, result labels, copies)."""
     best: tuple[float, Any] | None = None
     for order, (left, right) in (((0, 1), (first, second)), ((1, 0), (second, first))):
         for summed in dict.fromkeys(("".join(c for c in first if c in removed),
@@ -129,36 +94,11 @@ def _gemm(first: str, second: str, removed: frozenset[str], wanted: str | None,
     prepare_left = _as_matrix(left, left_free, summed, left_layout, sizes, vector=not left_free and not both_empty)
     prepare_right = _as_matrix(right, summed, right_free, right_layout, sizes,
                                vector=not right_free and not both_empty)
-    result_shape = tuple(sizes[c] for c in left_free + right_free)
-    reshaped = len(left_free) > 1 or len(right_free) > 1 or both_empty
-    dot = np.dot
-    swapped = order == (1, 0)
-    if prepare_left is None and prepare_right is None and not reshaped:
-        # already a matrix/vector pair: the step is numpy.dot itself
-        if swapped:
-            def step(x: Any, y: Any) -> Any:
-                return dot(y, x)
-        else:
-            step = dot
-        return step, left_free + right_free, copied
-    prepare_left = prepare_left or _same
-    prepare_right = prepare_right or _same
-
-    # the step takes (first, second) in the caller's order; ``swapped`` puts ``second`` on the left
-    if reshaped and swapped:
-        def step(x: Any, y: Any) -> Any:
-            return dot(prepare_left(y), prepare_right(x)).reshape(result_shape)
-    elif reshaped:
-        def step(x: Any, y: Any) -> Any:
-            return dot(prepare_left(x), prepare_right(y)).reshape(result_shape)
-    elif swapped:
-        def step(x: Any, y: Any) -> Any:
-            return dot(prepare_left(y), prepare_right(x))
-    else:
-        def step(x: Any, y: Any) -> Any:
-            return dot(prepare_left(x), prepare_right(y))
-
-    return step, left_free + right_free, copied
+    left_slot, right_slot = ("{1}", "{0}") if order == (1, 0) else ("{0}", "{1}")
+    text = f"_np.dot({prepare_left.replace('{x}', left_slot)}, {prepare_right.replace('{x}', right_slot)})"
+    if len(left_free) > 1 or len(right_free) > 1 or both_empty:
+        text += f".reshape({tuple(sizes[c] for c in left_free + right_free)})"
+    return text, left_free + right_free, copied
 
 
 def _batch_layout(labels: str, batch: str, first: str, second: str) -> str:
@@ -170,23 +110,19 @@ def _batch_layout(labels: str, batch: str, first: str, second: str) -> str:
     return "copy"
 
 
-def _as_stack(labels: str, batch: str, rows: str, columns: str, layout: str,
-              sizes: dict[str, int]) -> Callable[[Any], Any]:
-    """A function reshaping an operand into a (batch, rows, columns) stack of matrices."""
+def _as_stack(labels: str, batch: str, rows: str, columns: str, layout: str, sizes: dict[str, int]) -> str:
+    """Text reshaping an operand ``{x}`` into a (batch, rows, columns) stack of matrices."""
     stack, row_count, column_count = (math.prod(sizes[c] for c in part) for part in (batch, rows, columns))
     if layout == "N":
-        shape = (stack, row_count, column_count)
-        return lambda x: x.reshape(shape)
+        return f"{{x}}.reshape(({stack}, {row_count}, {column_count}))"
     if layout == "T":
-        shape = (stack, column_count, row_count)
-        return lambda x: x.reshape(shape).transpose(0, 2, 1)
+        return f"{{x}}.reshape(({stack}, {column_count}, {row_count})).transpose(0, 2, 1)"
     permutation = tuple(labels.index(c) for c in batch + rows + columns)
-    shape = (stack, row_count, column_count)
-    return lambda x: x.transpose(permutation).reshape(shape)
+    return f"{{x}}.transpose({permutation}).reshape(({stack}, {row_count}, {column_count}))"
 
 
 def _batched(first: str, second: str, batch_labels: frozenset[str], removed: frozenset[str], wanted: str | None,
-             sizes: dict[str, int]) -> tuple[Step, str, int]:
+             sizes: dict[str, int]) -> tuple[str, str, int]:
     """A contraction with batch indices (kept, in both operands) as one ``numpy.matmul`` on matrix stacks."""
     best: tuple[float, Any] | None = None
     for order, (left, right) in (((0, 1), (first, second)), ((1, 0), (second, first))):
@@ -213,15 +149,10 @@ def _batched(first: str, second: str, batch_labels: frozenset[str], removed: fro
     prepare_left = _as_stack(left, batch, left_free, summed, left_layout, sizes)
     prepare_right = _as_stack(right, batch, summed, right_free, right_layout, sizes)
     labels = batch + left_free + right_free
-    shape = tuple(sizes[c] for c in labels)
-    matmul = np.matmul
-    if order == (1, 0):
-        def step(x: Any, y: Any) -> Any:
-            return matmul(prepare_left(y), prepare_right(x)).reshape(shape)
-    else:
-        def step(x: Any, y: Any) -> Any:
-            return matmul(prepare_left(x), prepare_right(y)).reshape(shape)
-    return step, labels, copied
+    left_slot, right_slot = ("{1}", "{0}") if order == (1, 0) else ("{0}", "{1}")
+    text = (f"_np.matmul({prepare_left.replace('{x}', left_slot)}, {prepare_right.replace('{x}', right_slot)})"
+            f".reshape({tuple(sizes[c] for c in labels)})")
+    return text, labels, copied
 
 
 def _batch_indices(labels: list[str], result: str, removed: frozenset[str]) -> frozenset[str]:
@@ -242,20 +173,19 @@ def _batch_indices(labels: list[str], result: str, removed: frozenset[str]) -> f
     return frozenset(batch)
 
 
-def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
-                  contraction_list: Sequence[tuple[Any, ...]]) -> tuple[Callable[..., Any], int]:
-    """Compile ``equation`` (explicit ``->`` form) along opt_einsum's ``contraction_list`` for these shapes.
+def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
+                     operands: Sequence[str], np_alias: str = "_np") -> tuple[str, int]:
+    """One Python expression computing ``equation`` (explicit ``->`` form) on the operand expressions ``operands``.
 
-    Returns the function computing it and the most elements its own intermediates hold at once (the
-    result itself not counted).
+    Each pairwise step of opt_einsum's ``contraction_list`` becomes a ``numpy.dot``/``matmul``/``einsum`` call,
+    nested so that intermediates are released as soon as the next step has read them. ``np_alias`` is numpy.
+    Returns the text and the most elements the contraction's own intermediates hold at once (the result
+    itself not counted).
 
-    >>> import numpy as np
     >>> import opt_einsum as oe
     >>> _, info = oe.contract_path("ij,jk,k->i", (2, 3), (3, 4), (4,), shapes=True)
-    >>> contract, peak = compile_numpy("ij,jk,k->i", [(2, 3), (3, 4), (4,)], info.contraction_list)
-    >>> a, b, v = np.ones((2, 3)), np.ones((3, 4)), np.arange(4.0)
-    >>> contract(a, b, v).tolist(), peak
-    ([18.0, 18.0], 3)
+    >>> contraction_text("ij,jk,k->i", [(2, 3), (3, 4), (4,)], info.contraction_list, ["A", "B", "v"])
+    ('_np.dot(A, _np.dot(B, v))', 3)
     """
     inputs, output = equation.split("->")
     terms = inputs.split(",")
@@ -266,33 +196,55 @@ def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
                 sizes[label] = size
     # an axis of size 1 against a longer one broadcasts: only einsum does that
     broadcast = any(size != sizes[label] for term, shape in zip(terms, shapes) for label, size in zip(term, shape))
-    live: list[tuple[str, int]] = [(term, 0) for term in terms]  # labels, elements if an intermediate
-    steps: list[tuple[tuple[int, ...], Step]] = []
+    live: list[tuple[str, int, str]] = [(term, 0, text) for term, text in zip(terms, operands)]
     peak = 0
     for number, contraction in enumerate(contraction_list):
         positions, removed, einsum_text = contraction[0], frozenset(contraction[1]), contraction[2]
         result = einsum_text.split("->")[1]
         taken = [live.pop(position) for position in positions]
-        operand_labels = [labels for labels, _ in taken]
+        operand_labels = [labels for labels, _, _ in taken]
         last = number == len(contraction_list) - 1
         blas = can_blas(operand_labels, result, removed) if len(taken) == 2 and not broadcast else False
         batch = _batch_indices(operand_labels, result, removed) if len(taken) == 2 and not broadcast else None
         copied = 0
         if blas and "EINSUM" not in blas:
-            step, labels, copied = _gemm(operand_labels[0], operand_labels[1], removed,
-                                         output if last else None, sizes)
+            template, labels, copied = _gemm(operand_labels[0], operand_labels[1], removed,
+                                             output if last else None, sizes)
         elif batch:
-            step, labels, copied = _batched(operand_labels[0], operand_labels[1], batch, removed,
-                                            output if last else None, sizes)
+            template, labels, copied = _batched(operand_labels[0], operand_labels[1], batch, removed,
+                                                output if last else None, sizes)
         else:
-            text = ",".join(operand_labels) + "->" + result
-            step = functools.partial(np.einsum, text)
+            spec = ",".join(operand_labels) + "->" + result
+            template = f"_np.einsum({spec!r}, " + ", ".join(f"{{{k}}}" for k in range(len(taken))) + ")"
             labels = result
-        steps.append((tuple(positions), step))
+        text = template.replace("_np.", np_alias + ".").format(*(operand for _, _, operand in taken))
         elements = math.prod(sizes[c] for c in labels)
-        in_use = sum(count for _, count in live) + sum(count for _, count in taken) + copied
+        in_use = sum(count for _, count, _ in live) + sum(count for _, count, _ in taken) + copied
         peak = max(peak, in_use + (elements if not last else 0))
-        live.append((labels, elements))
-    final = live[0][0]
-    finish = None if final == output else tuple(final.index(c) for c in output)
-    return _runner(steps, finish), peak
+        live.append((labels, elements, text))
+    final, _, text = live[0]
+    if final != output:
+        text += f".transpose({tuple(final.index(c) for c in output)})"
+    return text, peak
+
+
+def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
+                  contraction_list: Sequence[tuple[Any, ...]]) -> tuple[Callable[..., Any], int]:
+    """Compile ``equation`` (explicit ``->`` form) along opt_einsum's ``contraction_list`` for these shapes.
+
+    Returns the function computing it (generated from :func:`contraction_text`) and the most elements its
+    own intermediates hold at once (the result itself not counted).
+
+    >>> import numpy as np
+    >>> import opt_einsum as oe
+    >>> _, info = oe.contract_path("ij,jk,k->i", (2, 3), (3, 4), (4,), shapes=True)
+    >>> contract, peak = compile_numpy("ij,jk,k->i", [(2, 3), (3, 4), (4,)], info.contraction_list)
+    >>> a, b, v = np.ones((2, 3)), np.ones((3, 4)), np.arange(4.0)
+    >>> contract(a, b, v).tolist(), peak
+    ([18.0, 18.0], 3)
+    """
+    names = [f"_a{k}" for k in range(len(shapes))]
+    text, peak = contraction_text(equation, shapes, contraction_list, names)
+    namespace: dict[str, Any] = {"_np": np}
+    exec(f"def _contract({', '.join(names)}):\n    return {text}\n", namespace)  # noqa: S102 - generated here
+    return namespace["_contract"], peak

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,22 +14,13 @@ from einflow.backends import get_backend, infer_backend
 from einflow.check import ProgramInfo, check_program
 from einflow.errors import EinflowError, TensorNameError
 from einflow.grammar import parse
+from einflow.memory import default_memory_limit, memory_limit_bytes
 from einflow.plan import Plan, build_plan
 from einflow.report import PlanReport
 
 __all__ = ["Program", "compile", "evaluate", "default_memory_limit"]
 
 _OPTIONS = ("backend", "optimize", "memory_limit")
-
-
-@functools.lru_cache(maxsize=1)
-def default_memory_limit() -> int:
-    """Bytes one intermediate may take by default: 90% of the memory available when first asked."""
-    try:
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        available = 8 << 30
-    return int(available * 0.9)
 
 
 def _signature(value: Any) -> tuple[Any, Any]:
@@ -130,6 +120,8 @@ class Program:
         """
         if mapping is not None:
             arrays = {**mapping, **arrays}
+        if type(memory_limit) not in (str, int, float, type(None)):
+            memory_limit_bytes(memory_limit)  # an EinflowError for anything that is not a size
         try:
             values = [arrays[name] for name in self.info.inputs]
         except KeyError:
@@ -193,7 +185,7 @@ class Program:
         result = plan.run(values)
         outputs = result if plan.returns_tuple else (result,)
         if name == "dask" and not lazy:
-            limit = default_memory_limit() if memory_limit == "default" else memory_limit
+            limit = memory_limit_bytes(memory_limit)
             engine.check_client_memory(self.info.outputs, outputs, limit)
         if plan.returns_tuple:
             return engine.results(outputs, lazy)
@@ -206,10 +198,11 @@ class Program:
             shape, dtype = _signature(value)
             shapes[name] = shape
             itemsize = max(itemsize, np.dtype(dtype).itemsize if not isinstance(dtype, type) else 8)
-        limit = default_memory_limit() if memory_limit == "default" else memory_limit
+        limit = memory_limit_bytes(memory_limit)
         floats = [v.dtype for v in values if getattr(v, "dtype", None) is not None and v.dtype.kind == "f"]
+        dtypes = {name: _signature(value)[1] for name, value in zip(self.info.inputs, values)}
         plan = build_plan(self.ir, self.info, shapes, itemsize, get_backend(backend_name), optimize, limit,
-                          self.source, float_dtype=np.result_type(*floats) if floats else None)
+                          self.source, float_dtype=np.result_type(*floats) if floats else None, dtypes=dtypes)
         self._plans[key] = plan
         return plan
 
@@ -231,7 +224,7 @@ class Program:
                                       f"{', '.join(self.info.inputs)})")
             resolved[name] = _parse_shape(name, shapes[name])
         plan = build_plan(self.ir, self.info, resolved, itemsize, get_backend(backend), optimize, None, self.source)
-        return PlanReport(self.text, plan.steps, plan.output_shapes)
+        return PlanReport(self.text, plan.steps, plan.output_shapes, plan.peak_bytes)
 
 
 def _parse_shape(name: str, shape: Any) -> tuple[int, ...]:

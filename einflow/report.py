@@ -33,6 +33,8 @@ class PlanReport:
     program: str
     steps: list[PlanStep]
     output_shapes: tuple[tuple[int, ...], ...]
+    #: predicted peak bytes of one run: results and intermediates alive at once (what the memory guard compares)
+    peak_bytes: int = 0
 
     @property
     def flops(self) -> int:
@@ -72,7 +74,7 @@ class PlanReport:
         lines.append("")
         lines.append(f"  total FLOPs: {_human(self.flops)}   contractions: {self.contractions}   "
                      f"largest intermediate: {_human(self.largest_intermediate)} elements "
-                     f"({_bytes(self.largest_bytes)})")
+                     f"({_bytes(self.largest_bytes)})   peak memory: {_bytes(self.peak_bytes)}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

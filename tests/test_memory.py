@@ -85,13 +85,12 @@ def test_guard_agrees_with_the_plan_report(case: object) -> None:
     program = ef.compile(case.text)
     shapes = {name: np.shape(value) for name, value in arrays.items()}
     report = program.plan(**shapes)
-    largest = report.largest_bytes
-    # (the report lists no step for scaling by a 0-d tensor, so count the outputs as well)
-    outputs = max(8 * int(np.prod(shape)) for shape in report.output_shapes)
-    program(arrays, memory_limit=max(largest, outputs))
-    if largest > 8:  # the guard is checked on every intermediate the report lists
+    peak = report.peak_bytes
+    assert peak >= report.largest_bytes or peak >= 8 * max(int(np.prod(s)) for s in report.output_shapes)
+    program(arrays, memory_limit=peak)  # the guard compares the plan's peak (all arrays alive at once)
+    if peak > 0:
         with pytest.raises(ef.MemoryLimitError):
-            program(arrays, memory_limit=largest - 1)
+            program(arrays, memory_limit=peak - 1)
 
 
 # ---------------------------------------------------------------------------------------------- dask
@@ -116,3 +115,57 @@ def test_dask_does_not_guard_chunked_intermediates() -> None:
         p(A=A, B=B, memory_limit=MILLION)  # numpy: an 8 MB intermediate over a 1 MB limit
     result = p(A=A, B=B, backend="dask", chunks={"A": (250, 2), "B": (2, 250)}, memory_limit=MILLION)
     np.testing.assert_allclose(result, np.exp(A @ B).sum())
+
+
+# ---------------------------------------------------------------------------------------------- the peak guard
+def test_memory_limit_values_are_sizes_or_errors() -> None:
+    from einflow.memory import available_memory, memory_limit_bytes
+
+    assert memory_limit_bytes("1GB") == 10**9 and memory_limit_bytes("100 MiB") == 100 * 2**20
+    assert 0 < memory_limit_bytes("default") <= available_memory()
+    p = ef.compile("G[i,j] = u[i] v[j]")
+    u = np.ones(10)
+    for bad in (float("nan"), [1], "lots", -5, True):
+        with pytest.raises(ef.EinflowError):
+            p(u=u, v=u, memory_limit=bad)
+    with pytest.raises(ef.MemoryLimitError):
+        p(u=u, v=u, memory_limit="500B")  # 800 bytes needed
+    assert p(u=u, v=u, memory_limit="1KB").shape == (10, 10)
+
+
+def test_the_guard_counts_the_result_dtype() -> None:
+    p = ef.compile("F[i,j] = 0.5 b[i] b[j]")
+    b = np.ones(1000, dtype=bool)
+    needed = 1000 * 1000 * 8  # float64 result from bool inputs
+    with pytest.raises(ef.MemoryLimitError):
+        p(b=b, memory_limit=needed // 2)
+
+
+_RSS_SCRIPT = """
+import resource, sys, numpy as np, einflow as ef
+u = np.ones(4000)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+text = "A[i,j] = u[i] u[j]\\nB[i,j] = exp(A[i,j]) + A[i,j] A[j,i]\\nL = B[i,j] B[i,j]"
+try:
+    ef.compile(text)(u=u, memory_limit=int(sys.argv[1]))
+    outcome = "ran"
+except ef.MemoryLimitError:
+    outcome = "refused"
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(outcome, peak - base)
+"""
+
+
+@pytest.mark.parametrize("limit_mib", [100, 1000])
+def test_a_run_under_a_limit_stays_under_it_or_is_refused(limit_mib: int) -> None:
+    import subprocess
+    import sys
+
+    limit = limit_mib * 2**20
+    completed = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(limit)], capture_output=True, text=True,
+                               timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    outcome, grown = completed.stdout.split()
+    assert int(grown) <= limit  # measured peak RSS growth of the run
+    # 4000x4000 float64 arrays are 122 MiB each: 100 MiB is refused, 1000 MiB runs
+    assert outcome == ("refused" if limit_mib == 100 else "ran")

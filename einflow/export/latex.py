@@ -8,6 +8,7 @@ from typing import Any
 from einflow import ir
 from einflow.check import free_indices, product_operands, top_level_terms
 from einflow.contraction import product_output
+from einflow.functions import FUNCTION_RULES
 
 __all__ = ["to_latex", "render_name", "render_expression"]
 
@@ -17,21 +18,8 @@ _GREEK = frozenset({
     "omega", "Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi", "Sigma", "Upsilon", "Phi", "Psi", "Omega",
 })
 
-# How each elementwise function is written; @ stands for the rendered argument.
-_FUNCTIONS: dict[str, str] = {
-    "exp": r"\exp\left(@\right)",
-    "log": r"\log\left(@\right)",
-    "log1p": r"\log\left(1 + @\right)",
-    "sqrt": r"\sqrt{@}",
-    "sin": r"\sin\left(@\right)",
-    "cos": r"\cos\left(@\right)",
-    "tanh": r"\tanh\left(@\right)",
-    "sigmoid": r"\sigma\left(@\right)",
-    "abs": r"\left|@\right|",
-    "relu": r"\operatorname{relu}\left(@\right)",
-    "sign": r"\operatorname{sign}\left(@\right)",
-    "step": r"\operatorname{step}\left(@\right)",
-}
+# How each elementwise function is written; @ stands for the rendered argument (one row per function).
+_FUNCTIONS: dict[str, str] = {name: rule.latex for name, rule in FUNCTION_RULES.items()}
 
 # Kinds of rendered text, for parenthesization: a sum (top-level + or -), a leading minus,
 # a leading \sum (extends to the right), a product of several factors, an atom.

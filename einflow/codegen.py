@@ -1,0 +1,377 @@
+"""Steps -> Python source: one straight-line function body, one line (or two) per step.
+
+:class:`Source` renders a :class:`einflow.lower.Lowered` program without shapes: sizes are read off the
+inputs at run time and contractions call ``opt_einsum.contract``; this is what ``to_source`` exports.
+``einflow.plan`` renders the same steps specialised for shapes, dtypes and a backend (literal sizes,
+contractions as direct BLAS calls, fused elementwise work through numexpr) and compiles that text as
+the executor. ``_np`` is the array module in both.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import math
+
+import opt_einsum as oe
+
+from einflow.functions import FUNCTION_RULES
+from einflow.lower import (
+    Add,
+    Apply,
+    Arg,
+    AsFloat,
+    Constant,
+    Contract,
+    Diagonal,
+    Elementwise,
+    Free,
+    Lowered,
+    Mul,
+    Node,
+    Number,
+    Ones,
+    Pow,
+    Reduce,
+    Size,
+    SizeRef,
+    Step,
+)
+
+__all__ = ["Source", "usable", "number_text", "HELPERS", "describe", "kind_of"]
+
+# Private helpers the generated code may call; {np} and helper names are substituted.
+HELPERS: dict[str, str] = {
+    "input": '''def {input}(x):
+    """An input as einflow receives it: Python int/float stay weak scalars, the rest become arrays."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return x
+    return {np}.asarray(x)''',
+    "as_float": '''def {as_float}(x):
+    """Integer (and bool) values promoted to float64, as einflow does for negative or fractional powers."""
+    if {np}.result_type(x).kind in "biu":
+        return x.astype("float64") if hasattr(x, "astype") else float(x)
+    return x''',
+    "reciprocal": '''def {reciprocal}(x):
+    """x ** -1 with einflow's promotion of integers to float64."""
+    if isinstance(x, (int, float)):
+        return 1.0 / x if x != 0 else float({np}.copysign({np}.inf, x))
+    return {np}.reciprocal({as_float}(x))''',
+    "sigmoid": '''def {sigmoid}(x):
+    """1 / (1 + exp(-x)) without overflow, accurate in both tails (as einflow computes it)."""
+    e = {np}.exp(-1 * {np}.abs(x))
+    r = 1 / (1 + e)
+    return {np}.where(x >= 0, r, e * r)''',
+    "step": '''def {step}(x):
+    """1 where x > 0, else 0, in x's type."""
+    return {np}.greater(x, 0).astype({np}.result_type(x))''',
+    "as_input_float": '''def {as_input_float}(x, *inputs):
+    """Deltas alone: numbers of the inputs' floating type when they have one (as einflow does)."""
+    floats = [a.dtype for a in inputs if getattr(a, "dtype", None) is not None and a.dtype.kind == "f"]
+    return x.astype({np}.result_type(*floats)) if floats else x''',
+}
+HELPER_NEEDS = {"reciprocal": ("as_float",)}
+ALIASES = ("np", "oe", "ne", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float")
+
+
+def usable(name: str) -> bool:
+    """Whether ``name`` can be a Python variable."""
+    return name.isidentifier() and not keyword.iskeyword(name) and name != "__debug__"
+
+
+def number_text(value: int | float, np_alias: str = "_np") -> str:
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        return repr(value)
+    if math.isnan(value):
+        return f"{np_alias}.nan"
+    if math.isinf(value):
+        return f"{np_alias}.inf" if value > 0 else f"-{np_alias}.inf"
+    return repr(float(value))
+
+
+def kind_of(step: Step) -> str:
+    """The report's name for a step."""
+    if isinstance(step, Contract):
+        return "contract"
+    if isinstance(step, Reduce):
+        return "sum"
+    if isinstance(step, Diagonal):
+        return "diagonal"
+    if isinstance(step, Ones):
+        return "ones"
+    if isinstance(step, Constant):
+        return "constant"
+    if isinstance(step, Free):
+        return "free"
+    expr = step.expr
+    if isinstance(expr, Arg):
+        return "transpose"
+    if isinstance(expr, Add):
+        return "add"
+    if isinstance(expr, Mul):
+        arrays = [f for f in expr.factors if isinstance(f, (Arg, AsFloat)) or not isinstance(f, (Number, Size))]
+        return "scale" if len(arrays) <= 1 or all(isinstance(f, (Number, Size, AsFloat)) for f in arrays) else "product"
+    return "elementwise"
+
+
+def describe(node: Node, labels: dict[int, tuple[str, ...]]) -> str:
+    """An expression in einflow-like text, registers shown by their axis labels (``%3[i,j]``)."""
+    if isinstance(node, Arg):
+        own = labels.get(node.register, ())
+        return f"%{node.register}[{','.join(own)}]"
+    if isinstance(node, Number):
+        return repr(node.value)
+    if isinstance(node, Size):
+        return f"size{node.ref!r}" if isinstance(node.ref, tuple) else repr(node.ref)
+    if isinstance(node, Apply):
+        return f"{node.func}({describe(node.arg, labels)})"
+    if isinstance(node, AsFloat):
+        return f"float({describe(node.arg, labels)})"
+    if isinstance(node, Pow):
+        return f"({describe(node.base, labels)})^{node.exponent}"
+    if isinstance(node, Add):
+        return " + ".join(describe(term, labels) for term in node.terms)
+    return " ".join(f"({describe(f, labels)})" if isinstance(f, Add) else describe(f, labels) for f in node.factors)
+
+
+class Source:
+    """Render lowered steps as the body of a Python function (generic: no shapes known)."""
+
+    def __init__(self, lowered: Lowered, taken: set[str] | None = None) -> None:
+        self.lowered = lowered
+        self.taken = set(taken or ()) | set(dir(builtins))
+        self.alias = {key: self.fresh("_" + key) for key in ALIASES}
+        self.used_helpers: set[str] = set()
+        self.vars: dict[int, str] = {}
+        self.parameters: list[str] = []
+        self.keyword_inputs: list[tuple[str, str]] = []
+        for register, name in enumerate(lowered.inputs):
+            if usable(name):
+                var = name
+                self.taken.add(name)
+                self.parameters.append(name)
+            else:
+                var = self.fresh(name + "_" if usable(name + "_") else "_input")
+                self.keyword_inputs.append((name, var))
+            self.vars[register] = var
+        self.named = dict(lowered.names)
+        self.used = set(self.vars.values()) | set(self.alias.values())
+        self.temp_count = 0
+        self.labels: dict[int, tuple[str, ...]] = {}
+
+    # ------------------------------------------------------------------ names
+    def fresh(self, base: str) -> str:
+        candidate, number = base, 0
+        while candidate in self.taken or not usable(candidate):
+            number += 1
+            candidate = f"{base}_{number}"
+        self.taken.add(candidate)
+        return candidate
+
+    def var(self, register: int) -> str:
+        found = self.vars.get(register)
+        if found is None:
+            name = self.named.get(register)
+            if name is not None and usable(name) and name not in self.used:
+                self.taken.add(name)
+                found = name
+            else:
+                self.temp_count += 1
+                found = self.fresh(f"_t{self.temp_count}")
+            self.vars[register] = found
+            self.used.add(found)
+        return found
+
+    def helper(self, key: str) -> str:
+        self.used_helpers.add(key)
+        for need in HELPER_NEEDS.get(key, ()):
+            self.used_helpers.add(need)
+        return self.alias[key]
+
+    def helper_text(self, key: str) -> str:
+        return HELPERS[key].format(**self.alias)
+
+    # ------------------------------------------------------------------ pieces
+    def number(self, value: int | float) -> str:
+        return number_text(value, self.alias["np"])
+
+    def size(self, ref: SizeRef) -> str:
+        if isinstance(ref, int):
+            return repr(ref)
+        return f"{self.vars[ref[0]]}.shape[{ref[1]}]"
+
+    def shape_text(self, refs: tuple[SizeRef, ...]) -> str:
+        inner = ", ".join(self.size(ref) for ref in refs)
+        return f"({inner},)" if len(refs) == 1 else f"({inner})"
+
+    def arg(self, node: Arg) -> str:
+        text = self.var(node.register)
+        if node.axes is None:
+            return text
+        present = [axis for axis in node.axes if axis is not None]
+        if present != list(range(len(present))):
+            text += f".transpose({tuple(present)!r})"
+        if None in node.axes:
+            text += "[" + ", ".join(":" if axis is not None else "None" for axis in node.axes) + "]"
+        return text
+
+    def node(self, node: Node) -> tuple[str, int]:
+        """(text, precedence): 1 sum, 2 product, 3 power, 4 atom."""
+        if isinstance(node, Arg):
+            return self.arg(node), 4
+        if isinstance(node, Number):
+            text = self.number(node.value)
+            return text, 1 if text.startswith("-") else 4
+        if isinstance(node, Size):
+            return self.size(node.ref), 4
+        if isinstance(node, Apply):
+            inner = self.node(node.arg)[0]
+            return self.call(node.func, inner), 4
+        if isinstance(node, AsFloat):
+            return self.as_float(self.node(node.arg)[0]), 4
+        if isinstance(node, Pow):
+            return self.power(node), 4
+        if isinstance(node, Add):
+            pieces: list[str] = []
+            for position, term in enumerate(node.terms):
+                negated = _negated(term) if position else None
+                if negated is not None:
+                    text, level = self.node(negated)
+                    pieces.append(" - " + (f"({text})" if level < 2 else text))
+                else:
+                    text, level = self.node(term)
+                    pieces.append((" + " if position else "") + (f"({text})" if level < 1 else text))
+            return "".join(pieces), 1
+        factors = []
+        for factor in node.factors:
+            text, level = self.node(factor)
+            factors.append(f"({text})" if level < 2 else text)
+        return " * ".join(factors), 2
+
+    def call(self, func: str, x: str) -> str:
+        template = FUNCTION_RULES[func].source
+        return template.format(x=x, np=self.alias["np"], sigmoid=self.helper("sigmoid") if "{sigmoid}" in template
+                               else "", step=self.helper("step") if "{step}" in template else "")
+
+    def power(self, node: Pow) -> str:
+        text, level = self.node(node.base)
+        atom = text if level >= 4 else f"({text})"
+        exponent = node.exponent
+        integral = isinstance(exponent, int) or float(exponent).is_integer()
+        np_ = self.alias["np"]
+        if exponent == 2:
+            return f"{atom} * {atom}" if isinstance(node.base, Arg) else f"{np_}.square({text})"
+        if exponent == -1:
+            return f"{self.helper('reciprocal')}({text})"
+        if exponent == 0.5:
+            return f"{np_}.sqrt({text})"
+        if not integral or exponent < 0:
+            return f"{np_}.power({self.helper('as_float')}({text}), {self.number(exponent)})"
+        return f"{np_}.power({text}, {self.number(exponent)})"
+
+    def as_float(self, text: str) -> str:
+        inputs = "".join(", " + self.vars[k] for k in range(len(self.lowered.inputs)))
+        return f"{self.helper('as_input_float')}({text}{inputs})"
+
+    def scaled(self, text: str, scale: tuple[Node, ...]) -> str:
+        for factor in scale:
+            factor_text, level = self.node(factor)
+            text += " * " + (f"({factor_text})" if level < 2 else factor_text)
+        return text
+
+    # ------------------------------------------------------------------ steps
+    def contract(self, step: Contract) -> str:
+        letters = {label: oe.get_symbol(k) for k, label in
+                   enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
+        equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
+        equation += "->" + "".join(letters[label] for label in step.output)
+        args = "".join(", " + self.var(register) for register in step.args)
+        return self.scaled(f"{self.alias['oe']}.contract({equation!r}{args})", step.scale)
+
+    def elementwise(self, step: Elementwise) -> str:
+        return self.node(step.expr)[0]
+
+    def diagonal(self, step: Diagonal, out: str) -> list[str]:
+        value = self.var(step.arg)
+        representative = {member: group[0] for group in step.groups for member in group}
+        letters = {label: oe.get_symbol(k) for k, label in enumerate(step.labels)}
+        spec = "".join(letters[representative.get(label, label)] for label in step.output)
+        spec += "->" + "".join(letters[label] for label in step.labels)
+        np_ = self.alias["np"]
+        return [f"{out} = {np_}.zeros({self.shape_text(step.sizes)}, dtype={value}.dtype)",
+                f"{np_}.einsum({spec!r}, {out})[...] = {value}"]
+
+    def step_lines(self, step: Step) -> list[str]:
+        """The statement(s) computing one step."""
+        if isinstance(step, Free):
+            names = [self.vars[r] for r in step.registers if r in self.vars]
+            return [f"del {', '.join(names)}"] if names else []
+        out = self.var(step.out)
+        np_ = self.alias["np"]
+        if isinstance(step, Constant):
+            return [f"{out} = {np_}.asarray({self.number(step.value)})"]
+        if isinstance(step, Ones):
+            return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype=\"bool\")"]
+        if isinstance(step, Contract):
+            return [f"{out} = {self.contract(step)}"]
+        if isinstance(step, Reduce):
+            return [f"{out} = {self.var(step.arg)}.sum(axis={step.axes!r})"]
+        if isinstance(step, Diagonal):
+            return self.diagonal(step, out)
+        return [f"{out} = {self.elementwise(step)}"]
+
+    def note(self, number: int, step: Step) -> str:
+        if isinstance(step, Contract):
+            text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
+        elif isinstance(step, Reduce):
+            kept = tuple(label for k, label in enumerate(step.labels) if k not in step.axes)
+            text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
+        elif isinstance(step, Diagonal):
+            text = "delta " + ", ".join("=".join(group) for group in step.groups)
+        elif isinstance(step, Elementwise):
+            text = f"[{','.join(step.labels)}]"
+        else:
+            text = ""
+        return f"[{number}] {kind_of(step)} {text}".rstrip()
+
+    def body(self) -> list[str]:
+        """The function body (4-space indented): a comment per statement, each step's lines."""
+        lines: list[str] = []
+        steps = self.lowered.steps
+        position = 0
+        number = 0
+        for statement, text in enumerate(self.lowered.statements):
+            lines.append(f"    # {text}")
+            while position < len(steps) and steps[position].statement == statement:
+                step = steps[position]
+                position += 1
+                rendered = self.step_lines(step)
+                if not rendered:
+                    continue
+                if not isinstance(step, Free):
+                    number += 1
+                    self.labels[step.out] = getattr(step, "labels", getattr(step, "output", ()))
+                    rendered[0] += f"  # {self.note(number, step)}"
+                lines.extend("    " + line for line in rendered)
+        return lines
+
+    def returned(self) -> list[str]:
+        return [self.var(register) for register in self.lowered.outputs]
+
+
+def _negated(term: Node) -> Node | None:
+    """``term`` without its negative sign, when it is a product with a negative number (else None)."""
+    if isinstance(term, Number) and term.value < 0 and not isinstance(term.value, bool):
+        return Number(-term.value) if not (isinstance(term.value, int) and term.value == -(2**63)) else None
+    if isinstance(term, Mul):
+        numbers = [f for f in term.factors if isinstance(f, Number)]
+        if len(numbers) == 1 and not isinstance(numbers[0].value, bool) and numbers[0].value < 0:
+            value = numbers[0].value
+            rest = tuple(f for f in term.factors if f is not numbers[0])
+            if type(value) is int and value == -1 and rest:
+                return rest[0] if len(rest) == 1 else Mul(rest)
+            return Mul((*rest, Number(-value)))
+    return None
+

@@ -1,0 +1,649 @@
+"""IR -> Steps: the one lowering. A checked program becomes a flat tuple of plain-data steps.
+
+Each step reads registers and writes one (inputs are registers ``0..n-1``, in ``info.inputs`` order):
+
+- :class:`Contract`   a product that sums an index (or repeats one): one einsum, planned pairwise later;
+- :class:`Elementwise` a fused elementwise expression (:class:`Node` tree) over aligned registers: sums,
+  products without a summed index, functions, powers, scales — ``a - b`` is a subtraction;
+- :class:`Reduce`     a sum over some axes of one register;
+- :class:`Diagonal`   a surviving delta: the value written into the diagonal of a zeroed array;
+- :class:`Ones`, :class:`Constant` arrays that deltas and constant results need;
+- :class:`Free`       registers released after their last use.
+
+Nothing here knows shapes: an index's size is a :data:`SizeRef`, the literal of a ``size`` declaration or
+an axis of an input. ``einflow.plan`` specialises the steps for shapes, dtypes and a backend; the plan
+report, the memory model, the executor's generated code and ``to_source`` all read these same steps.
+
+>>> from einflow.program import compile
+>>> lowered = lower(compile("a = x[i] y[i]\\nb = x[j] y[j]\\na, b"))
+>>> [type(step).__name__ for step in lowered.steps], lowered.outputs
+(['Contract'], (2, 2))
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any, Union
+
+import numpy as np
+
+from einflow import ir
+from einflow.check import check_program, free_indices, top_level_terms
+from einflow.contraction import eliminate_deltas, product_output, split_product
+from einflow.functions import FUNCTION_RULES
+from einflow.indices import indices_in, join_partners
+from einflow.numbers import _fold_power, _is_unit, _weak
+
+__all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
+           "Contract", "Reduce", "Elementwise", "Diagonal", "Free", "Step", "Lowered", "lower", "step_inputs",
+           "node_args"]
+
+#: an index's size: a literal (``size n = 10``) or ``(input register, axis)``
+SizeRef = Union[int, tuple[int, int]]
+
+
+# ---------------------------------------------------------------- elementwise expressions
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """A register, aligned: ``axes[k]`` is the register's axis at position k, or None for a broadcast axis."""
+
+    register: int
+    axes: tuple[int | None, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    value: int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """An elementwise function of ``einflow.functions``."""
+
+    func: str
+    arg: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Pow:
+    base: Node
+    exponent: int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Add:
+    terms: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Mul:
+    factors: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    """An index's size as a number: a summed delta index that nothing else carries counts it."""
+
+    ref: SizeRef
+
+
+@dataclass(frozen=True, slots=True)
+class AsFloat:
+    """Deltas alone are booleans: numbers of the inputs' floating type (when they have one)."""
+
+    arg: Node
+
+
+Node = Union[Arg, Number, Size, Apply, Pow, Add, Mul, AsFloat]
+
+
+# ---------------------------------------------------------------- steps
+@dataclass(frozen=True, slots=True)
+class Constant:
+    statement: int
+    out: int
+    value: int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Ones:
+    """A boolean vector of ones (a delta's index that no operand carries any more)."""
+
+    statement: int
+    out: int
+    size: SizeRef
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """``einsum`` of ``args`` (labels ``operands``) into ``output``, multiplied by the ``scale`` factors."""
+
+    statement: int
+    out: int
+    args: tuple[int, ...]
+    operands: tuple[tuple[str, ...], ...]
+    output: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]
+    scale: tuple[Node, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    statement: int
+    out: int
+    arg: int
+    labels: tuple[str, ...]
+    axes: tuple[int, ...]
+    sizes: tuple[SizeRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Elementwise:
+    statement: int
+    out: int
+    expr: Node
+    labels: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Diagonal:
+    """``arg`` (axes ``labels``) written into a zeroed array with axes ``output``; each group shares a diagonal."""
+
+    statement: int
+    out: int
+    arg: int
+    labels: tuple[str, ...]
+    output: tuple[str, ...]
+    groups: tuple[tuple[str, ...], ...]
+    sizes: tuple[SizeRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    statement: int
+    registers: tuple[int, ...]
+
+
+Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Free]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A lowered program: its steps and where its values are."""
+
+    inputs: tuple[str, ...]
+    ranks: tuple[int, ...]
+    steps: tuple[Step, ...]
+    outputs: tuple[int, ...]
+    returns_tuple: bool
+    #: each statement's einflow text (a step's ``statement`` is a position here)
+    statements: tuple[str, ...]
+    #: register -> the target name of the statement that made it
+    names: tuple[tuple[int, str], ...]
+    register_count: int
+    #: (statement, target, register or None for a number) for each assignment with a target
+    bindings: tuple[tuple[int, str, int | None], ...] = ()
+
+
+def node_args(node: Node) -> list[int]:
+    """Registers an expression reads, in order, with repeats."""
+    if isinstance(node, Arg):
+        return [node.register]
+    if isinstance(node, (Number, Size)):
+        return []
+    if isinstance(node, (Apply, AsFloat)):
+        return node_args(node.arg)
+    if isinstance(node, Pow):
+        return node_args(node.base)
+    parts = node.terms if isinstance(node, Add) else node.factors
+    return [register for part in parts for register in node_args(part)]
+
+
+def step_inputs(step: Step) -> list[int]:
+    """Registers a step reads (with repeats)."""
+    if isinstance(step, Contract):
+        return [*step.args, *(r for factor in step.scale for r in node_args(factor))]
+    if isinstance(step, Elementwise):
+        return node_args(step.expr)
+    if isinstance(step, (Reduce, Diagonal)):
+        return [step.arg]
+    return []
+
+
+def _fold(func: str, value: int | float) -> int | float:
+    with np.errstate(all="ignore"):
+        folded = FUNCTION_RULES[func].value(np, np.asarray(value))
+    return folded.item() if hasattr(folded, "item") else folded
+
+
+def _align(labels: tuple[str, ...], order: tuple[str, ...]) -> tuple[int | None, ...] | None:
+    """Axes taking a register with ``labels`` to ``order`` (None when it already is in that order)."""
+    if not labels or labels == order:
+        return None
+    return tuple(labels.index(label) if label in labels else None for label in order)
+
+
+def realign(node: Node, axes: tuple[int | None, ...] | None, ranks: dict[int, int]) -> Node:
+    """``node`` with its result's axes rearranged by ``axes``, pushed down to its registers (``ranks``: theirs)."""
+    if axes is None:
+        return node
+    if isinstance(node, Arg):
+        if node.axes is None and not ranks.get(node.register):
+            return node  # a 0-d value broadcasts as it is
+        if node.axes is None:
+            return Arg(node.register, axes)
+        return Arg(node.register, tuple(None if a is None else node.axes[a] for a in axes))
+    if isinstance(node, (Number, Size)):
+        return node
+    if isinstance(node, Apply):
+        return Apply(node.func, realign(node.arg, axes, ranks))
+    if isinstance(node, AsFloat):
+        return AsFloat(realign(node.arg, axes, ranks))
+    if isinstance(node, Pow):
+        return Pow(realign(node.base, axes, ranks), node.exponent)
+    if isinstance(node, Add):
+        return Add(tuple(realign(term, axes, ranks) for term in node.terms))
+    return Mul(tuple(realign(factor, axes, ranks) for factor in node.factors))
+
+
+def substitute(node: Node, register: int, replacement: Node, ranks: dict[int, int]) -> Node:
+    """``node`` with the register replaced by an expression (aligned as the register was)."""
+    if isinstance(node, Arg):
+        return realign(replacement, node.axes, ranks) if node.register == register else node
+    if isinstance(node, (Number, Size)):
+        return node
+    if isinstance(node, Apply):
+        return Apply(node.func, substitute(node.arg, register, replacement, ranks))
+    if isinstance(node, AsFloat):
+        return AsFloat(substitute(node.arg, register, replacement, ranks))
+    if isinstance(node, Pow):
+        return Pow(substitute(node.base, register, replacement, ranks), node.exponent)
+    if isinstance(node, Add):
+        return Add(tuple(substitute(term, register, replacement, ranks) for term in node.terms))
+    return Mul(tuple(substitute(factor, register, replacement, ranks) for factor in node.factors))
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    """A lowered value: a register with axis labels, or a compile-time number."""
+
+    reg: int | None
+    labels: tuple[str, ...] = ()
+    const: int | float | None = None
+
+
+class _Lowering:
+    def __init__(self, program: ir.ProgramIR, inputs: tuple[str, ...], ranks: tuple[int, ...]) -> None:
+        self.program = program
+        self.steps: list[Step] = []
+        self.count = len(inputs)
+        self.names: dict[str, _Value] = {name: _Value(k) for k, name in enumerate(inputs)}
+        self.register_sizes: dict[int, tuple[SizeRef, ...]] = {
+            k: tuple((k, axis) for axis in range(rank)) for k, rank in enumerate(ranks)}
+        self.numbering: dict[Any, int] = {}
+        self.memo: dict[Any, _Value] = {}
+        self.declared: dict[str, SizeRef] = {}
+        self.sizes: dict[str, SizeRef] = {}
+        self.synthetic: set[int] = set()
+        self.statement = 0
+        self.target_names: dict[int, str] = {}
+        self.bindings: list[tuple[int, str, int | None]] = []
+
+    # ------------------------------------------------------------------ registers
+    def emit(self, key: Any, make: Any, labels: tuple[str, ...]) -> _Value:
+        """Append the step ``make(register)`` unless an equal one (by ``key``) exists; its value has ``labels``."""
+        register = self.numbering.get(key)
+        if register is None:
+            register = self.count
+            self.count += 1
+            step = make(register)
+            self.steps.append(step)
+            self.register_sizes[register] = getattr(step, "sizes", ())
+            self.numbering[key] = register
+        return _Value(register, labels)
+
+    def sizes_of(self, labels: tuple[str, ...]) -> tuple[SizeRef, ...]:
+        return tuple(self.sizes.get(label, -1) for label in labels)  # -1: none; specialising says so
+
+    # ------------------------------------------------------------------ sizes
+    def note_sizes(self, statement: ir.Assign) -> None:
+        """Where each index of the statement gets its size (the checks are einflow.indices.statement_sizes)."""
+        sizes: dict[str, SizeRef] = {}
+        partners: list[tuple[str, str, Any]] = []
+        for node in ir.walk(statement.expr):
+            if isinstance(node, ir.Tensor):
+                value = self.names[node.name]
+                if value.reg is not None:
+                    known = self.register_sizes[value.reg]
+                    for axis, index in enumerate(node.indices):
+                        if axis < len(known):
+                            sizes.setdefault(index, known[axis])
+            elif isinstance(node, ir.Delta):
+                partners.append((node.first, node.second, node))
+        for index, source in self.declared.items():
+            sizes.setdefault(index, source)
+        self.sizes = join_partners(sizes, partners)
+
+    def declare(self, statement: ir.SizeDecl) -> None:
+        if isinstance(statement.source, int):
+            for name in statement.names:
+                self.declared[name] = statement.source
+            return
+        value = self.names[statement.source]
+        known = self.register_sizes.get(value.reg, ()) if value.reg is not None else ()
+        for axis, name in enumerate(statement.names):
+            self.declared[name] = known[axis] if axis < len(known) else 1
+
+    # ------------------------------------------------------------------ program
+    def run(self, returns_tuple: bool) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        outputs: list[int] = []
+        texts: list[str] = []
+        final: _Value | None = None
+        for number, statement in enumerate(self.program.statements):
+            self.statement = number
+            texts.append(ir.format_statement(statement))
+            if isinstance(statement, ir.SizeDecl):
+                self.declare(statement)
+                continue
+            if isinstance(statement, ir.Return):
+                outputs.extend(self.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
+                continue
+            self.note_sizes(statement)
+            first_new = self.count
+            value = self.lower_statement(statement)
+            if statement.target is not None:
+                self.names[statement.target] = value
+                self.bindings.append((number, statement.target, value.reg))
+                if value.reg is not None and value.reg >= first_new:
+                    self.target_names.setdefault(value.reg, statement.target)
+            final = value
+        if not returns_tuple:
+            assert final is not None
+            outputs.append(self.materialize(final).reg)  # type: ignore[arg-type]
+        return tuple(outputs), tuple(texts)
+
+    def materialize(self, value: _Value) -> _Value:
+        if value.const is None:
+            return value
+        constant = value.const
+        return self.emit(("const", type(constant), constant),
+                         lambda out: Constant(self.statement, out, constant), ())
+
+    def lower_statement(self, statement: ir.Assign) -> _Value:
+        if statement.indices is None:
+            return self.lower(statement.expr, frozenset(), frozenset())
+        bound = frozenset(statement.indices)
+        terms = []
+        for term in top_level_terms(statement.expr):
+            extra = frozenset(free_indices(term, bound)) - bound
+            if isinstance(term, (ir.Product, ir.Tensor, ir.Delta)):
+                # a product term is produced directly in the target's axis order (no transpose after)
+                factors = term.factors if isinstance(term, ir.Product) else (term,)
+                terms.append(self.lower_product(factors, bound, extra, statement.indices))
+            else:
+                terms.append(self.lower(term, bound, extra))
+        return self.add(terms, statement.indices)
+
+    # ------------------------------------------------------------------ expressions
+    def lower(self, expr: ir.Expr, bound: frozenset[str], reduce: frozenset[str]) -> _Value:
+        if isinstance(expr, ir.Num):
+            return _Value(None, (), _weak(expr.value))
+        if isinstance(expr, (ir.Tensor, ir.Delta)):
+            return self.lower_product((expr,), bound, reduce)
+        if isinstance(expr, ir.Product):
+            return self.lower_product(expr.factors, bound, reduce)
+        mentioned = indices_in(expr)
+        key = (expr, bound & mentioned, reduce, tuple(sorted((i, self.sizes.get(i)) for i in mentioned)))
+        found = self.memo.get(key)
+        if found is not None:
+            return found
+        if isinstance(expr, ir.Reduce):
+            inner = frozenset(expr.indices)
+            value = self.lower(expr.body, bound | inner, reduce | inner)
+        elif isinstance(expr, ir.Sum):
+            order = free_indices(expr, bound)
+            value = self.add([self.lower(term, bound, frozenset()) for term in expr.terms], order)
+            value = self.sum_axes(value, reduce)
+        elif isinstance(expr, ir.Call):
+            value = self.apply(expr.func, self.lower(expr.arg, bound, frozenset()))
+            value = self.sum_axes(value, reduce)
+        elif isinstance(expr, ir.Power):
+            value = self.power(self.lower(expr.base, bound, frozenset()), expr.exponent)
+            value = self.sum_axes(value, reduce)
+        else:  # pragma: no cover
+            raise TypeError(expr)
+        self.memo[key] = value
+        return value
+
+    def elementwise(self, key: Any, expr: Node, labels: tuple[str, ...]) -> _Value:
+        sizes = self.sizes_of(labels)
+        return self.emit(key, lambda out: Elementwise(self.statement, out, expr, labels, sizes), labels)
+
+    def apply(self, func: str, arg: _Value) -> _Value:
+        if arg.reg is None:
+            return _Value(None, (), _fold(func, arg.const))  # type: ignore[arg-type]
+        # keys are positional: the same register may carry other names (`tanh(y[i])` and `tanh(y[l])`)
+        value = self.elementwise(("apply", func, arg.reg), Apply(func, Arg(arg.reg)), arg.labels)
+        return _Value(value.reg, arg.labels)
+
+    def power(self, base: _Value, exponent: int | float) -> _Value:
+        if base.reg is None:
+            return _Value(None, (), _fold_power(base.const, exponent))  # type: ignore[arg-type]
+        if exponent == 1:
+            return base
+        value = self.elementwise(("pow", exponent, type(exponent), base.reg), Pow(Arg(base.reg), exponent),
+                                 base.labels)
+        return _Value(value.reg, base.labels)
+
+    def sum_axes(self, value: _Value, reduce: frozenset[str]) -> _Value:
+        axes = tuple(position for position, label in enumerate(value.labels) if label in reduce)
+        if not axes or value.reg is None:
+            return value
+        labels = tuple(label for label in value.labels if label not in reduce)
+        sizes = self.sizes_of(labels)
+        reg = value.reg
+        return self.emit(("sum", reg, axes),
+                         lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes), labels)
+
+    def add(self, terms: list[_Value], order: tuple[str, ...]) -> _Value:
+        constant: int | float = 0
+        arrays: list[_Value] = []
+        for term in terms:
+            if term.reg is None:
+                constant = _weak(constant + term.const)  # type: ignore[operator]
+            else:
+                arrays.append(term)
+        if not arrays:
+            return _Value(None, (), constant)
+        order = tuple(order)
+        has_constant = constant != 0 or isinstance(constant, float)  # + 0.0 still promotes integer arrays
+        args = [Arg(term.reg, _align(term.labels, order)) for term in arrays]  # type: ignore[arg-type]
+        if len(args) == 1 and not has_constant:
+            if args[0].axes is None:
+                return _Value(arrays[0].reg, order)
+            return self.aligned(args[0], order)
+        expr = Add((*args, Number(constant))) if has_constant else Add(tuple(args))
+        # positional: the same sum under other index names (`1 - h[b,i]^2`, `1 - h[w,i]^2`) is computed once
+        return self.elementwise(("add", expr, type(constant), self.sizes_of(order)), expr, order)
+
+    def aligned(self, arg: Arg, order: tuple[str, ...]) -> _Value:
+        """A register transposed (a view): one step, so that the report and the code show it."""
+        return self.elementwise(("align", arg, self.sizes_of(order)), arg, order)
+
+    # ------------------------------------------------------------------ products
+    def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
+                      preferred: tuple[str, ...] = ()) -> _Value:
+        parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
+                              lambda value: value.const if value.reg is None else None, lambda value: value.labels)
+        output, summed = product_output(parts.sequence, bound, reduce, preferred)
+        classes, missing, counted = eliminate_deltas([labels for _, labels in parts.operands], parts.deltas, summed,
+                                                     output)
+        parts.operands.extend((self.ones(label), [label]) for label in missing)
+        if counted and not parts.operands and not parts.scalars:
+            # deltas alone: one counted index stays a (summed) vector of ones, so the count gets their number type
+            parts.operands.append((self.ones(counted[0]), [counted[0]]))
+            counted = counted[1:]
+        # a summed index that only counts multiplies the product by its size (contracting booleans would saturate)
+        counts = [Size(self.sizes.get(label, -1)) for label in counted]
+        return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
+
+    def ones(self, label: str) -> _Value:
+        size = self.sizes.get(label, -1)
+        value = self.emit(("ones", size), lambda out: Ones(self.statement, out, size), (label,))
+        self.register_sizes[value.reg] = (size,)  # type: ignore[index]
+        self.synthetic.add(value.reg)  # type: ignore[arg-type]
+        return value
+
+    def contract(self, operands: list[tuple[_Value, list[str]]], output: list[str], classes: dict[str, list[str]],
+                 coefficient: int | float, scalars: list[_Value], counts: list[Size]) -> _Value:
+        partners = {member for rep, members in classes.items() for member in members if member != rep}
+        inner = tuple(label for label in output if label not in partners)
+        scale: list[Node] = [Arg(s.reg) for s in scalars] + counts  # type: ignore[arg-type]
+        if not _is_unit(coefficient):
+            scale.append(Number(coefficient))
+        if not operands:
+            if not scalars:
+                return self.diagonal(_Value(None, (), coefficient), output, classes)
+            if len(scale) == 1 and isinstance(scale[0], Arg):
+                return self.diagonal(_Value(scale[0].register, ()), output, classes)
+            value = self.elementwise(("mul", tuple(scale)), Mul(tuple(scale)), ())
+            return self.diagonal(value, output, classes)
+        if not scalars and all(value.reg in self.synthetic for value, _ in operands):
+            # deltas alone are booleans: in the inputs' floating type (scaled even by the int 1: numbers, not bools)
+            value, labels = operands[0]
+            expr = Mul((AsFloat(Arg(value.reg)), Number(coefficient), *counts))  # type: ignore[arg-type]
+            operands[0] = (self.elementwise(("mul", expr), expr, value.labels), labels)
+            scale = []
+        keys = [tuple(labels) for _, labels in operands]
+        everything = [label for labels in keys for label in labels]
+        repeated = any(len(set(labels)) != len(labels) for labels in keys)
+        summed = set(everything) - set(inner)
+        if not repeated and not summed:
+            # an elementwise product (outer products included): broadcasting, never einsum
+            factors = [Arg(value.reg, _align(labels, inner)) for (value, _), labels in zip(operands, keys)]
+            if len(factors) == 1 and not scale:
+                if factors[0].axes is None:
+                    result = _Value(operands[0][0].reg, inner)
+                else:
+                    result = self.aligned(factors[0], inner)  # type: ignore[arg-type]
+            else:
+                expr = Mul((*factors, *scale))  # type: ignore[arg-type]
+                result = self.elementwise(("mul", expr, self.sizes_of(inner)), expr, inner)
+            return self.diagonal(result, output, classes)
+        if len(operands) == 1 and not repeated:
+            value, labels = operands[0]
+            keep = tuple(label for label in keys[0] if label in inner)
+            axes = tuple(position for position, label in enumerate(keys[0]) if label not in inner)
+            reduced = self.sum_axes(_Value(value.reg, keys[0]), frozenset(keys[0][a] for a in axes))
+            reduced = _Value(reduced.reg, keep)
+            expr: Node = Arg(reduced.reg, _align(keep, inner))  # type: ignore[arg-type]
+            if scale:
+                expr = Mul((expr, *scale))
+            elif expr.axes is None:  # type: ignore[union-attr]
+                return self.diagonal(_Value(reduced.reg, inner), output, classes)
+            return self.diagonal(self.elementwise(("mul", expr, self.sizes_of(inner)), expr, inner), output,
+                                 classes)
+        args = tuple(value.reg for value, _ in operands)
+        sizes = self.sizes_of(inner)
+        # positional: the same contraction under other index names is computed once
+        letters = {label: chr(97 + k) for k, label in enumerate(dict.fromkeys(everything))}
+        equation = (tuple("".join(letters[label] for label in labels) for labels in keys),
+                    "".join(letters[label] for label in inner))
+        result = self.emit(("contract", equation, args, tuple(scale), sizes), lambda out: Contract(
+            self.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)  # type: ignore[arg-type]
+        return self.diagonal(result, output, classes)
+
+    def diagonal(self, value: _Value, output: list[str], classes: dict[str, list[str]]) -> _Value:
+        if not classes:
+            return value
+        value = self.materialize(value)
+        full = tuple(output)
+        groups = tuple(tuple(members) for members in classes.values())
+        sizes = self.sizes_of(full)
+        reg, labels = value.reg, value.labels
+        return self.emit(("diag", reg, labels, full, groups, sizes), lambda out: Diagonal(
+            self.statement, out, reg, labels, full, groups, sizes), full)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- passes after lowering
+def fuse(steps: list[Step], outputs: tuple[int, ...], ranks: dict[int, int]) -> list[Step]:
+    """Inline an elementwise result read once, by an elementwise step of the same statement, into its reader.
+
+    The fused expression is evaluated in one line (one pass for engines that fuse, such as numexpr).
+    """
+    uses: Counter[int] = Counter()
+    for step in steps:
+        uses.update(step_inputs(step))
+    uses.update(outputs)
+    uses.update(outputs)  # an output is never inlined
+    readers: dict[int, int] = {}
+    for k, step in enumerate(steps):
+        for register in step_inputs(step):
+            readers[register] = k
+    result: list[Step | None] = list(steps)
+    for k in range(len(steps)):
+        current = result[k]
+        if not isinstance(current, Elementwise) or uses[current.out] != 1:
+            continue
+        reader_position = readers.get(current.out)
+        if reader_position is None:
+            continue
+        reader = result[reader_position]
+        if not isinstance(reader, Elementwise) or reader.statement != current.statement:
+            continue
+        result[reader_position] = replace(reader, expr=substitute(reader.expr, current.out, current.expr, ranks))
+        for register in node_args(current.expr):
+            readers[register] = reader_position
+        result[k] = None
+    return [step for step in result if step is not None]
+
+
+def release(steps: list[Step], outputs: tuple[int, ...], inputs: int) -> list[Step]:
+    """Insert :class:`Free` steps: each intermediate is released after its last use (a view after its viewer's)."""
+    last: dict[int, int] = {}
+    view_of: dict[int, int] = {}
+    for k, step in enumerate(steps):
+        last.setdefault(step.out, k)  # type: ignore[union-attr]
+        for register in step_inputs(step):
+            last[register] = k
+        if isinstance(step, Elementwise) and isinstance(step.expr, Arg):
+            view_of[step.out] = step.expr.register
+    for register in outputs:
+        last[register] = len(steps)
+    for step in reversed(steps):  # views come after what they view: one backward pass suffices
+        base = view_of.get(step.out)  # type: ignore[union-attr]
+        if base is not None:
+            last[base] = max(last[base], last[step.out])  # type: ignore[union-attr]
+    dead: dict[int, list[int]] = {}
+    for register, k in last.items():
+        if register >= inputs and k < len(steps):
+            dead.setdefault(k, []).append(register)
+    result: list[Step] = []
+    for k, step in enumerate(steps):
+        result.append(step)
+        if k in dead:
+            result.append(Free(step.statement, tuple(sorted(dead[k]))))
+    return result
+
+
+def lower(program: Any) -> Lowered:
+    """Lower a compiled program (an ``einflow.Program`` or its checked IR) to steps, fused and freed."""
+    return _lower(program if isinstance(program, ir.ProgramIR) else program.ir)
+
+
+@functools.lru_cache(maxsize=256)
+def _lower(program: ir.ProgramIR) -> Lowered:
+    info = check_program(program)
+    ranks = tuple(info.ranks.get(name, 0) for name in info.inputs)
+    lowering = _Lowering(program, info.inputs, ranks)
+    outputs, statements = lowering.run(info.returns_tuple)
+    register_ranks = {register: len(sizes) for register, sizes in lowering.register_sizes.items()}
+    steps = release(fuse(lowering.steps, outputs, register_ranks), outputs, len(info.inputs))
+    names = tuple((register, name) for register, name in lowering.target_names.items()
+                  if any(getattr(step, "out", None) == register for step in steps))
+    return Lowered(info.inputs, ranks, tuple(steps), outputs, info.returns_tuple, statements, names,
+                   lowering.count, tuple(lowering.bindings))
+
