@@ -535,7 +535,7 @@ class _Lowering:
         out_size = math.prod(self.sizes[label] for label in inner_output)
         if needs_scale:
             smallest = min(range(len(operands)), key=lambda k: math.prod(operands[k][0].shape))
-            if math.prod(operands[smallest][0].shape) < out_size or delta_only:
+            if delta_only or math.prod(operands[smallest][0].shape) < out_size and self.float_dtype in (None, np.float64):  # noqa: E501 - scaling an int operand by a weak float would widen float32
                 value, labels = operands[smallest]
                 if delta_only and self.float_dtype is not None:
                     dtype = self.float_dtype

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +12,7 @@ import dask
 import dask.array
 import numpy
 
-from einflow.backends.base import Backend
+from einflow.backends.base import Backend, refuse_masked
 from einflow.errors import BackendError, MemoryLimitError
 
 __all__ = ["DaskBackend"]
@@ -22,6 +24,20 @@ def _bytes(count: float) -> str:
             return f"{count:.1f} {unit}"
         count /= 1024
     return f"{count:.1f} TiB"  # pragma: no cover
+
+
+def _cluster_gone(error: BaseException) -> str:
+    """What to tell a user whose computation the dask cluster dropped (scheduler gone, connection closed)."""
+    scheduler = ""
+    distributed = sys.modules.get("distributed")
+    if distributed is not None:
+        try:
+            scheduler = f" (scheduler {distributed.get_client().scheduler.address})"
+        except (ValueError, AttributeError, OSError):
+            scheduler = ""
+    return (f"the dask cluster is gone{scheduler}: the computation was cancelled or its connection closed "
+            f"({type(error).__name__}: {error}). Start the cluster again (or close the Client to compute with "
+            "dask's local scheduler) and call again")
 
 
 class DaskBackend(Backend):
@@ -62,22 +78,31 @@ class DaskBackend(Backend):
         return spec
 
     def asarray(self, value: Any, chunks: Any = None) -> Any:
+        refuse_masked(value)
         if isinstance(value, dask.array.Array):
             if any(isinstance(size, float) and math.isnan(size) for size in value.shape):
                 raise BackendError(f"a dask array input has unknown shape {value.shape}; call "
                                    ".compute_chunk_sizes() on it first")
-            return value
+            return self.numbers(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
         if not hasattr(value, "dtype") or not hasattr(value, "shape"):
             value = numpy.asarray(value)
+        if numpy.dtype(value.dtype).kind not in "biufc":
+            # chunking "auto" cannot size object arrays: say what einflow says on every backend
+            raise BackendError(f"an input has dtype {value.dtype}; einflow computes with numbers "
+                               "(bool, int, float or complex arrays)")
         spec = self.chunks_for("", chunks)
         try:
             # name=False: a random graph key instead of hashing the whole array's bytes
-            return dask.array.from_array(value, chunks=spec, name=False)
-        except (ValueError, TypeError) as error:
+            chunked = dask.array.from_array(value, chunks=spec, name=False)
+        except (ValueError, TypeError, ArithmeticError, NotImplementedError) as error:
             raise BackendError(f"cannot chunk an array of shape {tuple(value.shape)} with chunks={spec!r}: "
-                               f"{error}") from None
+                               f"{error or type(error).__name__}") from None
+        if any(size == 0 for sizes in chunked.chunks for size in sizes) and chunked.size:
+            raise BackendError(f"cannot chunk an array of shape {tuple(value.shape)} with chunks={spec!r}: "
+                               "chunks must be positive")
+        return self.numbers(chunked)
 
     def result(self, value: Any, inputs_native: bool) -> Any:
         return self.results((value,), inputs_native)[0]
@@ -86,7 +111,12 @@ class DaskBackend(Backend):
         if inputs_native:
             return values
         # one compute call: shared sub-results of all outputs are computed once
-        computed = dask.compute(*values)
+        try:
+            computed = dask.compute(*values)
+        except (concurrent.futures.CancelledError, OSError, TimeoutError) as error:
+            if not type(error).__module__.startswith(("distributed", "concurrent", "tornado", "asyncio", "builtins")):
+                raise
+            raise BackendError(_cluster_gone(error)) from error
         return tuple(numpy.asarray(value) for value in computed)
 
     def check_client_memory(self, names: tuple[str | None, ...], outputs: tuple[Any, ...],
