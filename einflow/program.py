@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -14,7 +15,7 @@ from einflow import backends as _registry
 from einflow import ir
 from einflow.backends import get_backend, infer_backend
 from einflow.check import ProgramInfo, check_names, check_program
-from einflow.errors import EinflowError, TensorNameError
+from einflow.errors import EinflowError, ShapeError, TensorNameError
 from einflow.grammar import parse
 from einflow.plan import Plan, build_plan
 from einflow.report import PlanReport
@@ -302,6 +303,14 @@ class Program:
 
 
 def _parse_shape(name: str, shape: Any) -> tuple[int, ...]:
+    dims = _read_shape(name, shape)
+    for size in dims:
+        if not 0 <= size < 2**63:
+            raise ShapeError(f"shape {shape!r} for {name}: sizes are integers from 0 to 2**63 - 1, not {size}")
+    return dims
+
+
+def _read_shape(name: str, shape: Any) -> tuple[int, ...]:
     if hasattr(shape, "shape"):
         return tuple(shape.shape)
     if isinstance(shape, str):
@@ -315,7 +324,7 @@ def _parse_shape(name: str, shape: Any) -> tuple[int, ...]:
     if isinstance(shape, int) and not isinstance(shape, bool):
         return (shape,)
     try:
-        return tuple(int(n) for n in shape)
+        return tuple(operator.index(n) for n in shape)
     except (TypeError, ValueError):
         raise EinflowError(f"cannot read shape {shape!r} for {name}: give a tuple like (100, 200), a string "
                            "like '100x200', or an array") from None

@@ -131,12 +131,16 @@ def test_contractions_follow_the_opt_einsum_plan() -> None:
     np.testing.assert_allclose(lazy.compute(), computed["A"] @ computed["B"] @ computed["C"] @ computed["x"])
 
 
-def test_surviving_deltas_use_identity_factors_on_dask() -> None:
+def test_surviving_deltas_select_the_diagonal_on_dask() -> None:
     p = ef.compile("J[i,j] = delta[i,j] exp(x[i])")
-    x = da.from_array(np.linspace(-1, 1, 7), chunks=3)
-    lazy = p(x=x)
-    assert any(name.startswith("eye") for name in lazy.dask.layers)
-    np.testing.assert_allclose(lazy.compute(), np.diag(np.exp(np.linspace(-1, 1, 7))))
+    values = np.linspace(-1, 1, 7)
+    values[2], values[4] = np.inf, np.nan
+    lazy = p(x=da.from_array(values, chunks=3))
+    assert any(name.startswith("where") for name in lazy.dask.layers)  # selected, not multiplied by an identity
+    expected = np.zeros((7, 7))
+    np.fill_diagonal(expected, np.exp(values))  # inf and nan on the diagonal only, as numpy's strided write
+    np.testing.assert_array_equal(lazy.compute(), expected)
+    np.testing.assert_array_equal(p(x=values), expected)
 
 
 # ---------------------------------------------------------------------------------------------- chunks

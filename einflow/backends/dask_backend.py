@@ -40,6 +40,39 @@ def _cluster_gone(error: BaseException) -> str:
             "dask's local scheduler) and call again")
 
 
+class _DiagonalWriter:
+    """``view[...] = value`` makes ``out`` the array with ``value`` on its diagonals and 0 elsewhere.
+
+    ``groups[k]`` are the axes of ``out`` that axis k of ``value`` runs along together. Off-diagonal
+    entries are selected as 0 (``where``), never computed as ``value * 0``, so inf and nan in ``value``
+    stay where numpy's strided write puts them.
+    """
+
+    def __init__(self, out: Any, shape: tuple[int, ...], groups: list[tuple[int, ...]]) -> None:
+        self.out, self.shape, self.groups = out, shape, groups
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        out, groups = self.out, self.groups
+        value = dask.array.broadcast_to(dask.array.asarray(value, dtype=out.dtype), self.shape)
+        # value's axis k goes to out's axis groups[k][0]; the other axes of its group are new (size 1)
+        order = sorted(range(len(groups)), key=lambda k: groups[k][0])
+        placed = value.transpose(order) if order != list(range(len(groups))) else value
+        leading = sorted(group[0] for group in groups)
+        expanded = placed.reshape(tuple(out.shape[axis] if axis in leading else 1 for axis in range(out.ndim)))
+        def positions(axis: int) -> Any:  # 0, 1, 2, ... along ``axis`` of out, size 1 on the others
+            return dask.array.arange(out.shape[axis]).reshape(tuple(-1 if a == axis else 1 for a in range(out.ndim)))
+
+        mask = None
+        for group in groups:
+            for axis in group[1:]:
+                same = positions(group[0]) == positions(axis)
+                mask = same if mask is None else mask & same
+        written = dask.array.where(mask, expanded, dask.array.zeros((), dtype=out.dtype)) if mask is not None \
+            else dask.array.broadcast_to(expanded, out.shape)
+        written = dask.array.broadcast_to(written, out.shape).astype(out.dtype, copy=False)
+        out.dask, out._name, out._chunks, out._meta = written.dask, written.name, written.chunks, written._meta
+
+
 class DaskBackend(Backend):
     """Arrays are ``dask.array.Array``; opt_einsum's plan calls ``dask.array.tensordot``/``einsum``.
 
@@ -55,8 +88,9 @@ class DaskBackend(Backend):
 
     name = "dask"
     einsum_backend = "dask"
-    # a dask array has no strides to write through: surviving deltas become boolean identity factors
-    strided_writes = False
+    # a dask array has no strides: surviving deltas are "written" by zeros() and diagonal_view() below,
+    # which select (``where``) rather than multiply by an identity, so inf and nan stay on the diagonal
+    strided_writes = True
     settings = {"chunks": "chunk spec for numpy inputs: 'auto', an int, a tuple, or {tensor name: spec}"}
 
     def __init__(self, chunks: Any = "auto") -> None:
@@ -138,5 +172,16 @@ class DaskBackend(Backend):
     def eye(self, size: int, dtype: Any) -> Any:
         return dask.array.eye(size, dtype=dtype)
 
+    def zeros(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """Zeros whose ``strides`` name axes (axis k has stride 2**k), for ``diagonal_view`` to decode."""
+        out = dask.array.zeros(shape, dtype=dtype)
+        out.strides = tuple(1 << axis for axis in range(len(shape)))
+        return out
+
     def diagonal_view(self, out: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
-        raise BackendError("dask arrays have no strided views; plans for dask use identity factors instead")
+        """A writer for ``out`` (from ``zeros``): ``view[...] = value`` puts value on the diagonals.
+
+        A stride that sums several axes' strides (a delta's partner axes) makes those axes one diagonal.
+        """
+        groups = [tuple(axis for axis in range(out.ndim) if stride >> axis & 1) for stride in strides]
+        return _DiagonalWriter(out, shape, groups)
