@@ -19,9 +19,9 @@ if _devices < 1:
     pytest.skip("cupy is installed but no CUDA device was found", allow_module_level=True)
 
 try:
-    from tests.test_backends import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
+    from tests.corpus import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path itself
-    from test_backends import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
+    from corpus import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
 
 
 def to_host(value: Any) -> Any:

@@ -17,9 +17,9 @@ import dask  # noqa: E402
 from dask.callbacks import Callback  # noqa: E402
 
 try:
-    from tests.test_backends import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
+    from tests.corpus import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path itself
-    from test_backends import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
+    from corpus import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
 
 
 @pytest.fixture(scope="session")

@@ -13,9 +13,9 @@ import einflow as ef
 from einflow.program import default_memory_limit
 
 try:
-    from tests.test_backends import CORPUS
+    from tests.corpus import CORPUS
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path itself
-    from test_backends import CORPUS
+    from corpus import CORPUS
 
 MILLION = 10**6
 
