@@ -137,14 +137,15 @@ class _ToIR(Transformer):
     def size_decl(self, meta: Any, items: list[Token]) -> ir.SizeDecl:
         *names, source = items
         if source.type == "NUMBER":
-            value = _number(source)
-            if not isinstance(value, int) or value < 0:
-                raise ParseError("a literal size must be a non-negative integer", source.line, source.column,
-                                 _line_of(self.source, source.line))
-            if value >= _MAX_SIZE:
+            text = str(source)
+            where = (source.line, source.column, _line_of(self.source, source.line))
+            if not text.isdigit():
+                raise ParseError("a literal size must be a non-negative integer", *where)
+            digits = text.lstrip("0") or "0"
+            if len(digits) > 19 or int(digits) >= _MAX_SIZE:
                 raise ParseError(f"a literal size must be below 2**63 (arrays index with int64); this one has "
-                                 f"{len(str(value))} digits",
-                                 source.line, source.column, _line_of(self.source, source.line))
+                                 f"{len(digits)} digits", *where)
+            value = int(digits)
             src: str | int = value
         else:
             src = self._name(source, "a tensor name")
