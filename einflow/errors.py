@@ -86,7 +86,7 @@ def source_line(source: str, line: int) -> str:
     if not 1 <= line <= len(lines):
         return ""
     return "".join(" " if c != "\t" and unicodedata.category(c)[0] in "CZ" and c != " " else c
-                   for c in lines[line - 1])
+                   for c in lines[line - 1].removesuffix("\r"))
 
 
 def _pad(text: str, column: int) -> str:

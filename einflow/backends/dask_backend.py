@@ -26,15 +26,32 @@ def _bytes(count: float) -> str:
     return f"{count:.1f} TiB"  # pragma: no cover
 
 
+def _default_client() -> Any:
+    """dask.distributed's default Client, or None (distributed is never imported here)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    try:
+        return distributed.get_client()
+    except (ValueError, AttributeError, OSError):
+        return None
+
+
+def _cluster_lost(error: BaseException) -> bool:
+    """Whether ``error`` says the cluster went away rather than that a task failed."""
+    if isinstance(error, concurrent.futures.CancelledError):
+        return True  # distributed's FutureCancelledError: the scheduler dropped the computation
+    if type(error).__module__.startswith(("distributed", "tornado")):
+        return True  # CommClosedError, StreamClosedError
+    client = _default_client()
+    return client is not None and getattr(client, "status", "running") != "running"
+
+
 def _cluster_gone(error: BaseException) -> str:
     """What to tell a user whose computation the dask cluster dropped (scheduler gone, connection closed)."""
-    scheduler = ""
-    distributed = sys.modules.get("distributed")
-    if distributed is not None:
-        try:
-            scheduler = f" (scheduler {distributed.get_client().scheduler.address})"
-        except (ValueError, AttributeError, OSError):
-            scheduler = ""
+    client = _default_client()
+    address = getattr(getattr(client, "scheduler", None), "address", None)
+    scheduler = f" (scheduler {address})" if address else ""
     return (f"the dask cluster is gone{scheduler}: the computation was cancelled or its connection closed "
             f"({type(error).__name__}: {error}). Start the cluster again (or close the Client to compute with "
             "dask's local scheduler) and call again")
@@ -148,8 +165,8 @@ class DaskBackend(Backend):
         try:
             computed = dask.compute(*values)
         except (concurrent.futures.CancelledError, OSError, TimeoutError) as error:
-            if not type(error).__module__.startswith(("distributed", "concurrent", "tornado", "asyncio", "builtins")):
-                raise
+            if not _cluster_lost(error):
+                raise  # an error of the computation itself (a task reading a missing file, say)
             raise BackendError(_cluster_gone(error)) from error
         return tuple(numpy.asarray(value) for value in computed)
 

@@ -292,7 +292,7 @@ def _friendly(error: UnexpectedInput, source: str) -> ParseError:
         token = error.token
         expected = _describe_expected(set(error.expected))
         if token.type == "$END":
-            line = source.count("\n") + 1
+            line = source.rstrip("\r\n").count("\n") + 1  # the last line with text, as the user sees it
             source_line = _line_of(source, line)
             column = len(source_line) + 1
             message = f"unexpected end of input, expected {expected}"
