@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -10,7 +12,10 @@ from einflow.contraction import product_output
 from einflow.errors import IndexRuleError, TensorNameError, located
 
 __all__ = [
+    "MAX_PRODUCT_INDICES",
     "ProgramInfo",
+    "check_name",
+    "check_names",
     "check_program",
     "free_indices",
     "product_operands",
@@ -92,6 +97,66 @@ class ProgramInfo:
     sizes_declared: dict[str, str | int] = field(default_factory=dict)
 
 
+#: einsum's alphabet: numpy and dask name the axes of one contraction with the 52 ASCII letters
+MAX_PRODUCT_INDICES = 52
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_name(name: object, role: str) -> str:
+    """``name`` if it is a name the language can write (ASCII letters, digits, ``_``; not reserved).
+
+    Programs built from IR (derivatives, API arguments such as ``cotangent=``) pass through here, so a
+    name prints, re-parses and exports as itself: Python would read ``ｙ`` (fullwidth) as ``y``.
+
+    >>> check_name("W_1", "a tensor name")
+    'W_1'
+    """
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+        hint = ""
+        if isinstance(name, str):
+            folded = unicodedata.normalize("NFKC", name)
+            if folded != name and _IDENTIFIER.fullmatch(folded):
+                hint = f" (Python would read it as {folded!r})"
+        raise TensorNameError(f"{name!r} cannot be {role}: names are ASCII letters, digits and '_', not starting "
+                              f"with a digit{hint}")
+    if name in ir.RESERVED:
+        raise TensorNameError(f"'{name}' is a reserved word and cannot be used as {role}")
+    return name
+
+
+def check_names(program: ir.ProgramIR) -> None:
+    """Every tensor and index name of ``program`` passes ``check_name`` (TensorNameError otherwise)."""
+    for statement in program.statements:
+        if isinstance(statement, ir.Return):
+            for name in statement.names:
+                check_name(name, "a tensor name")
+            continue
+        if isinstance(statement, ir.SizeDecl):
+            for name in statement.names:
+                check_name(name, "an index name")
+            if isinstance(statement.source, str):
+                check_name(statement.source, "a tensor name")
+            elif type(statement.source) is not int or not 0 <= statement.source < 2**63:
+                raise IndexRuleError(f"a literal size must be an integer in [0, 2**63), not {statement.source!r}")
+            continue
+        if statement.target is not None:
+            check_name(statement.target, "a tensor name")
+        for index in statement.indices or ():
+            check_name(index, "an index name")
+        for node in ir.walk(statement.expr):
+            if isinstance(node, ir.Tensor):
+                check_name(node.name, "a tensor name")
+                for index in node.indices:
+                    check_name(index, "an index name")
+            elif isinstance(node, ir.Delta):
+                check_name(node.first, "an index name")
+                check_name(node.second, "an index name")
+            elif isinstance(node, ir.Reduce):
+                for index in node.indices:
+                    check_name(index, "an index name")
+
+
 class _Checker:
     def __init__(self, source: str | None) -> None:
         self.source = source
@@ -107,6 +172,11 @@ class _Checker:
             return set()
         if isinstance(expr, ir.Product):
             free, contracted = _product_split(expr.factors, bound)
+            if len(free) + len(contracted) > MAX_PRODUCT_INDICES:
+                self.fail(IndexRuleError,
+                          f"this product has {len(free) + len(contracted)} distinct indices; einsum (numpy's and "
+                          f"dask's) handles at most {MAX_PRODUCT_INDICES} in one product: split it into several "
+                          "statements", expr)
             inner = set(contracted)
             for factor in expr.factors:
                 if isinstance(factor, (ir.Num, ir.Tensor, ir.Delta)):

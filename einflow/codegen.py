@@ -228,7 +228,9 @@ class Source:
             return self.size(node.ref), 4
         if isinstance(node, Apply):
             inner = self.node(node.arg)[0]
-            return self.call(node.func, inner), 4
+            # a promoting function's result is already floating: no second promotion around it
+            computed_float = isinstance(node.arg, Apply) and FUNCTION_RULES[node.arg.func].promotes
+            return self.call(node.func, inner, promote=not computed_float), 4
         if isinstance(node, AsFloat):
             return self.as_float(self.node(node.arg)[0]), 4
         if isinstance(node, Pow):
@@ -250,8 +252,15 @@ class Source:
             factors.append(f"({text})" if level < 2 else text)
         return " * ".join(factors), 2
 
-    def call(self, func: str, x: str) -> str:
-        template = FUNCTION_RULES[func].source
+    def floating(self, x: str) -> str:
+        """``x`` promoted to float64 when it holds integers or booleans (the dtypes are not known here)."""
+        return f"{self.helper('as_float')}({x})"
+
+    def call(self, func: str, x: str, promote: bool = True) -> str:
+        rule = FUNCTION_RULES[func]
+        template = rule.source
+        if rule.promotes and promote:
+            x = self.floating(x)
         return template.format(x=x, np=self.alias["np"], sigmoid=self.helper("sigmoid") if "{sigmoid}" in template
                                else "", step=self.helper("step") if "{step}" in template else "")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 __all__ = [
     "EinflowError",
     "ParseError",
@@ -63,13 +65,28 @@ def located(message: str, span: object | None, source: str | None) -> str:
     """Append the source line and a caret for ``span`` (a Span) when the source is known."""
     if span is None or not source:
         return message
-    lines = source.splitlines() or [""]
     line = getattr(span, "line", 0)
     column = getattr(span, "column", 0)
-    if not 1 <= line <= len(lines):
+    if not 1 <= line <= source.count("\n") + 1:
         return message
-    text = lines[line - 1]
+    text = source_line(source, line)
     return f"{message}\n  at line {line}, column {column}:\n    {text}\n    {_pad(text, column)}^"
+
+
+def source_line(source: str, line: int) -> str:
+    """Line ``line`` (1-based) of ``source`` as the parser counts lines (only ``\\n`` ends one), printable.
+
+    Other line breaks (``\\r``, ``\\f``, ``\\u2028``) and control characters show as spaces, so the caret
+    under a column still lines up. ``""`` when there is no such line.
+
+    >>> source_line("a = 1\\fb\\nc = 2", 1)
+    'a = 1 b'
+    """
+    lines = source.split("\n")
+    if not 1 <= line <= len(lines):
+        return ""
+    return "".join(" " if c != "\t" and unicodedata.category(c)[0] in "CZ" and c != " " else c
+                   for c in lines[line - 1].removesuffix("\r"))
 
 
 def _pad(text: str, column: int) -> str:

@@ -24,7 +24,8 @@ class FunctionRule:
     ``source`` is the generated code (``{np}`` the array module, ``{x}`` the argument, ``{sigmoid}``/``{step}``
     helpers); ``numexpr`` the same for numexpr (``{x}`` must be a name when it occurs twice), or None;
     ``latex`` the LaTeX (``@`` the argument); ``cost`` operations per element for the plan report;
-    ``temporaries`` arrays of the argument's size (float64) that ``value`` allocates besides its result.
+    ``temporaries`` arrays of the argument's size (float64) that ``value`` allocates besides its result;
+    ``promotes``: integer and boolean arguments are computed in float64.
     """
 
     value: Callable[[Any, Any], Any]
@@ -34,10 +35,23 @@ class FunctionRule:
     latex: str
     cost: int = 1
     temporaries: float = 0.0
+    #: integer and boolean arguments are computed in float64 (the transcendental functions)
+    promotes: bool = True
 
 
 def _call(name: str) -> Callable[[ir.Expr], ir.Expr]:
     return lambda u: ir.Call(name, u)
+
+
+def _floating(xp: Any, x: Any) -> Any:
+    """Integer and boolean arrays as float64 (numpy would pick float16 for int8, float32 for int16)."""
+    dtype = getattr(x, "dtype", None)
+    return x.astype(xp.float64) if dtype is not None and dtype.kind in "biu" else x
+
+
+def _transcendental(name: str) -> Callable[[Any, Any], Any]:
+    """The value rule ``xp.<name>`` computing in float64 for integer inputs (LANGUAGE.md: ints promote to float64)."""
+    return lambda xp, x: getattr(xp, name)(_floating(xp, x))
 
 
 def _step_value(xp: Any, x: Any) -> Any:
@@ -47,7 +61,8 @@ def _step_value(xp: Any, x: Any) -> Any:
 def _sigmoid_value(xp: Any, x: Any) -> Any:
     # with e = exp(-|x|): 1/(1+e) for x >= 0 and e/(1+e) below: never overflows, accurate in both tails
     # (sigmoid(-40) = 4.2e-18 where 0.5 (tanh(x/2) + 1) rounds to 0), keeps float32, one exp only
-    e = xp.exp(-1 * xp.abs(x))  # -1 * : booleans become integers
+    x = _floating(xp, x)
+    e = xp.exp(-xp.abs(x))
     r = 1 / (1 + e)
     return xp.where(x >= 0, r, e * r)
 
@@ -55,34 +70,35 @@ def _sigmoid_value(xp: Any, x: Any) -> Any:
 ZERO = ir.Num(0)
 
 FUNCTION_RULES: dict[str, FunctionRule] = {
-    "exp": FunctionRule(lambda xp, x: xp.exp(x), _call("exp"), "{np}.exp({x})", "exp({x})",
+    "exp": FunctionRule(_transcendental("exp"), _call("exp"), "{np}.exp({x})", "exp({x})",
                         r"\exp\left(@\right)", 10),
-    "log": FunctionRule(lambda xp, x: xp.log(x), lambda u: ir.Power(u, -1), "{np}.log({x})", "log({x})",
+    "log": FunctionRule(_transcendental("log"), lambda u: ir.Power(u, -1), "{np}.log({x})", "log({x})",
                         r"\log\left(@\right)", 10),
-    "log1p": FunctionRule(lambda xp, x: xp.log1p(x), lambda u: ir.Power(ir.Sum((ir.Num(1), u)), -1),
+    "log1p": FunctionRule(_transcendental("log1p"), lambda u: ir.Power(ir.Sum((ir.Num(1), u)), -1),
                           "{np}.log1p({x})", "log1p({x})", r"\log\left(1 + @\right)", 10),
-    "sqrt": FunctionRule(lambda xp, x: xp.sqrt(x), lambda u: ir.product(ir.Num(0.5), ir.Power(u, -0.5)),
+    "sqrt": FunctionRule(_transcendental("sqrt"), lambda u: ir.product(ir.Num(0.5), ir.Power(u, -0.5)),
                          "{np}.sqrt({x})", "sqrt({x})", r"\sqrt{@}", 4),
-    "sin": FunctionRule(lambda xp, x: xp.sin(x), _call("cos"), "{np}.sin({x})", "sin({x})",
+    "sin": FunctionRule(_transcendental("sin"), _call("cos"), "{np}.sin({x})", "sin({x})",
                         r"\sin\left(@\right)", 10),
-    "cos": FunctionRule(lambda xp, x: xp.cos(x), lambda u: ir.negate(ir.Call("sin", u)), "{np}.cos({x})",
+    "cos": FunctionRule(_transcendental("cos"), lambda u: ir.negate(ir.Call("sin", u)), "{np}.cos({x})",
                         "cos({x})", r"\cos\left(@\right)", 10),
-    "tanh": FunctionRule(lambda xp, x: xp.tanh(x),
+    "tanh": FunctionRule(_transcendental("tanh"),
                          lambda u: ir.Sum((ir.Num(1), ir.negate(ir.Power(ir.Call("tanh", u), 2)))),
                          "{np}.tanh({x})", "tanh({x})", r"\tanh\left(@\right)", 20),
+    # sigmoid' = sigmoid(u) sigmoid(-u): 1 - sigmoid(u) would round to 0 for u > 37 (exact: 4.25e-18 at 40)
     "sigmoid": FunctionRule(_sigmoid_value,
-                            lambda u: ir.product(ir.Call("sigmoid", u),
-                                                 ir.Sum((ir.Num(1), ir.negate(ir.Call("sigmoid", u))))),
+                            lambda u: ir.product(ir.Call("sigmoid", u), ir.Call("sigmoid", ir.negate(u))),
                             # numexpr: one exp, exact to rounding down to x = -709 (below, 0 for a subnormal)
                             "{sigmoid}({x})", "1 / (1 + exp(-{x}))", r"\sigma\left(@\right)", 14, 3.125),
     "abs": FunctionRule(lambda xp, x: xp.abs(x), _call("sign"), "{np}.abs({x})", "abs({x})",
-                        r"\left|@\right|"),  # abs'(0) = sign(0) = 0
+                        r"\left|@\right|", promotes=False),  # abs'(0) = sign(0) = 0
+    # relu'(0) = step(0) = 0
     "relu": FunctionRule(lambda xp, x: xp.maximum(x, 0), _call("step"), "{np}.maximum({x}, 0)",
-                         "where({x} > 0, {x}, 0)", r"\operatorname{relu}\left(@\right)"),  # relu'(0) = step(0) = 0
+                         "where({x} > 0, {x}, 0)", r"\operatorname{relu}\left(@\right)", promotes=False),
     "sign": FunctionRule(lambda xp, x: xp.sign(x), lambda u: ZERO, "{np}.sign({x})", None,
-                         r"\operatorname{sign}\left(@\right)"),
+                         r"\operatorname{sign}\left(@\right)", promotes=False),
     "step": FunctionRule(_step_value, lambda u: ZERO, "{step}({x})", None, r"\operatorname{step}\left(@\right)",
-                         1, 0.125),
+                         1, 0.125, promotes=False),
 }
 
 assert set(FUNCTION_RULES) == set(ir.FUNCTIONS)

@@ -257,7 +257,7 @@ class _Specialiser(Source):
         with np.errstate(all="ignore"):
             try:
                 value = eval(text, namespace)  # noqa: S307 - text generated here from plain data
-            except TypeError as error:
+            except (TypeError, OverflowError) as error:
                 raise EinflowError(f"cannot compute this program for inputs of these dtypes: {error}; cast the "
                                    "inputs (e.g. to float64) first") from None
         return np.asarray(value).dtype
@@ -280,6 +280,13 @@ class _Specialiser(Source):
     # ------------------------------------------------------------------ rendering
     def size(self, ref: SizeRef) -> str:
         return repr(self.resolve(ref))
+
+    def floating(self, x: str) -> str:
+        # promotion is needed only when some input holds integers or booleans (a weak int included)
+        if all(dtype is float or (not isinstance(dtype, type) and np.dtype(dtype).kind in "fc")
+               for dtype in (self.dtype[k] for k in range(len(self.lowered.inputs)))):
+            return x
+        return super().floating(x)
 
     def as_float(self, text: str) -> str:
         if self.float_dtype is None:

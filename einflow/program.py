@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import functools
+import operator
+from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from einflow import backends as _registry
 from einflow import ir
 from einflow.backends import get_backend, infer_backend
-from einflow.check import ProgramInfo, check_program
-from einflow.errors import EinflowError, TensorNameError
+from einflow.check import ProgramInfo, check_names, check_program
+from einflow.errors import EinflowError, ShapeError, TensorNameError
 from einflow.grammar import parse
 from einflow.memory import default_memory_limit, memory_limit_bytes
 from einflow.plan import Plan, build_plan
 from einflow.report import PlanReport
 
-__all__ = ["Program", "compile", "evaluate", "default_memory_limit"]
+__all__ = ["Program", "PlanCache", "PlanCacheInfo", "compile", "evaluate", "default_memory_limit"]
 
 _OPTIONS = ("backend", "optimize", "memory_limit")
 
@@ -36,6 +38,45 @@ def _signature(value: Any) -> tuple[Any, Any]:
     return tuple(shape), value.dtype
 
 
+class PlanCacheInfo(NamedTuple):
+    """``Program.cache_info()``: plans held now, and the most a program keeps."""
+
+    plans: int
+    maxsize: int
+
+
+class PlanCache(OrderedDict):  # type: ignore[type-arg]
+    """A program's plans by call signature; beyond ``maxsize`` the least recently used plan is dropped.
+
+    A long-running service calling one program with ever new shapes keeps at most ``maxsize`` plans.
+    """
+
+    #: plans one program keeps (``PlanCache.maxsize = n`` changes it for programs built afterwards)
+    maxsize = 64
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxsize = type(self).maxsize
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            self.move_to_end(key)
+            return self[key]
+        except KeyError:  # absent, or dropped by another thread in between
+            return default
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        while len(self) > self.maxsize:
+            try:
+                self.popitem(last=False)
+            except KeyError:  # pragma: no cover - emptied by another thread
+                break
+
+
+_UNPICKLED = ("_plans", "_constants", "__weakref__")
+
+
 class Program:
     """A compiled einflow program.
 
@@ -50,10 +91,37 @@ class Program:
     __slots__ = ("ir", "source", "info", "_plans", "_constants", "__weakref__")
 
     def __init__(self, program_ir: ir.ProgramIR, source: str | None = None, info: ProgramInfo | None = None) -> None:
+        check_names(program_ir)  # an IR-built program (derivatives, API arguments) names things as text does
         self.ir = program_ir
         self.source = source if source is not None else ir.format_program(program_ir)
         self.info = info if info is not None else check_program(program_ir, self.source)
-        self._plans: dict[Any, Plan] = {}
+        self._plans: PlanCache = PlanCache()
+
+    # ------------------------------------------------------------------ pickling and the plan cache
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickling keeps: the program (plans hold compiled closures; the receiver plans again)."""
+        state = {}
+        for cls in type(self).__mro__:
+            for slot in getattr(cls, "__slots__", ()):
+                if slot not in _UNPICKLED and hasattr(self, slot):
+                    state[slot] = getattr(self, slot)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for slot, value in state.items():
+            object.__setattr__(self, slot, value)
+        self._plans = PlanCache()
+
+    def cache_info(self) -> PlanCacheInfo:
+        """How many plans (one per backend, option and input shape/dtype signature) this program holds.
+
+        >>> import numpy as np, einflow as ef
+        >>> p = ef.compile("s = w[i] w[i]")
+        >>> _ = p(w=np.ones(3)); _ = p(w=np.ones(3)); _ = p(w=np.ones(4))
+        >>> p.cache_info()
+        PlanCacheInfo(plans=2, maxsize=64)
+        """
+        return PlanCacheInfo(len(self._plans), self._plans.maxsize)
 
     # ------------------------------------------------------------------ description
     @property
@@ -228,6 +296,14 @@ class Program:
 
 
 def _parse_shape(name: str, shape: Any) -> tuple[int, ...]:
+    dims = _read_shape(name, shape)
+    for size in dims:
+        if not 0 <= size < 2**63:
+            raise ShapeError(f"shape {shape!r} for {name}: sizes are integers from 0 to 2**63 - 1, not {size}")
+    return dims
+
+
+def _read_shape(name: str, shape: Any) -> tuple[int, ...]:
     if hasattr(shape, "shape"):
         return tuple(shape.shape)
     if isinstance(shape, str):
@@ -241,7 +317,7 @@ def _parse_shape(name: str, shape: Any) -> tuple[int, ...]:
     if isinstance(shape, int) and not isinstance(shape, bool):
         return (shape,)
     try:
-        return tuple(int(n) for n in shape)
+        return tuple(operator.index(n) for n in shape)
     except (TypeError, ValueError):
         raise EinflowError(f"cannot read shape {shape!r} for {name}: give a tuple like (100, 200), a string "
                            "like '100x200', or an array") from None

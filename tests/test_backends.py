@@ -9,7 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,119 +17,16 @@ import pytest
 import einflow as ef
 
 try:
+    from tests.corpus import CORPUS, DERIVATIVES, SPECIAL_VALUES, Case, Special, assert_matches, needs_grad
+except ImportError:  # tests/ is not a package: pytest puts it on sys.path itself
+    from corpus import CORPUS, DERIVATIVES, SPECIAL_VALUES, Case, Special, assert_matches, needs_grad
+
+try:
     import dask.array as da
 except ImportError:  # the numpy half of the tests still runs
     da = None
 
 needs_dask = pytest.mark.skipif(da is None, reason="dask is not installed (pip install 'einflow[dask]')")
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-@dataclass(frozen=True)
-class Case:
-    """A program, its input shapes (``()`` for a 0-d array, ``"float"`` for a Python number), a reference."""
-
-    name: str
-    text: str
-    shapes: dict[str, Any]
-    reference: Callable[..., Any]
-    positive: bool = False  # inputs drawn from (0.5, 1.5) instead of N(0, 1)
-    integer: bool = False  # integer inputs
-
-    def arrays(self, seed: int = 0) -> dict[str, Any]:
-        rng = np.random.default_rng(seed)
-        out: dict[str, Any] = {}
-        for name, shape in self.shapes.items():
-            if shape == "float":
-                out[name] = float(rng.uniform(0.5, 1.5))
-            elif self.integer:
-                out[name] = rng.integers(-5, 6, size=shape)
-            elif self.positive:
-                out[name] = rng.uniform(0.5, 1.5, size=shape)
-            else:
-                out[name] = rng.standard_normal(shape)
-        return out
-
-
-# The core corpus: each program with an independent reference written with numpy (einsum, ufuncs, closed forms).
-CORPUS: list[Case] = [
-    Case("matmul", "C[i,j] = A[i,k] B[k,j]", {"A": (5, 4), "B": (4, 3)},
-         lambda A, B: np.einsum("ik,kj->ij", A, B)),
-    Case("chain", "y[i] = A[i,j] B[j,k] x[k]", {"A": (6, 5), "B": (5, 7), "x": (7,)},
-         lambda A, B, x: A @ (B @ x)),
-    Case("dot", "s = x[i] y[i]", {"x": (9,), "y": (9,)}, lambda x, y: np.dot(x, y)),
-    Case("outer", "O[i,j] = x[i] y[j]", {"x": (5,), "y": (3,)}, lambda x, y: np.multiply.outer(x, y)),
-    Case("trace", "t = A[i,i]", {"A": (5, 5)}, lambda A: np.trace(A)),
-    Case("diagonal", "d[i] = A[i,i]", {"A": (5, 5)}, lambda A: np.diagonal(A).copy()),
-    Case("hadamard", "H[i,j] = A[i,j] B[i,j]", {"A": (4, 3), "B": (4, 3)}, lambda A, B: A * B),
-    Case("bound-target", "y[i] = A[i,j] x[i]", {"A": (4, 6), "x": (4,)},
-         lambda A, x: np.einsum("ij,i->i", A, x)),
-    Case("broadcast-sum", "Z[b,f] = X[b,f] + c[f]", {"X": (5, 3), "c": (3,)}, lambda X, c: X + c[None, :]),
-    Case("per-term-reduce", "y[i] = A[i,j] + c[i]", {"A": (4, 6), "c": (4,)}, lambda A, c: A.sum(axis=1) + c),
-    Case("scaled-difference", "z[i] = 2 x[i] - 0.5 y[i]", {"x": (7,), "y": (7,)}, lambda x, y: 2 * x - 0.5 * y),
-    Case("exp-log", "y[i] = exp(x[i]) + log(1 + x[i]^2)", {"x": (6,)},
-         lambda x: np.exp(x) + np.log(1 + x**2)),
-    Case("trig-sqrt", "y[i] = sqrt(x[i]) sin(x[i]) + cos(x[i]) tanh(x[i])", {"x": (6,)},
-         lambda x: np.sqrt(x) * np.sin(x) + np.cos(x) * np.tanh(x), positive=True),
-    Case("nonsmooth", "y[i] = sigmoid(x[i]) + relu(x[i]) - abs(x[i]) + sign(x[i]) step(x[i])", {"x": (8,)},
-         lambda x: _sigmoid(x) + np.maximum(x, 0) - np.abs(x) + np.sign(x) * (x > 0)),
-    Case("log1p", "y[i] = log1p(x[i] x[i])", {"x": (6,)}, lambda x: np.log1p(x * x)),
-    Case("logistic-loss", "L = sum[s](log(1 + exp(-y[s] X[s,f] w[f])))", {"X": (8, 3), "y": (8,), "w": (3,)},
-         lambda X, y, w: np.sum(np.log1p(np.exp(-y * (X @ w))))),
-    Case("softmax", "m[i] = exp(x[i])\nZ = sum[i](m[i])\np[i] = m[i] / Z", {"x": (6,)},
-         lambda x: np.exp(x) / np.exp(x).sum()),
-    Case("divisor-scope", "y[i] = x[i]^3 / (1 + x[j] x[j])", {"x": (5,)}, lambda x: x**3 / (1 + x @ x)),
-    Case("negative-powers", "y[i] = x[i]^-0.5 + x[i]^(-1)", {"x": (5,)}, lambda x: x**-0.5 + 1 / x, positive=True),
-    Case("delta-survives", "J[i,j] = delta[i,j] exp(x[i])", {"x": (5,)}, lambda x: np.diag(np.exp(x))),
-    Case("delta-eliminated", "y[i] = delta[i,j] x[j]", {"x": (5,)}, lambda x: x.copy()),
-    Case("delta-sized", "size p = x; size q = x\nH[p,q] = 2 delta[p,q]", {"x": (4,)}, lambda x: 2 * np.eye(4)),
-    Case("delta-rank3", "T[i,j,k] = delta[i,j] delta[j,k] x[i]", {"x": (3,)},
-         lambda x: np.einsum("ij,jk,i->ijk", np.eye(3), np.eye(3), x)),
-    Case("return-tuple", "h[i] = tanh(W[i,j] x[j] + b[i])\no = v[i] h[i]\no, h",
-         {"W": (4, 3), "x": (3,), "b": (4,), "v": (4,)},
-         lambda W, x, b, v: (v @ np.tanh(W @ x + b), np.tanh(W @ x + b))),
-    Case("batched-affine", "Y[b,i] = X[b,j] W[i,j] + bias[i]", {"X": (6, 4), "W": (3, 4), "bias": (3,)},
-         lambda X, W, bias: X @ W.T + bias),
-    Case("quadratic-form", "q = x[i] A[i,j] x[j]", {"x": (5,), "A": (5, 5)}, lambda x, A: x @ A @ x),
-    Case("frobenius", "n = sum[i,j](A[i,j]^2)", {"A": (4, 5)}, lambda A: np.sum(A**2)),
-    Case("integers", "y[i] = 6 x[i] + M[i,j] x[j]", {"x": (4,), "M": (4, 4)}, lambda x, M: 6 * x + M @ x,
-         integer=True),
-    Case("python-scalar", "y[i] = a x[i] + a", {"a": "float", "x": (5,)}, lambda a, x: a * x + a),
-    Case("zero-d-array", "y[i] = s x[i]", {"s": (), "x": (5,)}, lambda s, x: s * x),
-    Case("three-tensor", "R[a,d] = T[a,b,c] U[c,b,d]", {"T": (3, 4, 5), "U": (5, 4, 2)},
-         lambda T, U: np.einsum("abc,cbd->ad", T, U)),
-]
-
-# Derivative programs (need einflow.grad/hessian): (name, builder, shapes, closed-form reference).
-DERIVATIVES: list[tuple[str, Callable[[], Any], dict[str, Any], Callable[..., Any]]] = [
-    ("grad-logistic", lambda: ef.grad("L = sum[s](log(1 + exp(-y[s] X[s,f] w[f])))", wrt="w"),
-     {"X": (8, 3), "y": (8,), "w": (3,)},
-     lambda X, y, w: -X.T @ (y * _sigmoid(-y * (X @ w)))),
-    ("grad-tanh-layer", lambda: ef.grad("f = sum[i](tanh(W[i,j] x[j]))", wrt="W"), {"W": (4, 3), "x": (3,)},
-     lambda W, x: np.multiply.outer(1 - np.tanh(W @ x) ** 2, x)),
-    ("hessian-quadratic", lambda: ef.hessian("f = x[i] A[i,j] x[j]", wrt="x"), {"x": (5,), "A": (5, 5)},
-     lambda x, A: A + A.T),
-    ("hessian-elementwise", lambda: ef.hessian("f = sum[i](exp(x[i]))", wrt="x"), {"x": (5,)},
-     lambda x: np.diag(np.exp(x))),
-]
-
-needs_grad = pytest.mark.skipif(not (hasattr(ef, "grad") and hasattr(ef, "hessian")),
-                                reason="einflow.grad/hessian are not available yet")
-
-
-def assert_matches(result: Any, expected: Any) -> None:
-    if isinstance(expected, tuple):
-        assert isinstance(result, tuple) and len(result) == len(expected)
-        for got, want in zip(result, expected):
-            assert_matches(got, want)
-        return
-    got = np.asarray(result)
-    want = np.asarray(expected)
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
 def run_on(engine: str, program: Any, arrays: dict[str, Any]) -> Any:
@@ -172,6 +68,76 @@ def test_derivative_corpus(name: str, build: Callable[[], Any], shapes: dict[str
     arrays = Case(name, "", shapes, reference).arrays(seed=1)
     program = build()
     assert_matches(run_on(engine, program, arrays), reference(**arrays))
+
+
+# ---------------------------------------------------------------------------------------------- backends agree
+def _same(got: Any, want: Any, exact: bool) -> None:
+    """The same dtype and shape, and the same values (nan where nan; exact when ``exact``)."""
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for one, other in zip(got, want):
+            _same(one, other, exact)
+        return
+    got, want = np.asarray(got), np.asarray(want)
+    assert (got.dtype, got.shape) == (want.dtype, want.shape)
+    if exact:
+        np.testing.assert_array_equal(got, want)  # nan compares equal to nan here, inf to inf
+    else:  # chunked contractions add in another order
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("engine", ENGINES[1:])
+@pytest.mark.parametrize("special", SPECIAL_VALUES, ids=[special.name for special in SPECIAL_VALUES])
+def test_backends_agree_on_inf_nan_bool_and_dtypes(special: Special, engine: str) -> None:
+    program = special.build()
+    with np.errstate(all="ignore"):
+        want = program(special.arrays, backend="numpy")
+        got = run_on(engine, program, special.arrays)
+    _same(got, want, exact=True)
+
+
+@pytest.mark.parametrize("engine", ENGINES[1:])
+@pytest.mark.parametrize("case", CORPUS, ids=[case.name for case in CORPUS])
+def test_backends_agree_on_the_corpus_dtypes_included(case: Case, engine: str) -> None:
+    program = ef.compile(case.text)
+    arrays = case.arrays(seed=5)
+    _same(run_on(engine, program, arrays), program(arrays, backend="numpy"), exact=False)
+
+
+def test_special_values_on_numpy_are_what_the_docs_say() -> None:
+    """The semantics the other backends are held to, checked against numpy written by hand."""
+    by_name = {special.name: special for special in SPECIAL_VALUES}
+
+    def run(name: str) -> Any:
+        special = by_name[name]
+        with np.errstate(all="ignore"):
+            return special.build()(special.arrays)
+
+    np.testing.assert_array_equal(run("delta-inf"), [[np.inf, 0.0], [0.0, 1.0]])
+    np.testing.assert_array_equal(run("hessian-exp-inf"), [[np.inf, 0.0], [0.0, 1.0]])
+    assert run("bool-dot").dtype == np.int64 and run("bool-dot") == 2
+    assert run("bool-sum") == 3
+    assert run("bool-matmul").dtype == np.int64
+    for name in ("exp-uint8", "exp-int8", "log-bool", "tanh-int16"):
+        assert run(name).dtype == np.float64, name
+    np.testing.assert_allclose(run("exp-uint8"), np.exp(np.array([0.0, 1.0, 255.0])), rtol=1e-15)
+    assert run("weak-literal-float32").dtype == np.float32
+    assert run("float32-stays").dtype == np.float32
+    assert run("int-stays").dtype == np.int64
+    assert np.isnan(run("dot-inf-zero"))
+    np.testing.assert_array_equal(run("sigmoid-extremes"), [0.0, 1.0, 0.5, np.nan])
+
+
+@pytest.mark.parametrize("engine", ["numpy", pytest.param("dask", marks=needs_dask)])
+def test_masked_arrays_are_refused_on_every_backend(engine: str) -> None:
+    masked = np.ma.array([1.0, 2.0, 3.0], mask=[False, False, True])
+    program = ef.compile("s = x[i] x[i]")
+    with pytest.raises(ef.BackendError, match="masked arrays are not supported"):
+        program(x=masked, backend=engine)
+    if engine == "dask":
+        with pytest.raises(ef.BackendError, match="masked arrays are not supported"):
+            program(x=da.from_array(masked, chunks=2, asarray=False))
+    assert float(program(x=masked.filled(0), backend=engine)) == 5.0  # what the message suggests works
 
 
 # ---------------------------------------------------------------------------------------------- array types
@@ -232,9 +198,9 @@ def test_repeated_calls_reuse_one_plan() -> None:
     for _ in range(3):
         p(A=A, B=B)
         p(A=A, B=B, backend="numpy")
-    assert len(p._plans) == 1
+    assert p.cache_info().plans == 1
     p(A=A, B=B, backend="dask")
-    assert len(p._plans) == 2
+    assert p.cache_info().plans == 2
 
 
 @needs_dask

@@ -19,9 +19,9 @@ if _devices < 1:
     pytest.skip("cupy is installed but no CUDA device was found", allow_module_level=True)
 
 try:
-    from tests.test_backends import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
+    from tests.corpus import CORPUS, DERIVATIVES, SPECIAL_VALUES, Case, Special, assert_matches, needs_grad
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path itself
-    from test_backends import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
+    from corpus import CORPUS, DERIVATIVES, SPECIAL_VALUES, Case, Special, assert_matches, needs_grad
 
 
 def to_host(value: Any) -> Any:
@@ -45,6 +45,21 @@ def test_corpus_with_cupy_inputs_picks_cupy(case: Case) -> None:
                  for name, value in arrays.items()}
     result = ef.compile(case.text)(on_device)  # backend="auto"
     assert_matches(to_host(result), case.reference(**arrays))
+
+
+@pytest.mark.parametrize("special", SPECIAL_VALUES, ids=[special.name for special in SPECIAL_VALUES])
+def test_cupy_agrees_with_numpy_on_inf_nan_bool_and_dtypes(special: Special) -> None:
+    program = special.build()
+    with np.errstate(all="ignore"):
+        want = np.asarray(program(special.arrays, backend="numpy"))
+    got = to_host(program({name: cupy.asarray(value) for name, value in special.arrays.items()}))
+    assert (got.dtype, got.shape) == (want.dtype, want.shape)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_masked_arrays_are_refused_on_cupy() -> None:
+    with pytest.raises(ef.BackendError, match="masked arrays are not supported"):
+        ef.compile("s = x[i] x[i]")(x=np.ma.array([1.0, 2.0], mask=[0, 1]), backend="cupy")
 
 
 @needs_grad

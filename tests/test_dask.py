@@ -17,9 +17,9 @@ import dask  # noqa: E402
 from dask.callbacks import Callback  # noqa: E402
 
 try:
-    from tests.test_backends import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
+    from tests.corpus import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path itself
-    from test_backends import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
+    from corpus import CORPUS, DERIVATIVES, Case, assert_matches, needs_grad
 
 
 @pytest.fixture(scope="session")
@@ -131,12 +131,16 @@ def test_contractions_follow_the_opt_einsum_plan() -> None:
     np.testing.assert_allclose(lazy.compute(), computed["A"] @ computed["B"] @ computed["C"] @ computed["x"])
 
 
-def test_surviving_deltas_use_identity_factors_on_dask() -> None:
+def test_surviving_deltas_select_the_diagonal_on_dask() -> None:
     p = ef.compile("J[i,j] = delta[i,j] exp(x[i])")
-    x = da.from_array(np.linspace(-1, 1, 7), chunks=3)
-    lazy = p(x=x)
-    assert any(name.startswith("eye") for name in lazy.dask.layers)
-    np.testing.assert_allclose(lazy.compute(), np.diag(np.exp(np.linspace(-1, 1, 7))))
+    values = np.linspace(-1, 1, 7)
+    values[2], values[4] = np.inf, np.nan
+    lazy = p(x=da.from_array(values, chunks=3))
+    assert any(name.startswith("where") for name in lazy.dask.layers)  # selected, not multiplied by an identity
+    expected = np.zeros((7, 7))
+    np.fill_diagonal(expected, np.exp(values))  # inf and nan on the diagonal only, as numpy's strided write
+    np.testing.assert_array_equal(lazy.compute(), expected)
+    np.testing.assert_array_equal(p(x=values), expected)
 
 
 # ---------------------------------------------------------------------------------------------- chunks
@@ -170,3 +174,40 @@ def test_dask_scales_past_memory_without_computing() -> None:
     assert time.perf_counter() - start < 30  # lazy: computing 80 GB would not finish in time
     assert lazy.shape == (10**5, 10**5)
     assert float(lazy[:2, :3].sum().compute()) == 6.0
+
+
+# ---------------------------------------------------------------------------------------------- pickling, failures
+def test_programs_travel_to_dask_workers(client: Any) -> None:
+    program = ef.value_and_grad("f = sum[i](exp(x[i]))", wrt="x")
+    program(x=np.zeros(2))  # holds a plan: pickling leaves it behind
+    value, gradient = client.submit(lambda p, x: p(x=x), program, np.zeros(3)).result()
+    assert value == 3.0 and gradient.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_dead_scheduler_is_a_backend_error_saying_the_cluster_is_gone(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dask_command = str(Path(sys.executable).with_name("dask"))
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen([dask_command, "scheduler", "--scheduler-file", str(scheduler_file), "--port", "0",
+                                  "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen([dask_command, "worker", "--scheduler-file", str(scheduler_file), "--nthreads", "1",
+                               "--no-dashboard", "--no-nanny"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with distributed.Client(scheduler_file=str(scheduler_file), timeout=5) as remote:
+            remote.wait_for_workers(1, timeout=60)
+            program = ef.compile("y[i] = A[i,j] x[j]")
+            assert program(A=np.eye(3), x=np.ones(3), backend="dask").tolist() == [1.0, 1.0, 1.0]
+            scheduler.kill()
+            scheduler.wait()
+            with pytest.raises(ef.BackendError, match="the dask cluster is gone"):
+                program(A=np.eye(4), x=np.ones(4), backend="dask")
+    finally:
+        for process in (scheduler, worker):
+            process.kill()
+            process.wait()

@@ -107,11 +107,6 @@ def check(subscripts: str, operands: list[np.ndarray], through_dsl: bool = True)
         np.testing.assert_allclose(value, want, rtol=1e-10, atol=1e-12, err_msg=statement)
 
 
-def test_the_list_is_long_enough() -> None:
-    assert len(EQUATIONS) >= 60
-    assert len(set(EQUATIONS)) == len(EQUATIONS)
-
-
 def test_converter_examples() -> None:
     assert to_statement("ij,jk->ik", [(2, 3), (3, 4)]) == "T[i,k] = X0[i,j] X1[j,k]"
     assert to_statement("ji", [(3, 2)]) == "T[i,j] = X0[j,i]"

@@ -21,6 +21,12 @@ _TOKENS = (
     "+", "-", "*", "/", "^", "**", "=", ",", ";", "(", ")", "[", "]", "#", "\n", " ", "  ", "\t",
     # characters that are not in the language
     "@", "$", "é", "\r", "'", ".", "!", "{", "}", "\\",
+    # line breaks Python knows but the language does not, control characters
+    "\f", "\v", "\x1c", "\u2028", "\u2029", "\x85", "\x00", "\x1b", "\u200b", "\ufeff",
+    # names Python would fold (NFKC) into ASCII ones, and combining marks
+    "ｘ", "ﬁ", "ℌ", "x\u0301", "Ａ", "ｓｕｍ",
+    # literals beyond int64, beyond float range, beyond what Python reads into an int
+    "9223372036854775808", "9" * 400, "9" * 4301, "0" * 5000 + "1", "1" * 4400 + ".5",
 )
 _SEEDS = [
     "C[i,j] = A[i,k] B[k,j]",
@@ -123,12 +129,63 @@ def test_random_token_strings_raise_only_einflow_errors() -> None:
 
 def test_mutated_programs_raise_only_einflow_errors() -> None:
     outcomes = _fuzz(lambda generator: _mutate(generator.choice(_SEEDS), generator), 5000, seed=2)
-    assert outcomes["evaluated"] > 300 and outcomes["rejected"] > 1000
+    assert outcomes["evaluated"] > 200 and outcomes["rejected"] > 1000  # hostile tokens reject more
 
 
 def test_random_expressions_raise_only_einflow_errors(make_expression: Any) -> None:
     outcomes = _fuzz(lambda generator: make_expression(generator, 4), 800, seed=3)
     assert outcomes["evaluated"] > 300
+
+
+def test_hostile_inputs_raise_only_einflow_errors() -> None:
+    """Huge literals and sizes, control characters, NFKC-folding names dropped into working programs."""
+    hostile = ("9" * 4301, "9" * 400, str(2**63), "\f", "\u2028", "\r", "\x00", "ｘ", "ﬁ", "x\u0301")
+
+    def make(generator: random.Random) -> str:
+        text = generator.choice(_SEEDS + ["size n = 3\nI[n,m] = delta[n,m]", "y = 2 x[i] + 1"])
+        for _ in range(generator.randint(1, 2)):
+            position = generator.randrange(len(text) + 1)
+            text = text[:position] + generator.choice(hostile) + text[position:]
+        return text
+
+    outcomes = _fuzz(make, 400, seed=4)
+    assert outcomes["rejected"] > 100 and outcomes["evaluated"] > 20
+
+
+@pytest.mark.parametrize("count", [20, 51, 52, 53, 70])
+def test_wide_products_raise_only_einflow_errors(count: int) -> None:
+    """Products with many distinct indices: a chain runs up to 52 indices; more are an IndexRuleError."""
+    generator = random.Random(count)
+    indices = [f"i{k}" for k in range(count)]
+    generator.shuffle(indices)
+    factors = [f"M{k}[{indices[k]},{indices[k + 1]}]" for k in range(count - 1)]
+    text = "y = " + " ".join(factors)
+    matrices = {f"M{k}": np.full((2, 2), 0.5) for k in range(count - 1)}
+    if count > 52:
+        with pytest.raises(ef.IndexRuleError, match="at most 52"):
+            ef.compile(text)
+    else:  # (0.5 J)^n = 0.5 J for the 2x2 matrix of ones J; the free ends are the first and last index
+        np.testing.assert_allclose(ef.compile(text)(matrices), np.full((2, 2), 0.5))
+
+
+def test_error_messages_point_at_the_line_the_parser_counted() -> None:
+    """After any mix of line-break characters, a ParseError's line is the text's n-th line split at \\n."""
+    generator = random.Random(5)
+    breaks = ("\n", "\r\n", "\f", "\r", "\u2028", "\v", "\x85", "\x1e")
+    for _ in range(300):
+        text = "".join(generator.choice(("a = x", "b = $", "c = y", "d = (", generator.choice(breaks)))
+                       for _ in range(generator.randint(2, 8)))
+        try:
+            ef.compile(text)
+        except ef.ParseError as error:
+            assert "'?'" not in str(error), repr(text)
+            lines = text.split("\n")
+            assert 1 <= error.line <= len(lines), repr(text)
+            shown = "".join(" " if not c.isprintable() or c.isspace() and c not in " \t" else c
+                            for c in lines[error.line - 1])
+            assert error.source_line.rstrip() == shown.rstrip(), repr(text)
+        except ef.EinflowError:
+            pass
 
 
 @pytest.mark.parametrize("depth", [50, 150, 400, 3000])

@@ -4,10 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from einflow.errors import BackendError
 from einflow.functions import FUNCTION_RULES
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "refuse_masked"]
+
+
+def refuse_masked(value: Any) -> None:
+    """Masked arrays are refused on every backend (numpy would drop the mask, dask would honour it).
+
+    >>> import numpy as np
+    >>> try:
+    ...     refuse_masked(np.ma.array([1.0, 2.0], mask=[0, 1]))
+    ... except BackendError as error:
+    ...     print(str(error)[:34])
+    masked arrays are not supported: p
+    """
+    if isinstance(value, np.ma.MaskedArray) or isinstance(getattr(value, "_meta", None), np.ma.MaskedArray):
+        raise BackendError("masked arrays are not supported: pass x.filled(0) (masked entries count as 0) or "
+                           "x.compressed() (only the unmasked entries)")
 
 
 class Backend:
@@ -32,7 +49,12 @@ class Backend:
         """
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
-        return self.xp.asarray(value)
+        refuse_masked(value)
+        return self.numbers(self.xp.asarray(value))
+
+    def numbers(self, array: Any) -> Any:
+        """Booleans take part as the numbers 0 and 1 (int64) on every backend, so sums count them."""
+        return array.astype(np.int64) if getattr(array, "dtype", None) == np.bool_ else array
 
     def result(self, value: Any, inputs_native: bool) -> Any:
         """Convert a result for the caller (dask computes unless ``inputs_native``; others return as is)."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy
 
-from einflow.backends.base import Backend
+from einflow.backends.base import Backend, refuse_masked
 from einflow.errors import BackendError
 from einflow.functions import FUNCTION_RULES
 
@@ -40,14 +40,15 @@ class CupyBackend(Backend):
     def asarray(self, value: Any, chunks: Any = None) -> Any:
         cupy = self._cupy
         if isinstance(value, cupy.ndarray):
-            return value
+            return self.numbers(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
+        refuse_masked(value)
         if type(value).__module__.startswith("dask"):
             value = value.compute()
             if isinstance(value, cupy.ndarray):
-                return value
-        return cupy.asarray(numpy.asarray(value))
+                return self.numbers(value)
+        return self.numbers(cupy.asarray(numpy.asarray(value)))
 
     def function(self, name: str) -> Any:
         rule = FUNCTION_RULES[name].value

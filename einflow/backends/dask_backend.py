@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +12,7 @@ import dask
 import dask.array
 import numpy
 
-from einflow.backends.base import Backend
+from einflow.backends.base import Backend, refuse_masked
 from einflow.errors import BackendError, MemoryLimitError
 
 __all__ = ["DaskBackend"]
@@ -22,6 +24,70 @@ def _bytes(count: float) -> str:
             return f"{count:.1f} {unit}"
         count /= 1024
     return f"{count:.1f} TiB"  # pragma: no cover
+
+
+def _default_client() -> Any:
+    """dask.distributed's default Client, or None (distributed is never imported here)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    try:
+        return distributed.get_client()
+    except (ValueError, AttributeError, OSError):
+        return None
+
+
+def _cluster_lost(error: BaseException) -> bool:
+    """Whether ``error`` says the cluster went away rather than that a task failed."""
+    if isinstance(error, concurrent.futures.CancelledError):
+        return True  # distributed's FutureCancelledError: the scheduler dropped the computation
+    if type(error).__module__.startswith(("distributed", "tornado")):
+        return True  # CommClosedError, StreamClosedError
+    client = _default_client()
+    return client is not None and getattr(client, "status", "running") != "running"
+
+
+def _cluster_gone(error: BaseException) -> str:
+    """What to tell a user whose computation the dask cluster dropped (scheduler gone, connection closed)."""
+    client = _default_client()
+    address = getattr(getattr(client, "scheduler", None), "address", None)
+    scheduler = f" (scheduler {address})" if address else ""
+    return (f"the dask cluster is gone{scheduler}: the computation was cancelled or its connection closed "
+            f"({type(error).__name__}: {error}). Start the cluster again (or close the Client to compute with "
+            "dask's local scheduler) and call again")
+
+
+class _DiagonalWriter:
+    """``view[...] = value`` makes ``out`` the array with ``value`` on its diagonals and 0 elsewhere.
+
+    ``groups[k]`` are the axes of ``out`` that axis k of ``value`` runs along together. Off-diagonal
+    entries are selected as 0 (``where``), never computed as ``value * 0``, so inf and nan in ``value``
+    stay where numpy's strided write puts them.
+    """
+
+    def __init__(self, out: Any, shape: tuple[int, ...], groups: list[tuple[int, ...]]) -> None:
+        self.out, self.shape, self.groups = out, shape, groups
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        out, groups = self.out, self.groups
+        value = dask.array.broadcast_to(dask.array.asarray(value, dtype=out.dtype), self.shape)
+        # value's axis k goes to out's axis groups[k][0]; the other axes of its group are new (size 1)
+        order = sorted(range(len(groups)), key=lambda k: groups[k][0])
+        placed = value.transpose(order) if order != list(range(len(groups))) else value
+        leading = sorted(group[0] for group in groups)
+        expanded = placed.reshape(tuple(out.shape[axis] if axis in leading else 1 for axis in range(out.ndim)))
+        def positions(axis: int) -> Any:  # 0, 1, 2, ... along ``axis`` of out, size 1 on the others
+            return dask.array.arange(out.shape[axis]).reshape(tuple(-1 if a == axis else 1 for a in range(out.ndim)))
+
+        mask = None
+        for group in groups:
+            for axis in group[1:]:
+                same = positions(group[0]) == positions(axis)
+                mask = same if mask is None else mask & same
+        written = dask.array.where(mask, expanded, dask.array.zeros((), dtype=out.dtype)) if mask is not None \
+            else dask.array.broadcast_to(expanded, out.shape)
+        written = dask.array.broadcast_to(written, out.shape).astype(out.dtype, copy=False)
+        out.dask, out._name, out._chunks, out._meta = written.dask, written.name, written.chunks, written._meta
 
 
 class DaskBackend(Backend):
@@ -39,8 +105,9 @@ class DaskBackend(Backend):
 
     name = "dask"
     einsum_backend = "dask"
-    # a dask array has no strides to write through: surviving deltas become boolean identity factors
-    strided_writes = False
+    # a dask array has no strides: surviving deltas are "written" by zeros() and diagonal_view() below,
+    # which select (``where``) rather than multiply by an identity, so inf and nan stay on the diagonal
+    strided_writes = True
     settings = {"chunks": "chunk spec for numpy inputs: 'auto', an int, a tuple, or {tensor name: spec}"}
 
     def __init__(self, chunks: Any = "auto") -> None:
@@ -62,22 +129,31 @@ class DaskBackend(Backend):
         return spec
 
     def asarray(self, value: Any, chunks: Any = None) -> Any:
+        refuse_masked(value)
         if isinstance(value, dask.array.Array):
             if any(isinstance(size, float) and math.isnan(size) for size in value.shape):
                 raise BackendError(f"a dask array input has unknown shape {value.shape}; call "
                                    ".compute_chunk_sizes() on it first")
-            return value
+            return self.numbers(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
         if not hasattr(value, "dtype") or not hasattr(value, "shape"):
             value = numpy.asarray(value)
+        if numpy.dtype(value.dtype).kind not in "biufc":
+            # chunking "auto" cannot size object arrays: say what einflow says on every backend
+            raise BackendError(f"an input has dtype {value.dtype}; einflow computes with numbers "
+                               "(bool, int, float or complex arrays)")
         spec = self.chunks_for("", chunks)
         try:
             # name=False: a random graph key instead of hashing the whole array's bytes
-            return dask.array.from_array(value, chunks=spec, name=False)
-        except (ValueError, TypeError) as error:
+            chunked = dask.array.from_array(value, chunks=spec, name=False)
+        except (ValueError, TypeError, ArithmeticError, NotImplementedError) as error:
             raise BackendError(f"cannot chunk an array of shape {tuple(value.shape)} with chunks={spec!r}: "
-                               f"{error}") from None
+                               f"{error or type(error).__name__}") from None
+        if any(size == 0 for sizes in chunked.chunks for size in sizes) and chunked.size:
+            raise BackendError(f"cannot chunk an array of shape {tuple(value.shape)} with chunks={spec!r}: "
+                               "chunks must be positive")
+        return self.numbers(chunked)
 
     def result(self, value: Any, inputs_native: bool) -> Any:
         return self.results((value,), inputs_native)[0]
@@ -86,7 +162,12 @@ class DaskBackend(Backend):
         if inputs_native:
             return values
         # one compute call: shared sub-results of all outputs are computed once
-        computed = dask.compute(*values)
+        try:
+            computed = dask.compute(*values)
+        except (concurrent.futures.CancelledError, OSError, TimeoutError) as error:
+            if not _cluster_lost(error):
+                raise  # an error of the computation itself (a task reading a missing file, say)
+            raise BackendError(_cluster_gone(error)) from error
         return tuple(numpy.asarray(value) for value in computed)
 
     def check_client_memory(self, names: tuple[str | None, ...], outputs: tuple[Any, ...],
@@ -108,5 +189,16 @@ class DaskBackend(Backend):
     def eye(self, size: int, dtype: Any) -> Any:
         return dask.array.eye(size, dtype=dtype)
 
+    def zeros(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """Zeros whose ``strides`` name axes (axis k has stride 2**k), for ``diagonal_view`` to decode."""
+        out = dask.array.zeros(shape, dtype=dtype)
+        out.strides = tuple(1 << axis for axis in range(len(shape)))
+        return out
+
     def diagonal_view(self, out: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> Any:
-        raise BackendError("dask arrays have no strided views; plans for dask use identity factors instead")
+        """A writer for ``out`` (from ``zeros``): ``view[...] = value`` puts value on the diagonals.
+
+        A stride that sums several axes' strides (a delta's partner axes) makes those axes one diagonal.
+        """
+        groups = [tuple(axis for axis in range(out.ndim) if stride >> axis & 1) for stride in strides]
+        return _DiagonalWriter(out, shape, groups)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy
 
-from einflow.backends.base import Backend
+from einflow.backends.base import Backend, refuse_masked
 
 __all__ = ["NumpyBackend"]
 
@@ -28,8 +28,10 @@ class NumpyBackend(Backend):
         return numpy
 
     def asarray(self, value: Any, chunks: Any = None) -> Any:
-        if type(value) is numpy.ndarray or isinstance(value, (int, float)) and not isinstance(value, bool):
+        if type(value) is numpy.ndarray and value.dtype != numpy.bool_ or \
+                isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
+        refuse_masked(value)
         if type(value).__module__.startswith("cupy"):
-            return value.get()
-        return numpy.asarray(value)
+            return self.numbers(value.get())
+        return self.numbers(numpy.asarray(value))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import re
+import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,11 +14,12 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from einflow import ir
-from einflow.errors import ParseError
+from einflow.errors import ParseError, source_line
 
 __all__ = ["parse", "parse_expression", "build_parser"]
 
 _OPENERS = {"LPAR", "LSQB"}
+_MAX_SIZE = 2**63
 _CLOSERS = {"RPAR", "RSQB"}
 
 
@@ -60,11 +64,27 @@ def _span(meta_or_token: Any) -> ir.Span | None:
                    getattr(meta_or_token, "end_column", 0) or 0)
 
 
+# Python refuses to read integers of more than 4300 digits (sys.get_int_max_str_digits); such a literal is far
+# beyond float range, where every integer literal ends up anyway (inf, as numbers.py folds it)
+_MAX_INT_DIGITS = 4000
+
+
 def _number(token: Token) -> int | float:
     text = str(token)
     if any(c in text for c in ".eE"):
         return float(text)
-    return int(text)
+    digits = text.lstrip("0") or "0"
+    if len(digits) > _MAX_INT_DIGITS:
+        return math.inf
+    return int(digits)
+
+
+def _negated(expr: ir.Expr, sign: Token) -> ir.Expr:
+    """``-expr``; a node the negation builds points at the sign, so errors about it have a position."""
+    negated = ir.negate(expr)
+    if negated is not expr and getattr(negated, "span", None) is None:
+        negated = dataclasses.replace(negated, span=getattr(expr, "span", None) or _span(sign))
+    return negated
 
 
 class _Paren:
@@ -117,10 +137,15 @@ class _ToIR(Transformer):
     def size_decl(self, meta: Any, items: list[Token]) -> ir.SizeDecl:
         *names, source = items
         if source.type == "NUMBER":
-            value = _number(source)
-            if not isinstance(value, int) or value < 0:
-                raise ParseError("a literal size must be a non-negative integer", source.line, source.column,
-                                 _line_of(self.source, source.line))
+            text = str(source)
+            where = (source.line, source.column, _line_of(self.source, source.line))
+            if not text.isdigit():
+                raise ParseError("a literal size must be a non-negative integer", *where)
+            digits = text.lstrip("0") or "0"
+            if len(digits) > 19 or int(digits) >= _MAX_SIZE:
+                raise ParseError(f"a literal size must be below 2**63 (arrays index with int64); this one has "
+                                 f"{len(digits)} digits", *where)
+            value = int(digits)
             src: str | int = value
         else:
             src = self._name(source, "a tensor name")
@@ -141,7 +166,7 @@ class _ToIR(Transformer):
         terms = [_unparen(items[0])]
         for sign, term in zip(items[1::2], items[2::2]):
             term = _unparen(term)
-            terms.append(ir.negate(term) if sign == "-" else term)
+            terms.append(_negated(term, sign) if sign == "-" else term)
         return ir.Sum(tuple(terms), span=_span(meta))
 
     @v_args(meta=True)
@@ -167,7 +192,7 @@ class _ToIR(Transformer):
     def signed(self, items: list[Any]) -> ir.Expr:
         sign, operand = items
         operand = _unparen(operand)
-        return ir.negate(operand) if sign == "-" else operand
+        return _negated(operand, sign) if sign == "-" else operand
 
     @v_args(meta=True)
     def power(self, meta: Any, items: list[Any]) -> ir.Power:
@@ -208,8 +233,7 @@ class _ToIR(Transformer):
 
 
 def _line_of(source: str, line: int) -> str:
-    lines = source.splitlines()
-    return lines[line - 1] if 1 <= line <= len(lines) else ""
+    return source_line(source, line)
 
 
 _TOKEN_WORDS = {
@@ -259,15 +283,17 @@ def _friendly(error: UnexpectedInput, source: str) -> ParseError:
     column = getattr(error, "column", 0) or 1
     source_line = _line_of(source, line)
     if isinstance(error, UnexpectedCharacters):
-        char = source_line[column - 1] if 0 < column <= len(source_line) else "?"
-        message = f"unexpected character {char!r}"
+        char = error.char
+        if char.isprintable() and not char.isspace():
+            message = f"unexpected character {char!r}" + ("" if char.isascii() else f" (U+{ord(char):04X})")
+        else:  # a line break Python knows but the language does not, or a control character: name it
+            message = f"unexpected character U+{ord(char):04X} ({unicodedata.name(char, 'a control character')})"
     elif isinstance(error, UnexpectedToken):
         token = error.token
         expected = _describe_expected(set(error.expected))
         if token.type == "$END":
-            lines = source.splitlines() or [""]
-            line = len(lines)
-            source_line = lines[-1]
+            line = source.rstrip("\r\n").count("\n") + 1  # the last line with text, as the user sees it
+            source_line = _line_of(source, line)
             column = len(source_line) + 1
             message = f"unexpected end of input, expected {expected}"
         elif token.type == "_NL":
@@ -292,9 +318,8 @@ def _friendly(error: UnexpectedInput, source: str) -> ParseError:
 
 
 def _too_deep(source: str) -> ParseError:
-    lines = source.splitlines() or [""]
     return ParseError("the expression is nested too deeply (parentheses or function calls inside one another); "
-                      "split it into several statements", 1, 1, lines[0])
+                      "split it into several statements", 1, 1, _line_of(source, 1))
 
 
 @functools.lru_cache(maxsize=512)
@@ -320,8 +345,7 @@ def parse(text: str) -> ir.ProgramIR:
     except RecursionError:
         raise _too_deep(text) from None
     if not program.statements:
-        lines = text.splitlines() or [""]
-        raise ParseError("empty program: write at least one statement", 1, 1, lines[0] if lines else "")
+        raise ParseError("empty program: write at least one statement", 1, 1, _line_of(text, 1))
     return program
 
 
@@ -330,5 +354,5 @@ def parse_expression(text: str) -> ir.Expr:
     program = parse(text)
     statement = program.statements[0]
     if len(program.statements) != 1 or not isinstance(statement, ir.Assign) or statement.target is not None:
-        raise ParseError("expected a single expression", 1, 1, text.splitlines()[0] if text else "")
+        raise ParseError("expected a single expression", 1, 1, _line_of(text, 1))
     return statement.expr
