@@ -76,7 +76,7 @@ def test_dash_c_runs_session_lines(capsys) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith("n: () float64\n5.0\n")
     status, out, err = cli(capsys, "-c", ":set x [3.0, 4.0]\nn = sqrt(x[i] x[i]\n:vars")
-    assert status == 1 and err.startswith("-c:2: ParseError")
+    assert status == 1 and err.startswith("-c:2:19: ParseError")
     assert "x     (2,)" in out  # later lines still ran
 
 

@@ -371,7 +371,7 @@ def completions(completer: EinflowCompleter, text: str) -> list[str]:
 def test_completion_of_commands_names_functions_and_files(session: Session, tmp_path: Path) -> None:
     completer = EinflowCompleter(session)
     assert completions(completer, ":gr") == [":grad"]
-    assert set(completions(completer, ":s")) == {":save", ":seed", ":set"}
+    assert set(completions(completer, ":s")) == {":save", ":seed", ":set", ":style"}
     run(session, ":zeros weights 2")
     run(session, ":zeros width 2")
     assert set(completions(completer, "y[i] = w")) == {"weights", "width"}
@@ -402,7 +402,7 @@ def test_run_lines_reports_failures_with_line_numbers(session: Session) -> None:
     out, err = io.StringIO(), io.StringIO()
     status = run_lines(session, [":set x [1.0, 2.0]\n", "bad = 2 3\n", "s = x[i] x[i]\n"], out, err)
     assert status == 1
-    assert err.getvalue().startswith("<stdin>:2: ParseError")
+    assert err.getvalue().startswith("<stdin>:2:9: ParseError: unexpected number")  # one position: file line, column
     assert "s: () float64\n5.0" in out.getvalue()
     out, err = io.StringIO(), io.StringIO()
     assert run_lines(session, ["# a comment", "s"], out, err, echo=True) == 0
@@ -416,7 +416,7 @@ def test_piped_stdin_through_the_command(tmp_path: Path) -> None:
     assert "L: () float64\n14.0" in done.stdout and "dL_dx: (3,) float64\n[2. 4. 6.]" in done.stdout
     done = subprocess.run([str(EINFLOW)], input=script + "oops[\n:vars\n", capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert "<stdin>:4: ParseError" in done.stderr and "dL_dx" in done.stdout.split("name")[-1]
+    assert "<stdin>:4:6: ParseError" in done.stderr and "dL_dx" in done.stdout.split("name")[-1]
 
 
 # ---------------------------------------------------------------- the REPL in a real pseudo-terminal

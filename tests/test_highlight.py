@@ -10,7 +10,7 @@ from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Stri
 
 from einflow.grammar import parse
 from einflow.ir import FUNCTIONS
-from einflow.lexer import EinflowLexer
+from einflow.highlight import EinflowLexer
 
 PROGRAMS = [
     "C[i,j] = A[i,k] B[k,j]",
