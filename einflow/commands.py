@@ -184,7 +184,8 @@ def _npy_header(stream: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtyp
     else:
         raise SessionError(f"{where}: .npy format version {version} is not supported (1.0 and 2.0 are)")
     if dtype.hasobject:
-        raise SessionError(f"{where} holds Python objects (a pickle; allow_pickle is always off): only arrays of numbers are loaded")
+        raise SessionError(f"{where} holds Python objects (a pickle; allow_pickle is always off): only arrays of "
+                           "numbers are loaded")
     return tuple(shape), dtype
 
 

@@ -9,8 +9,8 @@ from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
 from pygments.token import Comment, Error, Keyword, Name, Number, Operator, String
 
 from einflow.grammar import parse
-from einflow.ir import FUNCTIONS
 from einflow.highlight import EinflowLexer
+from einflow.ir import FUNCTIONS
 
 PROGRAMS = [
     "C[i,j] = A[i,k] B[k,j]",
