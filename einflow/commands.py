@@ -25,9 +25,12 @@ from einflow.replies import Reply, SessionError, check_name, format_bytes, forma
 
 if TYPE_CHECKING:  # annotations only: the session imports this module, never the other way round
     from einflow.program import Program
+    from einflow.report import PlanReport
     from einflow.session import Session
 
-__all__ = ["COMMANDS", "Command", "run_command", "atomic_write", "save_arrays", "load_arrays"]
+__all__ = ["COMMANDS", "Command", "run_command", "unique_commands", "atomic_write", "save_arrays", "load_arrays",
+           "remove_stale_temporaries", "program_of", "parse_wrt", "derivative_program", "bind_derivative",
+           "plan_report"]
 
 
 @dataclass(frozen=True)
@@ -499,7 +502,7 @@ def _help(session: Session, rest: str) -> str:
 _begin_section("derivatives and programs")
 
 
-def _program_of(session: Session, text: str) -> Program:
+def program_of(session: Session, text: str) -> Program:
     """A kept name -> the program computing it from data; anything else -> that text as a program."""
     from einflow.program import compile as compile_text
 
@@ -509,7 +512,8 @@ def _program_of(session: Session, text: str) -> Program:
     return session.unit(statements, text)
 
 
-def _parse_wrt(rest: str, usage: str) -> tuple[str, list[str]]:
+def parse_wrt(rest: str, usage: str) -> tuple[str, list[str]]:
+    """``L wrt X, Y`` (or ``L X Y``) -> ("L", ["X", "Y"]); a usage error otherwise."""
     words = [word for word in re.split(r"[\s,]+", rest) if word]
     if len(words) >= 2 and words[1] == "wrt":
         words = [words[0], *words[2:]]
@@ -520,15 +524,15 @@ def _parse_wrt(rest: str, usage: str) -> tuple[str, list[str]]:
     return words[0], words[1:]
 
 
-def _derive(session: Session, kind: str, rest: str, usage: str) -> str:
+def derivative_program(session: Session, kind: str, target: str, wrt: list[str]) -> Program:
+    """The ``grad``/``jacobian``/``hessian`` program of ``target`` (through the kept statements) wrt ``wrt``."""
     import einflow
 
-    target, wrt = _parse_wrt(rest, usage)
     function = getattr(einflow, kind, None)
     if function is None:
         raise SessionError(f"einflow.{kind} is not available in this version of einflow")
     if kind == "hessian" and len(wrt) != 1:
-        raise SessionError(f"usage: {usage}  (one tensor)")
+        raise SessionError(f"usage: :{kind} L wrt X  (one tensor)")
     session.lookup(target)
     for name in wrt:
         session.lookup(name)
@@ -536,17 +540,31 @@ def _derive(session: Session, kind: str, rest: str, usage: str) -> str:
     for name in wrt:
         if name not in program.inputs:
             raise SessionError(f"'{target}' does not depend on '{name}' (it reads {', '.join(program.inputs)})")
-    derivative = function(program, wrt=wrt[0] if len(wrt) == 1 else wrt)
+    return function(program, wrt=wrt[0] if len(wrt) == 1 else wrt)
+
+
+def bind_derivative(session: Session, kind: str, target: str, wrt: list[str], derivative: Program,
+                    ) -> tuple[dict[str, Any], list[str]]:
+    """Evaluate a derivative program with the session's values and bind its values (as data); return them and
+    the session's notes."""
     values = derivative(session.values, backend=session.backend, memory_limit=session.memory_limit)
     if not derivative.info.returns_tuple:
         values = (values,)
-    out = [f"# {kind} of {target} with respect to {', '.join(wrt)}", str(derivative), ""]
-    notes: list[str] = []
     prefix = "d2" if kind == "hessian" else "d"
-    for position, value in enumerate(values):
-        name = derivative.outputs[position] or f"{prefix}{target}_d{wrt[position]}"
-        out.append(format_value(name, value, session.width))
-        notes.extend(session.bind(name, value, f":{kind} {target} wrt {', '.join(wrt)}"))
+    named = {derivative.outputs[position] or f"{prefix}{target}_d{wrt[position]}": value
+             for position, value in enumerate(values)}
+    notes = session.bind_many(named, f":{kind} {target} wrt {', '.join(wrt)}")
+    return named, notes
+
+
+def _derive(session: Session, kind: str, rest: str, usage: str) -> str:
+    target, wrt = parse_wrt(rest, usage)
+    if kind == "hessian" and len(wrt) != 1:
+        raise SessionError(f"usage: {usage}  (one tensor)")
+    derivative = derivative_program(session, kind, target, wrt)
+    named, notes = bind_derivative(session, kind, target, wrt, derivative)
+    out = [f"# {kind} of {target} with respect to {', '.join(wrt)}", str(derivative), ""]
+    out.extend(format_value(name, value, session.width) for name, value in named.items())
     return "\n".join(out + notes)
 
 
@@ -572,18 +590,24 @@ def _hessian(session: Session, rest: str) -> str:
 def _plan(session: Session, rest: str) -> str:
     if not rest:
         raise SessionError("usage: :plan STATEMENT_OR_NAME")
-    program = _program_of(session, rest)
+    return str(plan_report(session, rest))
+
+
+def plan_report(session: Session, text: str) -> PlanReport:
+    """The plan report of a kept name (the whole program computing it) or of statement text, for the
+    shapes bound in the session."""
+    program = program_of(session, text)
     shapes = session.shapes(program.inputs)
     itemsize = max((to_numpy(session.values[name]).dtype.itemsize for name in program.inputs), default=8)
     backend = session.backend if session.backend not in (None, "auto") else "numpy"
-    return str(program.plan(shapes, itemsize=itemsize, backend=backend))
+    return program.plan(shapes, itemsize=itemsize, backend=backend)
 
 
 @_command("latex", ":latex STATEMENT_OR_NAME", "the program as LaTeX")
 def _latex(session: Session, rest: str) -> str:
     if not rest:
         raise SessionError("usage: :latex STATEMENT_OR_NAME")
-    program = _program_of(session, rest)
+    program = program_of(session, rest)
     try:
         return program.to_latex()
     except (ImportError, NotImplementedError) as error:
