@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -249,12 +250,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    file_at = _first_positional(argv)
-    if file_at is not None and argv[file_at] not in SUBCOMMANDS and _looks_like_a_file(argv[file_at]):
-        return _file(parser, argv, file_at)
-    args = parser.parse_args(argv)
     try:
+        file_at = _first_positional(argv)
+        if file_at is not None and argv[file_at] not in SUBCOMMANDS and _looks_like_a_file(argv[file_at]):
+            return _file(parser, argv, file_at)
+        args = parser.parse_args(argv)
         return args.handler(args)
+    except BrokenPipeError:  # the reader went away (einflow ... | head): stop quietly
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (EinflowError, OSError, ValueError) as error:
         name = "error" if type(error) is EinflowError else type(error).__name__
         print(f"einflow: {name}: {error}", file=sys.stderr)

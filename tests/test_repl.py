@@ -779,3 +779,106 @@ def test_load_refuses_a_fifo_without_blocking(session: Session, tmp_path: Path) 
     worker.join(timeout=10)
     assert not worker.is_alive(), ":load blocked on a FIFO"
     assert "is a FIFO" in replies[0]
+
+
+# ---------------------------------------------------------------- the docs' transcripts are real
+
+ROOT = Path(__file__).resolve().parent.parent
+FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
+
+
+def transcripts(path: Path, start: str) -> list[str]:
+    """Fenced blocks of ``path`` whose first line starts with ``start`` (``ein> `` or ``$ einflow``)."""
+    return [block for block in FENCE.findall(path.read_text()) if block.startswith(start)]
+
+
+def matches(expected: str, got: str) -> bool:
+    """Equal, with ``...`` in ``expected`` standing for any text (as in doctest's ELLIPSIS)."""
+    import doctest
+
+    return doctest.OutputChecker().check_output(expected.rstrip("\n") + "\n", got.rstrip("\n") + "\n",
+                                                doctest.ELLIPSIS)
+
+
+def session_steps(block: str) -> list[tuple[str, str]]:
+    """(input, the output shown after it) for each ``ein>`` prompt of a transcript."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.rstrip("\n").split("\n"):
+        if line.startswith("ein> "):
+            steps.append((line[5:], []))
+        elif line.startswith("...> ") and steps and not steps[-1][1]:
+            steps[-1] = (steps[-1][0] + "\n" + line[5:], [])
+        else:
+            steps[-1][1].append(line)
+    return [(text, "\n".join(output)) for text, output in steps if text.strip()]
+
+
+@pytest.mark.parametrize("page", ["docs/repl.md", "README.md"])
+def test_every_session_transcript_in_the_docs_is_what_the_session_prints(page: str, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    blocks = transcripts(ROOT / page, "ein> ")
+    assert blocks, f"{page} has no ein> transcript"
+    for block in blocks:
+        session = Session(width=80)
+        for text, expected in session_steps(block):
+            reply = session.execute(text)
+            assert matches(expected, reply.text), f"{page}: ein> {text}\nexpected:\n{expected}\ngot:\n{reply.text}"
+
+
+def shell_steps(block: str) -> list[tuple[str, str]]:
+    """(command, its output) for each ``$ `` line of a console block (a quoted argument may span lines)."""
+    import shlex
+
+    steps: list[tuple[str, list[str]]] = []
+    pending: str | None = None
+    for line in block.rstrip("\n").split("\n"):
+        if pending is not None:
+            pending += "\n" + line
+        elif line.startswith("$ "):
+            pending = line[2:]
+        else:
+            steps[-1][1].append(line)
+            continue
+        try:
+            shlex.split(pending, comments=True)
+        except ValueError:  # an open quote: the command goes on
+            continue
+        steps.append((pending, []))
+        pending = None
+    return [(command, "\n".join(output)) for command, output in steps]
+
+
+def test_every_command_line_transcript_in_docs_repl_md_is_what_the_command_prints() -> None:
+    from einflow.repl import BANNER
+
+    blocks = transcripts(ROOT / "docs/repl.md", "$ einflow")
+    assert len(blocks) >= 3
+    env = dict(os.environ, PATH=f"{EINFLOW.parent}{os.pathsep}{os.environ['PATH']}", COLUMNS="80")
+    env.pop("NO_COLOR", None)
+    for block in blocks:
+        for command, expected in shell_steps(block):
+            if command == "einflow":  # the interactive start: checked against the REPL in a terminal below
+                assert expected.split("\n")[0] == BANNER
+                continue
+            done = subprocess.run(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, timeout=120, cwd=ROOT, env=env)
+            got = done.stdout  # standard error merged in, in order
+            assert matches(expected, got), f"$ {command}\nexpected:\n{expected}\ngot:\n{got}"
+
+
+def test_the_repl_starts_with_the_banner_the_docs_show(tmp_path: Path) -> None:
+    from einflow.repl import BANNER
+
+    child = spawn(tmp_path)
+    assert BANNER in ready(child)
+    child.sendline(":quit")
+    child.expect(pexpect.EOF)
+
+
+def test_every_command_is_documented_in_docs_repl_md() -> None:
+    from einflow.commands import unique_commands
+
+    page = (ROOT / "docs/repl.md").read_text()
+    missing = [command.name for command in unique_commands() if f"`:{command.name}" not in page]
+    assert not missing, f"docs/repl.md does not describe :{', :'.join(missing)}"
