@@ -131,3 +131,45 @@ def test_errors_are_one_line_and_change_nothing(layer) -> None:
     assert not result.success and "unknown option" in printed
     assert {name for name in shell.user_ns if not name.startswith("_")} == \
         {name for name in before if not name.startswith("_")}
+
+
+# ---------------------------------------------------------------- docs/notebook.md is a real session
+
+NOTEBOOK_PAGE = __import__("pathlib").Path(__file__).resolve().parent.parent / "docs" / "notebook.md"
+IN = re.compile(r"^In \[(\d+)\]: ", re.M)
+
+
+def documented_cells() -> list[tuple[int, str, str]]:
+    """(number, cell source, output shown) for each ``In [n]:`` of docs/notebook.md, in order."""
+    cells: list[tuple[int, str, list[str]]] = []
+    for block in re.findall(r"^```ipython\n(.*?)^```", NOTEBOOK_PAGE.read_text(), re.S | re.M):
+        for line in block.rstrip("\n").split("\n"):
+            match = IN.match(line)
+            if match:
+                cells.append((int(match.group(1)), line[match.end():], []))
+            elif re.match(r"^ +\.\.\.: ", line) and not cells[-1][2]:
+                number, source, _ = cells[-1]
+                cells[-1] = (number, source + "\n" + line.split("...: ", 1)[1], [])
+            else:
+                cells[-1][2].append(line)
+    return [(number, source, "\n".join(output)) for number, source, output in cells]
+
+
+def test_every_cell_of_docs_notebook_md_shows_what_the_page_says(shell) -> None:
+    import doctest
+
+    InteractiveShell.clear_instance()
+    shell = InteractiveShell.instance()  # a fresh shell: the page loads the extension itself
+    cells = documented_cells()
+    assert [number for number, _, _ in cells] == list(range(1, len(cells) + 1))
+    latex = {int(number): text.strip() for number, text in
+             re.findall(r"^```latex\n% In \[(\d+)\]\n(.*?)^```", NOTEBOOK_PAGE.read_text(), re.S | re.M)}
+    assert latex
+    checker = doctest.OutputChecker()
+    for number, source, expected in cells:
+        result, outputs, printed = run_cell(shell, source)
+        got = printed + "".join(bundle["text/plain"] + "\n" for bundle in outputs)
+        assert checker.check_output(expected.rstrip("\n") + "\n" if expected else "", got, doctest.ELLIPSIS), \
+            f"In [{number}]: {source}\nexpected:\n{expected}\ngot:\n{got}"
+        if number in latex:
+            assert outputs[0]["text/latex"] == latex[number]
