@@ -550,7 +550,7 @@ def colours_drawn(text: str) -> set[str]:
     return found
 
 
-def drain(child, quiet: float = 1.0) -> str:
+def drain(child, quiet: float = 0.5) -> str:
     """Everything the terminal receives until it has been quiet for ``quiet`` seconds."""
     drawn = ""
     while True:
@@ -739,14 +739,6 @@ def test_a_killed_save_leaves_a_temporary_that_the_next_save_removes(session: Se
     assert os.listdir(tmp_path) == ["big.npy"]
 
 
-def test_history_file_is_created_readable_by_its_owner_only(tmp_path: Path) -> None:
-    child = spawn(tmp_path)
-    ready(child)
-    child.sendline(":quit")
-    child.expect(pexpect.EOF)
-    assert stat.S_IMODE(os.stat(tmp_path / "history").st_mode) == 0o600
-
-
 def npy_header(shape: tuple[int, ...]) -> bytes:
     stream = io.BytesIO()
     np.lib.format.write_array_header_1_0(stream, {"descr": "<f8", "fortran_order": False, "shape": shape})
@@ -867,13 +859,14 @@ def test_every_command_line_transcript_in_docs_repl_md_is_what_the_command_print
             assert matches(expected, got), f"$ {command}\nexpected:\n{expected}\ngot:\n{got}"
 
 
-def test_the_repl_starts_with_the_banner_the_docs_show(tmp_path: Path) -> None:
+def test_the_repl_starts_with_the_banner_the_docs_show_and_a_private_history(tmp_path: Path) -> None:
     from einflow.repl import BANNER
 
     child = spawn(tmp_path)
     assert BANNER in ready(child)
     child.sendline(":quit")
     child.expect(pexpect.EOF)
+    assert stat.S_IMODE(os.stat(tmp_path / "history").st_mode) == 0o600  # created readable by its owner only
 
 
 def test_every_command_is_documented_in_docs_repl_md() -> None:
