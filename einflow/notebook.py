@@ -174,11 +174,10 @@ class EinflowMagics:
 
     def _reply(self, run: Any) -> Any:
         """Run ``run()`` all-or-nothing on the session; einflow errors become one-line IPython usage errors."""
-        snapshot = self.session._snapshot()
         try:
-            return run()
+            with self.session.all_or_nothing():
+                return run()
         except (EinflowError, OSError, ValueError) as error:
-            self.session._restore(snapshot)
             raise _usage_error(f"{type(error).__name__}: {error}") from None
 
     def _show(self, shown: Shown) -> None:

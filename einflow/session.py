@@ -6,6 +6,7 @@ The prompt_toolkit front end (einflow.repl) and the piped mode (``run_lines``, h
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -185,6 +186,16 @@ class Session:
         if limit is not None and needed > limit:
             raise MemoryLimitError(f"{what} needs {format_bytes(needed)} (shape {tuple(shape)}), over the memory "
                                    f"limit of {format_bytes(limit)}; nothing was allocated")
+
+    @contextlib.contextmanager
+    def all_or_nothing(self) -> Iterator[None]:
+        """Run a block as one line runs: if it raises, the session is left exactly as it was before."""
+        snapshot = self._snapshot()
+        try:
+            yield
+        except BaseException:
+            self._restore(snapshot)
+            raise
 
     def _snapshot(self) -> tuple[Any, ...]:
         return (dict(self.values), dict(self.definitions), dict(self.origins), dict(self.sizes),
