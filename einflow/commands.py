@@ -9,11 +9,13 @@ import math
 import os
 import re
 import shlex
+import signal
 import stat
 import tempfile
+import threading
 import timeit
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -317,6 +319,25 @@ def _running(pid: int) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """While a file is written, SIGTERM raises SystemExit (so the temporary is removed on the way out), when
+    this is the main thread and nobody else handles SIGTERM."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def leave(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
     """Write a file through a temporary file in the same folder and ``os.replace`` it into place.
 
@@ -339,7 +360,7 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
     except OSError as error:
         raise type(error)(error.errno, f"cannot write {path}: {error.strerror}") from None
     try:
-        with os.fdopen(handle, "wb") as stream:
+        with _terminate_cleanly(), os.fdopen(handle, "wb") as stream:
             write(stream)
             stream.flush()
             os.fsync(stream.fileno())

@@ -719,7 +719,8 @@ def test_save_writes_through_a_symlink(session: Session, tmp_path: Path) -> None
     assert sorted(os.listdir(real.parent)) == ["real.npz"]
 
 
-def test_a_killed_save_leaves_a_temporary_that_the_next_save_removes(session: Session, tmp_path: Path) -> None:
+def test_a_killed_save_leaves_a_temporary_the_next_save_removes_and_sigterm_none(session: Session,
+                                                                                 tmp_path: Path) -> None:
     target = tmp_path / "big.npy"
     writer = (
         "import sys, time\n"
@@ -737,6 +738,12 @@ def test_a_killed_save_leaves_a_temporary_that_the_next_save_removes(session: Se
     run(session, ":set x [1.0]")
     run(session, f":save x {target}")
     assert os.listdir(tmp_path) == ["big.npy"]
+    child = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "writing"
+    child.terminate()  # SIGTERM: the save removes its own temporary on the way out
+    assert child.wait(timeout=10) == 128 + 15
+    assert os.listdir(tmp_path) == ["big.npy"]
+    np.testing.assert_array_equal(np.load(target), [1.0])  # the old file is untouched
 
 
 def npy_header(shape: tuple[int, ...]) -> bytes:
