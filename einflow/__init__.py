@@ -43,3 +43,10 @@ __all__ = [
 from einflow.autodiff import grad, hessian, jacobian, value_and_grad, vjp  # noqa: E402
 
 __all__ += ["grad", "jacobian", "hessian", "vjp", "value_and_grad"]
+
+
+def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+    """``%load_ext einflow`` in IPython or Jupyter: the ``%%einflow`` cell magic and friends (docs/notebook.md)."""
+    from einflow.notebook import load_ipython_extension as load
+
+    load(ipython)

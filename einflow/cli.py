@@ -1,8 +1,9 @@
-"""The ``einflow`` command: the REPL, piped sessions, and the run / grad / plan subcommands."""
+"""The ``einflow`` command: the REPL, piped sessions, ``einflow FILE.ein``, and the run / grad / plan subcommands."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -18,27 +19,62 @@ examples:
   einflow < session.ein                     lines as typed at the prompt; exit 1 if any failed
   einflow -c ':set x [1.0, 2.0]
   s = x[i] x[i]'                            the same for text given here
-  einflow run model.ein --inputs in.npz --out out.npz
+  einflow model.ein --inputs in.npz         run a program file (a file with :commands runs as a session)
+  einflow run model.ein --inputs in.npz --out out.npz --of L
   einflow grad 'L = sum[i](log(1 + exp(-y[i] X[i,f] w[f])))' --wrt w
+  einflow jacobian 'y[i] = tanh(A[i,j] x[j])' --wrt x --mode forward
   einflow plan 'y[i] = A[i,j] B[j,k] v[k]' --shape A=100x200 --shape B=200x300 --shape v=300
 """
 
+SUBCOMMANDS = ("run", "grad", "jacobian", "hessian", "plan")
 
-def _read_text(text: str) -> str:
-    """Program text given on the command line: the text itself, a ``*.ein`` file, or ``-`` for stdin."""
+
+def _looks_like_a_file(text: str) -> bool:
+    return "\n" not in text and (text.endswith(".ein") or os.path.isfile(text))
+
+
+def _read_text(text: str) -> tuple[str, str]:
+    """Program text given on the command line and where it came from: a file, ``-`` (stdin), or the text."""
     if text == "-":
-        return sys.stdin.read()
-    if text.endswith(".ein") and os.path.isfile(text):
-        with open(text, encoding="utf-8") as handle:
-            return handle.read()
-    return text
+        return sys.stdin.read(), "<stdin>"
+    if _looks_like_a_file(text):
+        with open(text, encoding="utf-8") as handle:  # a missing *.ein file is an error, not program text
+            return handle.read(), text
+    return text, "the text"
 
 
-def _shape_argument(text: str) -> tuple[str, str]:
+def _shape_argument(text: str) -> tuple[str, tuple[int, ...]]:
+    """``A=100x200`` -> ("A", (100, 200)); ``s=scalar`` -> ("s", ()); anything else is a usage error (exit 2)."""
     name, separator, shape = text.partition("=")
-    if not separator or not name.strip():
+    name, shape = name.strip(), shape.strip().lower()
+    if not separator or not name.isidentifier():
         raise argparse.ArgumentTypeError(f"expected NAME=SHAPE such as A=100x200, got {text!r}")
-    return name.strip(), shape.strip()
+    if shape in ("scalar", "()"):
+        return name, ()
+    parts = shape.replace("*", "x").replace(",", "x").split("x")
+    if not all(part.strip().isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"expected NAME=SHAPE with whole sizes such as A=100x200 (a scalar: "
+                                         f"s=scalar), got {text!r}")
+    return name, tuple(int(part) for part in parts)
+
+
+def _select(program: Any, name: str | None) -> Any:
+    """The program cut down to the value ``name`` (``--of NAME``): its statement and those before it."""
+    import einflow
+    from einflow import ir
+
+    if name is None:
+        return program
+    statements: list[ir.Statement] = []
+    for statement in program.ir.statements:
+        if isinstance(statement, ir.Return):
+            continue
+        statements.append(statement)
+        if isinstance(statement, ir.Assign) and statement.target == name:
+            return einflow.compile(ir.format_program(ir.ProgramIR(tuple(statements))))
+    targets = [s.target for s in program.ir.statements if isinstance(s, ir.Assign) and s.target]
+    raise TensorNameError(f"--of {name}: the program computes no value {name!r} (its values are "
+                          f"{', '.join(targets) or 'unnamed'})")
 
 
 def _compile(text: str, where: str) -> Any:
@@ -55,11 +91,12 @@ def _compile(text: str, where: str) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     from einflow.commands import load_arrays, save_arrays
-    from einflow.session import format_value
+    from einflow.program import default_memory_limit
+    from einflow.replies import format_value
 
-    with open(args.file, encoding="utf-8") as handle:
-        program = _compile(handle.read(), args.file)
-    arrays = load_arrays(args.inputs) if args.inputs else {}
+    text, where = _read_text(args.file)
+    program = _select(_compile(text, where), args.of)
+    arrays = load_arrays(args.inputs, limit=default_memory_limit()) if args.inputs else {}
     missing = [name for name in program.inputs if name not in arrays]
     if missing:
         where = f"{args.inputs} has no array" if args.inputs else "no --inputs file was given for"
@@ -82,16 +119,20 @@ def _derivative(kind: str) -> Any:
         function = getattr(einflow, kind, None)
         if function is None:
             raise EinflowError(f"einflow.{kind} is not available in this version of einflow")
-        program = _compile(_read_text(args.text), "the text")
+        program = _select(_compile(*_read_text(args.text)), args.of)
+        if program.info.returns_tuple:
+            raise EinflowError(f"{kind}: the program returns a tuple ({', '.join(n or '?' for n in program.outputs)})"
+                               "; pick one value with --of NAME")
         wrt = args.wrt[0] if len(args.wrt) == 1 else list(args.wrt)
-        print(function(program, wrt=wrt))
+        options = {"mode": args.mode} if getattr(args, "mode", None) else {}
+        print(function(program, wrt=wrt, **options))
         return 0
 
     return handler
 
 
 def _plan(args: argparse.Namespace) -> int:
-    program = _compile(_read_text(args.text), "the text")
+    program = _select(_compile(*_read_text(args.text)), args.of)
     print(program.plan(dict(args.shape or ()), optimize=args.optimize))
     return 0
 
@@ -113,6 +154,44 @@ def _session(args: argparse.Namespace) -> int:
     return run_lines(session, sys.stdin, sys.stdout, sys.stderr, args.echo)
 
 
+def _first_positional(argv: list[str]) -> int | None:
+    """Where the first word that is not an option (nor an option's value) is."""
+    position = 0
+    while position < len(argv):
+        word = argv[position]
+        if word in ("-c", "--backend"):
+            position += 2
+            continue
+        if not word.startswith("-") or word == "-":
+            return position
+        position += 1
+    return None
+
+
+def _file(parser: argparse.ArgumentParser, argv: list[str], file_at: int) -> int:
+    """``einflow FILE.ein [options]``: a program runs like ``einflow run``; a session script (with
+    ``:commands``) runs its lines like ``einflow < FILE.ein``."""
+    path = argv[file_at]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as error:
+        print(f"einflow: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    if any(line.lstrip().startswith(":") for line in text.splitlines()):
+        from einflow.session import Session, run_lines
+
+        args = parser.parse_args(argv[:file_at] + argv[file_at + 1:])
+        session = Session()
+        if args.session_backend:
+            reply = session.execute(f":backend {args.session_backend}")
+            if not reply.ok:
+                print(f"einflow: {reply.text}", file=sys.stderr)
+                return 1
+        return run_lines(session, text.splitlines(), sys.stdout, sys.stderr, args.echo, name=path)
+    return main(["run", path, *argv[:file_at], *argv[file_at + 1:]])
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (usage errors exit with status 2)."""
     from einflow import __version__
@@ -127,25 +206,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", dest="session_backend", metavar="B",
                         help="session backend: numpy, dask, cupy, auto")
     parser.set_defaults(handler=_session)
-    commands = parser.add_subparsers(dest="subcommand", metavar="{run,grad,jacobian,hessian,plan}")
+    commands = parser.add_subparsers(dest="subcommand", metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    text_help = "einflow text, a .ein file, or - for stdin"
+    of_help = "the value NAME of a program that computes several (a return line a, b): use that one"
 
-    run = commands.add_parser("run", help="run a program file and print (or save) its value")
-    run.add_argument("file", metavar="FILE.ein")
+    run = commands.add_parser("run", help="run a program (file, text or -) and print (or save) its value")
+    run.add_argument("file", metavar="TEXT", help=text_help)
     run.add_argument("--inputs", metavar="IN.npz", help="arrays for the program's inputs")
     run.add_argument("--out", metavar="OUT.npz", help="save the program's value(s) here (atomically)")
     run.add_argument("--backend", metavar="B", help="numpy, dask, cupy or auto")
+    run.add_argument("--of", metavar="NAME", help=of_help)
     run.add_argument("-q", "--quiet", action="store_true", help="do not print the values")
     run.set_defaults(handler=_run)
 
     for kind, what in (("grad", "gradient"), ("jacobian", "Jacobian"), ("hessian", "Hessian")):
         sub = commands.add_parser(kind, help=f"print the {what} program of TEXT")
-        sub.add_argument("text", metavar="TEXT", help="einflow text, a .ein file, or - for stdin")
+        sub.add_argument("text", metavar="TEXT", help=text_help)
         sub.add_argument("--wrt", action="append", required=True, metavar="X",
                          help="an input to differentiate with respect to (repeat for several)")
+        sub.add_argument("--of", metavar="NAME", help=of_help)
+        if kind == "jacobian":
+            sub.add_argument("--mode", choices=("auto", "forward", "reverse"), default=None,
+                             help="carry tangents forward or adjoints in reverse (default: auto, fewer axes)")
         sub.set_defaults(handler=_derivative(kind))
 
     plan = commands.add_parser("plan", help="print the contraction plan of TEXT for given shapes")
-    plan.add_argument("text", metavar="TEXT", help="einflow text, a .ein file, or - for stdin")
+    plan.add_argument("text", metavar="TEXT", help=text_help)
+    plan.add_argument("--of", metavar="NAME", help=of_help)
     plan.add_argument("--shape", action="append", type=_shape_argument, metavar="NAME=SHAPE",
                       help="an input's shape, e.g. A=100x200 (a scalar: s=scalar)")
     plan.add_argument("--optimize", default="auto", help="opt_einsum path strategy (default: auto)")
@@ -162,9 +249,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        file_at = _first_positional(argv)
+        if file_at is not None and argv[file_at] not in SUBCOMMANDS and _looks_like_a_file(argv[file_at]):
+            return _file(parser, argv, file_at)
+        args = parser.parse_args(argv)
         return args.handler(args)
+    except BrokenPipeError:  # the reader went away (einflow ... | head): stop quietly
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (EinflowError, OSError, ValueError) as error:
         name = "error" if type(error) is EinflowError else type(error).__name__
         print(f"einflow: {name}: {error}", file=sys.stderr)

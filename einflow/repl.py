@@ -14,9 +14,10 @@ from einflow.commands import COMMANDS
 from einflow.ir import FUNCTIONS
 from einflow.session import CONTINUATION, PROMPT, Reply, Session, needs_more
 
-__all__ = ["EinflowCompleter", "history_path", "run_repl"]
+__all__ = ["EinflowCompleter", "history_path", "run_repl", "colour_off", "BANNER"]
 
 HISTORY_VARIABLE = "EINFLOW_HISTORY"
+STYLE_VARIABLE = "EINFLOW_STYLE"
 _KEYWORDS = ("sum", "delta", "size")
 
 
@@ -60,6 +61,10 @@ class EinflowCompleter(Completer):
                 return
         if command == "help":
             candidates: Iterable[str] = sorted(COMMANDS)
+        elif command == "style":
+            from einflow.highlight import style_names
+
+            candidates = style_names()
         elif command == "backend":
             from einflow.backends import BACKENDS
 
@@ -76,17 +81,70 @@ class EinflowCompleter(Completer):
                 yield Completion(candidate, start_position=-len(word), display_meta=meta)
 
 
+BANNER = "einflow: type statements like  y[i] = A[i,j] x[j]  or :help;  Ctrl-D or :quit leaves"
+
+
+def colour_off() -> bool:
+    """Whether to draw without colour: ``NO_COLOR`` is set (https://no-color.org) or the terminal is dumb."""
+    return bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM", "") in ("dumb", "unknown")
+
+
 def _print_reply(reply: Reply) -> None:
     from prompt_toolkit import print_formatted_text
     from prompt_toolkit.formatted_text import FormattedText
 
     if not reply.text:
         return
-    plain = "NO_COLOR" in os.environ or os.environ.get("TERM", "") in ("dumb", "unknown")
-    if reply.ok or plain:
+    if reply.ok or colour_off():
         print(reply.text, flush=True)
     else:
         print_formatted_text(FormattedText([("ansired", reply.text)]))
+
+
+def _open_history(path: str) -> None:
+    """Create the history file readable by its owner only (0600); an existing file is left as it is."""
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+
+
+def _style_of(name: str | None):  # type: ignore[no-untyped-def]
+    """The prompt_toolkit style for a highlighting style name (``none``: no colours at all)."""
+    from prompt_toolkit.styles import Style, style_from_pygments_cls
+
+    from einflow.highlight import get_style
+
+    style = None if colour_off() else get_style(name)
+    return Style([]) if style is None else style_from_pygments_cls(style)
+
+
+def _enter_bindings(prompt):  # type: ignore[no-untyped-def]
+    """Enter runs the statement, unless a bracket is still open: then it starts a ``...>`` line.
+
+    The whole statement is one entry of the buffer (and of the history), so Up recalls all of its lines.
+    An empty line ends an unfinished statement (its error shows).
+    """
+    from prompt_toolkit.key_binding import KeyBindings
+    from prompt_toolkit.utils import is_dumb_terminal
+
+    bindings = KeyBindings()
+
+    @bindings.add("enter")
+    def _enter(event) -> None:  # type: ignore[no-untyped-def]
+        buffer = event.current_buffer
+        text = buffer.text
+        at_end = buffer.cursor_position == len(text)
+        if at_end and needs_more(text) and text.rsplit("\n", 1)[-1].strip():
+            buffer.insert_text("\n")
+            if is_dumb_terminal():  # a dumb terminal draws no continuation prompt: write it
+                prompt.output.write_raw("\r" + CONTINUATION)
+                prompt.output.flush()
+            return
+        buffer.text = text.rstrip()
+        buffer.validate_and_handle()
+
+    return bindings
 
 
 def _prompt_session(session: Session):  # type: ignore[no-untyped-def]
@@ -94,37 +152,42 @@ def _prompt_session(session: Session):  # type: ignore[no-untyped-def]
     from prompt_toolkit.history import FileHistory, InMemoryHistory
     from prompt_toolkit.lexers import PygmentsLexer
 
-    from einflow.lexer import EinflowLexer
+    from einflow.highlight import EinflowLexer
 
     path = history_path()
     history = InMemoryHistory()
     if path:
         try:
-            folder = os.path.dirname(path)
-            if folder:
-                os.makedirs(folder, exist_ok=True)
-            with open(path, "a", encoding="utf-8"):
-                pass
+            _open_history(path)
             history = FileHistory(path)
         except OSError as error:
             print(f"note: history is not kept ({error}); set {HISTORY_VARIABLE} to a writable file", file=sys.stderr)
-    return PromptSession(history=history, completer=EinflowCompleter(session), lexer=PygmentsLexer(EinflowLexer),
-                         complete_while_typing=False, enable_history_search=True)
+    configured = os.environ.get(STYLE_VARIABLE)
+    if configured:
+        from einflow.highlight import style_names
+
+        if configured in style_names():
+            session.style = configured
+        else:
+            print(f"note: {STYLE_VARIABLE}={configured!r} is not a style; using the default (:style lists them)",
+                  file=sys.stderr)
+    prompt = PromptSession(history=history, completer=EinflowCompleter(session), lexer=PygmentsLexer(EinflowLexer),
+                           style=_style_of(session.style), include_default_pygments_style=False,
+                           complete_while_typing=False, enable_history_search=True, multiline=True,
+                           prompt_continuation=lambda width, line, soft_wrap: CONTINUATION.rjust(width))
+    prompt.key_bindings = _enter_bindings(prompt)
+    return prompt
 
 
 def run_repl(session: Session | None = None) -> int:
     """The interactive loop: Ctrl-C cancels the line (or a running statement), Ctrl-D or :quit leaves."""
     session = session or Session()
     prompt = _prompt_session(session)
-    print("einflow: type statements like  y[i] = A[i,j] x[j]  or :help;  Ctrl-D or :quit leaves")
+    style = session.style
+    print(BANNER)
     while True:
         try:
             text = prompt.prompt(PROMPT)
-            while needs_more(text):
-                more = prompt.prompt(CONTINUATION)
-                if not more.strip():  # an empty line ends an unfinished statement: its error shows
-                    break
-                text += "\n" + more
         except KeyboardInterrupt:
             continue
         except EOFError:
@@ -135,6 +198,9 @@ def run_repl(session: Session | None = None) -> int:
             print("interrupted (nothing was changed)", flush=True)
             continue
         _print_reply(reply)
+        if session.style != style:  # :style changed it
+            style = session.style
+            prompt.style = _style_of(style)
         if reply.quit:
             break
     return 0

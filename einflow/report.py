@@ -79,3 +79,8 @@ class PlanReport:
 
     def __repr__(self) -> str:
         return str(self)
+
+    def _repr_html_(self) -> str:  # Jupyter: the same report as an HTML table
+        from einflow.notebook import plan_report_html
+
+        return plan_report_html(self)

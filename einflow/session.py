@@ -6,8 +6,9 @@ The prompt_toolkit front end (einflow.repl) and the piped mode (``run_lines``, h
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
-import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
@@ -15,31 +16,22 @@ from typing import Any, TextIO
 import numpy as np
 
 from einflow import ir
-from einflow.errors import EinflowError, ParseError, TensorNameError
+from einflow.commands import run_command
+from einflow.errors import EinflowError, MemoryLimitError, ParseError, TensorNameError
 from einflow.grammar import parse
 from einflow.plan import indices_in
-from einflow.program import Program
+from einflow.program import Program, default_memory_limit
+from einflow.replies import NAME, Reply, SessionError, check_name, format_bytes, format_value
 
 __all__ = ["Session", "Reply", "Definition", "SessionError", "format_value", "needs_more", "check_name",
-           "logical_lines", "run_lines", "PROMPT", "CONTINUATION"]
+           "logical_lines", "run_lines", "located_reply", "PROMPT", "CONTINUATION"]
 
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PROMPT = "ein> "
 CONTINUATION = "...> "
-SUMMARY_THRESHOLD = 200  # arrays with more elements are printed summarized
-
-
-class SessionError(EinflowError):
-    """A session command was used wrongly (bad arguments, unknown command, unreadable file)."""
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What one line produced: text to print, whether it succeeded, whether the session should end."""
-
-    text: str = ""
-    ok: bool = True
-    quit: bool = False
+MEMORY_ADVICE = "(:memory shows this session's limit; :memory 64GiB sets it, :memory none turns the guard off)"
+_HELP_HINT = "this is the einflow session: :help lists the commands, :help NAME explains one"
+_QUIT_HINT = "to leave the session type :quit (or press Ctrl-D)"
+_HINTS = {"help": _HELP_HINT, "?": _HELP_HINT, "exit": _QUIT_HINT, "quit": _QUIT_HINT}
 
 
 @dataclass(frozen=True)
@@ -54,41 +46,6 @@ class Definition:
     @property
     def text(self) -> str:
         return ir.format_statement(self.statement)
-
-
-def check_name(name: str) -> str:
-    """Raise TensorNameError unless ``name`` can name a tensor."""
-    if not NAME.match(name):
-        raise TensorNameError(f"{name!r} is not a valid tensor name (letters, digits, '_'; not starting with a digit)")
-    if name in ir.RESERVED:
-        raise TensorNameError(f"{name!r} is a reserved word and cannot name a tensor")
-    return name
-
-
-def to_numpy(value: Any) -> np.ndarray:
-    """A host numpy array for printing or saving (computes dask arrays, copies cupy arrays)."""
-    if hasattr(value, "get") and type(value).__module__.startswith("cupy"):
-        value = value.get()
-    return np.asarray(value)
-
-
-def format_value(name: str | None, value: Any, width: int | None = None) -> str:
-    """A ``name: shape dtype`` header, then the value in numpy's printing (large arrays summarized).
-
-    >>> print(format_value("y", np.array([1.0, 2.0])))
-    y: (2,) float64
-    [1. 2.]
-    """
-    array = to_numpy(value)
-    header = f"{array.shape} {array.dtype}"
-    if name:
-        header = f"{name}: {header}"
-    width = width or shutil.get_terminal_size((100, 24)).columns
-    if array.ndim == 0:
-        body = str(array[()])
-    else:
-        body = np.array2string(array, max_line_width=max(width, 40), threshold=SUMMARY_THRESHOLD, edgeitems=3)
-    return f"{header}\n{body}"
 
 
 def needs_more(text: str) -> bool:
@@ -159,6 +116,8 @@ class Session:
         self.stale: dict[str, str] = {}  # name -> why it could not be re-evaluated
         self.order: dict[str, None] = {}  # every name, in the order it was first bound
         self.backend: str | None = None
+        self.memory_limit: int | None | str = "default"  # bytes, None (no guard) or "default" (:memory)
+        self.style: str | None = None  # a highlighting style chosen with :style (the terminal front end draws it)
         self.rng = np.random.default_rng(seed)
 
     # ------------------------------------------------------------------ entry point
@@ -174,19 +133,69 @@ class Session:
         snapshot = self._snapshot()
         try:
             if text.startswith(":"):
-                from einflow.commands import run_command
-
                 return run_command(self, text)
+            hint = self._hint(text)
+            if hint:
+                return Reply(hint, ok=False)
             return Reply(self.run_statements(line))
+        except MemoryLimitError as error:
+            self._restore(snapshot)
+            return Reply(f"{_error_text(error)}\n{MEMORY_ADVICE}", ok=False, error=error)
         except (EinflowError, OSError, ValueError) as error:
             self._restore(snapshot)
-            return Reply(_error_text(error), ok=False)
+            return Reply(_error_text(error), ok=False, error=error)
         except KeyboardInterrupt:
             self._restore(snapshot)
             raise
+        except MemoryError as error:  # numpy could not allocate what the guard let through
+            self._restore(snapshot)
+            return Reply(f"MemoryError: out of memory ({error or 'numpy could not allocate an array'}); nothing "
+                         f"was changed\n{MEMORY_ADVICE}", ok=False, error=error)
         except Exception as error:  # a bug in einflow must not end the user's session
             self._restore(snapshot)
-            return Reply(f"internal error (please report it): {_error_text(error)}", ok=False)
+            return Reply(f"internal error (please report it): {_error_text(error)}", ok=False, error=error)
+
+    def _hint(self, text: str) -> str:
+        """A pointer to the session's own command for words typed as in Python or IPython (unless bound)."""
+        word = text.rstrip("()").strip()
+        if word in self.values or word in self.definitions:
+            return ""
+        if word in _HINTS:
+            return _HINTS[word]
+        if text.startswith("?") or (text.endswith("?") and NAME.match(text.rstrip("?").strip())):
+            return _HINTS["?"]
+        if text.startswith("%"):
+            magic = text[1:].split(None, 1)[0] if len(text) > 1 else ""
+            if magic in ("time", "timeit"):
+                return f"%{magic} is IPython's; here it is  :time STATEMENT  (e.g. :time y[i] = A[i,j] x[j])"
+            return "'%' starts an IPython magic, not an einflow statement; the session's commands start " \
+                   "with ':' (:help lists them)"
+        return ""
+
+    # ------------------------------------------------------------------ memory
+    def limit_bytes(self) -> int | None:
+        """The memory limit in bytes that statements and data commands run under (None: no guard)."""
+        if self.memory_limit == "default":
+            return default_memory_limit()
+        return None if self.memory_limit is None else int(self.memory_limit)
+
+    def guard(self, shape: tuple[int, ...], itemsize: int, what: str) -> None:
+        """Refuse (MemoryLimitError) to make an array of ``shape`` when it is over the session's limit."""
+        limit = self.limit_bytes()
+        needed = math.prod(shape) * itemsize
+        if limit is not None and needed > limit:
+            raise MemoryLimitError(f"{what} needs {format_bytes(needed)} (shape {tuple(shape)}), over the memory "
+                                   f"limit of {format_bytes(limit)}; nothing was allocated")
+
+    @contextlib.contextmanager
+    def all_or_nothing(self) -> Iterator[None]:
+        """Run a block as one line runs: if it raises, the session is left exactly as it was before."""
+        snapshot = self._snapshot()
+        try:
+            yield
+        except BaseException:
+            self._restore(snapshot)
+            raise
 
     def _snapshot(self) -> tuple[Any, ...]:
         return (dict(self.values), dict(self.definitions), dict(self.origins), dict(self.sizes),
@@ -246,7 +255,7 @@ class Session:
         """Evaluate one statement with the current bindings (nothing is bound)."""
         program = self.unit(statement, source)
         self._require_bound(program.inputs)
-        return program(self.values, backend=self.backend)
+        return program(self.values, backend=self.backend, memory_limit=self.memory_limit)
 
     def define(self, statement: ir.Assign, source: str) -> list[str]:
         """Evaluate ``statement``, bind its target, keep it, and re-evaluate what depends on the target."""
@@ -454,6 +463,31 @@ def logical_lines(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
         yield start, "\n".join(buffer)
 
 
+_AT_LINE = re.compile(r"\n  at line (\d+), column (\d+):")
+
+
+def located_reply(reply: Reply, name: str, number: int) -> str:
+    """A failed line's message as ``NAME:LINE:COLUMN: message``, with the position in the input (one line
+    number, counted in the file, not in the statement).
+
+    >>> session = Session()
+    >>> print(located_reply(session.execute("y = 2 3"), "<stdin>", 4))
+    <stdin>:4:7: ParseError: unexpected number '3': a number cannot follow a factor without '*'
+        y = 2 3
+              ^
+    """
+    error, text = reply.error, reply.text
+    if isinstance(error, ParseError):
+        prefix = f"line {error.line}, column {error.column}: "
+        text = text.replace(prefix, "", 1)
+        return f"{name}:{number + error.line - 1}:{error.column}: {text}"
+    match = _AT_LINE.search(text)
+    if match:
+        line, column = int(match.group(1)), int(match.group(2))
+        return f"{name}:{number + line - 1}:{column}: {text[:match.start()]}{text[match.end():]}"
+    return f"{name}:{number}: {text}"
+
+
 def run_lines(session: Session, lines: Iterable[str], out: TextIO, err: TextIO, echo: bool = False,
               name: str = "<stdin>") -> int:
     """The piped mode: run each line as typed at the prompt; 1 if any line failed, else 0.
@@ -472,7 +506,7 @@ def run_lines(session: Session, lines: Iterable[str], out: TextIO, err: TextIO, 
         else:
             failed = True
             out.flush()
-            err.write(f"{name}:{number}: {reply.text}\n")
+            err.write(located_reply(reply, name, number) + "\n")
             err.flush()
         if reply.quit:
             break

@@ -76,7 +76,7 @@ def test_dash_c_runs_session_lines(capsys) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith("n: () float64\n5.0\n")
     status, out, err = cli(capsys, "-c", ":set x [3.0, 4.0]\nn = sqrt(x[i] x[i]\n:vars")
-    assert status == 1 and err.startswith("-c:2: ParseError")
+    assert status == 1 and err.startswith("-c:2:19: ParseError")
     assert "x     (2,)" in out  # later lines still ran
 
 
@@ -143,3 +143,73 @@ def test_usage_errors_exit_2(capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"einflow {einflow.__version__}"
+
+
+# ---------------------------------------------------------------- issue 17: one way to name a program everywhere
+
+
+def test_a_file_given_alone_runs_as_a_program_or_as_a_session(model, tmp_path: Path) -> None:
+    program, inputs, arrays = model
+    done = einflow_command(str(program), "--inputs", str(inputs), "--of", "L")
+    assert done.returncode == 0, done.stderr
+    h = np.tanh(arrays["W"] @ arrays["x"])
+    assert done.stdout.startswith("L: () float64\n")
+    assert float(done.stdout.splitlines()[1]) == pytest.approx(np.sum(h ** 2), rel=1e-12)
+    script = tmp_path / "tour.ein"
+    script.write_text(":set x [3.0, 4.0]\nn = sqrt(x[i] x[i])\nbad = 2 3\n")
+    done = einflow_command(str(script))
+    assert done.returncode == 1 and "n: () float64\n5.0" in done.stdout
+    assert done.stderr.startswith(f"{script}:3:9: ParseError")
+
+
+def test_run_takes_text_and_stdin_like_grad_and_plan(tmp_path: Path) -> None:
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.array([3.0, 4.0]))
+    done = einflow_command("run", "n = sqrt(x[i] x[i])", "--inputs", str(inputs))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "n: () float64\n5.0\n"
+    done = einflow_command("run", "-", "--inputs", str(inputs), stdin="y[i] = 2 x[i]\n")
+    assert done.returncode == 0 and done.stdout == "y: (2,) float64\n[6. 8.]\n"
+
+
+def test_of_picks_one_value_of_a_program_that_returns_a_tuple(model, capsys) -> None:
+    program, inputs, arrays = model
+    status, out, err = cli(capsys, "grad", str(program), "--wrt", "W")
+    assert status == 1 and "--of NAME" in err
+    status, out, err = cli(capsys, "grad", str(program), "--of", "L", "--wrt", "W")
+    assert status == 0, err
+    W, x = arrays["W"], arrays["x"]
+    h = np.tanh(W @ x)
+    np.testing.assert_allclose(einflow.evaluate(out, W=W, x=x), np.outer(2 * h * (1 - h ** 2), x), rtol=1e-12)
+    status, out, err = cli(capsys, "plan", str(program), "--of", "h", "--shape", "W=3x2", "--shape", "x=2")
+    assert status == 0 and "L =" not in out and "(3,)" in out
+    status, out, err = cli(capsys, "run", str(program), "--of", "nope", "--inputs", str(inputs))
+    assert status == 1 and "no value 'nope'" in err and "h, L" in err
+
+
+def test_jacobian_mode_forward_and_reverse_agree(capsys) -> None:
+    text = "y[i] = tanh(A[i,j] x[j])"
+    A, x = np.arange(6.0).reshape(2, 3) / 10, np.array([0.5, -1.0, 2.0])
+    expected = (1 - np.tanh(A @ x) ** 2)[:, None] * A  # closed form
+    for mode in ("forward", "reverse", "auto"):
+        status, out, err = cli(capsys, "jacobian", text, "--wrt", "x", "--mode", mode)
+        assert status == 0, err
+        np.testing.assert_allclose(einflow.evaluate(out, A=A, x=x), expected, rtol=1e-12)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["jacobian", text, "--wrt", "x", "--mode", "sideways"])
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("shape", ["A=10xq", "A=", "=10", "A=10x-2", "A10"])
+def test_a_malformed_shape_is_a_usage_error(shape: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", "y[i] = A[i,j] x[j]", "--shape", shape, "--shape", "x=10"])
+    assert exit_info.value.code == 2
+    assert "NAME=SHAPE" in capsys.readouterr().err
+
+
+def test_plan_shapes_scalar_and_commas(capsys) -> None:
+    status, out, err = cli(capsys, "plan", "y[i] = s A[i,j] x[j]", "--shape", "A=4,5", "--shape", "x=5",
+                           "--shape", "s=scalar")
+    assert status == 0, err
+    assert "(4,)" in out

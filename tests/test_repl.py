@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import stat
 import subprocess
 import sys
+import threading
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -366,7 +370,7 @@ def completions(completer: EinflowCompleter, text: str) -> list[str]:
 def test_completion_of_commands_names_functions_and_files(session: Session, tmp_path: Path) -> None:
     completer = EinflowCompleter(session)
     assert completions(completer, ":gr") == [":grad"]
-    assert set(completions(completer, ":s")) == {":save", ":seed", ":set"}
+    assert set(completions(completer, ":s")) == {":save", ":seed", ":set", ":style"}
     run(session, ":zeros weights 2")
     run(session, ":zeros width 2")
     assert set(completions(completer, "y[i] = w")) == {"weights", "width"}
@@ -397,7 +401,7 @@ def test_run_lines_reports_failures_with_line_numbers(session: Session) -> None:
     out, err = io.StringIO(), io.StringIO()
     status = run_lines(session, [":set x [1.0, 2.0]\n", "bad = 2 3\n", "s = x[i] x[i]\n"], out, err)
     assert status == 1
-    assert err.getvalue().startswith("<stdin>:2: ParseError")
+    assert err.getvalue().startswith("<stdin>:2:9: ParseError: unexpected number")  # one position: file line, column
     assert "s: () float64\n5.0" in out.getvalue()
     out, err = io.StringIO(), io.StringIO()
     assert run_lines(session, ["# a comment", "s"], out, err, echo=True) == 0
@@ -411,7 +415,7 @@ def test_piped_stdin_through_the_command(tmp_path: Path) -> None:
     assert "L: () float64\n14.0" in done.stdout and "dL_dx: (3,) float64\n[2. 4. 6.]" in done.stdout
     done = subprocess.run([str(EINFLOW)], input=script + "oops[\n:vars\n", capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
-    assert "<stdin>:4: ParseError" in done.stderr and "dL_dx" in done.stdout.split("name")[-1]
+    assert "<stdin>:4:6: ParseError" in done.stderr and "dL_dx" in done.stdout.split("name")[-1]
 
 
 # ---------------------------------------------------------------- the REPL in a real pseudo-terminal
@@ -421,8 +425,10 @@ pexpect = pytest.importorskip("pexpect")
 
 def spawn(tmp_path: Path, term: str = "dumb", **extra: str):
     env = dict(os.environ, TERM=term, HOME=str(tmp_path), EINFLOW_HISTORY=str(tmp_path / "history"),
-               PROMPT_TOOLKIT_NO_CPR="1", COLUMNS="120", LINES="40", **extra)
+               PROMPT_TOOLKIT_NO_CPR="1", COLUMNS="120", LINES="40")
     env.pop("NO_COLOR", None)
+    env.pop("EINFLOW_STYLE", None)
+    env.update(extra)
     child = pexpect.spawn(str(EINFLOW), env=env, encoding="utf-8", timeout=15, dimensions=(40, 120),
                           cwd=str(tmp_path))
     return child
@@ -518,3 +524,356 @@ def test_repl_in_a_colour_terminal_highlights_and_completes(tmp_path: Path) -> N
     child.expect_exact("[2. 2. 2.]")
     child.sendline(":quit")
     child.expect(pexpect.EOF)
+
+
+# ---------------------------------------------------------------- issue 17: what tripped new users up
+
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def colours_drawn(text: str) -> set[str]:
+    """The foreground colours in SGR sequences: '3N'/'9N' (the terminal's palette) or '38;5;N'/'38;2;...'."""
+    found: set[str] = set()
+    for codes in SGR.findall(text):
+        parts = codes.split(";")
+        for position, part in enumerate(parts):
+            if part == "38":
+                found.add(";".join(parts[position:position + (3 if parts[position + 1] == "5" else 5)]))
+                break
+            if len(part) == 2 and part[0] in "39" and part[1] in "01234567":
+                found.add(part)
+    return found
+
+
+def drain(child, quiet: float = 0.5) -> str:
+    """Everything the terminal receives until it has been quiet for ``quiet`` seconds."""
+    drawn = ""
+    while True:
+        try:
+            drawn += child.read_nonblocking(100000, timeout=quiet)
+        except pexpect.TIMEOUT:
+            return drawn
+
+
+def typed_in_colour(tmp_path: Path, text: str, **extra: str) -> str:
+    """What the terminal draws while ``text`` is typed at a colour prompt (before it is run)."""
+    child = spawn(tmp_path, term="xterm-256color", **extra)
+    child.expect_exact("ein>")
+    child.waitnoecho(timeout=10)
+    child.send(text)
+    drawn = drain(child)
+    assert SGR.sub("", drawn).count(text[-4:]) >= 1  # the whole line was drawn
+    child.send("\x03")  # Ctrl-C drops the line
+    child.sendline(":quit")
+    child.expect(pexpect.EOF)
+    return drawn
+
+
+def test_repl_default_colours_read_on_dark_and_light_and_a_style_can_be_chosen(tmp_path: Path) -> None:
+    navy = "38;5;18"  # pygments' default style draws tensor names #19177C: this is it in 256 colours
+    line = "y[i] = tanh(Weights[i,j]) x[j]"
+    default = colours_drawn(typed_in_colour(tmp_path, line))
+    assert default and all(not code.startswith("38") for code in default), default  # only the palette's colours
+    assert "34" not in default  # and no dark blue
+    pygments_default = colours_drawn(typed_in_colour(tmp_path, line, EINFLOW_STYLE="default"))
+    assert any(code.startswith("38;5;") for code in pygments_default)
+    assert navy in pygments_default or "38;5;17" in pygments_default
+    assert colours_drawn(typed_in_colour(tmp_path, line, NO_COLOR="1")) == set()
+
+
+def test_style_command_validates_and_the_prompt_redraws(tmp_path: Path, session: Session) -> None:
+    assert "valid options are einflow, none" in fail(session, ":style neon")
+    assert run(session, ":style monokai").startswith("style: monokai")
+    child = spawn(tmp_path, term="xterm-256color")
+    child.expect_exact("ein>")
+    child.waitnoecho(timeout=10)
+    child.send(":style monokai\r")
+    child.expect_exact("style: monokai")
+    child.expect_exact("ein>")
+    child.waitnoecho(timeout=10)
+    child.send("abc = 1")
+    assert any(code.startswith("38;5;") for code in colours_drawn(drain(child)))
+    child.send("\x03")
+    child.sendline(":quit")
+    child.expect(pexpect.EOF)
+
+
+def test_repl_keeps_a_statement_over_several_lines_as_one_history_entry(tmp_path: Path) -> None:
+    child = spawn(tmp_path)
+    ready(child)
+    child.sendline(":set x [1.0, 2.0]")
+    ready(child)
+    child.sendline("s = sum[i](")
+    ready(child, "...> ")
+    child.sendline("  x[i] x[i])")
+    assert "s: () float64\r\n5.0" in ready(child)
+    child.sendline(":set x [3.0, 4.0]")
+    ready(child)
+    child.send("\x1b[A")  # Up: the :set line
+    child.send("\x1b[A")  # Up again: the whole two-line statement, not only its last line
+    child.send("\r")
+    assert "s: () float64\r\n25.0" in ready(child)
+    child.sendline(":quit")
+    child.expect(pexpect.EOF)
+    entries = [entry for entry in (tmp_path / "history").read_text().split("\n# ") if entry.strip()]
+    statement = [entry for entry in entries if "sum[i](" in entry]
+    assert statement and all("+s = sum[i](\n+  x[i] x[i])" in entry for entry in statement)
+    assert not any(entry.strip().endswith("+  x[i] x[i])") and "sum" not in entry for entry in entries)
+
+
+def test_repl_answers_python_and_ipython_habits_with_a_hint(tmp_path: Path) -> None:
+    child = spawn(tmp_path)
+    ready(child)
+    for typed, hint in [("help", ":help lists the commands"), ("?", ":help lists the commands"),
+                        ("exit", "type :quit"), ("quit", "type :quit"), ("exit()", "type :quit"),
+                        ("%timeit x[i] x[i]", ":time STATEMENT")]:
+        child.sendline(typed)
+        text = ready(child)
+        assert hint in text and "ParseError" not in text and "not bound" not in text, (typed, text)
+    child.sendline(":quit")
+    child.expect(pexpect.EOF)
+    session = Session()
+    run(session, ":set help [1.0]")  # a tensor may still be called help
+    assert run(session, "help").startswith("help: (1,)")
+
+
+def test_repl_data_commands_go_through_the_memory_guard_and_memory_sets_it(tmp_path: Path) -> None:
+    child = spawn(tmp_path)
+    ready(child)
+    child.sendline(":zeros z 100000 100000")
+    text = ready(child)
+    assert "MemoryLimitError: :zeros z 100000 100000 needs 74.5 GiB" in text and ":memory" in text
+    assert "internal error" not in text
+    child.sendline(":memory 1MiB")
+    assert "memory limit: 1 MiB" in ready(child)
+    child.sendline(":zeros z 1000")  # 7.8 KiB: fine
+    ready(child)
+    child.sendline("o[i,j] = z[i] z[j]")  # 7.6 MiB: the plan's guard uses the session's limit
+    text = ready(child)
+    assert "MemoryLimitError" in text and "memory limit of 1" in text and ":memory" in text
+    child.sendline(":memory none")
+    assert "the guard is off" in ready(child)
+    child.sendline("o[i,j] = z[i] z[j]")
+    assert "o: (1000, 1000) float64" in ready(child)
+    child.sendline(":quit")
+    child.expect(pexpect.EOF)
+
+
+def test_repl_messages_reuse_the_api_and_give_usage_lines(tmp_path: Path) -> None:
+    child = spawn(tmp_path)
+    ready(child)
+    child.sendline(":backend torch")
+    text = ready(child)
+    assert "valid options are 'numpy', 'cupy', 'dask', 'auto'" in text and "pip install" in text
+    assert "{" not in text
+    child.sendline(":set y np.ones(3)")
+    text = ready(child)
+    assert "<ast." not in text and "no names or calls" in text and ":ones" in text
+    child.sendline(":grad c wrt")
+    assert "usage: :grad L wrt X" in ready(child)
+    child.sendline(":quit")
+    child.expect(pexpect.EOF)
+
+
+def test_piped_errors_have_one_position_counted_in_the_file() -> None:
+    script = ":set x [1.0, 2.0]\n:set A [[1.0, 2.0, 3.0]]\n\ny[i] = sum[j](A[i,j]\n  x[j])\n"
+    done = subprocess.run([str(EINFLOW)], input=script, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    first = done.stderr.splitlines()[0]
+    assert re.match(r"<stdin>:\d+:\d+: ShapeError: ", first), done.stderr
+    assert "line 1" not in done.stderr and "at line" not in done.stderr
+    done = subprocess.run([str(EINFLOW)], input="\n\nz = sum[i](\n  2 3)\n", capture_output=True, text=True,
+                          timeout=60)
+    assert done.stderr.startswith("<stdin>:4:5: ParseError: unexpected number '3'"), done.stderr
+
+
+# ---------------------------------------------------------------- issue 18 item 9: files
+
+
+def test_save_keeps_the_mode_of_the_file_it_replaces(session: Session, tmp_path: Path) -> None:
+    target = tmp_path / "secret.npy"
+    np.save(target, np.zeros(2))
+    os.chmod(target, 0o600)
+    run(session, ":set x [1.0, 2.0]")
+    run(session, f":save x {target}")
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+    np.testing.assert_array_equal(np.load(target), [1.0, 2.0])
+
+
+def test_save_writes_through_a_symlink(session: Session, tmp_path: Path) -> None:
+    real = tmp_path / "data" / "real.npz"
+    real.parent.mkdir()
+    np.savez(real, old=np.zeros(1))
+    link = tmp_path / "link.npz"
+    link.symlink_to(real)
+    run(session, ":set x [1.0, 2.0]")
+    run(session, f":save {link} x")
+    assert link.is_symlink() and os.readlink(link) == str(real)  # the link stays a link ...
+    with np.load(real) as saved:  # ... and the file it points to holds the new arrays
+        assert saved.files == ["x"] and saved["x"].tolist() == [1.0, 2.0]
+    assert sorted(os.listdir(real.parent)) == ["real.npz"]
+
+
+def test_a_killed_save_leaves_a_temporary_the_next_save_removes_and_sigterm_none(session: Session,
+                                                                                 tmp_path: Path) -> None:
+    target = tmp_path / "big.npy"
+    writer = (
+        "import sys, time\n"
+        "from einflow.commands import atomic_write\n"
+        "def write(stream):\n"
+        "    stream.write(b'x' * 4096); stream.flush(); print('writing', flush=True); time.sleep(60)\n"
+        f"atomic_write({str(target)!r}, write)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "writing"
+    child.kill()  # SIGKILL: no clean-up can run
+    child.wait(timeout=10)
+    left = [name for name in os.listdir(tmp_path) if name.startswith(".big.npy")]
+    assert len(left) == 1 and str(child.pid) in left[0]
+    run(session, ":set x [1.0]")
+    run(session, f":save x {target}")
+    assert os.listdir(tmp_path) == ["big.npy"]
+    child = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "writing"
+    child.terminate()  # SIGTERM: the save removes its own temporary on the way out
+    assert child.wait(timeout=10) == 128 + 15
+    assert os.listdir(tmp_path) == ["big.npy"]
+    np.testing.assert_array_equal(np.load(target), [1.0])  # the old file is untouched
+
+
+def npy_header(shape: tuple[int, ...]) -> bytes:
+    stream = io.BytesIO()
+    np.lib.format.write_array_header_1_0(stream, {"descr": "<f8", "fortran_order": False, "shape": shape})
+    return stream.getvalue()
+
+
+def test_load_checks_the_declared_size_before_reading(session: Session, tmp_path: Path) -> None:
+    liar = tmp_path / "liar.npy"
+    liar.write_bytes(npy_header((100000, 100000)) + b"\0" * 64)  # declares 74.5 GiB, holds 64 bytes
+    text = fail(session, f":load x {liar}")
+    assert "declares an array of shape (100000, 100000)" in text and "internal error" not in text
+    bomb = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("z.npy", "w", force_zip64=True) as member:
+            np.lib.format.write_array(member, np.zeros(8 << 20))  # 64 MiB that compress to ~64 KiB
+    assert bomb.stat().st_size < 1 << 20
+    run(session, ":memory 16MiB")
+    text = fail(session, f":load {bomb}")
+    assert "MemoryLimitError" in text and "64 MiB" in text and "nothing was read" in text
+    run(session, ":memory default")
+    assert run(session, f":load {bomb}").startswith("z: (8388608,) float64")
+
+
+def test_load_refuses_a_fifo_without_blocking(session: Session, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.npy"
+    os.mkfifo(fifo)
+    replies: list[str] = []
+    worker = threading.Thread(target=lambda: replies.append(fail(session, f":load x {fifo}")), daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), ":load blocked on a FIFO"
+    assert "is a FIFO" in replies[0]
+
+
+# ---------------------------------------------------------------- the docs' transcripts are real
+
+ROOT = Path(__file__).resolve().parent.parent
+FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
+
+
+def transcripts(path: Path, start: str) -> list[str]:
+    """Fenced blocks of ``path`` whose first line starts with ``start`` (``ein> `` or ``$ einflow``)."""
+    return [block for block in FENCE.findall(path.read_text()) if block.startswith(start)]
+
+
+def matches(expected: str, got: str) -> bool:
+    """Equal, with ``...`` in ``expected`` standing for any text (as in doctest's ELLIPSIS)."""
+    import doctest
+
+    return doctest.OutputChecker().check_output(expected.rstrip("\n") + "\n", got.rstrip("\n") + "\n",
+                                                doctest.ELLIPSIS)
+
+
+def session_steps(block: str) -> list[tuple[str, str]]:
+    """(input, the output shown after it) for each ``ein>`` prompt of a transcript."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in block.rstrip("\n").split("\n"):
+        if line.startswith("ein> "):
+            steps.append((line[5:], []))
+        elif line.startswith("...> ") and steps and not steps[-1][1]:
+            steps[-1] = (steps[-1][0] + "\n" + line[5:], [])
+        else:
+            steps[-1][1].append(line)
+    return [(text, "\n".join(output)) for text, output in steps if text.strip()]
+
+
+@pytest.mark.parametrize("page", ["docs/repl.md", "README.md"])
+def test_every_session_transcript_in_the_docs_is_what_the_session_prints(page: str, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    blocks = transcripts(ROOT / page, "ein> ")
+    assert blocks, f"{page} has no ein> transcript"
+    for block in blocks:
+        session = Session(width=80)
+        for text, expected in session_steps(block):
+            reply = session.execute(text)
+            assert matches(expected, reply.text), f"{page}: ein> {text}\nexpected:\n{expected}\ngot:\n{reply.text}"
+
+
+def shell_steps(block: str) -> list[tuple[str, str]]:
+    """(command, its output) for each ``$ `` line of a console block (a quoted argument may span lines)."""
+    import shlex
+
+    steps: list[tuple[str, list[str]]] = []
+    pending: str | None = None
+    for line in block.rstrip("\n").split("\n"):
+        if pending is not None:
+            pending += "\n" + line
+        elif line.startswith("$ "):
+            pending = line[2:]
+        else:
+            steps[-1][1].append(line)
+            continue
+        try:
+            shlex.split(pending, comments=True)
+        except ValueError:  # an open quote: the command goes on
+            continue
+        steps.append((pending, []))
+        pending = None
+    return [(command, "\n".join(output)) for command, output in steps]
+
+
+def test_every_command_line_transcript_in_docs_repl_md_is_what_the_command_prints() -> None:
+    from einflow.repl import BANNER
+
+    blocks = transcripts(ROOT / "docs/repl.md", "$ einflow")
+    assert len(blocks) >= 3
+    env = dict(os.environ, PATH=f"{EINFLOW.parent}{os.pathsep}{os.environ['PATH']}", COLUMNS="80")
+    env.pop("NO_COLOR", None)
+    for block in blocks:
+        for command, expected in shell_steps(block):
+            if command == "einflow":  # the interactive start: checked against the REPL in a terminal below
+                assert expected.split("\n")[0] == BANNER
+                continue
+            done = subprocess.run(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, timeout=120, cwd=ROOT, env=env)
+            got = done.stdout  # standard error merged in, in order
+            assert matches(expected, got), f"$ {command}\nexpected:\n{expected}\ngot:\n{got}"
+
+
+def test_the_repl_starts_with_the_banner_the_docs_show_and_a_private_history(tmp_path: Path) -> None:
+    from einflow.repl import BANNER
+
+    child = spawn(tmp_path)
+    assert BANNER in ready(child)
+    child.sendline(":quit")
+    child.expect(pexpect.EOF)
+    assert stat.S_IMODE(os.stat(tmp_path / "history").st_mode) == 0o600  # created readable by its owner only
+
+
+def test_every_command_is_documented_in_docs_repl_md() -> None:
+    from einflow.commands import unique_commands
+
+    page = (ROOT / "docs/repl.md").read_text()
+    missing = [command.name for command in unique_commands() if f"`:{command.name}" not in page]
+    assert not missing, f"docs/repl.md does not describe :{', :'.join(missing)}"

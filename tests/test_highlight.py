@@ -1,4 +1,4 @@
-"""The pygments lexer: token kinds, lossless lexing, no error tokens on valid input, plugin registration."""
+"""Highlighting: the pygments lexer (token kinds, lossless, plugin registration), its style; module layering."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
 from pygments.token import Comment, Error, Keyword, Name, Number, Operator, String
 
 from einflow.grammar import parse
+from einflow.highlight import EinflowLexer
 from einflow.ir import FUNCTIONS
-from einflow.lexer import EinflowLexer
 
 PROGRAMS = [
     "C[i,j] = A[i,k] B[k,j]",
@@ -77,3 +77,25 @@ def test_random_expressions_lex_without_errors(make_expression) -> None:
 def test_registered_with_pygments() -> None:
     assert isinstance(get_lexer_by_name("einflow"), EinflowLexer)
     assert isinstance(get_lexer_for_filename("model.ein"), EinflowLexer)
+
+
+def test_the_default_style_uses_the_terminals_palette_and_styles_are_checked() -> None:
+    from einflow.highlight import DEFAULT_STYLE, EinflowStyle, get_style, style_names
+
+    assert get_style(None) is EinflowStyle and get_style(DEFAULT_STYLE) is EinflowStyle
+    assert get_style("none") is None
+    for token, spec in EinflowStyle.styles.items():
+        assert "#" not in spec, (token, spec)  # no fixed colours (navy #19177C vanished on dark terminals)
+    assert "bold" in EinflowStyle.styles[Name.Variable]
+    assert "monokai" in style_names()
+    with pytest.raises(ValueError, match="valid options are einflow, none"):
+        get_style("neon")
+
+
+def test_commands_and_session_import_in_one_direction() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, einflow.commands; print('einflow.session' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr  # the commands never need the session module

@@ -1,4 +1,4 @@
-"""A pygments lexer for einflow programs and sessions (statements, ``:commands``, comments).
+"""Syntax highlighting for einflow programs and sessions: the pygments lexer (statements, ``:commands``, comments).
 
 Registered as the pygments lexer ``einflow`` (files ``*.ein``), so docs can use ```` ```einflow ```` blocks.
 """
@@ -6,11 +6,15 @@ Registered as the pygments lexer ``einflow`` (files ``*.ein``), so docs can use 
 from __future__ import annotations
 
 from pygments.lexer import RegexLexer, bygroups, default, words
-from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Whitespace
+from pygments.style import Style
+from pygments.styles import get_all_styles, get_style_by_name
+from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Punctuation, String, Whitespace
 
 from einflow.ir import FUNCTIONS
 
-__all__ = ["EinflowLexer"]
+__all__ = ["EinflowLexer", "EinflowStyle", "DEFAULT_STYLE", "style_names", "get_style"]
+
+DEFAULT_STYLE = "einflow"
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _FLOAT = r"(\d+\.\d*|\.\d+)([eE][+-]?\d+)?|\d+[eE][+-]?\d+"
@@ -55,3 +59,43 @@ class EinflowLexer(RegexLexer):
             default("#pop"),  # not an index list (a literal like [1.0, 2.0]): lex it as ordinary text
         ],
     }
+
+
+class EinflowStyle(Style):
+    """Colours from the terminal's own palette (and bold), so input reads on dark and light backgrounds alike.
+
+    Tensor names are bold in the terminal's foreground colour; indices cyan, functions green, keywords and
+    ``:commands`` magenta, comments grey.
+    """
+
+    styles = {
+        Name.Variable: "bold",
+        Name.Label: "ansicyan",
+        Name.Builtin: "ansigreen",
+        Keyword: "ansimagenta",
+        Keyword.Pseudo: "bold ansimagenta",
+        String: "underline",
+        Comment: "italic ansibrightblack",
+        Error: "ansired",
+    }
+
+
+def style_names() -> list[str]:
+    """The styles ``:style`` and ``EINFLOW_STYLE`` accept: ``einflow`` (the default), ``none``, pygments' styles.
+
+    >>> style_names()[:2]
+    ['einflow', 'none']
+    """
+    return [DEFAULT_STYLE, "none", *sorted(get_all_styles())]
+
+
+def get_style(name: str | None) -> type[Style] | None:
+    """The pygments style class called ``name`` (None for ``none``: no colour). Raises ValueError if unknown."""
+    name = name or DEFAULT_STYLE
+    if name == DEFAULT_STYLE:
+        return EinflowStyle
+    if name == "none":
+        return None
+    if name not in style_names():
+        raise ValueError(f"style {name!r} not found, valid options are {', '.join(style_names())}")
+    return get_style_by_name(name)
