@@ -484,7 +484,7 @@ class _Generator:
         r = self.r
         shape = tuple(self.size_of(i) for i in indices)
         targets = [t for t, s in self.targets.items() if s == shape and (not positive or t in self.positive_targets)]
-        if targets and r.random() < 0.55:
+        if targets and r.random() < 0.8:
             return Ref(r.choice(targets), tuple(indices))
         existing = [n for n, s in self.inputs.items() if s == shape and (not positive or n in self.positive)]
         if existing and r.random() < 0.6:
@@ -517,13 +517,13 @@ class _Generator:
         if ctx.depth <= 0 or self.ref_budget <= 0:
             return self.product(out, must, ctx, leaf=True)
         choice = r.random()
-        if choice < 0.42:
+        if choice < 0.40:
             return self.product(out, must, ctx, leaf=False)
-        if choice < 0.56:
+        if choice < 0.53:
             return self.add(out, must, ctx)
-        if choice < 0.72:
+        if choice < 0.68:
             return self.call(out, must, ctx)
-        if choice < 0.84:
+        if choice < 0.79:
             return self.power(out, must, ctx)
         if choice < 0.95:
             return self.reduce(out, must, ctx)
@@ -546,13 +546,31 @@ class _Generator:
         occurrences: list[str] = list(out) + list(must)
         for index in contracted:
             occurrences += [index] * r.choice((2, 2, 2, 2, 3))
+        factors: list[Any] = []
+        divisor: list[bool] = []
+        readable = [t for t in self.targets if not ctx.positive or t in self.positive_targets]
+        if readable and self.ref_budget > 0 and r.random() < 0.5:
+            # read an earlier result: its axes contracted with the rest of this product
+            target = r.choice(readable)
+            indices: list[str] = []
+            for size in self.targets[target]:
+                choices = [i for i in _INDEX_POOL if i not in exclude and i not in contracted and i not in indices
+                           and self.sizes.get(i, size) == size]
+                if not choices:
+                    break
+                indices.append(self.pick_index(exclude | set(contracted) | set(indices), size=size)
+                               if r.random() < 0.5 else r.choice(choices))
+                self.sizes.setdefault(indices[-1], size)
+            if len(indices) == len(self.targets[target]):
+                factors.append(Ref(target, tuple(indices)))
+                divisor.append(False)
+                occurrences += list(indices)
+                self.ref_budget -= 1
         if ctx.bound and r.random() < 0.3:
             occurrences.append(r.choice(sorted(ctx.bound)))  # a loop variable read twice: never contracted
         r.shuffle(occurrences)
         # group occurrences into factors: tensor refs take any multiset, deltas two of one size,
         # nested scopes a set (each index counts once there)
-        factors: list[Any] = []
-        divisor: list[bool] = []
         pending = list(occurrences)
         while pending or not factors:
             kind = r.random()
@@ -653,7 +671,8 @@ class _Generator:
 
     def reduce(self, out: list[str], must: list[str], ctx: _Ctx) -> Any:
         r = self.r
-        exclude = set(ctx.bound) | set(ctx.outer_free) | set(out)
+        # the reduced name may be free around the sum (`x[k] sum[k](y[k])`), never bound or free here
+        exclude = set(ctx.bound) | set(out) | (set() if r.random() < 0.3 else set(ctx.outer_free))
         reduced: list[str] = []
         for _ in range(r.choice((1, 1, 1, 2))):
             reduced.append(self.pick_index(exclude | set(reduced)))
@@ -706,7 +725,10 @@ class _Generator:
         items: list[Any] = []
         declared: set[str] = set()
         for k, name in enumerate(names):
-            s = self.statement(name, k == count - 1, scalar)
+            for _attempt in range(6):  # later statements should read earlier results
+                s = self.statement(name, k == count - 1, scalar)
+                if not self.targets or any(isinstance(n, Ref) and n.name in self.targets for n in _walk(s.expr)):
+                    break
             for decl in self.size_declarations(s, declared):
                 items.append(decl)
             items.append(s)
@@ -1068,3 +1090,100 @@ def jet_derivatives(program: Program, arrays: dict[str, np.ndarray], wrt: Sequen
                 block = result.h[..., offsets[a]:offsets[a + 1], offsets[b]:offsets[b + 1]]
                 hessians.append(np.asarray(block).reshape(shape + arrays[xa].shape + arrays[xb].shape))
     return np.asarray(result.v), jacobians, hessians
+
+
+# ----------------------------------------------------------------------------------------------- coverage
+def features(case: Case) -> set[str]:
+    """Which of the language features the issue asks the generator to cover this program exercises."""
+    found: set[str] = set()
+    program = case.program
+    statements = program.statements
+    targets = {s.target for s in statements if s.target}
+    if len(statements) > 1 and any(isinstance(n, Ref) and n.name in targets for s in statements
+                                   for n in _walk(s.expr)):
+        found.add("reuses an earlier result")
+    if any(isinstance(item, SizeDecl) for item in program.items):
+        found.add("size declaration")
+    if len(case.wrt) > 1:
+        found.add("several wrt")
+    orders: dict[str, set[tuple[str, ...]]] = {}
+    uses: dict[str, int] = {}
+    for s in statements:
+        bound = frozenset(s.indices or ())
+        if s.indices is not None:
+            terms = s.expr.terms if isinstance(s.expr, Add) else (s.expr,)
+            if any(set(labels_of(t, bound)) - bound for t in terms):
+                found.add("explicit target reducing a term")
+            if any(set(s.indices) - set(labels_of(t, bound)) for t in terms):
+                found.add("term broadcast to the target")
+        _scan(s.expr, bound, frozenset(), found, orders, uses)
+    if any(c > 1 for c in uses.values()):
+        found.add("tensor used several times")
+    if any(len({tuple(sorted(set(o), key=o.index)) for o in v}) > 1 and any(len(set(o)) > 1 for o in v)
+           for v in orders.values()):
+        found.add("permuted index order")
+    return found
+
+
+def _scan(e: Any, bound: frozenset[str], contracted_above: frozenset[str], found: set[str],
+          orders: dict[str, set[tuple[str, ...]]], uses: dict[str, int], depth: int = 0) -> None:
+    if isinstance(e, (Prod, Neg, Ref, Delta, Num)):
+        items = _product_items(e)
+        occurrences = [_occurrences(item, bound) for item in items]
+        counts: dict[str, int] = {}
+        for occ in occurrences:
+            for index in occ:
+                counts[index] = counts.get(index, 0) + 1
+        contracted = frozenset(i for i, c in counts.items() if c > 1 and i not in bound)
+        if contracted & contracted_above:
+            found.add("same dummy name contracted in nested and enclosing scopes")
+        if any(c > 2 for i, c in counts.items() if i not in bound):
+            found.add("index occurring three times")
+        if len(items) > 1 and any(kind == "num" and value < 0 for kind, value, _ in items):
+            found.add("signed factor")
+        for kind, node, inverted in items:
+            if kind == "ref":
+                uses[node.name] = uses.get(node.name, 0) + 1
+                orders.setdefault(node.name, set()).add(node.indices)
+                repeated = {i for i in node.indices if node.indices.count(i) > 1}
+                if repeated - bound:
+                    found.add("trace (repeated contracted index)")
+                if repeated & bound:
+                    found.add("diagonal (repeated bound index)")
+                if not node.indices:
+                    found.add("scalar tensor")
+            elif kind == "delta":
+                found.add("delta")
+                if node.first == node.second:
+                    found.add("delta[i,i]")
+            elif kind == "scope":
+                if inverted:
+                    found.add("division")
+                _scan(node, bound, contracted_above | contracted, found, orders, uses, depth + 1)
+        if isinstance(e, Prod) and any(isinstance(f, (Prod, Neg)) for f in e.factors[1:]):
+            found.add("parenthesized product inside a product")
+        return
+    if isinstance(e, Add):
+        found.add("sum of terms")
+        if any(set(labels_of(e, bound)) - set(labels_of(t, bound)) for t in e.terms):
+            found.add("term broadcast across +")
+        for term in e.terms:
+            _scan(term, bound, contracted_above, found, orders, uses, depth + 1)
+        return
+    if isinstance(e, Call):
+        found.add(f"function {e.function}")
+        _scan(e.argument, bound, contracted_above, found, orders, uses, depth + 1)
+        return
+    if isinstance(e, Pow):
+        kind = ("integer" if e.exponent > 0 else "negative") if float(e.exponent).is_integer() else "fractional"
+        found.add(f"{kind} power")
+        _scan(e.base, bound, contracted_above, found, orders, uses, depth + 1)
+        return
+    if isinstance(e, Reduce):
+        found.add("sum[...]")
+        if depth and any(isinstance(n, Reduce) for n in _walk(e.body) if n is not e):
+            found.add("nested sum[...]")
+        if any(isinstance(n, Reduce) for n in _walk(e.body) if n is not e):
+            found.add("nested sum[...]")
+        _scan(e.body, bound | frozenset(e.indices), contracted_above, found, orders, uses, depth + 1)
+        return
