@@ -607,6 +607,9 @@ class _Generator:
             factors.append(self.ref(take, ctx.positive))
             self.ref_budget -= 1
             divisor.append(False)
+        if r.random() < 0.08:
+            factors.append(self.ref([], ctx.positive))
+            divisor.append(False)
         if not ctx.positive and r.random() < 0.1:
             factors.insert(0, Neg(self.number(True)) if r.random() < 0.3 else self.number(True))
             divisor.insert(0, False)
@@ -641,7 +644,10 @@ class _Generator:
             for k in chosen:
                 musts[k].append(index)
         child = self.deeper(ctx, out)
-        terms = tuple(self.expr(o, m, child) for o, m in zip(outs, musts))
+        terms = [self.expr(o, m, child) for o, m in zip(outs, musts)]
+        if r.random() < 0.25:  # a scalar term, broadcast over the others' indices (`x[k] z[m] + s`)
+            terms.append(self.ref([], ctx.positive) if r.random() < 0.7 else self.number(True))
+        terms = tuple(terms)
         signs = tuple(1 if ctx.positive or r.random() < 0.6 else -1 for _ in terms)
         return Add(terms, signs)
 
