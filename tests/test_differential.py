@@ -175,9 +175,10 @@ def _as_list(result: Any, count: int) -> list[Any]:
 
 
 class _Checker:
-    def __init__(self, case: randprog.Case, verbose: bool = False) -> None:
+    def __init__(self, case: randprog.Case, verbose: bool = False, only: str | None = None) -> None:
         self.case = case
         self.verbose = verbose
+        self.only = only
         self.failures: list[Failure] = []
         self.arrays = randprog.make_arrays(case.program, case.seed)
 
@@ -293,7 +294,7 @@ class _Checker:
             return self.failures  # derivatives of a wrongly evaluated program say little more
         wrt = case.wrt
         many = len(wrt) > 1
-        wanted = self.checks()
+        wanted = (self.only.split(" ")[0].replace("grad(list)", "grad"),) if self.only else self.checks()
 
         def jac() -> list[np.ndarray]:
             return list(reference.jacobians())
@@ -353,6 +354,122 @@ def check_seed(seed: int, verbose: bool = False) -> list[Failure]:
     return _Checker(case, verbose).check()
 
 
+def _signature(failure: Failure) -> tuple[str, str]:
+    """What kind of failure: the check and 'mismatch' or the exception class and where it was raised."""
+    detail = failure.detail
+    kind = "mismatch" if "expected" in detail else " ".join(detail.split(":")[0].split()[:4])
+    return failure.check, kind
+
+
+def shrink(seed: int, check: str | None = None, budget: int = 400) -> tuple[randprog.Case, list[Failure]]:
+    """A smaller program failing the same check the same way (greedy: drop factors, terms, scopes, statements)."""
+    case = randprog.generate(seed)
+    failures = _Checker(case, only=check).check() if check else check_seed(seed)
+    if not failures:
+        return case, []
+    target = _signature(failures[0])
+    check = failures[0].check
+    tries = 0
+    improved = True
+    while improved and tries < budget:
+        improved = False
+        smaller = [(p, case.wrt) for p in _smaller_programs(case.program)]
+        smaller += [(case.program, [x for x in case.wrt if x != drop]) for drop in case.wrt if len(case.wrt) > 1]
+        for candidate, wrt in sorted(smaller, key=lambda c: (len(randprog.program_text(c[0])), len(c[1]))):
+            tries += 1
+            if tries > budget:
+                break
+            text = randprog.program_text(candidate)
+            if (len(text), len(wrt)) >= (len(case.text), len(case.wrt)):
+                continue
+            used = {n.name for st in candidate.statements for n in randprog._walk(st.expr)
+                    if isinstance(n, randprog.Ref)}
+            if not set(wrt) <= used:
+                continue
+            trial = randprog.Case(seed, candidate, list(wrt), case.scalar, text)
+            try:
+                value = randprog.evaluate(candidate, randprog.make_arrays(candidate, seed), np)
+                ef.compile(text)
+            except Exception:  # noqa: BLE001 - an invalid candidate
+                continue
+            if (np.ndim(value) == 0) != case.scalar:
+                continue
+            found = [f for f in _Checker(trial, only=check).check() if _signature(f) == target]
+            if found:
+                case, failures, improved = trial, found, True
+                break
+    return case, failures
+
+
+def _smaller_programs(program: randprog.Program):  # type: ignore[no-untyped-def]
+    statements = program.statements
+    targets_read = {n.name for st in statements for n in randprog._walk(st.expr) if isinstance(n, randprog.Ref)}
+    for k, item in enumerate(program.items):
+        if isinstance(item, randprog.Stmt) and item is not statements[-1] and item.target not in targets_read:
+            yield randprog.Program(program.items[:k] + program.items[k + 1:], program.sizes, program.inputs,
+                                   program.positive)
+        if isinstance(item, randprog.SizeDecl):
+            yield randprog.Program(program.items[:k] + program.items[k + 1:], program.sizes, program.inputs,
+                                   program.positive)
+    for k, item in enumerate(program.items):
+        if not isinstance(item, randprog.Stmt):
+            continue
+        for expr in _smaller_exprs(item.expr):
+            parens = item.outer_parens and isinstance(expr, randprog.Add)
+            statement = randprog.Stmt(item.target, item.indices, expr, parens)
+            yield randprog.Program(program.items[:k] + [statement] + program.items[k + 1:], program.sizes,
+                                   program.inputs, program.positive)
+
+
+def _smaller_exprs(e: Any):  # type: ignore[no-untyped-def]
+    R = randprog
+    if not isinstance(e, R.Num):
+        yield R.Num(2.0, "2")
+    if isinstance(e, R.Prod):
+        n = len(e.factors)
+        for k in range(n):
+            keep = [j for j in range(n) if j != k]
+            if len(keep) == 1 and not e.divisor[keep[0]]:
+                yield e.factors[keep[0]]
+            elif len(keep) > 1 and not e.divisor[keep[0]]:
+                yield R.Prod(tuple(e.factors[j] for j in keep), tuple(e.divisor[j] for j in keep),
+                             tuple(e.star[j] for j in keep))
+        for k in range(n):
+            for smaller in _smaller_exprs(e.factors[k]):
+                yield R.Prod(e.factors[:k] + (smaller,) + e.factors[k + 1:], e.divisor, e.star)
+    elif isinstance(e, R.Add):
+        n = len(e.terms)
+        for k in range(n):
+            keep = [j for j in range(n) if j != k]
+            if len(keep) == 1:
+                only = e.terms[keep[0]]
+                yield only if e.signs[keep[0]] > 0 else R.Neg(only)
+            else:
+                yield R.Add(tuple(e.terms[j] for j in keep), tuple(e.signs[j] for j in keep))
+        for k in range(n):
+            for smaller in _smaller_exprs(e.terms[k]):
+                yield R.Add(e.terms[:k] + (smaller,) + e.terms[k + 1:], e.signs)
+    elif isinstance(e, R.Neg):
+        yield e.operand
+        for smaller in _smaller_exprs(e.operand):
+            yield R.Neg(smaller)
+    elif isinstance(e, R.Call):
+        yield e.argument
+        for smaller in _smaller_exprs(e.argument):
+            yield R.Call(e.function, smaller)
+    elif isinstance(e, R.Pow):
+        yield e.base
+        for smaller in _smaller_exprs(e.base):
+            yield R.Pow(smaller, e.exponent, e.text)
+    elif isinstance(e, R.Reduce):
+        yield e.body
+        if len(e.indices) > 1:
+            for k in range(len(e.indices)):
+                yield R.Reduce(e.indices[:k] + e.indices[k + 1:], e.body)
+        for smaller in _smaller_exprs(e.body):
+            yield R.Reduce(e.indices, smaller)
+
+
 # ------------------------------------------------------------------------------------------------ pytest
 _COUNT = int(os.environ.get("EINFLOW_DIFF_N", "2000"))
 _START = int(os.environ.get("EINFLOW_DIFF_START", "0"))
@@ -399,6 +516,13 @@ def test_reference_agrees_with_numpy_einsum_on_plain_contractions() -> None:
         got = randprog.evaluate(program, {"A": A, "B": B, "x": x}, np)
         assert np.allclose(got, expected), randprog.program_text(program)
 
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--shrink":  # pragma: no cover
+    # python tests/test_differential.py --shrink SEED [CHECK]
+    small, found = shrink(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
+    for f in found[:1]:
+        print(f)
+    sys.exit(0)
 
 if __name__ == "__main__":  # pragma: no cover
     first = int(sys.argv[1]) if len(sys.argv) > 1 else 0
