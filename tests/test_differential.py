@@ -517,6 +517,65 @@ def test_reference_agrees_with_numpy_einsum_on_plain_contractions() -> None:
         assert np.allclose(got, expected), randprog.program_text(program)
 
 
+def _every_function_program() -> tuple[randprog.Program, dict[str, np.ndarray]]:
+    """A fixed program with every function, powers, a divisor, a reduction, a trace, a diagonal and deltas."""
+    R = randprog
+
+    def prod(*factors: Any, divisor: tuple[bool, ...] | None = None) -> R.Prod:
+        return R.Prod(tuple(factors), divisor or (False,) * len(factors), (False,) * len(factors))
+
+    x, y, s = R.Ref("x", ("i",)), R.Ref("y", ("i",)), R.Ref("s", ())
+    first = R.Stmt("T", ("i",), R.Add((
+        prod(R.Call("exp", x), R.Call("sin", prod(R.Ref("A", ("i", "j")), R.Ref("y", ("j",))))),
+        R.Call("cos", R.Ref("A", ("i", "i"))),
+        prod(R.Call("tanh", s), x)), (1, 1, -1)))
+    xk, yk = R.Ref("x", ("k",)), R.Ref("y", ("k",))
+    second = R.Stmt("f", None, R.Add((
+        R.Reduce(("i",), prod(R.Pow(R.Ref("T", ("i",)), 2, "^2"), R.Call("sigmoid", prod(x, y)),
+                              R.Pow(R.Add((R.Num(1.0, "1"), y), (1, 1)), 0.5, "^0.5"), divisor=(False, False, True))),
+        prod(R.Call("log", prod(xk, yk)), R.Call("sqrt", prod(xk, xk))),
+        prod(R.Call("log1p", prod(R.Ref("y", ("j",)), R.Ref("y", ("j",)))),
+             R.Call("abs", prod(R.Ref("T", ("m",)), R.Ref("x", ("m",))))),
+        R.Call("relu", R.Ref("A", ("k", "k"))),
+        R.Call("sign", s), R.Call("step", s),
+        prod(R.Delta("i", "j"), R.Ref("A", ("i", "j")), R.Pow(s, -1, "^-1"))), (1, 1, -1, 1, 1, 1, 1)))
+    program = R.Program([first, second], {"i": 3, "j": 3, "k": 3, "m": 3},
+                        {"x": (3,), "y": (3,), "A": (3, 3), "s": ()}, {"x", "y"})
+    rng = np.random.default_rng(3)
+    arrays = {"x": rng.uniform(0.5, 1.5, 3), "y": rng.uniform(0.5, 1.5, 3), "A": rng.uniform(-1, 1, (3, 3)),
+              "s": np.array(0.7)}
+    return program, arrays
+
+
+def test_jet_reference_agrees_with_jax() -> None:
+    """The exact jets that serve as the default reference give JAX's float64 Jacobian and Hessian."""
+    if jax is None:  # pragma: no cover - `make test` installs jax
+        pytest.skip("jax is not installed")
+    program, arrays = _every_function_program()
+    wrt = ["x", "A", "s"]
+    value, jacobians, hessians = randprog.jet_derivatives(program, arrays, wrt, second=True)
+
+    def f(*values: Any) -> Any:
+        return randprog.evaluate(program, {**arrays, **dict(zip(wrt, values))}, jnp)
+
+    argnums = tuple(range(len(wrt)))
+    both = jax.jit(lambda *v: (f(*v), jax.jacrev(f, argnums)(*v), jax.hessian(f, argnums)(*v)))
+    jax_value, jax_jacobians, jax_hessian = both(*(arrays[x] for x in wrt))
+    np.testing.assert_allclose(value, jax_value, rtol=1e-12)
+    for mine, theirs in zip(jacobians, jax_jacobians):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+    blocks = [jax_hessian[a][b] for a in argnums for b in argnums]
+    for mine, theirs in zip(hessians, blocks):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+    # and einflow agrees on this program: value and every derivative check
+    case = randprog.Case(0, program, wrt, True, randprog.program_text(program))
+    checker = _Checker(case, only=None)
+    checker.arrays = arrays
+    checker.checks = lambda: SCALAR_CHECKS  # type: ignore[method-assign]
+    failures = checker.check()
+    assert not failures, "\n\n".join(str(f) for f in failures)
+
+
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--shrink":  # pragma: no cover
     # python tests/test_differential.py --shrink SEED [CHECK]
     small, found = shrink(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
