@@ -292,6 +292,13 @@ class _Checker:
         if problem:
             self.fail("value", problem)
             return self.failures  # derivatives of a wrongly evaluated program say little more
+        try:  # einflow's own printing of the program re-parses to the same value
+            again = ef.compile(str(program))(self.arrays)
+            problem = _close(again, reference.value)
+        except Exception as error:  # noqa: BLE001
+            problem = f"{type(error).__name__}: {_short(error)}"
+        if problem:
+            self.fail("value reparse", f"{problem}\n  printed as:\n{_indent(program)}")
         wrt = case.wrt
         many = len(wrt) > 1
         wanted = (self.only.split(" ")[0].replace("grad(list)", "grad"),) if self.only else self.checks()
