@@ -106,11 +106,12 @@ class _Reference:
         return randprog.evaluate(self.case.program, arrays, np if jnp is None else jnp)
 
     def _jets(self, second: bool) -> None:
-        _, self._jacobians, hessians = randprog.jet_derivatives(self.case.program, self.arrays, self.case.wrt, second)
+        _, jacobians, hessians = randprog.jet_derivatives(self.case.program, self.arrays, self.case.wrt, second)
+        for block in jacobians + hessians:
+            _finite(block)  # raises _Skip before anything is kept
+        self._jacobians = jacobians
         if second:
             self._hessian = hessians
-        for block in self._jacobians + (self._hessian or []):
-            _finite(block)
 
     def jacobians(self) -> list[np.ndarray]:
         """d value / d x for each wrt x: shape value.shape + x.shape."""
@@ -124,7 +125,9 @@ class _Reference:
             else:  # pragma: no cover
                 self._jacobians = [_central(self.function, args, k) for k in range(len(args))]
             for jac in self._jacobians:
-                _finite(jac)
+                if not np.all(np.isfinite(jac)) or np.max(np.abs(jac), initial=0) > LIMIT:
+                    self._jacobians = None
+                    raise _Skip
         return self._jacobians
 
     def hessian_blocks(self) -> list[np.ndarray]:
@@ -146,7 +149,9 @@ class _Reference:
                 self._hessian = blocks
             assert self._hessian is not None
             for block in self._hessian:
-                _finite(block)
+                if not np.all(np.isfinite(block)) or np.max(np.abs(block), initial=0) > LIMIT:
+                    self._hessian = None
+                    raise _Skip
         return self._hessian
 
 
