@@ -1,0 +1,1195 @@
+"""Random einflow programs for differential testing, with an independent reference evaluator.
+
+A program is built as this module's own small tree (not einflow's IR) and turned two ways:
+
+* ``program_text(program)``: einflow source text;
+* ``evaluate(program, arrays, xp)``: its value computed directly from the rules of the language
+  reference (shared/LANGUAGE.md, section 3) with an array module ``xp`` (``jax.numpy`` for
+  derivatives, ``numpy`` as a fallback). Products are explicit broadcast-multiply-and-sum over
+  labelled axes; nothing here calls einflow.
+
+``generate(seed)`` builds a valid program (scope rules, ambiguity guard and size sources respected),
+its input arrays (positive where a function's domain needs it) and the ``wrt`` tensors to check.
+
+>>> case = generate(7)
+>>> isinstance(program_text(case.program), str)
+True
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Num", "Ref", "Delta", "Prod", "Add", "Neg", "Call", "Pow", "Reduce", "Stmt", "SizeDecl", "Program", "Case",
+    "FUNCTIONS", "program_text", "expr_text", "evaluate", "labels_of", "generate", "make_arrays", "Jet", "JetNumpy",
+    "jet_derivatives",
+]
+
+FUNCTIONS = ("exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid", "abs", "relu", "sign", "step")
+
+
+# ----------------------------------------------------------------------------------------------- tree
+@dataclass(frozen=True)
+class Num:
+    value: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Ref:
+    name: str
+    indices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Delta:
+    first: str
+    second: str
+
+
+@dataclass(frozen=True)
+class Prod:
+    """An n-ary product; ``divisor[k]`` marks a factor written after ``/``, ``star[k]`` one written after ``*``."""
+
+    factors: tuple[Any, ...]
+    divisor: tuple[bool, ...]
+    star: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class Add:
+    terms: tuple[Any, ...]
+    signs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Neg:
+    operand: Any
+
+
+@dataclass(frozen=True)
+class Call:
+    function: str
+    argument: Any
+
+
+@dataclass(frozen=True)
+class Pow:
+    base: Any
+    exponent: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Reduce:
+    indices: tuple[str, ...]
+    body: Any
+
+
+@dataclass(frozen=True)
+class Stmt:
+    target: str | None  # None: a bare expression
+    indices: tuple[str, ...] | None  # None: implicit target
+    expr: Any
+    outer_parens: bool = False
+
+
+@dataclass(frozen=True)
+class SizeDecl:
+    names: tuple[str, ...]
+    source: str | int
+
+
+@dataclass
+class Program:
+    items: list[Any]
+    sizes: dict[str, int]
+    inputs: dict[str, tuple[int, ...]]  # name -> shape
+    positive: set[str]  # inputs whose entries must be positive
+
+    @property
+    def statements(self) -> list[Stmt]:
+        return [item for item in self.items if isinstance(item, Stmt)]
+
+
+@dataclass
+class Case:
+    seed: int
+    program: Program
+    wrt: list[str]
+    scalar: bool
+    text: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------- printing
+def _atomic(e: Any) -> bool:
+    """Can ``e`` stand as a power base or after a juxtaposition without parentheses?"""
+    if isinstance(e, Num):
+        return e.value >= 0 and "e" not in e.text.lower()
+    return isinstance(e, (Ref, Delta, Call, Reduce))
+
+
+def _ref_text(e: Ref) -> str:
+    return e.name + (f"[{','.join(e.indices)}]" if e.indices else "")
+
+
+def _unary_text(e: Any) -> str:
+    """Text that parses as a ``unary`` (may start with a sign)."""
+    if isinstance(e, (Add, Prod)):
+        return f"({expr_text(e)})"
+    return expr_text(e)
+
+
+def _factor_text(e: Any) -> str:
+    """Text that parses as a juxtaposed factor: a ``power``, never starting with a sign or a number."""
+    if isinstance(e, Pow):
+        return expr_text(e)
+    if _atomic(e) and not isinstance(e, Num):
+        return expr_text(e)
+    return f"({expr_text(e)})"
+
+
+def expr_text(e: Any) -> str:
+    """Einflow text of an expression."""
+    if isinstance(e, Num):
+        return e.text
+    if isinstance(e, Ref):
+        return _ref_text(e)
+    if isinstance(e, Delta):
+        return f"delta[{e.first},{e.second}]"
+    if isinstance(e, Call):
+        return f"{e.function}({expr_text(e.argument)})"
+    if isinstance(e, Reduce):
+        return f"sum[{','.join(e.indices)}]({expr_text(e.body)})"
+    if isinstance(e, Pow):
+        base = expr_text(e.base) if _atomic(e.base) else f"({expr_text(e.base)})"
+        return f"{base}{e.text}"
+    if isinstance(e, Neg):
+        inner = e.operand
+        if isinstance(inner, (Add, Neg)) or (isinstance(inner, Num) and inner.value < 0):
+            return f"-({expr_text(inner)})"
+        if isinstance(inner, Prod):
+            return f"-({expr_text(inner)})"
+        return "-" + expr_text(inner)
+    if isinstance(e, Add):
+        parts = []
+        for k, (term, sign) in enumerate(zip(e.terms, e.signs)):
+            text = f"({expr_text(term)})" if isinstance(term, (Add, Neg)) else expr_text(term)
+            if k == 0:
+                parts.append(("-" if sign < 0 else "") + text)
+            else:
+                parts.append((" - " if sign < 0 else " + ") + text)
+        return "".join(parts)
+    if isinstance(e, Prod):
+        parts = []
+        for k, (factor, div, star) in enumerate(zip(e.factors, e.divisor, e.star)):
+            if k == 0:
+                parts.append(_unary_text(factor) if not isinstance(factor, Neg) else expr_text(factor))
+            elif div:
+                parts.append(" / " + (_factor_text(factor) if not isinstance(factor, Num) else factor.text))
+            elif star or isinstance(factor, Num):
+                parts.append(" * " + _unary_text(factor))
+            else:
+                parts.append(" " + _factor_text(factor))
+        return "".join(parts)
+    raise TypeError(e)
+
+
+def statement_text(s: Stmt | SizeDecl) -> str:
+    if isinstance(s, SizeDecl):
+        return f"size {', '.join(s.names)} = {s.source}"
+    body = expr_text(s.expr)
+    if s.outer_parens:
+        body = f"({body})"
+    if s.target is None:
+        return body
+    if s.indices is None:
+        return f"{s.target} = {body}"
+    return f"{s.target}[{','.join(s.indices)}] = {body}"
+
+
+def program_text(p: Program) -> str:
+    return "\n".join(statement_text(s) for s in p.items)
+
+
+# ------------------------------------------------------------------------------------- scope analysis
+def _product_items(e: Any, divisor: bool = False) -> list[tuple[str, Any, bool]]:
+    """The factors of the one product ``e`` belongs to (parenthesized and signed factors flattened).
+
+    Items: ("ref", Ref, inverted), ("delta", Delta, False), ("scope", expr, inverted), ("num", value, False).
+    """
+    if isinstance(e, Prod):
+        items = []
+        for factor, div in zip(e.factors, e.divisor):
+            if div:
+                items.append(("scope", factor, True))
+            else:
+                items.extend(_product_items(factor))
+        return items
+    if isinstance(e, Neg):
+        return [("num", -1.0, False), *_product_items(e.operand)]
+    if isinstance(e, Num):
+        return [("num", e.value, False)]
+    if isinstance(e, Ref):
+        return [("ref", e, False)]
+    if isinstance(e, Delta):
+        return [("delta", e, False)]
+    return [("scope", e, False)]
+
+
+def _occurrences(item: tuple[str, Any, bool], bound: frozenset[str]) -> list[str]:
+    kind, node, _ = item
+    if kind == "ref":
+        return list(node.indices)
+    if kind == "delta":
+        return [node.first, node.second]
+    if kind == "scope":
+        return list(labels_of(node, bound))
+    return []
+
+
+def _product_labels(items: list[tuple[str, Any, bool]], bound: frozenset[str]) -> tuple[str, ...]:
+    occurrences = [_occurrences(item, bound) for item in items]
+    counts: dict[str, int] = {}
+    for occ in occurrences:
+        for index in occ:
+            counts[index] = counts.get(index, 0) + 1
+    out: list[str] = []
+    for occ in occurrences:
+        for index in occ:
+            if (counts[index] == 1 or index in bound) and index not in out:
+                out.append(index)
+    return tuple(out)
+
+
+def labels_of(e: Any, bound: frozenset[str]) -> tuple[str, ...]:
+    """Free indices of ``e`` (bound indices that occur count as free here), in the reference's order."""
+    if isinstance(e, (Prod, Neg, Ref, Delta, Num)):
+        return _product_labels(_product_items(e), bound)
+    if isinstance(e, Add):
+        out: list[str] = []
+        for term in e.terms:
+            for index in labels_of(term, bound):
+                if index not in out:
+                    out.append(index)
+        return tuple(out)
+    if isinstance(e, (Call,)):
+        return labels_of(e.argument, bound)
+    if isinstance(e, Pow):
+        return labels_of(e.base, bound)
+    if isinstance(e, Reduce):
+        inner = labels_of(e.body, bound | frozenset(e.indices))
+        return tuple(i for i in inner if i not in e.indices)
+    raise TypeError(e)
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+class _Eval:
+    def __init__(self, xp: Any, arrays: dict[str, Any], sizes: dict[str, int]) -> None:
+        self.xp = xp
+        self.arrays = arrays
+        self.sizes = sizes
+
+    def _align(self, value: Any, labels: Sequence[str], target: Sequence[str]) -> Any:
+        """``value`` (axes ``labels``) transposed and reshaped to broadcast against axes ``target``."""
+        xp = self.xp
+        order = sorted(range(len(labels)), key=lambda k: target.index(labels[k]))
+        if order != list(range(len(labels))):
+            value = xp.transpose(value, order)
+        present = {labels[k] for k in order}
+        shape = tuple(self.sizes[t] if t in present else 1 for t in target)
+        return xp.reshape(value, shape)
+
+    def _ref(self, node: Ref) -> tuple[Any, tuple[str, ...]]:
+        value = self.arrays[node.name]
+        unique = tuple(dict.fromkeys(node.indices))
+        if len(unique) == len(node.indices):
+            return value, unique
+        index = []
+        for label in node.indices:  # gather the diagonal: one arange per axis, laid out over the unique labels
+            position = unique.index(label)
+            shape = [1] * len(unique)
+            shape[position] = self.sizes[label]
+            index.append(np.arange(self.sizes[label]).reshape(shape))
+        return value[tuple(index)], unique
+
+    def product(self, items: list[tuple[str, Any, bool]], bound: frozenset[str]) -> tuple[Any, tuple[str, ...]]:
+        xp = self.xp
+        out = _product_labels(items, bound)
+        scale = 1.0
+        operands: list[tuple[Any, tuple[str, ...]]] = []
+        for kind, node, inverted in items:
+            if kind == "num":
+                scale *= node
+                continue
+            if kind == "ref":
+                value, labels = self._ref(node)
+            elif kind == "delta":
+                n = self.sizes[node.first]
+                if node.first == node.second:
+                    value, labels = xp.asarray(np.ones(n)), (node.first,)
+                else:
+                    value, labels = xp.asarray(np.eye(n)), (node.first, node.second)
+            else:
+                value, labels = self.expr(node, bound)
+                if inverted:
+                    value = 1.0 / value
+            operands.append((value, labels))
+        every: list[str] = list(out)
+        for _, labels in operands:
+            every.extend(label for label in labels if label not in every)
+        result: Any = None
+        for value, labels in operands:
+            aligned = self._align(value, labels, every)
+            result = aligned if result is None else result * aligned
+        if result is None:
+            return xp.asarray(scale), ()
+        summed = tuple(k for k, label in enumerate(every) if label not in out)
+        if summed:
+            result = xp.sum(result, axis=summed)
+        result = xp.broadcast_to(result, tuple(self.sizes[label] for label in out))
+        return (result * scale if scale != 1.0 else result), out
+
+    def expr(self, e: Any, bound: frozenset[str]) -> tuple[Any, tuple[str, ...]]:
+        xp = self.xp
+        if isinstance(e, (Prod, Neg, Ref, Delta, Num)):
+            return self.product(_product_items(e), bound)
+        if isinstance(e, Add):
+            labels = labels_of(e, bound)
+            total: Any = 0.0
+            for term, sign in zip(e.terms, e.signs):
+                value, term_labels = self.expr(term, bound)
+                total = total + sign * self._align(value, term_labels, labels)
+            return xp.broadcast_to(total, tuple(self.sizes[label] for label in labels)), labels
+        if isinstance(e, Call):
+            value, labels = self.expr(e.argument, bound)
+            return _apply(xp, e.function, value), labels
+        if isinstance(e, Pow):
+            value, labels = self.expr(e.base, bound)
+            exponent = e.exponent
+            if float(exponent).is_integer():
+                return value ** int(exponent), labels
+            return value ** exponent, labels
+        if isinstance(e, Reduce):
+            value, labels = self.expr(e.body, bound | frozenset(e.indices))
+            axes = tuple(k for k, label in enumerate(labels) if label in e.indices)
+            return xp.sum(value, axis=axes), tuple(label for label in labels if label not in e.indices)
+        raise TypeError(e)
+
+    def statement(self, s: Stmt) -> Any:
+        xp = self.xp
+        if s.indices is None:
+            value, _ = self.expr(s.expr, frozenset())
+            return value
+        target = s.indices
+        bound = frozenset(target)
+        terms, signs = (s.expr.terms, s.expr.signs) if isinstance(s.expr, Add) else ((s.expr,), (1,))
+        total: Any = 0.0
+        for term, sign in zip(terms, signs):
+            value, labels = self.expr(term, bound)
+            extra = tuple(k for k, label in enumerate(labels) if label not in target)
+            if extra:
+                value = xp.sum(value, axis=extra)
+            labels = tuple(label for label in labels if label in target)
+            total = total + sign * self._align(value, labels, target)
+        return xp.broadcast_to(total, tuple(self.sizes[t] for t in target))
+
+
+def _apply(xp: Any, name: str, x: Any) -> Any:
+    if name == "sigmoid":
+        return 1.0 / (1.0 + xp.exp(-x))
+    if name == "relu":
+        return xp.where(x > 0, x, 0.0 * x)
+    if name == "step":
+        return xp.where(x > 0, 1.0, 0.0) + 0.0 * x
+    if name == "sign":
+        return xp.sign(x)
+    return getattr(xp, name)(x)
+
+
+def evaluate(p: Program, arrays: dict[str, Any], xp: Any = np) -> Any:
+    """The program's value by the reference rules (the last statement's value)."""
+    env = dict(arrays)
+    evaluator = _Eval(xp, env, p.sizes)
+    value = None
+    for s in p.statements:
+        value = evaluator.statement(s)
+        if s.target is not None:
+            env[s.target] = value
+    return value
+
+
+# ------------------------------------------------------------------------------------------ generation
+_INDEX_POOL = ("i", "j", "k", "l", "m", "n", "a", "b", "c", "p", "q", "r", "hid", "t2")
+_INPUT_POOL = ("x", "y", "z", "u", "v", "w", "A", "B", "C", "M", "W", "P", "Q", "R", "s", "g", "e", "X", "U", "V")
+_TARGET_POOL = ("h", "T", "H", "S", "G", "Y", "Z", "h2", "T1")
+_ANY_FUNCTIONS = ("exp", "sin", "cos", "tanh", "sigmoid", "abs", "relu", "sign", "step")
+_POS_FUNCTIONS = ("exp", "sigmoid", "sqrt", "log1p")
+_INT_EXPONENTS = (("^2", 2), ("^3", 3), ("**2", 2), ("^(+2)", 2), ("^+3", 3), ("^1", 1))
+_POS_EXPONENTS = (("^-1", -1), ("^(-1)", -1), ("^-2", -2), ("^0.5", 0.5), ("^-0.5", -0.5), ("^.5", 0.5),
+                  ("^1.5", 1.5), ("** -1.5", -1.5), ("^(-0.25)", -0.25), ("^2.5", 2.5))
+_NUMBERS = (("2", 2.0), ("3", 3.0), ("0.5", 0.5), (".25", 0.25), ("2.", 2.0), ("1.5", 1.5), ("1e-1", 0.1),
+            ("1", 1.0), ("2.5E+0", 2.5))
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    bound: frozenset[str]
+    outer_free: frozenset[str]
+    depth: int
+    positive: bool
+
+
+class _Generator:
+    def __init__(self, seed: int) -> None:
+        self.r = random.Random(seed)
+        self.sizes: dict[str, int] = {}
+        self.inputs: dict[str, tuple[int, ...]] = {}
+        self.positive: set[str] = set()
+        self.targets: dict[str, tuple[int, ...]] = {}
+        self.positive_targets: set[str] = set()
+        self.statement_indices: list[str] = []  # index names used in the current statement (to reuse)
+        self.ref_budget = 0
+
+    # -- indices and tensors
+    def size_of(self, index: str) -> int:
+        if index not in self.sizes:
+            self.sizes[index] = self.r.choice((2, 2, 3, 3, 3, 1, 4)) if len(self.sizes) > 1 else self.r.choice((2, 3))
+        return self.sizes[index]
+
+    def pick_index(self, exclude: set[str] | frozenset[str], size: int | None = None) -> str:
+        r = self.r
+        reuse = [i for i in self.statement_indices if i not in exclude and (size is None or self.sizes[i] == size)]
+        if reuse and r.random() < 0.5:
+            name = r.choice(reuse)
+        else:
+            choices = [i for i in _INDEX_POOL if i not in exclude and (size is None or self.sizes.get(i, size) == size)]
+            name = r.choice(choices)
+            if size is not None:
+                self.sizes.setdefault(name, size)
+        self.size_of(name)
+        if name not in self.statement_indices:
+            self.statement_indices.append(name)
+        return name
+
+    def ref(self, indices: list[str], positive: bool) -> Ref:
+        r = self.r
+        shape = tuple(self.size_of(i) for i in indices)
+        targets = [t for t, s in self.targets.items() if s == shape and (not positive or t in self.positive_targets)]
+        if targets and r.random() < 0.8:
+            return Ref(r.choice(targets), tuple(indices))
+        existing = [n for n, s in self.inputs.items() if s == shape and (not positive or n in self.positive)]
+        if existing and r.random() < 0.6:
+            return Ref(r.choice(existing), tuple(indices))
+        free = [n for n in _INPUT_POOL if n not in self.inputs and n not in self.targets]
+        if not free:
+            if existing:
+                return Ref(r.choice(existing), tuple(indices))
+            free = [f"in{len(self.inputs)}"]
+        if len(indices) == 0:
+            preferred = [n for n in free if n in ("s", "g", "e")]
+        elif len(indices) == 1:
+            preferred = [n for n in free if n.islower()]
+        else:
+            preferred = [n for n in free if n.isupper()]
+        name = r.choice(preferred or free)
+        self.inputs[name] = shape
+        if positive or r.random() < 0.3:
+            self.positive.add(name)
+        return Ref(name, tuple(indices))
+
+    def number(self, positive: bool) -> Num:
+        text, value = self.r.choice(_NUMBERS)
+        return Num(value, text)
+
+    # -- expressions
+    def expr(self, out: list[str], must: list[str], ctx: _Ctx) -> Any:
+        """An expression in which each of ``out`` is free (occurs once) and each bound index of ``must`` occurs."""
+        r = self.r
+        if ctx.depth <= 0 or self.ref_budget <= 0:
+            return self.product(out, must, ctx, leaf=True)
+        choice = r.random()
+        if choice < 0.40:
+            return self.product(out, must, ctx, leaf=False)
+        if choice < 0.53:
+            return self.add(out, must, ctx)
+        if choice < 0.68:
+            return self.call(out, must, ctx)
+        if choice < 0.79:
+            return self.power(out, must, ctx)
+        if choice < 0.95:
+            return self.reduce(out, must, ctx)
+        if ctx.positive:
+            return self.product(out, must, ctx, leaf=False)
+        return Neg(self.expr(out, must, _Ctx(ctx.bound, ctx.outer_free, ctx.depth - 1, False)))
+
+    def deeper(self, ctx: _Ctx, out: list[str], positive: bool | None = None) -> _Ctx:
+        return _Ctx(ctx.bound, ctx.outer_free | frozenset(out), ctx.depth - 1,
+                    ctx.positive if positive is None else positive)
+
+    def product(self, out: list[str], must: list[str], ctx: _Ctx, leaf: bool) -> Any:
+        r = self.r
+        child_ctx = self.deeper(ctx, out)
+        # contracted indices: never bound, never free in this product or an enclosing one
+        exclude = set(ctx.bound) | set(ctx.outer_free) | set(out)
+        contracted = []
+        for _ in range(r.choice((0, 0, 1, 1, 1, 2, 2, 3)) if self.ref_budget > 0 else 0):
+            contracted.append(self.pick_index(exclude | set(contracted)))
+        occurrences: list[str] = list(out) + list(must)
+        for index in contracted:
+            occurrences += [index] * r.choice((2, 2, 2, 2, 3))
+        factors: list[Any] = []
+        divisor: list[bool] = []
+        readable = [t for t in self.targets if not ctx.positive or t in self.positive_targets]
+        if readable and self.ref_budget > 0 and r.random() < 0.5:
+            # read an earlier result: its axes contracted with the rest of this product
+            target = r.choice(readable)
+            indices: list[str] = []
+            for size in self.targets[target]:
+                choices = [i for i in _INDEX_POOL if i not in exclude and i not in contracted and i not in indices
+                           and self.sizes.get(i, size) == size]
+                if not choices:
+                    break
+                indices.append(self.pick_index(exclude | set(contracted) | set(indices), size=size)
+                               if r.random() < 0.5 else r.choice(choices))
+                self.sizes.setdefault(indices[-1], size)
+            if len(indices) == len(self.targets[target]):
+                factors.append(Ref(target, tuple(indices)))
+                divisor.append(False)
+                occurrences += list(indices)
+                self.ref_budget -= 1
+        if ctx.bound and r.random() < 0.3:
+            occurrences.append(r.choice(sorted(ctx.bound)))  # a loop variable read twice: never contracted
+        r.shuffle(occurrences)
+        # group occurrences into factors: tensor refs take any multiset, deltas two of one size,
+        # nested scopes a set (each index counts once there)
+        pending = list(occurrences)
+        while pending or not factors:
+            kind = r.random()
+            if not ctx.positive and len(pending) >= 2 and kind < 0.15:
+                first = pending[0]
+                partners = [k for k, i in enumerate(pending[1:], 1) if self.sizes[i] == self.sizes[first]]
+                if partners and (pending[partners[0]] != first or first in ctx.bound or first in contracted):
+                    second = pending.pop(partners[0])
+                    pending.pop(0)
+                    factors.append(Delta(first, second))
+                    divisor.append(False)
+                    continue
+            if not leaf and kind > 0.55 and self.ref_budget > 0:
+                take = []
+                for index in list(pending):
+                    if index not in take and len(take) < 3 and r.random() < 0.7:
+                        take.append(index)
+                        pending.remove(index)
+                nested_out = [i for i in take if i not in ctx.bound]
+                nested_must = [i for i in take if i in ctx.bound]
+                is_divisor = bool(factors) and r.random() < 0.3
+                sub = _Ctx(child_ctx.bound, child_ctx.outer_free, child_ctx.depth,
+                           True if is_divisor else ctx.positive)
+                node = self.expr(nested_out, nested_must, sub)
+                factors.append(node)
+                divisor.append(is_divisor)
+                continue
+            rank = min(len(pending), r.choice((0, 1, 1, 2, 2, 2, 3)))
+            if rank == 0 and pending:
+                rank = 1
+            take = pending[:rank]
+            del pending[:rank]
+            r.shuffle(take)
+            factors.append(self.ref(take, ctx.positive))
+            self.ref_budget -= 1
+            divisor.append(False)
+        if r.random() < 0.08:
+            factors.append(self.ref([], ctx.positive))
+            divisor.append(False)
+        if not ctx.positive and r.random() < 0.1:
+            factors.insert(0, Neg(self.number(True)) if r.random() < 0.3 else self.number(True))
+            divisor.insert(0, False)
+        elif r.random() < 0.2:
+            factors.insert(0, self.number(True))
+            divisor.insert(0, False)
+        if divisor[0]:
+            divisor[0] = False
+        if len(factors) == 1:
+            return factors[0]
+        # sometimes group a run of factors in parentheses (still one product) or sign one
+        if len(factors) >= 3 and r.random() < 0.2 and not any(divisor[1:3]):
+            inner = Prod(tuple(factors[1:3]), (False, False), (False, False))
+            factors[1:3] = [Neg(inner) if not ctx.positive and r.random() < 0.5 else inner]
+            divisor[1:3] = [False]
+        star = tuple(r.random() < 0.25 for _ in factors)
+        return Prod(tuple(factors), tuple(divisor), star)
+
+    def add(self, out: list[str], must: list[str], ctx: _Ctx) -> Any:
+        r = self.r
+        count = r.choice((2, 2, 3))
+        outs: list[list[str]] = [[] for _ in range(count)]
+        musts: list[list[str]] = [[] for _ in range(count)]
+        for index in out:
+            for k in range(count):
+                if r.random() < 0.6:
+                    outs[k].append(index)
+            if not any(index in o for o in outs):
+                outs[r.randrange(count)].append(index)
+        for index in must:
+            chosen = [k for k in range(count) if r.random() < 0.6] or [r.randrange(count)]
+            for k in chosen:
+                musts[k].append(index)
+        child = self.deeper(ctx, out)
+        terms = [self.expr(o, m, child) for o, m in zip(outs, musts)]
+        if r.random() < 0.25:  # a scalar term, broadcast over the others' indices (`x[k] z[m] + s`)
+            terms.append(self.ref([], ctx.positive) if r.random() < 0.7 else self.number(True))
+        terms = tuple(terms)
+        signs = tuple(1 if ctx.positive or r.random() < 0.6 else -1 for _ in terms)
+        return Add(terms, signs)
+
+    def call(self, out: list[str], must: list[str], ctx: _Ctx) -> Any:
+        r = self.r
+        if ctx.positive or r.random() < 0.35:
+            function = r.choice(_POS_FUNCTIONS if ctx.positive else _POS_FUNCTIONS + ("log",))
+            positive_argument = function in ("sqrt", "log1p", "log")
+        else:
+            function = r.choice(_ANY_FUNCTIONS)
+            positive_argument = False
+        argument_ctx = self.deeper(ctx, out, positive_argument)
+        if function == "exp" and argument_ctx.depth > 1:
+            argument_ctx = _Ctx(argument_ctx.bound, argument_ctx.outer_free, 1, False)
+        return Call(function, self.expr(out, must, argument_ctx))
+
+    def power(self, out: list[str], must: list[str], ctx: _Ctx) -> Any:
+        r = self.r
+        if ctx.positive or r.random() < 0.5:
+            text, exponent = r.choice(_POS_EXPONENTS + _INT_EXPONENTS)
+            positive_base = True
+        else:
+            text, exponent = r.choice(_INT_EXPONENTS)
+            positive_base = False
+        base = self.expr(out, must, self.deeper(ctx, out, positive_base))
+        return Pow(base, exponent, text)
+
+    def reduce(self, out: list[str], must: list[str], ctx: _Ctx) -> Any:
+        r = self.r
+        # the reduced name may be free around the sum (`x[k] sum[k](y[k])`), never bound or free here
+        exclude = set(ctx.bound) | set(out) | (set() if r.random() < 0.3 else set(ctx.outer_free))
+        reduced: list[str] = []
+        for _ in range(r.choice((1, 1, 1, 2))):
+            reduced.append(self.pick_index(exclude | set(reduced)))
+        inner = _Ctx(ctx.bound | frozenset(reduced), ctx.outer_free | frozenset(out), ctx.depth - 1, ctx.positive)
+        return Reduce(tuple(reduced), self.expr(out, must + reduced, inner))
+
+    # -- statements
+    def statement(self, target: str, last: bool, scalar: bool) -> Stmt:
+        r = self.r
+        self.statement_indices = []
+        depth = r.choice((1, 2, 2, 3, 3, 4))
+        self.ref_budget = r.choice((3, 4, 5, 6, 8))
+        if last and scalar:
+            ctx = _Ctx(frozenset(), frozenset(), depth, False)
+            expr = self.expr([], [], ctx)
+            if r.random() < 0.15:
+                return Stmt(None, None, expr)
+            return Stmt(target, None, expr)
+        rank = r.choice((1, 1, 2, 2, 3)) if not last else r.choice((1, 1, 2))
+        indices: list[str] = []
+        for _ in range(rank):
+            indices.append(self.pick_index(set(indices)))
+        if r.random() < 0.5:  # implicit target: the free indices, in the order the rules give
+            ctx = _Ctx(frozenset(), frozenset(), depth, False)
+            expr = self.expr(indices, [], ctx)
+            return Stmt(target, None, expr)
+        # explicit target: indices bound in the whole statement; each top-level term reduced on its own
+        bound = frozenset(indices)
+        count = r.choice((1, 1, 2, 2, 3))
+        terms, signs = [], []
+        placed: set[str] = set()
+        for k in range(count):
+            must = [i for i in indices if r.random() < 0.6]
+            if k == count - 1:
+                must += [i for i in indices if i not in placed and i not in must]
+            placed |= set(must)
+            self.statement_indices = list(indices)
+            extra = [self.pick_index(set(indices)) for _ in range(r.choice((0, 0, 1, 1, 2)))]
+            extra = list(dict.fromkeys(extra))
+            ctx = _Ctx(bound, frozenset(), depth, False)
+            terms.append(self.expr(extra, must, ctx))
+            signs.append(1 if r.random() < 0.65 else -1)
+        expr = terms[0] if count == 1 and signs[0] == 1 else Add(tuple(terms), tuple(signs))
+        return Stmt(target, tuple(indices), expr, outer_parens=isinstance(expr, Add) and r.random() < 0.15)
+
+    def program(self, scalar: bool) -> Program:
+        r = self.r
+        count = r.choice((1, 1, 2, 2, 3, 3, 4))
+        names = r.sample(_TARGET_POOL, count - 1) + [r.choice(("f", "L", "loss"))]
+        items: list[Any] = []
+        declared: set[str] = set()
+        for k, name in enumerate(names):
+            for _attempt in range(6):  # later statements should read earlier results
+                s = self.statement(name, k == count - 1, scalar)
+                if not self.targets or any(isinstance(n, Ref) and n.name in self.targets for n in _walk(s.expr)):
+                    break
+            for decl in self.size_declarations(s, declared):
+                items.append(decl)
+            items.append(s)
+            if s.target is not None and k < count - 1:
+                labels = labels_of(s.expr, frozenset()) if s.indices is None else s.indices
+                self.targets[s.target] = tuple(self.sizes[i] for i in labels)
+                if _is_positive(s.expr, self.positive, self.positive_targets):
+                    self.positive_targets.add(s.target)
+        return Program(items, dict(self.sizes), dict(self.inputs), set(self.positive))
+
+    def size_declarations(self, s: Stmt, declared: set[str]) -> list[SizeDecl]:
+        """``size`` lines for the statement's indices no tensor sizes (and, sometimes, redundant ones)."""
+        r = self.r
+        used: set[str] = set(s.indices or ())
+        sized: set[str] = set()
+        partners: list[tuple[str, str]] = []
+        for node in _walk(s.expr):
+            if isinstance(node, Ref):
+                sized |= set(node.indices)
+                used |= set(node.indices)
+            elif isinstance(node, Delta):
+                partners.append((node.first, node.second))
+                used |= {node.first, node.second}
+            elif isinstance(node, Reduce):
+                used |= set(node.indices)
+        sized |= declared
+        changed = True
+        while changed:
+            changed = False
+            for a, b in partners:
+                if (a in sized) != (b in sized):
+                    sized |= {a, b}
+                    changed = True
+        need = sorted(used - sized)
+        if not need and r.random() < 0.1:
+            need = [i for i in sorted(used - declared) if r.random() < 0.5][:2]
+        decls = []
+        for index in need:
+            if index in declared:
+                continue
+            candidates = [(n, shape) for n, shape in self.inputs.items()
+                          if shape and all(self.sizes[index] == d or True for d in shape)
+                          and self.sizes[index] in shape]
+            if candidates and r.random() < 0.6:
+                name, shape = r.choice(candidates)
+                names = []
+                for axis_size in shape:
+                    if axis_size == self.sizes[index] and index not in names:
+                        names.append(index)
+                    else:
+                        filler = next(n for n in (f"z{k}" for k in range(99)) if n not in self.sizes and n not in names)
+                        self.sizes[filler] = axis_size
+                        names.append(filler)
+                decls.append(SizeDecl(tuple(names), name))
+                declared.update(names)
+            else:
+                decls.append(SizeDecl((index,), self.sizes[index]))
+                declared.add(index)
+        return decls
+
+
+def _walk(e: Any):  # type: ignore[no-untyped-def]
+    yield e
+    if isinstance(e, Prod):
+        for factor in e.factors:
+            yield from _walk(factor)
+    elif isinstance(e, Add):
+        for term in e.terms:
+            yield from _walk(term)
+    elif isinstance(e, Neg):
+        yield from _walk(e.operand)
+    elif isinstance(e, Call):
+        yield from _walk(e.argument)
+    elif isinstance(e, Pow):
+        yield from _walk(e.base)
+    elif isinstance(e, Reduce):
+        yield from _walk(e.body)
+
+
+def _is_positive(e: Any, positive_inputs: set[str], positive_targets: set[str]) -> bool:
+    """Conservative: is every entry of ``e`` positive whatever the (sign-respecting) inputs?"""
+    if isinstance(e, Num):
+        return e.value > 0
+    if isinstance(e, Ref):
+        return e.name in positive_inputs or e.name in positive_targets
+    if isinstance(e, Prod):
+        return all(_is_positive(f, positive_inputs, positive_targets) for f in e.factors)
+    if isinstance(e, Add):
+        return all(s > 0 for s in e.signs) and all(_is_positive(t, positive_inputs, positive_targets) for t in e.terms)
+    if isinstance(e, Call):
+        if e.function in ("exp", "sigmoid"):
+            return True
+        if e.function in ("sqrt", "log1p"):
+            return _is_positive(e.argument, positive_inputs, positive_targets)
+        return False
+    if isinstance(e, Pow):
+        return _is_positive(e.base, positive_inputs, positive_targets)
+    if isinstance(e, Reduce):
+        return _is_positive(e.body, positive_inputs, positive_targets)
+    return False
+
+
+def make_arrays(program: Program, seed: int) -> dict[str, np.ndarray]:
+    """Float64 inputs: positive tensors in [0.5, 1.5], the others in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for name, shape in sorted(program.inputs.items()):
+        if name in program.positive:
+            arrays[name] = rng.uniform(0.5, 1.5, size=shape)
+        else:
+            arrays[name] = rng.uniform(-1.0, 1.0, size=shape)
+    return arrays
+
+
+def generate(seed: int) -> Case:
+    """A valid random program with its ``wrt`` tensors; deterministic in ``seed``."""
+    r = random.Random(seed * 7919 + 1)
+    scalar = r.random() < 0.8
+    for attempt in range(50):
+        generator = _Generator(seed * 1000 + attempt)
+        program = generator.program(scalar)
+        used = sorted({n.name for s in program.statements for n in _walk(s.expr) if isinstance(n, Ref)}
+                      & set(program.inputs))
+        if not used:
+            continue
+        total = sum(math.prod(program.inputs[n]) for n in used)
+        if total > 40:
+            continue
+        wrt = r.sample(used, min(len(used), r.choice((1, 1, 2, 2, 3))))
+        case = Case(seed, program, wrt, scalar)
+        case.text = program_text(program)
+        return case
+    raise RuntimeError(f"no program for seed {seed}")
+
+
+if __name__ == "__main__":  # pragma: no cover - a quick look at what the generator makes
+    import sys
+
+    for s in range(int(sys.argv[1]) if len(sys.argv) > 1 else 10):
+        c = generate(s)
+        print(f"# seed {s} wrt={c.wrt}\n{c.text}\n")
+
+
+# --------------------------------------------------------------------------- exact derivatives (jets)
+class Jet:
+    """A float64 array with its exact first (``d``: shape + (n,)) and second (``h``: shape + (n, n)) derivatives.
+
+    Forward-mode arithmetic on truncated Taylor series: an independent, exact reference for Jacobians and
+    Hessians that needs no compiler (JAX cross-checks it in tests/test_differential.py).
+    """
+
+    __array_ufunc__ = None  # numpy arrays defer to Jet's operators
+
+    def __init__(self, v: np.ndarray, d: np.ndarray, h: np.ndarray | None) -> None:
+        self.v, self.d, self.h = v, d, h
+
+    # -- helpers
+    @staticmethod
+    def lift(x: Any, like: Jet) -> Jet:
+        if isinstance(x, Jet):
+            return x
+        v = np.asarray(x, dtype=np.float64)
+        n = like.d.shape[-1]
+        d = np.zeros(v.shape + (n,))
+        return Jet(v, d, None if like.h is None else np.zeros(v.shape + (n, n)))
+
+    def _chain(self, value: np.ndarray, first: np.ndarray, second: np.ndarray | None) -> Jet:
+        """f(self) from f = value, f' = first, f'' = second (elementwise)."""
+        d = first[..., None] * self.d
+        h = None
+        if self.h is not None:
+            h = first[..., None, None] * self.h
+            if second is not None:
+                h = h + second[..., None, None] * self.d[..., :, None] * self.d[..., None, :]
+        return Jet(value, d, h)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.v.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.v.ndim
+
+    # -- arithmetic
+    def __add__(self, other: Any) -> Jet:
+        o = Jet.lift(other, self)
+        h = None if self.h is None else self.h + o.h
+        return Jet(self.v + o.v, self.d + o.d, h)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Jet:
+        return Jet(-self.v, -self.d, None if self.h is None else -self.h)
+
+    def __sub__(self, other: Any) -> Jet:
+        return self + (-Jet.lift(other, self))
+
+    def __rsub__(self, other: Any) -> Jet:
+        return Jet.lift(other, self) + (-self)
+
+    def __mul__(self, other: Any) -> Jet:
+        if not isinstance(other, Jet):
+            c = np.asarray(other, dtype=np.float64)
+            return Jet(self.v * c, self.d * c[..., None], None if self.h is None else self.h * c[..., None, None])
+        a, b = self, other
+        d = a.d * b.v[..., None] + a.v[..., None] * b.d
+        h = None
+        if a.h is not None:
+            cross = a.d[..., :, None] * b.d[..., None, :]
+            h = a.h * b.v[..., None, None] + a.v[..., None, None] * b.h + cross + np.swapaxes(cross, -1, -2)
+        return Jet(a.v * b.v, d, h)
+
+    __rmul__ = __mul__
+
+    def __pow__(self, p: float) -> Jet:
+        v = self.v
+        if p == 0:
+            return Jet.lift(np.ones_like(v), self)
+        first = p * v ** (p - 1) if p != 1 else np.ones_like(v)
+        second = None if p == 1 else (p * (p - 1) * (v ** (p - 2) if p != 2 else np.ones_like(v)))
+        return self._chain(v ** p, first, second)
+
+    def __truediv__(self, other: Any) -> Jet:
+        return self * (Jet.lift(other, self) ** -1)
+
+    def __rtruediv__(self, other: Any) -> Jet:
+        return (self ** -1) * other
+
+    def __gt__(self, other: Any) -> np.ndarray:
+        return self.v > other
+
+    def __getitem__(self, index: Any) -> Jet:
+        index = index if isinstance(index, tuple) else (index,)
+        h = None if self.h is None else self.h[index + (slice(None), slice(None))]
+        return Jet(self.v[index], self.d[index + (slice(None),)], h)
+
+
+class JetNumpy:
+    """The few array functions the reference evaluator calls, for numpy arrays and Jets alike."""
+
+    @staticmethod
+    def asarray(x: Any) -> Any:
+        return x if isinstance(x, Jet) else np.asarray(x, dtype=np.float64)
+
+    @staticmethod
+    def transpose(x: Any, order: Sequence[int]) -> Any:
+        if not isinstance(x, Jet):
+            return np.transpose(x, order)
+        n = x.ndim
+        order = list(order)
+        h = None if x.h is None else np.transpose(x.h, order + [n, n + 1])
+        return Jet(np.transpose(x.v, order), np.transpose(x.d, order + [n]), h)
+
+    @staticmethod
+    def reshape(x: Any, shape: tuple[int, ...]) -> Any:
+        if not isinstance(x, Jet):
+            return np.reshape(x, shape)
+        tail = x.d.shape[-1:]
+        h = None if x.h is None else np.reshape(x.h, shape + tail * 2)
+        return Jet(np.reshape(x.v, shape), np.reshape(x.d, shape + tail), h)
+
+    @staticmethod
+    def sum(x: Any, axis: tuple[int, ...]) -> Any:
+        if not isinstance(x, Jet):
+            return np.sum(x, axis=axis)
+        return Jet(np.sum(x.v, axis=axis), np.sum(x.d, axis=axis), None if x.h is None else np.sum(x.h, axis=axis))
+
+    @staticmethod
+    def broadcast_to(x: Any, shape: tuple[int, ...]) -> Any:
+        if not isinstance(x, Jet):
+            return np.broadcast_to(x, shape)
+        if x.ndim < len(shape):  # a scalar jet: add leading axes first
+            x = JetNumpy.reshape(x, (1,) * (len(shape) - x.ndim) + x.shape)
+        tail = x.d.shape[-1:]
+        h = None if x.h is None else np.broadcast_to(x.h, shape + tail * 2)
+        return Jet(np.broadcast_to(x.v, shape), np.broadcast_to(x.d, shape + tail), h)
+
+    @staticmethod
+    def where(condition: np.ndarray, a: Any, b: Any) -> Any:
+        like = a if isinstance(a, Jet) else b if isinstance(b, Jet) else None
+        if like is None:
+            return np.where(condition, a, b)
+        a, b = Jet.lift(a, like), Jet.lift(b, like)
+        c = np.asarray(condition)
+        h = None if a.h is None else np.where(c[..., None, None], a.h, b.h)
+        return Jet(np.where(c, a.v, b.v), np.where(c[..., None], a.d, b.d), h)
+
+    @staticmethod
+    def _elementwise(x: Any, value: Any, first: Any, second: Any) -> Any:
+        if not isinstance(x, Jet):
+            return value(x)
+        v = x.v
+        return x._chain(value(v), first(v), second(v) if x.h is not None else None)
+
+    @staticmethod
+    def exp(x: Any) -> Any:
+        return JetNumpy._elementwise(x, np.exp, np.exp, np.exp)
+
+    @staticmethod
+    def log(x: Any) -> Any:
+        return JetNumpy._elementwise(x, np.log, lambda v: 1 / v, lambda v: -1 / v**2)
+
+    @staticmethod
+    def log1p(x: Any) -> Any:
+        return JetNumpy._elementwise(x, np.log1p, lambda v: 1 / (1 + v), lambda v: -1 / (1 + v) ** 2)
+
+    @staticmethod
+    def sqrt(x: Any) -> Any:
+        return JetNumpy._elementwise(x, np.sqrt, lambda v: 0.5 / np.sqrt(v), lambda v: -0.25 * v**-1.5)
+
+    @staticmethod
+    def sin(x: Any) -> Any:
+        return JetNumpy._elementwise(x, np.sin, np.cos, lambda v: -np.sin(v))
+
+    @staticmethod
+    def cos(x: Any) -> Any:
+        return JetNumpy._elementwise(x, np.cos, lambda v: -np.sin(v), lambda v: -np.cos(v))
+
+    @staticmethod
+    def tanh(x: Any) -> Any:
+        return JetNumpy._elementwise(x, np.tanh, lambda v: 1 - np.tanh(v) ** 2,
+                                     lambda v: -2 * np.tanh(v) * (1 - np.tanh(v) ** 2))
+
+    @staticmethod
+    def abs(x: Any) -> Any:
+        return JetNumpy._elementwise(x, np.abs, np.sign, np.zeros_like)
+
+    @staticmethod
+    def sign(x: Any) -> Any:
+        return JetNumpy._elementwise(x, np.sign, np.zeros_like, np.zeros_like)
+
+
+def jet_derivatives(program: Program, arrays: dict[str, np.ndarray], wrt: Sequence[str],
+                    second: bool) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """Value, Jacobians (value shape + x shape, per wrt) and, if ``second``, Hessian blocks (row-major pairs)."""
+    sizes = [arrays[x].size for x in wrt]
+    n = sum(sizes)
+    offsets = np.cumsum([0] + sizes)
+    seeded: dict[str, Any] = dict(arrays)
+    for k, x in enumerate(wrt):
+        value = np.asarray(arrays[x], dtype=np.float64)
+        d = np.zeros((value.size, n))
+        d[np.arange(value.size), offsets[k] + np.arange(value.size)] = 1.0
+        h = np.zeros(value.shape + (n, n)) if second else None
+        seeded[x] = Jet(value, d.reshape(value.shape + (n,)), h)
+    result = evaluate(program, seeded, JetNumpy)
+    if not isinstance(result, Jet):
+        result = Jet(np.asarray(result, dtype=np.float64), np.zeros(np.shape(result) + (n,)),
+                     np.zeros(np.shape(result) + (n, n)) if second else None)
+    shape = result.v.shape
+    jacobians = [np.asarray(result.d[..., offsets[k]:offsets[k + 1]]).reshape(shape + arrays[x].shape)
+                 for k, x in enumerate(wrt)]
+    hessians = []
+    if second:
+        assert result.h is not None
+        for a, xa in enumerate(wrt):
+            for b, xb in enumerate(wrt):
+                block = result.h[..., offsets[a]:offsets[a + 1], offsets[b]:offsets[b + 1]]
+                hessians.append(np.asarray(block).reshape(shape + arrays[xa].shape + arrays[xb].shape))
+    return np.asarray(result.v), jacobians, hessians
+
+
+# ----------------------------------------------------------------------------------------------- coverage
+def features(case: Case) -> set[str]:
+    """Which of the language features the issue asks the generator to cover this program exercises."""
+    found: set[str] = set()
+    program = case.program
+    statements = program.statements
+    targets = {s.target for s in statements if s.target}
+    if len(statements) > 1 and any(isinstance(n, Ref) and n.name in targets for s in statements
+                                   for n in _walk(s.expr)):
+        found.add("reuses an earlier result")
+    if any(isinstance(item, SizeDecl) for item in program.items):
+        found.add("size declaration")
+    if len(case.wrt) > 1:
+        found.add("several wrt")
+    orders: dict[str, set[tuple[str, ...]]] = {}
+    uses: dict[str, int] = {}
+    for s in statements:
+        bound = frozenset(s.indices or ())
+        if s.indices is not None:
+            terms = s.expr.terms if isinstance(s.expr, Add) else (s.expr,)
+            if any(set(labels_of(t, bound)) - bound for t in terms):
+                found.add("explicit target reducing a term")
+            if any(set(s.indices) - set(labels_of(t, bound)) for t in terms):
+                found.add("term broadcast to the target")
+        _scan(s.expr, bound, frozenset(), found, orders, uses)
+    if any(c > 1 for c in uses.values()):
+        found.add("tensor used several times")
+    if any(len({tuple(sorted(set(o), key=o.index)) for o in v}) > 1 and any(len(set(o)) > 1 for o in v)
+           for v in orders.values()):
+        found.add("permuted index order")
+    return found
+
+
+def _scan(e: Any, bound: frozenset[str], contracted_above: frozenset[str], found: set[str],
+          orders: dict[str, set[tuple[str, ...]]], uses: dict[str, int], depth: int = 0) -> None:
+    if isinstance(e, (Prod, Neg, Ref, Delta, Num)):
+        items = _product_items(e)
+        occurrences = [_occurrences(item, bound) for item in items]
+        counts: dict[str, int] = {}
+        for occ in occurrences:
+            for index in occ:
+                counts[index] = counts.get(index, 0) + 1
+        contracted = frozenset(i for i, c in counts.items() if c > 1 and i not in bound)
+        if contracted & contracted_above:
+            found.add("same dummy name contracted in nested and enclosing scopes")
+        if any(c > 2 for i, c in counts.items() if i not in bound):
+            found.add("index occurring three times")
+        if len(items) > 1 and any(kind == "num" and value < 0 for kind, value, _ in items):
+            found.add("signed factor")
+        for kind, node, inverted in items:
+            if kind == "ref":
+                uses[node.name] = uses.get(node.name, 0) + 1
+                orders.setdefault(node.name, set()).add(node.indices)
+                repeated = {i for i in node.indices if node.indices.count(i) > 1}
+                if repeated - bound:
+                    found.add("trace (repeated contracted index)")
+                if repeated & bound:
+                    found.add("diagonal (repeated bound index)")
+                if not node.indices:
+                    found.add("scalar tensor")
+            elif kind == "delta":
+                found.add("delta")
+                if node.first == node.second:
+                    found.add("delta[i,i]")
+            elif kind == "scope":
+                if inverted:
+                    found.add("division")
+                _scan(node, bound, contracted_above | contracted, found, orders, uses, depth + 1)
+        if isinstance(e, Prod) and any(isinstance(f, (Prod, Neg)) for f in e.factors[1:]):
+            found.add("parenthesized product inside a product")
+        return
+    if isinstance(e, Add):
+        found.add("sum of terms")
+        if any(set(labels_of(e, bound)) - set(labels_of(t, bound)) for t in e.terms):
+            found.add("term broadcast across +")
+        for term in e.terms:
+            _scan(term, bound, contracted_above, found, orders, uses, depth + 1)
+        return
+    if isinstance(e, Call):
+        found.add(f"function {e.function}")
+        _scan(e.argument, bound, contracted_above, found, orders, uses, depth + 1)
+        return
+    if isinstance(e, Pow):
+        kind = ("integer" if e.exponent > 0 else "negative") if float(e.exponent).is_integer() else "fractional"
+        found.add(f"{kind} power")
+        _scan(e.base, bound, contracted_above, found, orders, uses, depth + 1)
+        return
+    if isinstance(e, Reduce):
+        found.add("sum[...]")
+        if depth and any(isinstance(n, Reduce) for n in _walk(e.body) if n is not e):
+            found.add("nested sum[...]")
+        if any(isinstance(n, Reduce) for n in _walk(e.body) if n is not e):
+            found.add("nested sum[...]")
+        _scan(e.body, bound | frozenset(e.indices), contracted_above, found, orders, uses, depth + 1)
+        return

@@ -1,0 +1,612 @@
+"""Differential testing: random programs (tests/randprog.py) checked against an independent float64 reference.
+
+Each program's value, ``grad`` (one and several ``wrt``), ``value_and_grad``, ``jacobian`` in both modes,
+``hessian`` and ``vjp`` are compared with JAX (float64) applied to the reference evaluator in
+tests/randprog.py, which implements the language rules directly (or with float64 central differences
+when JAX is missing). Every derivative program is also printed, re-parsed and run again.
+
+Environment:
+
+* ``EINFLOW_DIFF_N``: how many programs (default 2000); ``EINFLOW_DIFF_START``: first seed (default 0);
+* ``EINFLOW_DIFF_SEED=1234``: replay one seed, printing its program and every check.
+
+From the command line (no pytest): ``python tests/test_differential.py START COUNT`` prints each failure.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import randprog  # noqa: E402
+
+import einflow as ef  # noqa: E402
+
+try:
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_platforms", "cpu")
+except ImportError:  # pragma: no cover - `make test` installs jax; central differences otherwise
+    jax = None
+    jnp = None
+
+RTOL = 1e-7
+ATOL = 1e-9  # times (1 + the largest reference entry)
+_REPLAY = os.environ.get("EINFLOW_DIFF_SEED")
+USE_JAX = os.environ.get("EINFLOW_DIFF_REFERENCE", "jets") == "jax"
+CHECKS = os.environ.get("EINFLOW_DIFF_CHECKS", "rotate")  # "all": every derivative check on every program
+SCALAR_CHECKS = ("grad", "value_and_grad", "hessian", "jacobian(forward)", "jacobian(reverse)", "vjp")
+TENSOR_CHECKS = ("jacobian(forward)", "jacobian(reverse)", "vjp")
+# one check per program by default (the Hessian is the costliest, so it comes round less often)
+SCALAR_ROTATION = ("grad", "value_and_grad", "hessian", "jacobian(forward)", "grad", "jacobian(reverse)", "vjp")
+LIMIT = 1e6  # programs whose reference values exceed this are skipped (badly conditioned, not wrong)
+
+
+@dataclass
+class Failure:
+    seed: int
+    check: str
+    detail: str
+    text: str
+    wrt: list[str]
+
+    def __str__(self) -> str:
+        program = "\n".join("    " + line for line in self.text.splitlines())
+        return (f"seed {self.seed}: {self.check} (wrt={self.wrt})\n{program}\n  {self.detail}\n"
+                f"  replay: EINFLOW_DIFF_SEED={self.seed} .venv/bin/python -m pytest tests/test_differential.py -q")
+
+
+class _Skip(Exception):
+    """The reference itself is not finite or is huge: the program says nothing."""
+
+
+def _close(got: Any, expected: Any) -> str | None:
+    """None when ``got`` matches ``expected``; otherwise a short description of the difference."""
+    got = np.asarray(got, dtype=np.float64) if not isinstance(got, tuple) else got
+    expected = np.asarray(expected, dtype=np.float64)
+    if isinstance(got, tuple) or got.shape != expected.shape:
+        shape = tuple(np.shape(g) for g in got) if isinstance(got, tuple) else got.shape
+        return f"shape {shape}, expected {expected.shape}"
+    scale = float(np.max(np.abs(expected))) if expected.size else 0.0
+    if np.allclose(got, expected, rtol=RTOL, atol=ATOL * (1 + scale), equal_nan=False):
+        return None
+    return f"expected {np.array2string(expected, precision=6)}\n  got      {np.array2string(got, precision=6)}"
+
+
+class _Reference:
+    """Reference value and derivatives of one program, from the independent evaluator in randprog.
+
+    By default exact forward-mode jets in numpy float64 (randprog.Jet); with EINFLOW_DIFF_REFERENCE=jax,
+    JAX float64 (jacrev, hessian); without JAX and with that setting, central differences.
+    """
+
+    def __init__(self, case: randprog.Case, arrays: dict[str, np.ndarray]) -> None:
+        self.case = case
+        self.arrays = arrays
+        self.value = np.asarray(randprog.evaluate(case.program, arrays, np))
+        _finite(self.value)
+        self._jacobians: list[np.ndarray] | None = None
+        self._hessian: list[np.ndarray] | None = None
+
+    def function(self, *wrt_values: Any) -> Any:
+        arrays: dict[str, Any] = dict(self.arrays)
+        arrays.update(zip(self.case.wrt, wrt_values))
+        return randprog.evaluate(self.case.program, arrays, np if jnp is None else jnp)
+
+    def _jets(self, second: bool) -> None:
+        _, jacobians, hessians = randprog.jet_derivatives(self.case.program, self.arrays, self.case.wrt, second)
+        for block in jacobians + hessians:
+            _finite(block)  # raises _Skip before anything is kept
+        self._jacobians = jacobians
+        if second:
+            self._hessian = hessians
+
+    def jacobians(self) -> list[np.ndarray]:
+        """d value / d x for each wrt x: shape value.shape + x.shape."""
+        if self._jacobians is None:
+            args = [self.arrays[x] for x in self.case.wrt]
+            if not USE_JAX:
+                self._jets(second=False)
+            elif jax is not None:
+                result = jax.jacrev(self.function, argnums=tuple(range(len(args))))(*args)
+                self._jacobians = [np.asarray(r) for r in result]
+            else:  # pragma: no cover
+                self._jacobians = [_central(self.function, args, k) for k in range(len(args))]
+            for jac in self._jacobians:
+                if not np.all(np.isfinite(jac)) or np.max(np.abs(jac), initial=0) > LIMIT:
+                    self._jacobians = None
+                    raise _Skip
+        return self._jacobians
+
+    def hessian_blocks(self) -> list[np.ndarray]:
+        if self._hessian is None:
+            args = [self.arrays[x] for x in self.case.wrt]
+            n = len(args)
+            if not USE_JAX:
+                self._jets(second=True)
+            elif jax is not None:
+                result = jax.hessian(self.function, argnums=tuple(range(n)))(*args)
+                self._hessian = [np.asarray(result[a][b]) for a in range(n) for b in range(n)]
+            else:  # pragma: no cover
+                blocks = []
+                for a in range(n):
+                    def gradient(*values: Any, a: int = a) -> Any:
+                        return _central(self.function, list(values), a)
+                    for b in range(n):
+                        blocks.append(_central(gradient, args, b))
+                self._hessian = blocks
+            assert self._hessian is not None
+            for block in self._hessian:
+                if not np.all(np.isfinite(block)) or np.max(np.abs(block), initial=0) > LIMIT:
+                    self._hessian = None
+                    raise _Skip
+        return self._hessian
+
+
+def _finite(array: np.ndarray) -> None:
+    if not np.all(np.isfinite(array)) or np.max(np.abs(array), initial=0) > LIMIT:
+        raise _Skip
+
+
+def _central(function: Callable[..., Any], args: list[np.ndarray], k: int, h: float = 1e-6) -> np.ndarray:
+    """d function / d args[k] by central differences (shape value.shape + args[k].shape)."""
+    base = np.asarray(function(*args))
+    out = np.zeros(base.shape + args[k].shape)
+    for position in np.ndindex(args[k].shape):
+        plus = [a.copy() for a in args]
+        minus = [a.copy() for a in args]
+        plus[k][position] += h
+        minus[k][position] -= h
+        out[(...,) + position] = (np.asarray(function(*plus)) - np.asarray(function(*minus))) / (2 * h)
+    return out
+
+
+def _as_list(result: Any, count: int) -> list[Any]:
+    if count == 1 and not isinstance(result, tuple):
+        return [result]
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+class _Checker:
+    def __init__(self, case: randprog.Case, verbose: bool = False, only: str | None = None) -> None:
+        self.case = case
+        self.verbose = verbose
+        self.only = only
+        self.failures: list[Failure] = []
+        self.arrays = randprog.make_arrays(case.program, case.seed)
+
+    def fail(self, check: str, detail: str) -> None:
+        self.failures.append(Failure(self.case.seed, check, detail, self.case.text, list(self.case.wrt)))
+
+    def run(self, check: str, build: Callable[[], Any], expected: Callable[[], list[np.ndarray]],
+            inputs: dict[str, Any] | None = None, pair: bool = False) -> None:
+        """Build a derivative program, run it, compare; then print, re-parse and run it again."""
+        try:
+            program = build()
+        except ef.EinflowError as error:
+            self.fail(check, f"raised {type(error).__name__} building it: {_short(error)}")
+            return
+        except Exception as error:  # noqa: BLE001 - a raw exception is the finding
+            self.fail(check, f"raw {type(error).__name__} building it: {_short(error)}{_where(error)}")
+            return
+        try:
+            want = expected()
+        except _Skip:
+            return
+        inputs = self.arrays if inputs is None else inputs
+        results = self._call(check, program, inputs, pair)
+        if results is None:
+            return
+        if self.verbose:
+            print(f"--- {check}\n{program}")
+        before = len(self.failures)
+        self._compare(check, program, results, want)
+        if len(self.failures) == before:
+            self._reparse(check, program, results, inputs)
+
+    def _call(self, check: str, program: Any, inputs: dict[str, Any], pair: bool) -> list[Any] | None:
+        try:
+            result = program(inputs)
+        except ef.EinflowError as error:
+            self.fail(check, f"raised {type(error).__name__} running it: {_short(error)}\n"
+                      f"  program:\n{_indent(program)}")
+            return None
+        except Exception as error:  # noqa: BLE001
+            self.fail(check, f"raw {type(error).__name__} running it: {_short(error)}{_where(error)}\n"
+                      f"  program:\n{_indent(program)}")
+            return None
+        return _flatten_vag(result) if pair else _as_list(result, len(self.case.wrt))
+
+    def _compare(self, check: str, program: Any, results: list[Any], want: list[np.ndarray]) -> None:
+        if len(results) != len(want):
+            self.fail(check, f"{len(results)} results, expected {len(want)}\n  program:\n{_indent(program)}")
+            return
+        for k, (got, expected) in enumerate(zip(results, want)):
+            problem = _close(got, expected)
+            if problem:
+                label = f"[{k}] " if len(want) > 1 else ""
+                self.fail(check, f"{label}{problem}\n  program:\n{_indent(program)}")
+                return
+
+    def _reparse(self, check: str, program: Any, results: list[Any], inputs: dict[str, Any]) -> None:
+        text = str(program)
+        try:
+            again = ef.compile(text)
+        except Exception as error:  # noqa: BLE001
+            self.fail(check + " reparse", f"printed program does not compile: {type(error).__name__}: "
+                      f"{_short(error)}\n  program:\n{_indent(program)}")
+            return
+        try:
+            raw = again(inputs)
+        except Exception as error:  # noqa: BLE001
+            self.fail(check + " reparse", f"printed program does not run: {type(error).__name__}: {_short(error)}\n"
+                      f"  program:\n{_indent(program)}")
+            return
+        # a plain program returns one array or a flat tuple (value_and_grad: value, g1, g2, ...)
+        again_results = list(raw) if isinstance(raw, tuple) else [raw]
+        if len(again_results) != len(results):
+            self.fail(check + " reparse", f"printed program returns {len(again_results)} values, not {len(results)}")
+            return
+        for got, first in zip(again_results, results):
+            if np.shape(got) != np.shape(first) or not np.allclose(got, first, rtol=1e-12, atol=1e-12):
+                self.fail(check + " reparse", f"printed program gives other numbers: {np.asarray(got)} vs "
+                          f"{np.asarray(first)}\n  program:\n{_indent(program)}")
+                return
+
+    def checks(self) -> tuple[str, ...]:
+        """The derivative checks for this program: all of them, or (default) one by rotation over seeds."""
+        every = SCALAR_CHECKS if self.case.scalar else TENSOR_CHECKS
+        if CHECKS == "all" or _REPLAY is not None:
+            return every
+        rotation = SCALAR_ROTATION if self.case.scalar else TENSOR_CHECKS
+        return (rotation[self.case.seed % len(rotation)],)
+
+    def check(self) -> list[Failure]:
+        case = self.case
+        text = case.text
+        try:
+            program = ef.compile(text)
+        except ef.EinflowError as error:
+            self.fail("compile", f"raised {type(error).__name__}: {_short(error)}")
+            return self.failures
+        except Exception as error:  # noqa: BLE001
+            self.fail("compile", f"raw {type(error).__name__}: {_short(error)}{_where(error)}")
+            return self.failures
+        try:
+            reference = _Reference(case, self.arrays)
+        except _Skip:
+            return self.failures
+        try:
+            value = program(self.arrays)
+        except Exception as error:  # noqa: BLE001
+            self.fail("value", f"{type(error).__name__}: {_short(error)}{_where(error)}")
+            return self.failures
+        problem = _close(value, reference.value)
+        if problem:
+            self.fail("value", problem)
+            return self.failures  # derivatives of a wrongly evaluated program say little more
+        try:  # einflow's own printing of the program re-parses to the same value
+            again = ef.compile(str(program))(self.arrays)
+            problem = _close(again, reference.value)
+        except Exception as error:  # noqa: BLE001
+            problem = f"{type(error).__name__}: {_short(error)}"
+        if problem:
+            self.fail("value reparse", f"{problem}\n  printed as:\n{_indent(program)}")
+        wrt = case.wrt
+        many = len(wrt) > 1
+        wanted = (self.only.split(" ")[0].replace("grad(list)", "grad"),) if self.only else self.checks()
+
+        def jac() -> list[np.ndarray]:
+            return list(reference.jacobians())
+
+        if "grad" in wanted:
+            self.run("grad", lambda: ef.grad(text, wrt=wrt[0]), lambda: jac()[:1])
+            if many:
+                self.run("grad(list)", lambda: ef.grad(text, wrt=wrt), jac)
+        if "value_and_grad" in wanted:
+            self.run("value_and_grad", lambda: ef.value_and_grad(text, wrt=wrt if many else wrt[0]),
+                     lambda: [reference.value, *jac()], pair=True)
+        if "hessian" in wanted:
+            self.run("hessian", lambda: ef.hessian(text, wrt=wrt if many else wrt[0]), reference.hessian_blocks)
+        for mode in ("forward", "reverse"):
+            if f"jacobian({mode})" in wanted:
+                self.run(f"jacobian({mode})",
+                         lambda mode=mode: ef.jacobian(text, wrt=wrt if many else wrt[0], mode=mode), jac)
+        if "vjp" in wanted:
+            cotangent_name = "G0"
+            rng = np.random.default_rng(case.seed + 17)
+            cotangent = rng.uniform(-1, 1, size=np.shape(reference.value))
+
+            def vjp_expected() -> list[np.ndarray]:
+                return [np.tensordot(cotangent, j, axes=np.ndim(reference.value)) for j in jac()]
+
+            self.run("vjp", lambda: ef.vjp(text, wrt=wrt if many else wrt[0], cotangent=cotangent_name),
+                     vjp_expected, {**self.arrays, cotangent_name: cotangent})
+        return self.failures
+
+
+def _flatten_vag(result: Any) -> list[Any]:
+    value, gradients = result
+    return [value, *(gradients if isinstance(gradients, tuple) else (gradients,))]
+
+
+def _short(error: BaseException) -> str:
+    text = str(error).strip().replace("\n", " | ")
+    return text if len(text) < 300 else text[:300] + " ..."
+
+
+def _where(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__)
+    inside = [f for f in frames if "einflow" in f.filename and "tests" not in f.filename]
+    frame = inside[-1] if inside else (frames[-1] if frames else None)
+    return f" (at {os.path.basename(frame.filename)}:{frame.lineno} in {frame.name})" if frame else ""
+
+
+def _indent(program: Any) -> str:
+    return "\n".join("      " + line for line in str(program).splitlines())
+
+
+def check_seed(seed: int, verbose: bool = False) -> list[Failure]:
+    """Every check of one random program; the failures found."""
+    case = randprog.generate(seed)
+    if verbose:
+        print(f"seed {seed}, wrt={case.wrt}, scalar={case.scalar}\n{case.text}")
+    # overflow in a program that is then skipped (reference not finite) is not worth a warning
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _Checker(case, verbose).check()
+
+
+def _signature(failure: Failure) -> tuple[str, str]:
+    """What kind of failure: the check and 'mismatch' or the exception class and where it was raised."""
+    detail = failure.detail
+    kind = "mismatch" if "expected" in detail else " ".join(detail.split(":")[0].split()[:4])
+    return failure.check, kind
+
+
+def shrink(seed: int, check: str | None = None, budget: int = 400) -> tuple[randprog.Case, list[Failure]]:
+    """A smaller program failing the same check the same way (greedy: drop factors, terms, scopes, statements)."""
+    case = randprog.generate(seed)
+    failures = _Checker(case, only=check).check() if check else check_seed(seed)
+    if not failures:
+        return case, []
+    target = _signature(failures[0])
+    check = failures[0].check
+    tries = 0
+    improved = True
+    while improved and tries < budget:
+        improved = False
+        smaller = [(p, case.wrt) for p in _smaller_programs(case.program)]
+        smaller += [(case.program, [x for x in case.wrt if x != drop]) for drop in case.wrt if len(case.wrt) > 1]
+        for candidate, wrt in sorted(smaller, key=lambda c: (len(randprog.program_text(c[0])), len(c[1]))):
+            tries += 1
+            if tries > budget:
+                break
+            text = randprog.program_text(candidate)
+            if (len(text), len(wrt)) >= (len(case.text), len(case.wrt)):
+                continue
+            used = {n.name for st in candidate.statements for n in randprog._walk(st.expr)
+                    if isinstance(n, randprog.Ref)}
+            if not set(wrt) <= used:
+                continue
+            trial = randprog.Case(seed, candidate, list(wrt), case.scalar, text)
+            try:
+                value = randprog.evaluate(candidate, randprog.make_arrays(candidate, seed), np)
+                ef.compile(text)
+            except Exception:  # noqa: BLE001 - an invalid candidate
+                continue
+            if (np.ndim(value) == 0) != case.scalar:
+                continue
+            found = [f for f in _Checker(trial, only=check).check() if _signature(f) == target]
+            if found:
+                case, failures, improved = trial, found, True
+                break
+    return case, failures
+
+
+def _smaller_programs(program: randprog.Program):  # type: ignore[no-untyped-def]
+    statements = program.statements
+    targets_read = {n.name for st in statements for n in randprog._walk(st.expr) if isinstance(n, randprog.Ref)}
+    for k, item in enumerate(program.items):
+        if isinstance(item, randprog.Stmt) and item is not statements[-1] and item.target not in targets_read:
+            yield randprog.Program(program.items[:k] + program.items[k + 1:], program.sizes, program.inputs,
+                                   program.positive)
+        if isinstance(item, randprog.SizeDecl):
+            yield randprog.Program(program.items[:k] + program.items[k + 1:], program.sizes, program.inputs,
+                                   program.positive)
+    for k, item in enumerate(program.items):
+        if not isinstance(item, randprog.Stmt):
+            continue
+        for expr in _smaller_exprs(item.expr):
+            parens = item.outer_parens and isinstance(expr, randprog.Add)
+            statement = randprog.Stmt(item.target, item.indices, expr, parens)
+            yield randprog.Program(program.items[:k] + [statement] + program.items[k + 1:], program.sizes,
+                                   program.inputs, program.positive)
+
+
+def _smaller_exprs(e: Any):  # type: ignore[no-untyped-def]
+    R = randprog
+    if not isinstance(e, R.Num):
+        yield R.Num(2.0, "2")
+    if isinstance(e, R.Prod):
+        n = len(e.factors)
+        for k in range(n):
+            keep = [j for j in range(n) if j != k]
+            if len(keep) == 1 and not e.divisor[keep[0]]:
+                yield e.factors[keep[0]]
+            elif len(keep) > 1 and not e.divisor[keep[0]]:
+                yield R.Prod(tuple(e.factors[j] for j in keep), tuple(e.divisor[j] for j in keep),
+                             tuple(e.star[j] for j in keep))
+        for k in range(n):
+            for smaller in _smaller_exprs(e.factors[k]):
+                yield R.Prod(e.factors[:k] + (smaller,) + e.factors[k + 1:], e.divisor, e.star)
+    elif isinstance(e, R.Add):
+        n = len(e.terms)
+        for k in range(n):
+            keep = [j for j in range(n) if j != k]
+            if len(keep) == 1:
+                only = e.terms[keep[0]]
+                yield only if e.signs[keep[0]] > 0 else R.Neg(only)
+            else:
+                yield R.Add(tuple(e.terms[j] for j in keep), tuple(e.signs[j] for j in keep))
+        for k in range(n):
+            for smaller in _smaller_exprs(e.terms[k]):
+                yield R.Add(e.terms[:k] + (smaller,) + e.terms[k + 1:], e.signs)
+    elif isinstance(e, R.Neg):
+        yield e.operand
+        for smaller in _smaller_exprs(e.operand):
+            yield R.Neg(smaller)
+    elif isinstance(e, R.Call):
+        yield e.argument
+        for smaller in _smaller_exprs(e.argument):
+            yield R.Call(e.function, smaller)
+    elif isinstance(e, R.Pow):
+        yield e.base
+        for smaller in _smaller_exprs(e.base):
+            yield R.Pow(smaller, e.exponent, e.text)
+    elif isinstance(e, R.Reduce):
+        yield e.body
+        if len(e.indices) > 1:
+            for k in range(len(e.indices)):
+                yield R.Reduce(e.indices[:k] + e.indices[k + 1:], e.body)
+        for smaller in _smaller_exprs(e.body):
+            yield R.Reduce(e.indices, smaller)
+
+
+# ------------------------------------------------------------------------------------------------ pytest
+_COUNT = int(os.environ.get("EINFLOW_DIFF_N", "2000"))
+_START = int(os.environ.get("EINFLOW_DIFF_START", "0"))
+_CHUNK = 100
+
+
+def _chunks() -> list[tuple[int, int]]:
+    if _REPLAY is not None:
+        return [(int(_REPLAY), 1)]
+    return [(start, min(_CHUNK, _START + _COUNT - start)) for start in range(_START, _START + _COUNT, _CHUNK)]
+
+
+@pytest.mark.parametrize(("start", "count"), _chunks(), ids=lambda v: str(v))
+def test_random_programs_match_reference(start: int, count: int) -> None:
+    failures: list[Failure] = []
+    for seed in range(start, start + count):
+        failures += check_seed(seed, verbose=_REPLAY is not None)
+    if failures:
+        seeds = sorted({f.seed for f in failures})
+        shown = "\n\n".join(str(f) for f in failures[:8])
+        more = f"\n\n... and {len(failures) - 8} more" if len(failures) > 8 else ""
+        pytest.fail(f"{len(failures)} failed checks in {len(seeds)} of {count} programs (seeds {seeds})\n\n"
+                    f"{shown}{more}", pytrace=False)
+
+
+def test_reference_agrees_with_numpy_einsum_on_plain_contractions() -> None:
+    """The reference evaluator itself: a few programs whose meaning is a single numpy.einsum."""
+    rng = np.random.default_rng(0)
+    A, B, x = rng.normal(size=(3, 3)), rng.normal(size=(3, 2)), rng.normal(size=3)
+    sizes = {"i": 3, "j": 3, "k": 2}
+    cases = [
+        (randprog.Prod((randprog.Ref("A", ("i", "j")), randprog.Ref("B", ("j", "k"))), (False, False), (False, False)),
+         None, np.einsum("ij,jk->ik", A, B)),
+        (randprog.Ref("A", ("i", "i")), None, np.trace(A)),
+        (randprog.Prod((randprog.Ref("A", ("i", "j")), randprog.Ref("x", ("i",))), (False, False), (False, False)),
+         ("i",), np.einsum("ij,i->i", A, x)),
+        (randprog.Ref("A", ("i", "i")), ("i",), np.diag(A)),
+        (randprog.Prod((randprog.Delta("i", "i"), randprog.Delta("j", "j")), (False, False), (False, False)),
+         None, 9.0),
+    ]
+    for expr, target, expected in cases:
+        statement = randprog.Stmt("y", target, expr)
+        program = randprog.Program([statement], sizes, {"A": (3, 3), "B": (3, 2), "x": (3,)}, set())
+        got = randprog.evaluate(program, {"A": A, "B": B, "x": x}, np)
+        assert np.allclose(got, expected), randprog.program_text(program)
+
+
+def _every_function_program() -> tuple[randprog.Program, dict[str, np.ndarray]]:
+    """A fixed program with every function, powers, a divisor, a reduction, a trace, a diagonal and deltas."""
+    R = randprog
+
+    def prod(*factors: Any, divisor: tuple[bool, ...] | None = None) -> R.Prod:
+        return R.Prod(tuple(factors), divisor or (False,) * len(factors), (False,) * len(factors))
+
+    x, y, s = R.Ref("x", ("i",)), R.Ref("y", ("i",)), R.Ref("s", ())
+    first = R.Stmt("T", ("i",), R.Add((
+        prod(R.Call("exp", x), R.Call("sin", prod(R.Ref("A", ("i", "j")), R.Ref("y", ("j",))))),
+        R.Call("cos", R.Ref("A", ("i", "i"))),
+        prod(R.Call("tanh", s), x)), (1, 1, -1)))
+    xk, yk = R.Ref("x", ("k",)), R.Ref("y", ("k",))
+    second = R.Stmt("f", None, R.Add((
+        R.Reduce(("i",), prod(R.Pow(R.Ref("T", ("i",)), 2, "^2"), R.Call("sigmoid", prod(x, y)),
+                              R.Pow(R.Add((R.Num(1.0, "1"), y), (1, 1)), 0.5, "^0.5"), divisor=(False, False, True))),
+        prod(R.Call("log", prod(xk, yk)), R.Call("sqrt", prod(xk, xk))),
+        prod(R.Call("log1p", prod(R.Ref("y", ("j",)), R.Ref("y", ("j",)))),
+             R.Call("abs", prod(R.Ref("T", ("m",)), R.Ref("x", ("m",))))),
+        R.Call("relu", R.Ref("A", ("k", "k"))),
+        R.Call("sign", s), R.Call("step", s),
+        prod(R.Delta("i", "j"), R.Ref("A", ("i", "j")), R.Pow(s, -1, "^-1"))), (1, 1, -1, 1, 1, 1, 1)))
+    program = R.Program([first, second], {"i": 3, "j": 3, "k": 3, "m": 3},
+                        {"x": (3,), "y": (3,), "A": (3, 3), "s": ()}, {"x", "y"})
+    rng = np.random.default_rng(3)
+    arrays = {"x": rng.uniform(0.5, 1.5, 3), "y": rng.uniform(0.5, 1.5, 3), "A": rng.uniform(-1, 1, (3, 3)),
+              "s": np.array(0.7)}
+    return program, arrays
+
+
+def test_jet_reference_agrees_with_jax() -> None:
+    """The exact jets that serve as the default reference give JAX's float64 Jacobian and Hessian."""
+    if jax is None:  # pragma: no cover - `make test` installs jax
+        pytest.skip("jax is not installed")
+    program, arrays = _every_function_program()
+    wrt = ["x", "A", "s"]
+    value, jacobians, hessians = randprog.jet_derivatives(program, arrays, wrt, second=True)
+
+    def f(*values: Any) -> Any:
+        return randprog.evaluate(program, {**arrays, **dict(zip(wrt, values))}, jnp)
+
+    argnums = tuple(range(len(wrt)))
+    both = jax.jit(lambda *v: (f(*v), jax.jacrev(f, argnums)(*v), jax.hessian(f, argnums)(*v)))
+    jax_value, jax_jacobians, jax_hessian = both(*(arrays[x] for x in wrt))
+    np.testing.assert_allclose(value, jax_value, rtol=1e-12)
+    for mine, theirs in zip(jacobians, jax_jacobians):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+    blocks = [jax_hessian[a][b] for a in argnums for b in argnums]
+    for mine, theirs in zip(hessians, blocks):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+    # and einflow agrees on this program: value and every derivative check
+    case = randprog.Case(0, program, wrt, True, randprog.program_text(program))
+    checker = _Checker(case, only=None)
+    checker.arrays = arrays
+    checker.checks = lambda: SCALAR_CHECKS  # type: ignore[method-assign]
+    failures = checker.check()
+    assert not failures, "\n\n".join(str(f) for f in failures)
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--shrink":  # pragma: no cover
+    # python tests/test_differential.py --shrink SEED [CHECK]
+    small, found = shrink(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
+    for f in found[:1]:
+        print(f)
+    sys.exit(0)
+
+if __name__ == "__main__":  # pragma: no cover
+    first = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    total = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    bad = 0
+    for s in range(first, first + total):
+        found = check_seed(s)
+        bad += bool(found)
+        for f in found:
+            print(f, "\n", flush=True)
+    print(f"# {bad} of {total} programs failed", file=sys.stderr)
+    _ = math
