@@ -40,9 +40,9 @@ __all__ = [
     "get_default_backend",
 ]
 
-from einflow.autodiff import grad, hessian, jacobian, value_and_grad, vjp  # noqa: E402
+from einflow.autodiff import grad, hessian, hvp, jacobian, jvp, value_and_grad, vjp  # noqa: E402
 
-__all__ += ["grad", "jacobian", "hessian", "vjp", "value_and_grad"]
+__all__ += ["grad", "jacobian", "hessian", "vjp", "jvp", "hvp", "value_and_grad"]
 
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]

@@ -1,7 +1,7 @@
 """Differential testing: random programs (tests/randprog.py) checked against an independent float64 reference.
 
 Each program's value, ``grad`` (one and several ``wrt``), ``value_and_grad``, ``jacobian`` in both modes,
-``hessian`` and ``vjp`` are compared with JAX (float64) applied to the reference evaluator in
+``hessian``, ``vjp``, ``jvp`` and ``hvp`` are compared with JAX (float64) applied to the reference evaluator in
 tests/randprog.py, which implements the language rules directly (or with float64 central differences
 when JAX is missing). Every derivative program is also printed, re-parsed and run again.
 
@@ -48,10 +48,11 @@ ATOL = 1e-9  # times (1 + the largest reference entry)
 _REPLAY = os.environ.get("EINFLOW_DIFF_SEED")
 USE_JAX = os.environ.get("EINFLOW_DIFF_REFERENCE", "jets") == "jax"
 CHECKS = os.environ.get("EINFLOW_DIFF_CHECKS", "rotate")  # "all": every derivative check on every program
-SCALAR_CHECKS = ("grad", "value_and_grad", "hessian", "jacobian(forward)", "jacobian(reverse)", "vjp")
-TENSOR_CHECKS = ("jacobian(forward)", "jacobian(reverse)", "vjp")
+SCALAR_CHECKS = ("grad", "value_and_grad", "hessian", "jacobian(forward)", "jacobian(reverse)", "vjp", "jvp", "hvp")
+TENSOR_CHECKS = ("jacobian(forward)", "jacobian(reverse)", "vjp", "jvp")
 # one check per program by default (the Hessian is the costliest, so it comes round less often)
-SCALAR_ROTATION = ("grad", "value_and_grad", "hessian", "jacobian(forward)", "grad", "jacobian(reverse)", "vjp")
+SCALAR_ROTATION = ("grad", "value_and_grad", "hessian", "jacobian(forward)", "grad", "jacobian(reverse)", "vjp",
+                   "jvp", "hvp")
 LIMIT = 1e6  # programs whose reference values exceed this are skipped (badly conditioned, not wrong)
 
 
@@ -335,6 +336,32 @@ class _Checker:
 
             self.run("vjp", lambda: ef.vjp(text, wrt=wrt if many else wrt[0], cotangent=cotangent_name),
                      vjp_expected, {**self.arrays, cotangent_name: cotangent})
+        if "jvp" in wanted or "hvp" in wanted:
+            rng = np.random.default_rng(case.seed + 23)
+            names = [f"T_{x}" for x in wrt]
+            tangents = {name: rng.uniform(-1, 1, size=np.shape(self.arrays[x])) for name, x in zip(names, wrt)}
+            inputs = {**self.arrays, **tangents}
+            chosen = names if many else names[0]
+
+            def jvp_expected() -> list[np.ndarray]:
+                return [sum(np.tensordot(j, tangents[name], axes=np.ndim(self.arrays[x]))
+                            for j, name, x in zip(jac(), names, wrt))]
+
+            def hvp_expected() -> list[np.ndarray]:
+                blocks = list(reference.hessian_blocks())
+                rows = []
+                for first in range(len(wrt)):
+                    rows.append(sum(np.tensordot(blocks[first * len(wrt) + second], tangents[names[second]],
+                                                 axes=np.ndim(self.arrays[wrt[second]]))
+                                    for second in range(len(wrt))))
+                return rows
+
+            if "jvp" in wanted:
+                self.run("jvp", lambda: ef.jvp(text, wrt=wrt if many else wrt[0], tangent=chosen), jvp_expected,
+                         inputs)
+            if "hvp" in wanted:
+                self.run("hvp", lambda: ef.hvp(text, wrt=wrt if many else wrt[0], tangent=chosen), hvp_expected,
+                         inputs)
         return self.failures
 
 

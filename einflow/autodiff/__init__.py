@@ -16,13 +16,14 @@ from typing import Any, TypeVar
 from einflow import ir
 from einflow.autodiff.cse import hoist_repeated, reuse_forward
 from einflow.autodiff.normal import Fresh, all_index_names, readable, stem_of, tensor_names, to_normal
+from einflow.autodiff.rules import Leaf
 from einflow.autodiff.sizes import IndexSizes, activated, active
-from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep
+from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep, tangent_sweep, zeros
 from einflow.errors import DerivativeError, EinflowError
 from einflow.plan import indices_in
 from einflow.program import Program, compile
 
-__all__ = ["grad", "jacobian", "hessian", "vjp", "value_and_grad"]
+__all__ = ["grad", "jacobian", "hessian", "vjp", "jvp", "hvp", "value_and_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -213,12 +214,11 @@ def _tensor_axis_indices(expr: ir.Expr) -> set[str]:
     return {index for node in ir.walk(expr) if isinstance(node, ir.Tensor) for index in node.indices}
 
 
-def _zero_derivative(of: ir.Assign, wrt: str, fresh_axes: tuple[str, ...]) -> ir.Assign:
-    """The derivative of ``of``'s target by ``wrt`` when it does not depend on it: zeros of the right shape."""
-    indices = of.indices or ()
-    refs = [ir.Tensor(wrt, fresh_axes)] if fresh_axes else []
+def _zero_derivative(of: ir.Assign, fresh_axes: tuple[str, ...]) -> ir.Assign:
+    """The derivative of ``of``'s target by an input it does not depend on: exact zeros of the right shape."""
+    indices = (of.indices or ()) + fresh_axes
     assert of.target is not None
-    return ir.Assign(of.target, indices + fresh_axes, ir.product(ir.Num(0), ir.Tensor(of.target, indices), *refs))
+    return ir.Assign(of.target, indices, zeros(indices))
 
 
 def _mark_missing_targets(statement: ir.Assign) -> ir.Assign:
@@ -368,7 +368,7 @@ def jacobian(p: str | Program, wrt: str | Sequence[str], mode: str = "auto") -> 
         name = work.tensor_fresh.pick([f"d{setup.value}_d{x}"], f"d_{x}")
         value = work.target(setup.value)
         assert value is not None
-        statement = results.get(setup.value) or _zero_derivative(value, x, fresh_axes)
+        statement = results.get(setup.value) or _zero_derivative(value, fresh_axes)
         work.statements.append(ir.Assign(name, statement.indices, statement.expr))
         outputs.append(name)
     return setup.assemble(outputs, as_tuple)
@@ -402,7 +402,105 @@ def hessian(p: str | Program, wrt: str | Sequence[str]) -> Program:
             name = work.tensor_fresh.pick([block], f"d2_{first}_{second}")
             gradient_statement = work.target(gradients[first])
             assert gradient_statement is not None
-            statement = results.get(gradients[first]) or _zero_derivative(gradient_statement, second, fresh_axes)
+            statement = results.get(gradients[first]) or _zero_derivative(gradient_statement, fresh_axes)
             work.statements.append(ir.Assign(name, statement.indices, statement.expr))
             outputs.append(name)
+    return setup.assemble(outputs, as_tuple)
+
+
+def _tangents(program: Program, setup: _Setup, names: list[str], tangent: str | Sequence[str] | None,
+              as_tuple: bool, what: str) -> dict[str, Leaf]:
+    """The tangent inputs (new tensors shaped like the ``wrt`` inputs) as seeds of a tangent sweep."""
+    if tangent is None:
+        chosen = ["T"] if not as_tuple else [f"T_{x}" for x in names]
+    elif isinstance(tangent, str):
+        if as_tuple:
+            raise DerivativeError(f"{what}: wrt= is a list, so tangent= must list one name per input, got {tangent!r}")
+        chosen = [tangent]
+    elif isinstance(tangent, (list, tuple)) and len(tangent) == len(names):
+        chosen = list(tangent)
+    else:
+        raise DerivativeError(f"{what}: tangent= must be a name (or one name per wrt input), got {tangent!r}")
+    for name in chosen:
+        if not isinstance(name, str) or not name.isidentifier() or name in ir.RESERVED:
+            raise DerivativeError(f"{what}: tangent= must be tensor names, got {name!r}")
+        if name in program.inputs or name in program.info.targets or chosen.count(name) > 1:
+            raise DerivativeError(f"{what}: tangent name '{name}' is already used by the program")
+    seeds: dict[str, Leaf] = {}
+    for x, name in zip(names, chosen):
+        setup.tensor_names.take(name)
+        setup.work.ranks[name] = setup.work.ranks[x]
+        for axis in range(setup.work.ranks[x]):
+            setup.sizes.union(("axis", name, axis), ("axis", x, axis))
+
+        def seed(node: ir.Tensor, name: str = name) -> ir.Expr:
+            return ir.Tensor(name, node.indices)
+
+        seeds[x] = seed
+    return seeds
+
+
+@_deriving
+def jvp(p: str | Program, wrt: str | Sequence[str], tangent: str | Sequence[str] | None = None) -> Program:
+    """The value's directional derivative along a tangent: ``sum over X of dvalue/dX . T`` (value's shape).
+
+    ``tangent`` names the new input(s) shaped like ``wrt`` (default ``T``, or ``T_X`` for each of a list).
+    Forward mode: tangents are carried through the statements; nothing larger than the program's own
+    values is built.
+
+    >>> import numpy as np, einflow as ef
+    >>> j = ef.jvp("y[i] = A[i,j] x[j]", wrt="x", tangent="t")
+    >>> print(j)
+    jvp_y[i] = A[i,j] t[j]
+    >>> j(A=np.eye(2), t=np.array([1.0, 2.0])).tolist()
+    [1.0, 2.0]
+    """
+    program = _program(p)
+    names, as_tuple = _wrt_list(program, wrt, "jvp")
+    setup = _Setup(program, "jvp")
+    work = setup.work
+    seeds = _tangents(program, setup, names, tangent, as_tuple, "jvp")
+    through = [s.target for s in work.statements if s.target]
+    results = tangent_sweep(work, seeds, (), lambda t: f"jvp_{t}", through, [setup.value])
+    value = work.target(setup.value)
+    assert value is not None
+    statement = results.get(setup.value) or _zero_derivative(value, ())
+    name = work.tensor_fresh.pick([f"jvp_{setup.value}"], "jvp")
+    work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+    return setup.assemble([name], False)
+
+
+@_deriving
+def hvp(p: str | Program, wrt: str | Sequence[str], tangent: str | Sequence[str] | None = None) -> Program:
+    """The Hessian of a scalar program times a tangent, ``sum over q of H[p,q] V[q]``, without forming H.
+
+    Forward over reverse: the gradient's statements are differentiated along the tangent, so the largest
+    intermediate is of the size of the program's own values (a list of ``wrt`` gives one block row each).
+
+    >>> import numpy as np, einflow as ef
+    >>> h = ef.hvp("f = x[i] A[i,j] x[j]", wrt="x", tangent="v")
+    >>> print(h)
+    size p = x
+    hvp_x[p] = A[p,j] v[j] + A[i,p] v[i]
+    >>> h(A=np.array([[1.0, 2.0], [0.0, 1.0]]), x=np.zeros(2), v=np.array([1.0, 0.0])).tolist()
+    [2.0, 2.0]
+    """
+    program = _program(p)
+    names, as_tuple = _wrt_list(program, wrt, "hvp")
+    setup = _Setup(program, "hvp")
+    if setup.value_rank:
+        raise DerivativeError(f"hvp needs a scalar value, but '{setup.value}' has rank {setup.value_rank}")
+    work = setup.work
+    gradients = reverse_sweep(work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    seeds = _tangents(program, setup, names, tangent, as_tuple, "hvp")
+    through = [s.target for s in work.statements if s.target]
+    results = tangent_sweep(work, seeds, (), lambda t: f"hvp_{t}", through, [gradients[x] for x in names])
+    outputs = []
+    for x in names:
+        gradient = work.target(gradients[x])
+        assert gradient is not None
+        statement = results.get(gradients[x]) or _zero_derivative(gradient, ())
+        name = work.tensor_fresh.pick([f"hvp_{x}"], f"hvp_{x}_")
+        work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+        outputs.append(name)
     return setup.assemble(outputs, as_tuple)

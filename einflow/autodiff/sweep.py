@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from einflow import ir
 from einflow.autodiff.canonical import bound_inside
 from einflow.autodiff.normal import Fresh, rename, tensor_names
-from einflow.autodiff.rules import derivative, input_leaf
+from einflow.autodiff.rules import Leaf, derivative, input_leaf
 from einflow.autodiff.simplify import simplify
 
-__all__ = ["Work", "reverse_sweep", "forward_sweep"]
+__all__ = ["Work", "reverse_sweep", "forward_sweep", "tangent_sweep", "zeros"]
 
 
 @dataclass
@@ -108,12 +109,17 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
             body = simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])
         else:
             body = ir.Num(0)
-        if isinstance(body, ir.Num) and body.value == 0 and adjoint_indices[x]:
-            body = ir.product(ir.Num(0), ir.Tensor(x, adjoint_indices[x]))
+        if isinstance(body, ir.Num) and body.value == 0:
+            body = zeros(extra + adjoint_indices[x])
         emitted.append(ir.Assign(name, extra + adjoint_indices[x], body))
         names[x] = name
     work.statements.extend(emitted)
     return names
+
+
+def zeros(indices: tuple[str, ...]) -> ir.Expr:
+    """An exact zero over ``indices``: ``0 delta[p,p] ...`` reads no input (the deltas only give its shape)."""
+    return ir.product(ir.Num(0), *(ir.Delta(i, i) for i in indices)) if indices else ir.Num(0)
 
 
 def forward_sweep(work: Work, wrt: str, through: list[str],
@@ -122,14 +128,28 @@ def forward_sweep(work: Work, wrt: str, through: list[str],
 
     Returns (output name -> tangent statement, not yet appended, whose target indices are the output's
     then the fresh ones; the fresh indices). An output missing from the dict does not depend on ``wrt``.
-    Simple tangents are inlined where used; others become statements.
     """
     fresh_axes = work.fresh_indices(wrt)
+    results = tangent_sweep(work, {wrt: input_leaf(wrt, fresh_axes)}, fresh_axes, lambda t: f"d{t}_d{wrt}",
+                            through, outputs)
+    return results, fresh_axes
+
+
+def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], name_of: Callable[[str], str],
+                  through: list[str], outputs: list[str]) -> dict[str, ir.Assign]:
+    """Carry tangents forward through the ``through`` statements.
+
+    ``seeds`` give the tangent of each varying input's reference (deltas for a Jacobian, a tangent
+    tensor for a JVP); every tangent carries the extra ``axes``. Returns output name -> tangent statement
+    (not yet appended; target indices: the output's, then ``axes``); an output missing from the dict does
+    not vary. Simple tangents are inlined where used; others become statements named ``name_of(target)``.
+    """
     tangents: dict[str, tuple[tuple[str, ...], ir.Expr]] = {}
 
     def leaf(node: ir.Tensor) -> ir.Expr | None:
-        if node.name == wrt:
-            return input_leaf(wrt, fresh_axes)(node)
+        seed = seeds.get(node.name)
+        if seed is not None:
+            return seed(node)
         found = tangents.get(node.name)
         if found is None:
             return None
@@ -147,14 +167,15 @@ def forward_sweep(work: Work, wrt: str, through: list[str],
         tangent = simplify(tangent)
         indices = statement.indices or ()
         if statement.target in outputs:
-            results[statement.target] = ir.Assign(statement.target, indices + fresh_axes, tangent)
+            results[statement.target] = ir.Assign(statement.target, indices + axes, tangent)
             continue
         # keep simple tangents symbolic (inlined at each use); materialize the rest once
         if isinstance(tangent, ir.Sum):
-            name = work.tensor_fresh.pick([f"d{statement.target}_d{wrt}"], f"d_{statement.target}")
-            work.statements.append(ir.Assign(name, indices + fresh_axes, tangent))
-            work.ranks[name] = len(indices) + len(fresh_axes)
-            tangents[statement.target] = (indices + fresh_axes, ir.Tensor(name, indices + fresh_axes))
+            assert statement.target is not None
+            name = work.tensor_fresh.pick([name_of(statement.target)], f"d_{statement.target}")
+            work.statements.append(ir.Assign(name, indices + axes, tangent))
+            work.ranks[name] = len(indices) + len(axes)
+            tangents[statement.target] = (indices + axes, ir.Tensor(name, indices + axes))
         else:
-            tangents[statement.target] = (indices + fresh_axes, tangent)
-    return results, fresh_axes
+            tangents[statement.target] = (indices + axes, tangent)
+    return results
