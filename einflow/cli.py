@@ -26,7 +26,7 @@ examples:
   einflow plan 'y[i] = A[i,j] B[j,k] v[k]' --shape A=100x200 --shape B=200x300 --shape v=300
 """
 
-SUBCOMMANDS = ("run", "grad", "jacobian", "hessian", "plan")
+SUBCOMMANDS = ("run", "grad", "jacobian", "hessian", "jvp", "hvp", "plan")
 
 
 def _looks_like_a_file(text: str) -> bool:
@@ -124,7 +124,12 @@ def _derivative(kind: str) -> Any:
             raise EinflowError(f"{kind}: the program returns a tuple ({', '.join(n or '?' for n in program.outputs)})"
                                "; pick one value with --of NAME")
         wrt = args.wrt[0] if len(args.wrt) == 1 else list(args.wrt)
-        options = {"mode": args.mode} if getattr(args, "mode", None) else {}
+        options: dict[str, Any] = {"mode": args.mode} if getattr(args, "mode", None) else {}
+        tangents = getattr(args, "tangent", None)
+        if tangents:
+            if len(tangents) != len(args.wrt):
+                raise ValueError(f"{kind}: give one --tangent per --wrt ({len(args.wrt)})")
+            options["tangent"] = tangents[0] if len(tangents) == 1 else list(tangents)
         print(function(program, wrt=wrt, **options))
         return 0
 
@@ -219,12 +224,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-q", "--quiet", action="store_true", help="do not print the values")
     run.set_defaults(handler=_run)
 
-    for kind, what in (("grad", "gradient"), ("jacobian", "Jacobian"), ("hessian", "Hessian")):
+    for kind, what in (("grad", "gradient"), ("jacobian", "Jacobian"), ("hessian", "Hessian"),
+                       ("jvp", "Jacobian-vector product"), ("hvp", "Hessian-vector product")):
         sub = commands.add_parser(kind, help=f"print the {what} program of TEXT")
         sub.add_argument("text", metavar="TEXT", help=text_help)
         sub.add_argument("--wrt", action="append", required=True, metavar="X",
                          help="an input to differentiate with respect to (repeat for several)")
         sub.add_argument("--of", metavar="NAME", help=of_help)
+        if kind in ("jvp", "hvp"):
+            sub.add_argument("--tangent", action="append", metavar="T",
+                             help="the name of the new input shaped like --wrt (repeat for several; default T)")
         if kind == "jacobian":
             sub.add_argument("--mode", choices=("auto", "forward", "reverse"), default=None,
                              help="carry tangents forward or adjoints in reverse (default: auto, fewer axes)")

@@ -607,6 +607,42 @@ def _hessian(session: Session, rest: str) -> str:
     return _derive(session, "hessian", rest, ":hessian L wrt X")
 
 
+def _along(session: Session, kind: str, rest: str, usage: str) -> str:
+    """``:jvp Y wrt X along T`` / ``:hvp L wrt X along V``: T, V are bound tensors shaped like X."""
+    left, _, right = rest.partition(" along ")
+    tangents = [word for word in re.split(r"[\s,]+", right) if word]
+    target, wrt = parse_wrt(left, usage)
+    if not tangents or len(tangents) != len(wrt):
+        raise SessionError(f"usage: {usage}  (one tangent per input)")
+    for name in tangents:
+        check_name(name)
+        session.lookup(name)
+    import einflow
+
+    session.lookup(target)
+    program = einflow.compile(session.program_for(target, cut=wrt))
+    for name in wrt:
+        if name not in program.inputs:
+            raise SessionError(f"'{target}' does not depend on '{name}' (it reads {', '.join(program.inputs)})")
+    function = getattr(einflow, kind)
+    derivative = function(program, wrt=wrt[0] if len(wrt) == 1 else wrt,
+                          tangent=tangents[0] if len(tangents) == 1 else tangents)
+    named, notes = bind_derivative(session, kind, target, wrt, derivative)
+    out = [f"# {kind} of {target} with respect to {', '.join(wrt)} along {', '.join(tangents)}", str(derivative), ""]
+    out.extend(format_value(name, value, session.width) for name, value in named.items())
+    return "\n".join(out + notes)
+
+
+@_command("jvp", ":jvp Y wrt X along T", "print and evaluate the derivative of Y along T (T shaped like X)")
+def _jvp(session: Session, rest: str) -> str:
+    return _along(session, "jvp", rest, ":jvp Y wrt X along T")
+
+
+@_command("hvp", ":hvp L wrt X along V", "print and evaluate the Hessian of scalar L times V, without forming it")
+def _hvp(session: Session, rest: str) -> str:
+    return _along(session, "hvp", rest, ":hvp L wrt X along V")
+
+
 @_command("plan", ":plan STATEMENT_OR_NAME", "the contraction plan for the current shapes: FLOPs, memory")
 def _plan(session: Session, rest: str) -> str:
     if not rest:

@@ -1,0 +1,101 @@
+"""jvp, hvp and exact zero blocks, against JAX (float64) and closed forms; the CLI and REPL commands."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import einflow as ef
+
+jax = pytest.importorskip("jax", reason="jax is a test dependency (make test installs it)")
+jnp = jax.numpy
+jax.config.update("jax_enable_x64", True)
+
+RNG = np.random.default_rng(11)
+B, V, F = 6, 5, 4
+DATA = {"X": RNG.normal(size=(B, F)), "W": RNG.normal(size=(V, F)), "Y": np.eye(V)[RNG.integers(0, V, B)],
+        "b": RNG.normal(size=V)}
+CROSS_ENTROPY = """z[n,v] = W[v,f] X[n,f] + b[v]
+L = sum[n](log(sum[v](exp(z[n,v]))) - sum[v](Y[n,v] z[n,v]))"""
+
+
+def cross_entropy(W, b):  # noqa: ANN001, ANN201 - the same function in jnp
+    z = DATA["X"] @ W.T + b
+    return jnp.sum(jnp.log(jnp.sum(jnp.exp(z), axis=1)) - jnp.sum(DATA["Y"] * z, axis=1))
+
+
+def test_jvp_matches_jax_for_several_inputs() -> None:
+    tangents = {"T_W": RNG.normal(size=(V, F)), "T_b": RNG.normal(size=V)}
+    program = ef.jvp(CROSS_ENTROPY, wrt=["W", "b"])
+    assert program.inputs and {"T_W", "T_b"} <= set(program.inputs)
+    _, expected = jax.jvp(cross_entropy, (DATA["W"], DATA["b"]), (tangents["T_W"], tangents["T_b"]))
+    np.testing.assert_allclose(program(**DATA, **tangents), expected, rtol=1e-10)
+
+
+def test_hvp_matches_jax_and_stays_small() -> None:
+    tangent = RNG.normal(size=(V, F))
+    program = ef.hvp(CROSS_ENTROPY, wrt="W", tangent="V")
+    expected = jax.jvp(jax.grad(cross_entropy), (DATA["W"], DATA["b"]), (tangent, jnp.zeros(V)))[1]
+    np.testing.assert_allclose(program(**DATA, V=tangent), expected, rtol=1e-10)
+    # never B x V x B x V (or any Hessian-sized array): nothing larger than the largest input or B x V
+    report = program.plan(**{k: v.shape for k, v in DATA.items()}, V=tangent.shape)
+    assert report.largest_intermediate <= max(B * V, V * F)
+
+
+def test_hvp_blocks_for_a_list() -> None:
+    tangents = {"T_W": RNG.normal(size=(V, F)), "T_b": RNG.normal(size=V)}
+    hw, hb = ef.hvp(CROSS_ENTROPY, wrt=["W", "b"])(**DATA, **tangents)
+    ew, eb = jax.jvp(jax.grad(cross_entropy, argnums=(0, 1)), (DATA["W"], DATA["b"]),
+                     (tangents["T_W"], tangents["T_b"]))[1]
+    np.testing.assert_allclose(hw, ew, rtol=1e-10)
+    np.testing.assert_allclose(hb, eb, rtol=1e-10)
+
+
+def test_jvp_of_a_tensor_value_and_of_an_unrelated_input() -> None:
+    program = ef.jvp("y[i] = tanh(A[i,j] x[j])", wrt="x", tangent="t")
+    A, x, t = RNG.normal(size=(3, 2)), RNG.normal(size=2), RNG.normal(size=2)
+    np.testing.assert_allclose(program(A=A, x=x, t=t), (1 - np.tanh(A @ x) ** 2) * (A @ t), rtol=1e-12)
+    along_s = ef.jvp("y[i] = tanh(A[i,j] x[j]) + s", wrt="s", tangent="ds")
+    np.testing.assert_array_equal(along_s({"A": A, "x": x, "ds": np.float64(2.0)}), np.full(3, 2.0))
+    # y does not depend on s: an exact zero of y's shape
+    zero = ef.jvp("u = s^2\ny[i] = tanh(A[i,j] x[j])", wrt="s", tangent="ds")
+    np.testing.assert_array_equal(zero({"A": A, "x": x, "s": np.nan, "ds": np.float64(2.0)}), np.zeros(3))
+
+
+def test_zero_blocks_are_exact_and_read_no_values() -> None:
+    hessian = ef.hessian("f = x[i] x[i] + sum[k,j](A[k,j] y[j])", wrt=["x", "A"])
+    xx, xa, ax, aa = hessian(x=np.array([np.inf, 1.0]), A=np.ones((2, 2)), y=np.array([np.nan, 1.0]))
+    assert xa.shape == (2, 2, 2) and ax.shape == (2, 2, 2) and aa.shape == (2, 2, 2, 2)
+    for block in (xa, ax, aa):
+        np.testing.assert_array_equal(block, 0.0)  # 0 * inf or 0 * nan would be nan
+    np.testing.assert_array_equal(xx, 2 * np.eye(2))
+
+
+def test_tangent_names_are_checked() -> None:
+    with pytest.raises(ef.DerivativeError, match="already used"):
+        ef.jvp("y[i] = A[i,j] x[j]", wrt="x", tangent="A")
+    with pytest.raises(ef.DerivativeError, match="one name per"):
+        ef.hvp(CROSS_ENTROPY, wrt=["W", "b"], tangent="V")
+    with pytest.raises(ef.DerivativeError, match="scalar"):
+        ef.hvp("y[i] = A[i,j] x[j]", wrt="x")
+
+
+def test_cli_jvp_and_hvp() -> None:
+    out = subprocess.run([sys.executable, "-m", "einflow.cli", "hvp", "f = x[i] A[i,j] x[j]", "--wrt", "x",
+                          "--tangent", "v"], capture_output=True, text=True, check=True).stdout
+    assert "hvp_x[p] = A[p,j] v[j] + A[i,p] v[i]" in out
+    out = subprocess.run([sys.executable, "-m", "einflow.cli", "jvp", "y[i] = tanh(W[i,j] x[j])", "--wrt", "x"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "jvp_y[i] = T[j] W[i,j] (1 - y[i]^2)" in out
+
+
+def test_repl_hvp_binds_the_product() -> None:
+    lines = ":set x [0.5, -1.0, 2.0]\n:set v [1.0, 2.0, 3.0]\nf = sum[i](exp(x[i]))\n:hvp f wrt x along v\n"
+    out = subprocess.run([sys.executable, "-m", "einflow.cli"], input=lines, capture_output=True, text=True,
+                         check=True).stdout
+    assert "hvp_x[p] = v[p] t1[p]" in out
+    expected = np.exp([0.5, -1.0, 2.0]) * [1.0, 2.0, 3.0]
+    assert f"{expected[2]:.4f}"[:5] in out
