@@ -256,7 +256,7 @@ class _Specialiser(Source):
         with np.errstate(all="ignore"):
             try:
                 value = eval(text, namespace)  # noqa: S307 - text generated here from plain data
-            except TypeError as error:
+            except (TypeError, OverflowError) as error:
                 raise EinflowError(f"cannot compute this program for inputs of these dtypes: {error}; cast the "
                                    "inputs (e.g. to float64) first") from None
         return np.asarray(value).dtype
