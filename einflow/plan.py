@@ -249,8 +249,9 @@ class _Specialiser(Source):
         namespace.update({f"_v{register}": self.sample(register) for register in step_inputs(step)})
         if isinstance(step, Elementwise):
             text = generic.elementwise(step)
-        elif isinstance(step, Contract):
-            text = generic.contract(step)
+        elif isinstance(step, Contract):  # einsum's type is its operands' (bools stay bools), then the scale's
+            namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
+            text = generic.scaled("_contracted", step.scale)
         else:
             text = f"_v{step.arg}.sum(axis={step.axes!r})"
         with np.errstate(all="ignore"):
@@ -431,11 +432,21 @@ def _diagonal_writer(backend: Backend, step: Diagonal, shapes: dict[int, tuple[i
     return write_strided
 
 
+_HELPER_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
 def _helpers(source: Source, xp: Any) -> dict[str, Any]:
-    namespace: dict[str, Any] = {source.alias["np"]: xp}
-    for key in ("as_float", "reciprocal", "sigmoid", "step", "input", "as_input_float"):
-        exec(source.helper_text(key), namespace)  # noqa: S102 - our own helper text
-    return namespace
+    """The generated code's helper functions under the renderer's names, on the array module ``xp`` (cached)."""
+    key = (tuple(sorted(source.alias.items())), xp.__name__)
+    found = _HELPER_CACHE.get(key)
+    if found is None:
+        found = {source.alias["np"]: xp}
+        for name in ("as_float", "reciprocal", "sigmoid", "step", "input", "as_input_float"):
+            exec(source.helper_text(name), found)  # noqa: S102 - our own helper text
+        found.pop("__builtins__", None)
+        if len(_HELPER_CACHE) < 64:
+            _HELPER_CACHE[key] = found
+    return dict(found)
 
 
 def _taken(lowered: Lowered) -> set[str]:
