@@ -7,6 +7,7 @@ element, and the temporary arrays the value rule allocates besides its result (t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,24 +21,51 @@ __all__ = ["FunctionRule", "FUNCTION_RULES"]
 class FunctionRule:
     """One elementwise function.
 
-    ``value(xp, x)`` evaluates f elementwise on the array module ``xp``; ``derivative(u)`` is f'(u) as IR;
-    ``source`` is the generated code (``{np}`` the array module, ``{x}`` the argument, ``{sigmoid}``/``{step}``
-    helpers); ``numexpr`` the same for numexpr (``{x}`` must be a name when it occurs twice), or None;
-    ``latex`` the LaTeX (``@`` the argument); ``cost`` operations per element for the plan report;
-    ``temporaries`` arrays of the argument's size (float64) that ``value`` allocates besides its result.
+    ``value(xp, x)`` evaluates f elementwise on the array module ``xp``; ``derivative_text`` is f'(u) in
+    einflow text (``u`` the argument), parsed once: ``derivative(arg)`` is f'(arg) as IR; ``source`` is the
+    generated code (``{np}`` the array module, ``{x}`` the argument, ``{sigmoid}``/``{step}`` helpers);
+    ``numexpr`` the same for numexpr, or None; ``latex`` the LaTeX (``@`` the argument); ``cost``
+    operations per element for the plan report; ``temporaries`` arrays of the argument's size (float64)
+    that ``value`` allocates besides its result (the memory model).
+
+    >>> ir.format_expr(FUNCTION_RULES["tanh"].derivative(ir.Tensor("h", ("i",))))
+    '1 - tanh(h[i])^2'
     """
 
     value: Callable[[Any, Any], Any]
-    derivative: Callable[[ir.Expr], ir.Expr]
+    derivative_text: str
     source: str
     numexpr: str | None
     latex: str
     cost: int = 1
     temporaries: float = 0.0
 
+    def derivative(self, argument: ir.Expr) -> ir.Expr:
+        """f'(argument) as IR: the parsed ``derivative_text`` with ``u`` replaced by ``argument``."""
+        return _substitute(_parsed(self.derivative_text), argument)
 
-def _call(name: str) -> Callable[[ir.Expr], ir.Expr]:
-    return lambda u: ir.Call(name, u)
+
+@functools.cache
+def _parsed(text: str) -> ir.Expr:
+    from einflow.grammar import parse
+
+    statement = parse(f"d = {text}").statements[0]
+    assert isinstance(statement, ir.Assign)
+    return statement.expr
+
+
+def _substitute(expr: ir.Expr, argument: ir.Expr) -> ir.Expr:
+    if isinstance(expr, ir.Tensor):
+        return argument if expr.name == "u" else expr
+    if isinstance(expr, ir.Product):
+        return ir.Product(tuple(_substitute(factor, argument) for factor in expr.factors))
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(_substitute(term, argument) for term in expr.terms))
+    if isinstance(expr, ir.Call):
+        return ir.Call(expr.func, _substitute(expr.arg, argument))
+    if isinstance(expr, ir.Power):
+        return ir.Power(_substitute(expr.base, argument), expr.exponent)
+    return expr  # numbers (the derivative texts use no deltas or reductions)
 
 
 def _step_value(xp: Any, x: Any) -> Any:
@@ -52,37 +80,27 @@ def _sigmoid_value(xp: Any, x: Any) -> Any:
     return xp.where(x >= 0, r, e * r)
 
 
-ZERO = ir.Num(0)
-
 FUNCTION_RULES: dict[str, FunctionRule] = {
-    "exp": FunctionRule(lambda xp, x: xp.exp(x), _call("exp"), "{np}.exp({x})", "exp({x})",
+    #                    value rule                        f'(u)                     generated code
+    "exp": FunctionRule(lambda xp, x: xp.exp(x), "exp(u)", "{np}.exp({x})", "exp({x})",
                         r"\exp\left(@\right)", 10),
-    "log": FunctionRule(lambda xp, x: xp.log(x), lambda u: ir.Power(u, -1), "{np}.log({x})", "log({x})",
-                        r"\log\left(@\right)", 10),
-    "log1p": FunctionRule(lambda xp, x: xp.log1p(x), lambda u: ir.Power(ir.Sum((ir.Num(1), u)), -1),
-                          "{np}.log1p({x})", "log1p({x})", r"\log\left(1 + @\right)", 10),
-    "sqrt": FunctionRule(lambda xp, x: xp.sqrt(x), lambda u: ir.product(ir.Num(0.5), ir.Power(u, -0.5)),
-                         "{np}.sqrt({x})", "sqrt({x})", r"\sqrt{@}", 4),
-    "sin": FunctionRule(lambda xp, x: xp.sin(x), _call("cos"), "{np}.sin({x})", "sin({x})",
-                        r"\sin\left(@\right)", 10),
-    "cos": FunctionRule(lambda xp, x: xp.cos(x), lambda u: ir.negate(ir.Call("sin", u)), "{np}.cos({x})",
-                        "cos({x})", r"\cos\left(@\right)", 10),
-    "tanh": FunctionRule(lambda xp, x: xp.tanh(x),
-                         lambda u: ir.Sum((ir.Num(1), ir.negate(ir.Power(ir.Call("tanh", u), 2)))),
-                         "{np}.tanh({x})", "tanh({x})", r"\tanh\left(@\right)", 20),
-    "sigmoid": FunctionRule(_sigmoid_value,
-                            lambda u: ir.product(ir.Call("sigmoid", u),
-                                                 ir.Sum((ir.Num(1), ir.negate(ir.Call("sigmoid", u))))),
-                            # numexpr: one exp, exact to rounding down to x = -709 (below, 0 for a subnormal)
-                            "{sigmoid}({x})", "1 / (1 + exp(-{x}))", r"\sigma\left(@\right)", 14, 3.125),
-    "abs": FunctionRule(lambda xp, x: xp.abs(x), _call("sign"), "{np}.abs({x})", "abs({x})",
+    "log": FunctionRule(lambda xp, x: xp.log(x), "u^-1", "{np}.log({x})", "log({x})", r"\log\left(@\right)", 10),
+    "log1p": FunctionRule(lambda xp, x: xp.log1p(x), "(1 + u)^-1", "{np}.log1p({x})", "log1p({x})",
+                          r"\log\left(1 + @\right)", 10),
+    "sqrt": FunctionRule(lambda xp, x: xp.sqrt(x), "0.5 u^-0.5", "{np}.sqrt({x})", "sqrt({x})", r"\sqrt{@}", 4),
+    "sin": FunctionRule(lambda xp, x: xp.sin(x), "cos(u)", "{np}.sin({x})", "sin({x})", r"\sin\left(@\right)", 10),
+    "cos": FunctionRule(lambda xp, x: xp.cos(x), "-sin(u)", "{np}.cos({x})", "cos({x})", r"\cos\left(@\right)", 10),
+    "tanh": FunctionRule(lambda xp, x: xp.tanh(x), "1 - tanh(u)^2", "{np}.tanh({x})", "tanh({x})",
+                         r"\tanh\left(@\right)", 20),
+    # numexpr: one exp, exact to rounding down to x = -709 (below, 0 for a subnormal)
+    "sigmoid": FunctionRule(_sigmoid_value, "sigmoid(u) (1 - sigmoid(u))", "{sigmoid}({x})", "1 / (1 + exp(-{x}))",
+                            r"\sigma\left(@\right)", 14, 3.125),
+    "abs": FunctionRule(lambda xp, x: xp.abs(x), "sign(u)", "{np}.abs({x})", "abs({x})",
                         r"\left|@\right|"),  # abs'(0) = sign(0) = 0
-    "relu": FunctionRule(lambda xp, x: xp.maximum(x, 0), _call("step"), "{np}.maximum({x}, 0)",
+    "relu": FunctionRule(lambda xp, x: xp.maximum(x, 0), "step(u)", "{np}.maximum({x}, 0)",
                          "where({x} > 0, {x}, 0)", r"\operatorname{relu}\left(@\right)"),  # relu'(0) = step(0) = 0
-    "sign": FunctionRule(lambda xp, x: xp.sign(x), lambda u: ZERO, "{np}.sign({x})", None,
-                         r"\operatorname{sign}\left(@\right)"),
-    "step": FunctionRule(_step_value, lambda u: ZERO, "{step}({x})", None, r"\operatorname{step}\left(@\right)",
-                         1, 0.125),
+    "sign": FunctionRule(lambda xp, x: xp.sign(x), "0", "{np}.sign({x})", None, r"\operatorname{sign}\left(@\right)"),
+    "step": FunctionRule(_step_value, "0", "{step}({x})", None, r"\operatorname{step}\left(@\right)", 1, 0.125),
 }
 
 assert set(FUNCTION_RULES) == set(ir.FUNCTIONS)
