@@ -37,7 +37,7 @@ from einflow.lower import (
     Step,
 )
 
-__all__ = ["Source", "usable", "number_text", "HELPERS", "describe", "kind_of"]
+__all__ = ["Source", "usable", "number_text", "HELPERS", "kind_of"]
 
 # Private helpers the generated code may call; {np} and helper names are substituted.
 HELPERS: dict[str, str] = {
@@ -113,24 +113,6 @@ def kind_of(step: Step) -> str:
         arrays = [f for f in expr.factors if isinstance(f, (Arg, AsFloat)) or not isinstance(f, Number)]
         return "scale" if len(arrays) <= 1 or all(isinstance(f, (Number, AsFloat)) for f in arrays) else "product"
     return "elementwise"
-
-
-def describe(node: Node, labels: dict[int, tuple[str, ...]]) -> str:
-    """An expression in einflow-like text, registers shown by their axis labels (``%3[i,j]``)."""
-    if isinstance(node, Arg):
-        own = labels.get(node.register, ())
-        return f"%{node.register}[{','.join(own)}]"
-    if isinstance(node, Number):
-        return repr(node.value)
-    if isinstance(node, Apply):
-        return f"{node.func}({describe(node.arg, labels)})"
-    if isinstance(node, AsFloat):
-        return f"float({describe(node.arg, labels)})"
-    if isinstance(node, Pow):
-        return f"({describe(node.base, labels)})^{node.exponent}"
-    if isinstance(node, Add):
-        return " + ".join(describe(term, labels) for term in node.terms)
-    return " ".join(f"({describe(f, labels)})" if isinstance(f, Add) else describe(f, labels) for f in node.factors)
 
 
 class Source:

@@ -521,8 +521,33 @@ def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
         return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
     if isinstance(step, Elementwise):
         flops = elements * max(1, _operations(step.expr))
-        return PlanStep(statement, kind, equation, flops, shape, size)
+        text = _describe(step.expr, step.labels, specialiser)
+        return PlanStep(statement, kind, text, flops, shape, size)
     return PlanStep(statement, kind, equation, elements, shape, size)
+
+
+def _describe(node: Node, labels: tuple[str, ...], specialiser: _Specialiser) -> str:
+    """An elementwise expression in einflow-like text: ``tanh(A[i,j]) exp(B[i,j]) + sigmoid(A[i,j])``."""
+    if isinstance(node, Arg):
+        rank = len(specialiser.shape[node.register])
+        axes = node.axes if node.axes is not None else tuple(range(rank)) if rank else ()
+        own = [label for _, label in sorted((axis, labels[k]) for k, axis in enumerate(axes) if axis is not None)]
+        name = specialiser.var(node.register)
+        return f"{name}[{','.join(own)}]" if own else name
+    if isinstance(node, Number):
+        return repr(node.value)
+    if isinstance(node, Apply):
+        return f"{node.func}({_describe(node.arg, labels, specialiser)})"
+    if isinstance(node, AsFloat):
+        return _describe(node.arg, labels, specialiser)
+    if isinstance(node, Pow):
+        base = _describe(node.base, labels, specialiser)
+        return f"({base})^{node.exponent}" if " " in base else f"{base}^{node.exponent}"
+    if isinstance(node, Add):
+        return " + ".join(_describe(term, labels, specialiser) for term in node.terms)
+    factors = sorted(node.factors, key=lambda factor: not isinstance(factor, Number))  # the number first
+    return " ".join(f"({_describe(f, labels, specialiser)})" if isinstance(f, Add) else
+                    _describe(f, labels, specialiser) for f in factors)
 
 
 def _operations(node: Node) -> int:
