@@ -410,13 +410,11 @@ def _diagonal_writer(backend: Backend, step: Diagonal, shapes: dict[int, tuple[i
               for label in step.labels]
     if not backend.strided_writes:
         letters = {label: oe.get_symbol(k) for k, label in enumerate(dict.fromkeys((*step.labels, *step.output)))}
-        representative = {member: group[0] for group in step.groups for member in group}
         eyes = [(group[0], member) for group in step.groups for member in group[1:]]
         spec = "".join(letters[label] for label in step.labels)
         spec += "".join("," + letters[a] + letters[b] for a, b in eyes)
         spec += "->" + "".join(letters[label] for label in step.output)
         sizes = [full_shape[step.output.index(b)] for _, b in eyes]
-        del representative
 
         def write(value: Any) -> Any:
             return backend.xp.einsum(spec, value, *(backend.eye(size, bool) for size in sizes))
