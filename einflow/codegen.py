@@ -212,7 +212,7 @@ class Source:
             return self.power(node), 4
         if isinstance(node, Add):
             pieces: list[str] = []
-            for position, term in enumerate(node.terms):
+            for position, term in enumerate(_positive_first(node.terms)):
                 negated = _negated(term) if position else None
                 if negated is not None:
                     text, level = self.node(negated)
@@ -336,6 +336,13 @@ class Source:
 
     def returned(self) -> list[str]:
         return [self.var(register) for register in self.lowered.outputs]
+
+
+def _positive_first(terms: tuple[Node, ...]) -> tuple[Node, ...]:
+    """Two terms with the negative one first are swapped (``1 - x``, not ``x * (-1) + 1``): exact in floats."""
+    if len(terms) == 2 and _negated(terms[0]) is not None and _negated(terms[1]) is None:
+        return terms[1], terms[0]
+    return terms
 
 
 def _negated(term: Node) -> Node | None:

@@ -259,6 +259,20 @@ def substitute(node: Node, register: int, replacement: Node, ranks: dict[int, in
     return Mul(tuple(substitute(factor, register, replacement, ranks) for factor in node.factors))
 
 
+def _number_types(node: Node) -> tuple[type, ...]:
+    """The types of an expression's numbers: keys must tell ``x * 2`` from ``x * 2.0`` (1 == 1.0 in Python)."""
+    if isinstance(node, Number):
+        return (type(node.value),)
+    if isinstance(node, Arg):
+        return ()
+    if isinstance(node, (Apply, AsFloat)):
+        return _number_types(node.arg)
+    if isinstance(node, Pow):
+        return (*_number_types(node.base), type(node.exponent))
+    parts = node.terms if isinstance(node, Add) else node.factors
+    return tuple(t for part in parts for t in _number_types(part))
+
+
 @dataclass(frozen=True, slots=True)
 class _Value:
     """A lowered value: a register with axis labels, or a compile-time number."""
@@ -460,11 +474,11 @@ class _Lowering:
             return self.aligned(args[0], order)
         expr = Add((*args, Number(constant))) if has_constant else Add(tuple(args))
         # positional: the same sum under other index names (`1 - h[b,i]^2`, `1 - h[w,i]^2`) is computed once
-        return self.elementwise(("add", expr, type(constant), self.sizes_of(order)), expr, order)
+        return self.elementwise(("add", expr, _number_types(expr)), expr, order)
 
     def aligned(self, arg: Arg, order: tuple[str, ...]) -> _Value:
         """A register transposed (a view): one step, so that the report and the code show it."""
-        return self.elementwise(("align", arg, self.sizes_of(order)), arg, order)
+        return self.elementwise(("align", arg), arg, order)
 
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
@@ -495,13 +509,14 @@ class _Lowering:
                 return self.diagonal(_Value(None, (), coefficient), output, classes)
             if len(scale) == 1 and isinstance(scale[0], Arg):
                 return self.diagonal(_Value(scale[0].register, ()), output, classes)
-            value = self.elementwise(("mul", tuple(scale)), Mul(tuple(scale)), ())
+            product = Mul(tuple(scale))
+            value = self.elementwise(("mul", product, _number_types(product)), product, ())
             return self.diagonal(value, output, classes)
         if not scalars and all(value.reg in self.synthetic for value, _ in operands):
             # deltas alone are booleans: in the inputs' floating type (scaled even by the int 1: numbers, not bools)
             value, labels = operands[0]
             expr = Mul((AsFloat(Arg(value.reg)), Number(coefficient)))  # type: ignore[arg-type]
-            operands[0] = (self.elementwise(("mul", expr), expr, value.labels), labels)
+            operands[0] = (self.elementwise(("mul", expr, _number_types(expr)), expr, value.labels), labels)
             scale = []
         keys = [tuple(labels) for _, labels in operands]
         everything = [label for labels in keys for label in labels]
@@ -517,7 +532,7 @@ class _Lowering:
                     result = self.aligned(factors[0], inner)  # type: ignore[arg-type]
             else:
                 expr = Mul((*factors, *scale))  # type: ignore[arg-type]
-                result = self.elementwise(("mul", expr, self.sizes_of(inner)), expr, inner)
+                result = self.elementwise(("mul", expr, _number_types(expr)), expr, inner)
             return self.diagonal(result, output, classes)
         if len(operands) == 1 and not repeated:
             value, labels = operands[0]
@@ -530,7 +545,7 @@ class _Lowering:
                 expr = Mul((expr, *scale))
             elif expr.axes is None:  # type: ignore[union-attr]
                 return self.diagonal(_Value(reduced.reg, inner), output, classes)
-            return self.diagonal(self.elementwise(("mul", expr, self.sizes_of(inner)), expr, inner), output,
+            return self.diagonal(self.elementwise(("mul", expr, _number_types(expr)), expr, inner), output,
                                  classes)
         args = tuple(value.reg for value, _ in operands)
         sizes = self.sizes_of(inner)
@@ -538,8 +553,9 @@ class _Lowering:
         letters = {label: chr(97 + k) for k, label in enumerate(dict.fromkeys(everything))}
         equation = (tuple("".join(letters[label] for label in labels) for labels in keys),
                     "".join(letters[label] for label in inner))
-        result = self.emit(("contract", equation, args, tuple(scale), sizes), lambda out: Contract(
-            self.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)  # type: ignore[arg-type]
+        key = ("contract", equation, args, tuple(scale), _number_types(Mul(tuple(scale))))
+        result = self.emit(key, lambda out: Contract(  # type: ignore[arg-type]
+            self.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)
         return self.diagonal(result, output, classes)
 
     def diagonal(self, value: _Value, output: list[str], classes: dict[str, list[str]]) -> _Value:

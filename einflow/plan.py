@@ -19,7 +19,7 @@ import opt_einsum as oe
 from einflow import ir
 from einflow.backends.base import Backend
 from einflow.check import ProgramInfo
-from einflow.codegen import Source, kind_of
+from einflow.codegen import Source, _negated, _positive_first, kind_of
 from einflow.errors import EinflowError, MemoryLimitError
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
@@ -328,7 +328,7 @@ class _Specialiser(Source):
         elements = math.prod(self.shape[step.out])
         need, extra = _temporaries(step.expr)
         self.transient[step.out] = int(max(need - 1 + extra, 0) * elements * self.itemsize(step.out))
-        if self.numexpr is not None and elements >= NUMEXPR_ELEMENTS:
+        if self.numexpr is not None and elements >= NUMEXPR_ELEMENTS and _operations(step.expr, 1) >= 2:
             text = self.numexpr_text(step)
             if text is not None:
                 self.transient[step.out] = 0
@@ -387,11 +387,19 @@ def _numexpr_node(node: Node, name: Any) -> str | None:
         return f"({inner} ** {node.exponent!r})"
     if isinstance(node, AsFloat):
         return None
-    parts = node.terms if isinstance(node, Add) else node.factors
-    texts = [_numexpr_node(part, name) for part in parts]
+    if isinstance(node, Add):
+        pieces = []
+        for position, term in enumerate(_positive_first(node.terms)):
+            negated = _negated(term) if position else None
+            text = _numexpr_node(negated if negated is not None else term, name)
+            if text is None:
+                return None
+            pieces.append((" - " if negated is not None else " + " if position else "") + text)
+        return "(" + "".join(pieces) + ")"
+    texts = [_numexpr_node(part, name) for part in node.factors]
     if any(text is None for text in texts):
         return None
-    return "(" + (" + " if isinstance(node, Add) else " * ").join(texts) + ")"  # type: ignore[arg-type]
+    return "(" + " * ".join(texts) + ")"  # type: ignore[arg-type]
 
 
 def _numexpr() -> Any:
@@ -548,12 +556,13 @@ def _describe(node: Node, labels: tuple[str, ...], specialiser: _Specialiser) ->
                     _describe(f, labels, specialiser) for f in factors)
 
 
-def _operations(node: Node) -> int:
+def _operations(node: Node, call: int | None = None) -> int:
+    """Operations per element (a function counts its ``cost``, or ``call`` when given)."""
     if isinstance(node, (Arg, Number)):
         return 0
     if isinstance(node, Apply):
-        return FUNCTION_RULES[node.func].cost + _operations(node.arg)
+        return (FUNCTION_RULES[node.func].cost if call is None else call) + _operations(node.arg, call)
     if isinstance(node, (Pow, AsFloat)):
-        return 1 + _operations(node.base if isinstance(node, Pow) else node.arg)
+        return 1 + _operations(node.base if isinstance(node, Pow) else node.arg, call)
     parts = node.terms if isinstance(node, Add) else node.factors
-    return len(parts) - 1 + sum(_operations(part) for part in parts)
+    return len(parts) - 1 + sum(_operations(part, call) for part in parts)
