@@ -329,14 +329,16 @@ class _Specialiser(Source):
         need, extra = _temporaries(step.expr)
         self.transient[step.out] = int(max(need - 1 + extra, 0) * elements * self.itemsize(step.out))
         if self.numexpr is not None and elements >= NUMEXPR_ELEMENTS and _operations(step.expr, 1) >= 2:
-            text = self.numexpr_text(step)
-            if text is not None:
-                self.transient[step.out] = 0
+            found = self.numexpr_text(step)
+            if found is not None:  # numexpr works in blocks: only operands numpy computes for it are arrays
+                text, computed = found
+                self.transient[step.out] = computed * elements * self.itemsize(step.out)
                 return text
         return super().elementwise(step)
 
-    def numexpr_text(self, step: Elementwise) -> str | None:
-        """``numexpr.evaluate`` of the fused expression, or None when numexpr cannot compute it exactly alike."""
+    def numexpr_text(self, step: Elementwise) -> tuple[str, int] | None:
+        """``numexpr.evaluate`` of the fused expression and how many operands numpy computes for it, or None
+        when numexpr cannot compute it alike."""
         registers = sorted(set(node_args(step.expr)))
         if not isinstance(step.expr, (Add, Mul, Apply, Pow)) or not registers:
             return None
@@ -347,8 +349,12 @@ class _Specialiser(Source):
         text = _numexpr_node(step.expr, lambda node: names.setdefault(node, f"a{len(names)}"))
         if text is None or len(names) > 30:
             return None
-        local = ", ".join(f"{name!r}: {self.arg(node)}" for node, name in names.items())
-        return f"{self.alias['ne']}.evaluate({text!r}, local_dict={{{local}}})"
+        if all(not isinstance(node, Arg) for node in names):
+            return None  # nothing left for numexpr to fuse
+        local = ", ".join(f"{name!r}: {self.arg(node) if isinstance(node, Arg) else self.node(node)[0]}"
+                          for node, name in names.items())
+        computed = sum(1 for node in names if not isinstance(node, Arg))
+        return f"{self.alias['ne']}.evaluate({text!r}, local_dict={{{local}}})", computed
 
     def step_lines(self, step: Step) -> list[str]:
         if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
@@ -374,19 +380,17 @@ def _numexpr_node(node: Node, name: Any) -> str | None:
         return repr(float(value)) if isinstance(value, float) else repr(value)
     if isinstance(node, Apply):
         template = FUNCTION_RULES[node.func].numexpr
+        if template is None or template.count("{x}") > 1 and not isinstance(node.arg, Arg):
+            return name(node)  # computed by numpy and handed to numexpr as an operand
         inner = _numexpr_node(node.arg, name)
-        if template is None or inner is None:
-            return None
-        if template.count("{x}") > 1 and not isinstance(node.arg, Arg):
-            return None  # an argument computed several times: not one pass any more
-        return "(" + template.format(x=inner) + ")"
+        return None if inner is None else "(" + template.format(x=inner) + ")"
     if isinstance(node, Pow):
+        if node.exponent not in (2, 3, 0.5, -1, 1):
+            return name(node)
         inner = _numexpr_node(node.base, name)
-        if inner is None or node.exponent not in (2, 3, 0.5, -1, 1):
-            return None
-        return f"({inner} ** {node.exponent!r})"
+        return None if inner is None else f"({inner} ** {node.exponent!r})"
     if isinstance(node, AsFloat):
-        return None
+        return name(node)
     if isinstance(node, Add):
         pieces = []
         for position, term in enumerate(_positive_first(node.terms)):
