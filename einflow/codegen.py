@@ -70,6 +70,7 @@ HELPERS: dict[str, str] = {
     return x.astype({np}.result_type(*floats)) if floats else x''',
 }
 HELPER_NEEDS = {"reciprocal": ("as_float",)}
+_BUILTINS = frozenset(dir(builtins))
 ALIASES = ("np", "oe", "ne", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float")
 
 
@@ -120,7 +121,7 @@ class Source:
 
     def __init__(self, lowered: Lowered, taken: set[str] | None = None) -> None:
         self.lowered = lowered
-        self.taken = set(taken or ()) | set(dir(builtins))
+        self.taken = set(taken or ()) | _BUILTINS
         self.alias = {key: self.fresh("_" + key) for key in ALIASES}
         self.used_helpers: set[str] = set()
         self.vars: dict[int, str] = {}

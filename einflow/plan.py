@@ -9,6 +9,7 @@ peak memory of a run from the same steps. The report (``Program.plan``) lists th
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -253,10 +254,10 @@ class _Specialiser(Source):
             namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
             text = generic.scaled("_contracted", step.scale)
         else:
-            text = f"_v{step.arg}.sum(axis={step.axes!r})"
+            return self.sample(step.arg).sum(axis=step.axes).dtype
         with np.errstate(all="ignore"):
             try:
-                value = eval(text, namespace)  # noqa: S307 - text generated here from plain data
+                value = eval(_compiled(text), namespace)  # noqa: S307 - text generated here from plain data
             except (TypeError, OverflowError) as error:
                 raise EinflowError(f"cannot compute this program for inputs of these dtypes: {error}; cast the "
                                    "inputs (e.g. to float64) first") from None
@@ -368,6 +369,11 @@ class _Specialiser(Source):
         name = self.fresh(f"_diagonal{step.out}")
         self.namespace[name] = _diagonal_writer(self.backend, step, self.shape)
         return [f"{out} = {name}({self.var(step.arg)})"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(text: str) -> Any:
+    return compile(text, "<einflow dtype>", "eval")
 
 
 def _numexpr_node(node: Node, name: Any) -> str | None:
