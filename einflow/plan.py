@@ -459,7 +459,6 @@ def _helpers(source: Source, xp: Any) -> dict[str, Any]:
         found = {source.alias["np"]: xp}
         for name in ("as_float", "reciprocal", "sigmoid", "step", "input", "as_input_float"):
             exec(source.helper_text(name), found)  # noqa: S102 - our own helper text
-        found.pop("__builtins__", None)
         if len(_HELPER_CACHE) < 64:
             _HELPER_CACHE[key] = found
     return dict(found)

@@ -136,3 +136,11 @@ def test_split_product_sorts_factors_by_role() -> None:
     assert [labels for _, labels in parts.operands] == [["i", "j"], ["k"]]
     assert parts.deltas == [["j", "k"]]
     assert parts.sequence == [["i", "j"], ["j", "k"], ["k"]]
+
+
+def test_generated_helpers_work_in_every_plan() -> None:
+    # the helpers (reciprocal, as_float, sigmoid) are shared between plans; each must keep Python's builtins
+    for _ in range(2):
+        x = np.arange(1, 4, dtype=np.uint8)
+        np.testing.assert_allclose(ef.evaluate("y[i] = x[i]^-1 + x[i]^-0.5", x=x), 1 / x + x**-0.5)
+        np.testing.assert_allclose(ef.evaluate("y[i] = sigmoid(x[i])", x=x), 1 / (1 + np.exp(-x.astype(float))))
