@@ -141,6 +141,6 @@ def test_split_product_sorts_factors_by_role() -> None:
 def test_generated_helpers_work_in_every_plan() -> None:
     # the helpers (reciprocal, as_float, sigmoid) are shared between plans; each must keep Python's builtins
     for _ in range(2):
-        x = np.arange(1, 4, dtype=np.uint8)
+        x = np.arange(1, 4)  # integers: reciprocal and as_float convert them
         np.testing.assert_allclose(ef.evaluate("y[i] = x[i]^-1 + x[i]^-0.5", x=x), 1 / x + x**-0.5)
         np.testing.assert_allclose(ef.evaluate("y[i] = sigmoid(x[i])", x=x), 1 / (1 + np.exp(-x.astype(float))))
