@@ -16,7 +16,7 @@ import math
 import opt_einsum as oe
 
 from einflow.functions import FUNCTION_RULES
-from einflow.lower import (
+from einflow.steps import (
     Add,
     Apply,
     Arg,

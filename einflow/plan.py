@@ -25,7 +25,8 @@ from einflow.errors import EinflowError, MemoryLimitError
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
 from einflow.kernels import contraction_text
-from einflow.lower import (
+from einflow.lower import lower
+from einflow.steps import (
     Add,
     Apply,
     Arg,
@@ -44,7 +45,6 @@ from einflow.lower import (
     Reduce,
     SizeRef,
     Step,
-    lower,
     node_args,
     step_inputs,
 )

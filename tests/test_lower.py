@@ -10,8 +10,9 @@ import pytest
 import einflow as ef
 from einflow.backends import get_backend
 from einflow.contraction import eliminate_deltas, product_output, split_product
-from einflow.lower import Contract, Elementwise, Free, lower
+from einflow.lower import lower
 from einflow.plan import build_plan
+from einflow.steps import Contract, Elementwise, Free
 
 RNG = np.random.default_rng(5)
 
