@@ -35,6 +35,7 @@ from einflow.steps import (
     Reduce,
     SizeRef,
     Step,
+    node_args,
 )
 
 __all__ = ["Source", "usable", "number_text", "HELPERS", "kind_of"]
@@ -140,6 +141,8 @@ class Source:
         self.used = set(self.vars.values()) | set(self.alias.values())
         self.temp_count = 0
         self.labels: dict[int, tuple[str, ...]] = {}
+        #: registers known to hold booleans (a specialised rendering knows them; a generic one does not)
+        self.booleans: set[int] = set()
 
     # ------------------------------------------------------------------ names
     def fresh(self, base: str) -> str:
@@ -214,7 +217,7 @@ class Source:
         if isinstance(node, Add):
             pieces: list[str] = []
             for position, term in enumerate(_positive_first(node.terms)):
-                negated = _negated(term) if position else None
+                negated = _negated(term) if position and self.subtractable(term) else None
                 if negated is not None:
                     text, level = self.node(negated)
                     pieces.append(" - " + (f"({text})" if level < 2 else text))
@@ -227,6 +230,10 @@ class Source:
             text, level = self.node(factor)
             factors.append(f"({text})" if level < 2 else text)
         return " * ".join(factors), 2
+
+    def subtractable(self, term: Node) -> bool:
+        """Whether ``+ term`` may be written ``- (its negation)``: numpy refuses ``bool - bool`` (see ``booleans``)."""
+        return not self.booleans or not any(register in self.booleans for register in node_args(term))
 
     def call(self, func: str, x: str) -> str:
         template = FUNCTION_RULES[func].source

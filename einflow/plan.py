@@ -191,6 +191,7 @@ class _Specialiser(Source):
         self.float_dtype = float_dtype
         self.shape: dict[int, tuple[int, ...]] = {k: tuple(shapes[name]) for k, name in enumerate(lowered.inputs)}
         self.dtype: dict[int, Any] = {k: dtypes[name] for k, name in enumerate(lowered.inputs)}
+        self.booleans.update(k for k, dtype in self.dtype.items() if dtype == np.dtype(bool))
         self.namespace: dict[str, Any] = {}
         self.report: dict[int, tuple[int, list[tuple[str, int, tuple[int, ...]]], int]] = {}
         self.transient: dict[int, int] = {}
@@ -231,6 +232,9 @@ class _Specialiser(Source):
         else:
             self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)
         self.dtype[step.out] = self.dtype_of(step)
+        if self.dtype[step.out] == np.dtype(bool):
+            self.booleans.add(step.out)
+
 
     def sample(self, register: int) -> Any:
         dtype = self.dtype[register]
@@ -268,6 +272,7 @@ class _Specialiser(Source):
         if self._generic is None:
             generic = Source(self.lowered, _taken(self.lowered))
             generic.vars = {register: f"_v{register}" for register in range(self.lowered.register_count)}
+            generic.booleans = self.booleans  # the same set: both renderings write subtractions alike
             namespace = _helpers(generic, np)
             namespace[generic.alias["oe"]] = oe
             namespace.update({f"_v{k}": self.sample(k) for k in range(len(self.lowered.inputs))})

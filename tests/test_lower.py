@@ -145,3 +145,10 @@ def test_generated_helpers_work_in_every_plan() -> None:
         x = np.arange(1, 4)  # integers: reciprocal and as_float convert them
         np.testing.assert_allclose(ef.evaluate("y[i] = x[i]^-1 + x[i]^-0.5", x=x), 1 / x + x**-0.5)
         np.testing.assert_allclose(ef.evaluate("y[i] = sigmoid(x[i])", x=x), 1 / (1 + np.exp(-x.astype(float))))
+
+
+def test_booleans_subtract_as_numbers() -> None:
+    # numpy refuses bool - bool; einflow's booleans are the numbers 0 and 1 (as before the subtraction)
+    a, b = np.array([True, False, True]), np.array([False, False, True])
+    assert ef.evaluate("y[i] = a[i] - b[i]", a=a, b=b).tolist() == [1, 0, 0]
+    assert ef.evaluate("y[i] = a[i] - b[i]", a=a.astype(float), b=b).tolist() == [1.0, 0.0, 0.0]
