@@ -1,8 +1,9 @@
 """`make bench`: every benchmark section, printed as one table of ratios (einflow ÷ the other).
 
 Sections: call overhead, contractions (vs numpy.einsum, opt_einsum, jax.jit, torch), shared work,
-memory (measured vs predicted peak), derivatives (benchmarks/derivatives.py) and dask (a chunked
-matrix chain vs dask.array.einsum from benchmarks/dask_scale.py; its multi-GB operand run only with
+memory (measured vs predicted peak), fused elementwise work (vs jax.jit), derivatives
+(benchmarks/derivatives.py) and dask (a chunked matrix chain vs dask.array.einsum from
+benchmarks/dask_scale.py; its multi-GB operand run only with
 --dask). jax and torch are optional: their columns are left out when they are not installed.
 
 Run:  python benchmarks/run_all.py [--quick] [--dask] [--write] [--only SECTION ...] [--torch-hessians]
@@ -95,6 +96,7 @@ SECTIONS: dict[str, tuple[str, Callable[[int, bool], list[Row]]]] = {
     "contractions": ("Contractions", _section("contractions")),
     "shared_work": ("Shared work", _section("shared_work")),
     "memory": ("Memory", _section("memory")),
+    "elementwise": ("Fused elementwise work", _section("elementwise")),
     "derivatives": ("Derivatives", _derivatives),
     "dask": ("Dask", _dask),
 }

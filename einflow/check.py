@@ -20,7 +20,6 @@ __all__ = [
     "free_indices",
     "product_operands",
     "top_level_terms",
-    "statement_bound",
 ]
 
 
@@ -78,11 +77,6 @@ def free_indices(expr: ir.Expr, bound: frozenset[str] = frozenset()) -> tuple[st
 def top_level_terms(expr: ir.Expr) -> tuple[ir.Expr, ...]:
     """The operands of the outermost sum (each reduced on its own in an explicit statement)."""
     return expr.terms if isinstance(expr, ir.Sum) else (expr,)
-
-
-def statement_bound(statement: ir.Assign) -> frozenset[str]:
-    """Indices bound in the whole statement (the explicit target's)."""
-    return frozenset(statement.indices or ())
 
 
 @dataclass(frozen=True)

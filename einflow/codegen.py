@@ -16,7 +16,7 @@ import math
 import opt_einsum as oe
 
 from einflow.functions import FUNCTION_RULES
-from einflow.lower import (
+from einflow.steps import (
     Add,
     Apply,
     Arg,
@@ -36,9 +36,10 @@ from einflow.lower import (
     Size,
     SizeRef,
     Step,
+    node_args,
 )
 
-__all__ = ["Source", "usable", "number_text", "HELPERS", "describe", "kind_of"]
+__all__ = ["Source", "usable", "number_text", "HELPERS", "kind_of"]
 
 # Private helpers the generated code may call; {np} and helper names are substituted.
 HELPERS: dict[str, str] = {
@@ -71,6 +72,7 @@ HELPERS: dict[str, str] = {
     return x.astype({np}.result_type(*floats)) if floats else x''',
 }
 HELPER_NEEDS = {"reciprocal": ("as_float",)}
+_BUILTINS = frozenset(dir(builtins))
 ALIASES = ("np", "oe", "ne", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float")
 
 
@@ -116,32 +118,12 @@ def kind_of(step: Step) -> str:
     return "elementwise"
 
 
-def describe(node: Node, labels: dict[int, tuple[str, ...]]) -> str:
-    """An expression in einflow-like text, registers shown by their axis labels (``%3[i,j]``)."""
-    if isinstance(node, Arg):
-        own = labels.get(node.register, ())
-        return f"%{node.register}[{','.join(own)}]"
-    if isinstance(node, Number):
-        return repr(node.value)
-    if isinstance(node, Size):
-        return f"size{node.ref!r}" if isinstance(node.ref, tuple) else repr(node.ref)
-    if isinstance(node, Apply):
-        return f"{node.func}({describe(node.arg, labels)})"
-    if isinstance(node, AsFloat):
-        return f"float({describe(node.arg, labels)})"
-    if isinstance(node, Pow):
-        return f"({describe(node.base, labels)})^{node.exponent}"
-    if isinstance(node, Add):
-        return " + ".join(describe(term, labels) for term in node.terms)
-    return " ".join(f"({describe(f, labels)})" if isinstance(f, Add) else describe(f, labels) for f in node.factors)
-
-
 class Source:
     """Render lowered steps as the body of a Python function (generic: no shapes known)."""
 
     def __init__(self, lowered: Lowered, taken: set[str] | None = None) -> None:
         self.lowered = lowered
-        self.taken = set(taken or ()) | set(dir(builtins))
+        self.taken = set(taken or ()) | _BUILTINS
         self.alias = {key: self.fresh("_" + key) for key in ALIASES}
         self.used_helpers: set[str] = set()
         self.vars: dict[int, str] = {}
@@ -160,6 +142,8 @@ class Source:
         self.used = set(self.vars.values()) | set(self.alias.values())
         self.temp_count = 0
         self.labels: dict[int, tuple[str, ...]] = {}
+        #: registers known to hold booleans (a specialised rendering knows them; a generic one does not)
+        self.booleans: set[int] = set()
 
     # ------------------------------------------------------------------ names
     def fresh(self, base: str) -> str:
@@ -237,8 +221,8 @@ class Source:
             return self.power(node), 4
         if isinstance(node, Add):
             pieces: list[str] = []
-            for position, term in enumerate(node.terms):
-                negated = _negated(term) if position else None
+            for position, term in enumerate(_positive_first(node.terms)):
+                negated = _negated(term) if position and self.subtractable(term) else None
                 if negated is not None:
                     text, level = self.node(negated)
                     pieces.append(" - " + (f"({text})" if level < 2 else text))
@@ -251,6 +235,10 @@ class Source:
             text, level = self.node(factor)
             factors.append(f"({text})" if level < 2 else text)
         return " * ".join(factors), 2
+
+    def subtractable(self, term: Node) -> bool:
+        """Whether ``+ term`` may be written ``- (its negation)``: numpy refuses ``bool - bool`` (see ``booleans``)."""
+        return not self.booleans or not any(register in self.booleans for register in node_args(term))
 
     def floating(self, x: str) -> str:
         """``x`` promoted to float64 when it holds integers or booleans (the dtypes are not known here)."""
@@ -368,6 +356,13 @@ class Source:
 
     def returned(self) -> list[str]:
         return [self.var(register) for register in self.lowered.outputs]
+
+
+def _positive_first(terms: tuple[Node, ...]) -> tuple[Node, ...]:
+    """Two terms with the negative one first are swapped (``1 - x``, not ``x * (-1) + 1``): exact in floats."""
+    if len(terms) == 2 and _negated(terms[0]) is not None and _negated(terms[1]) is None:
+        return terms[1], terms[0]
+    return terms
 
 
 def _negated(term: Node) -> Node | None:

@@ -7,6 +7,7 @@ element, and the temporary arrays the value rule allocates besides its result (t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,16 +21,20 @@ __all__ = ["FunctionRule", "FUNCTION_RULES"]
 class FunctionRule:
     """One elementwise function.
 
-    ``value(xp, x)`` evaluates f elementwise on the array module ``xp``; ``derivative(u)`` is f'(u) as IR;
-    ``source`` is the generated code (``{np}`` the array module, ``{x}`` the argument, ``{sigmoid}``/``{step}``
-    helpers); ``numexpr`` the same for numexpr (``{x}`` must be a name when it occurs twice), or None;
-    ``latex`` the LaTeX (``@`` the argument); ``cost`` operations per element for the plan report;
-    ``temporaries`` arrays of the argument's size (float64) that ``value`` allocates besides its result;
-    ``promotes``: integer and boolean arguments are computed in float64.
+    ``value(xp, x)`` evaluates f elementwise on the array module ``xp``; ``derivative_text`` is f'(u) in
+    einflow text (``u`` the argument), parsed once: ``derivative(arg)`` is f'(arg) as IR; ``source`` is the
+    generated code (``{np}`` the array module, ``{x}`` the argument, ``{sigmoid}``/``{step}`` helpers);
+    ``numexpr`` the same for numexpr, or None; ``latex`` the LaTeX (``@`` the argument); ``cost``
+    operations per element for the plan report; ``temporaries`` arrays of the argument's size (float64)
+    that ``value`` allocates besides its result (the memory model); ``promotes``: integer and boolean
+    arguments are computed in float64 (numpy would choose float16 for int8).
+
+    >>> ir.format_expr(FUNCTION_RULES["tanh"].derivative(ir.Tensor("h", ("i",))))
+    '1 - tanh(h[i])^2'
     """
 
     value: Callable[[Any, Any], Any]
-    derivative: Callable[[ir.Expr], ir.Expr]
+    derivative_text: str
     source: str
     numexpr: str | None
     latex: str
@@ -38,9 +43,32 @@ class FunctionRule:
     #: integer and boolean arguments are computed in float64 (the transcendental functions)
     promotes: bool = True
 
+    def derivative(self, argument: ir.Expr) -> ir.Expr:
+        """f'(argument) as IR: the parsed ``derivative_text`` with ``u`` replaced by ``argument``."""
+        return _substitute(_parsed(self.derivative_text), argument)
 
-def _call(name: str) -> Callable[[ir.Expr], ir.Expr]:
-    return lambda u: ir.Call(name, u)
+
+@functools.cache
+def _parsed(text: str) -> ir.Expr:
+    from einflow.grammar import parse
+
+    statement = parse(f"d = {text}").statements[0]
+    assert isinstance(statement, ir.Assign)
+    return statement.expr
+
+
+def _substitute(expr: ir.Expr, argument: ir.Expr) -> ir.Expr:
+    if isinstance(expr, ir.Tensor):
+        return argument if expr.name == "u" else expr
+    if isinstance(expr, ir.Product):
+        return ir.Product(tuple(_substitute(factor, argument) for factor in expr.factors))
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(_substitute(term, argument) for term in expr.terms))
+    if isinstance(expr, ir.Call):
+        return ir.Call(expr.func, _substitute(expr.arg, argument))
+    if isinstance(expr, ir.Power):
+        return ir.Power(_substitute(expr.base, argument), expr.exponent)
+    return expr  # numbers (the derivative texts use no deltas or reductions)
 
 
 def _floating(xp: Any, x: Any) -> Any:
@@ -67,38 +95,32 @@ def _sigmoid_value(xp: Any, x: Any) -> Any:
     return xp.where(x >= 0, r, e * r)
 
 
-ZERO = ir.Num(0)
-
 FUNCTION_RULES: dict[str, FunctionRule] = {
-    "exp": FunctionRule(_transcendental("exp"), _call("exp"), "{np}.exp({x})", "exp({x})",
+    #                    value rule                        f'(u)                     generated code
+    "exp": FunctionRule(_transcendental("exp"), "exp(u)", "{np}.exp({x})", "exp({x})",
                         r"\exp\left(@\right)", 10),
-    "log": FunctionRule(_transcendental("log"), lambda u: ir.Power(u, -1), "{np}.log({x})", "log({x})",
-                        r"\log\left(@\right)", 10),
-    "log1p": FunctionRule(_transcendental("log1p"), lambda u: ir.Power(ir.Sum((ir.Num(1), u)), -1),
-                          "{np}.log1p({x})", "log1p({x})", r"\log\left(1 + @\right)", 10),
-    "sqrt": FunctionRule(_transcendental("sqrt"), lambda u: ir.product(ir.Num(0.5), ir.Power(u, -0.5)),
-                         "{np}.sqrt({x})", "sqrt({x})", r"\sqrt{@}", 4),
-    "sin": FunctionRule(_transcendental("sin"), _call("cos"), "{np}.sin({x})", "sin({x})",
-                        r"\sin\left(@\right)", 10),
-    "cos": FunctionRule(_transcendental("cos"), lambda u: ir.negate(ir.Call("sin", u)), "{np}.cos({x})",
-                        "cos({x})", r"\cos\left(@\right)", 10),
-    "tanh": FunctionRule(_transcendental("tanh"),
-                         lambda u: ir.Sum((ir.Num(1), ir.negate(ir.Power(ir.Call("tanh", u), 2)))),
-                         "{np}.tanh({x})", "tanh({x})", r"\tanh\left(@\right)", 20),
+    "log": FunctionRule(_transcendental("log"), "u^-1", "{np}.log({x})", "log({x})", r"\log\left(@\right)", 10),
+    "log1p": FunctionRule(_transcendental("log1p"), "(1 + u)^-1", "{np}.log1p({x})", "log1p({x})",
+                          r"\log\left(1 + @\right)", 10),
+    "sqrt": FunctionRule(_transcendental("sqrt"), "0.5 u^-0.5", "{np}.sqrt({x})", "sqrt({x})", r"\sqrt{@}", 4),
+    "sin": FunctionRule(_transcendental("sin"), "cos(u)", "{np}.sin({x})", "sin({x})", r"\sin\left(@\right)", 10),
+    "cos": FunctionRule(_transcendental("cos"), "-sin(u)", "{np}.cos({x})", "cos({x})", r"\cos\left(@\right)", 10),
+    # numexpr's tanh is twice as slow as numpy's: numpy computes it, numexpr fuses the rest
+    "tanh": FunctionRule(_transcendental("tanh"), "1 - tanh(u)^2", "{np}.tanh({x})", None,
+                         r"\tanh\left(@\right)", 20),
+    # numexpr: one exp, exact to rounding down to x = -709 (below, 0 for a subnormal);
     # sigmoid' = sigmoid(u) sigmoid(-u): 1 - sigmoid(u) would round to 0 for u > 37 (exact: 4.25e-18 at 40)
-    "sigmoid": FunctionRule(_sigmoid_value,
-                            lambda u: ir.product(ir.Call("sigmoid", u), ir.Call("sigmoid", ir.negate(u))),
-                            # numexpr: one exp, exact to rounding down to x = -709 (below, 0 for a subnormal)
-                            "{sigmoid}({x})", "1 / (1 + exp(-{x}))", r"\sigma\left(@\right)", 14, 3.125),
-    "abs": FunctionRule(lambda xp, x: xp.abs(x), _call("sign"), "{np}.abs({x})", "abs({x})",
+    "sigmoid": FunctionRule(_sigmoid_value, "sigmoid(u) sigmoid(-u)", "{sigmoid}({x})", "1 / (1 + exp(-{x}))",
+                            r"\sigma\left(@\right)", 14, 3.125),
+    "abs": FunctionRule(lambda xp, x: xp.abs(x), "sign(u)", "{np}.abs({x})", "abs({x})",
                         r"\left|@\right|", promotes=False),  # abs'(0) = sign(0) = 0
     # relu'(0) = step(0) = 0
-    "relu": FunctionRule(lambda xp, x: xp.maximum(x, 0), _call("step"), "{np}.maximum({x}, 0)",
+    "relu": FunctionRule(lambda xp, x: xp.maximum(x, 0), "step(u)", "{np}.maximum({x}, 0)",
                          "where({x} > 0, {x}, 0)", r"\operatorname{relu}\left(@\right)", promotes=False),
-    "sign": FunctionRule(lambda xp, x: xp.sign(x), lambda u: ZERO, "{np}.sign({x})", None,
-                         r"\operatorname{sign}\left(@\right)", promotes=False),
-    "step": FunctionRule(_step_value, lambda u: ZERO, "{step}({x})", None, r"\operatorname{step}\left(@\right)",
-                         1, 0.125, promotes=False),
+    "sign": FunctionRule(lambda xp, x: xp.sign(x), "0", "{np}.sign({x})", None, r"\operatorname{sign}\left(@\right)",
+                         promotes=False),
+    "step": FunctionRule(_step_value, "0", "{step}({x})", None, r"\operatorname{step}\left(@\right)", 1, 0.125,
+                         promotes=False),
 }
 
 assert set(FUNCTION_RULES) == set(ir.FUNCTIONS)

@@ -30,7 +30,6 @@ __all__ = [
     "RESERVED",
     "product",
     "negate",
-    "sum_of",
     "format_expr",
     "format_statement",
     "format_program",
@@ -233,13 +232,6 @@ def negate(expr: Expr) -> Expr:
     if isinstance(expr, Product) and isinstance(expr.factors[0], Num):
         return Product((Num(-expr.factors[0].value),) + expr.factors[1:])
     return product(Num(-1), expr)
-
-
-def sum_of(*terms: Expr) -> Expr:
-    """Build a sum of terms (a single term is returned as is)."""
-    if len(terms) == 1:
-        return terms[0]
-    return Sum(tuple(terms))
 
 
 # ---------------------------------------------------------------- printer

@@ -207,7 +207,16 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
         blas = can_blas(operand_labels, result, removed) if len(taken) == 2 and not broadcast else False
         batch = _batch_indices(operand_labels, result, removed) if len(taken) == 2 and not broadcast else None
         copied = 0
-        if blas and "EINSUM" not in blas:
+        hadamard = (len(taken) == 2 and not removed and not broadcast
+                    and all(len(set(labels)) == len(labels) == len(result) and set(labels) == set(result)
+                            for labels in operand_labels))
+        if hadamard:  # an elementwise product inside the contraction: a multiplication, not einsum
+            first, second = operand_labels
+            template = "{0} * {1}" if first == second else \
+                f"{{0}} * {{1}}.transpose({tuple(second.index(c) for c in first)})"
+            template = f"({template})"
+            labels = first
+        elif blas and "EINSUM" not in blas:
             template, labels, copied = _gemm(operand_labels[0], operand_labels[1], removed,
                                              output if last else None, sizes)
         elif batch:

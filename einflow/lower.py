@@ -1,18 +1,10 @@
-"""IR -> Steps: the one lowering. A checked program becomes a flat tuple of plain-data steps.
+"""IR -> Steps: the one lowering. A checked program becomes a flat tuple of plain-data steps (einflow.steps).
 
-Each step reads registers and writes one (inputs are registers ``0..n-1``, in ``info.inputs`` order):
-
-- :class:`Contract`   a product that sums an index (or repeats one): one einsum, planned pairwise later;
-- :class:`Elementwise` a fused elementwise expression (:class:`Node` tree) over aligned registers: sums,
-  products without a summed index, functions, powers, scales — ``a - b`` is a subtraction;
-- :class:`Reduce`     a sum over some axes of one register;
-- :class:`Diagonal`   a surviving delta: the value written into the diagonal of a zeroed array;
-- :class:`Ones`, :class:`Constant` arrays that deltas and constant results need;
-- :class:`Free`       registers released after their last use.
-
-Nothing here knows shapes: an index's size is a :data:`SizeRef`, the literal of a ``size`` declaration or
-an axis of an input. ``einflow.plan`` specialises the steps for shapes, dtypes and a backend; the plan
-report, the memory model, the executor's generated code and ``to_source`` all read these same steps.
+Products become one :class:`~einflow.steps.Contract` (or, without a summed index, an elementwise
+multiplication), sums align their terms by index name, surviving deltas become diagonal writes; equal
+work is numbered once (positional keys: ``x[i] y[i]`` and ``x[j] y[j]`` are one contraction). Two passes
+follow: :func:`fuse` inlines elementwise results read once into their reader, :func:`release` frees each
+intermediate after its last use. Nothing here knows shapes (``einflow.plan`` specialises the steps).
 
 >>> from einflow.program import compile
 >>> lowered = lower(compile("a = x[i] y[i]\\nb = x[j] y[j]\\na, b"))
@@ -25,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -35,182 +27,32 @@ from einflow.contraction import eliminate_deltas, product_output, split_product
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import indices_in, join_partners
 from einflow.numbers import _fold_power, _is_unit, _weak
+from einflow.steps import (
+    Add,
+    Apply,
+    Arg,
+    AsFloat,
+    Constant,
+    Contract,
+    Diagonal,
+    Elementwise,
+    Free,
+    Lowered,
+    Mul,
+    Node,
+    Number,
+    Ones,
+    Pow,
+    Reduce,
+    Size,
+    SizeRef,
+    Step,
+    node_args,
+    step_inputs,
+    substitute,
+)
 
-__all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
-           "Contract", "Reduce", "Elementwise", "Diagonal", "Free", "Step", "Lowered", "lower", "step_inputs",
-           "node_args"]
-
-#: an index's size: a literal (``size n = 10``) or ``(input register, axis)``
-SizeRef = Union[int, tuple[int, int]]
-
-
-# ---------------------------------------------------------------- elementwise expressions
-@dataclass(frozen=True, slots=True)
-class Arg:
-    """A register, aligned: ``axes[k]`` is the register's axis at position k, or None for a broadcast axis."""
-
-    register: int
-    axes: tuple[int | None, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Number:
-    value: int | float
-
-
-@dataclass(frozen=True, slots=True)
-class Apply:
-    """An elementwise function of ``einflow.functions``."""
-
-    func: str
-    arg: Node
-
-
-@dataclass(frozen=True, slots=True)
-class Pow:
-    base: Node
-    exponent: int | float
-
-
-@dataclass(frozen=True, slots=True)
-class Add:
-    terms: tuple[Node, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Mul:
-    factors: tuple[Node, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Size:
-    """An index's size as a number: a summed delta index that nothing else carries counts it."""
-
-    ref: SizeRef
-
-
-@dataclass(frozen=True, slots=True)
-class AsFloat:
-    """Deltas alone are booleans: numbers of the inputs' floating type (when they have one)."""
-
-    arg: Node
-
-
-Node = Union[Arg, Number, Size, Apply, Pow, Add, Mul, AsFloat]
-
-
-# ---------------------------------------------------------------- steps
-@dataclass(frozen=True, slots=True)
-class Constant:
-    statement: int
-    out: int
-    value: int | float
-
-
-@dataclass(frozen=True, slots=True)
-class Ones:
-    """A boolean vector of ones (a delta's index that no operand carries any more)."""
-
-    statement: int
-    out: int
-    size: SizeRef
-
-
-@dataclass(frozen=True, slots=True)
-class Contract:
-    """``einsum`` of ``args`` (labels ``operands``) into ``output``, multiplied by the ``scale`` factors."""
-
-    statement: int
-    out: int
-    args: tuple[int, ...]
-    operands: tuple[tuple[str, ...], ...]
-    output: tuple[str, ...]
-    sizes: tuple[SizeRef, ...]
-    scale: tuple[Node, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Reduce:
-    statement: int
-    out: int
-    arg: int
-    labels: tuple[str, ...]
-    axes: tuple[int, ...]
-    sizes: tuple[SizeRef, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Elementwise:
-    statement: int
-    out: int
-    expr: Node
-    labels: tuple[str, ...]
-    sizes: tuple[SizeRef, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Diagonal:
-    """``arg`` (axes ``labels``) written into a zeroed array with axes ``output``; each group shares a diagonal."""
-
-    statement: int
-    out: int
-    arg: int
-    labels: tuple[str, ...]
-    output: tuple[str, ...]
-    groups: tuple[tuple[str, ...], ...]
-    sizes: tuple[SizeRef, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Free:
-    statement: int
-    registers: tuple[int, ...]
-
-
-Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Free]
-
-
-@dataclass(frozen=True)
-class Lowered:
-    """A lowered program: its steps and where its values are."""
-
-    inputs: tuple[str, ...]
-    ranks: tuple[int, ...]
-    steps: tuple[Step, ...]
-    outputs: tuple[int, ...]
-    returns_tuple: bool
-    #: each statement's einflow text (a step's ``statement`` is a position here)
-    statements: tuple[str, ...]
-    #: register -> the target name of the statement that made it
-    names: tuple[tuple[int, str], ...]
-    register_count: int
-    #: (statement, target, register or None for a number) for each assignment with a target
-    bindings: tuple[tuple[int, str, int | None], ...] = ()
-
-
-def node_args(node: Node) -> list[int]:
-    """Registers an expression reads, in order, with repeats."""
-    if isinstance(node, Arg):
-        return [node.register]
-    if isinstance(node, (Number, Size)):
-        return []
-    if isinstance(node, (Apply, AsFloat)):
-        return node_args(node.arg)
-    if isinstance(node, Pow):
-        return node_args(node.base)
-    parts = node.terms if isinstance(node, Add) else node.factors
-    return [register for part in parts for register in node_args(part)]
-
-
-def step_inputs(step: Step) -> list[int]:
-    """Registers a step reads (with repeats)."""
-    if isinstance(step, Contract):
-        return [*step.args, *(r for factor in step.scale for r in node_args(factor))]
-    if isinstance(step, Elementwise):
-        return node_args(step.expr)
-    if isinstance(step, (Reduce, Diagonal)):
-        return [step.arg]
-    return []
+__all__ = ["lower", "fuse", "release"]
 
 
 def _fold(func: str, value: int | float) -> int | float:
@@ -226,44 +68,18 @@ def _align(labels: tuple[str, ...], order: tuple[str, ...]) -> tuple[int | None,
     return tuple(labels.index(label) if label in labels else None for label in order)
 
 
-def realign(node: Node, axes: tuple[int | None, ...] | None, ranks: dict[int, int]) -> Node:
-    """``node`` with its result's axes rearranged by ``axes``, pushed down to its registers (``ranks``: theirs)."""
-    if axes is None:
-        return node
-    if isinstance(node, Arg):
-        if node.axes is None and not ranks.get(node.register):
-            return node  # a 0-d value broadcasts as it is
-        if node.axes is None:
-            return Arg(node.register, axes)
-        return Arg(node.register, tuple(None if a is None else node.axes[a] for a in axes))
-    if isinstance(node, (Number, Size)):
-        return node
-    if isinstance(node, Apply):
-        return Apply(node.func, realign(node.arg, axes, ranks))
-    if isinstance(node, AsFloat):
-        return AsFloat(realign(node.arg, axes, ranks))
+def _number_types(node: Node) -> tuple[type, ...]:
+    """The types of an expression's numbers: keys must tell ``x * 2`` from ``x * 2.0`` (1 == 1.0 in Python)."""
+    if isinstance(node, Number):
+        return (type(node.value),)
+    if isinstance(node, (Arg, Size)):
+        return ()
+    if isinstance(node, (Apply, AsFloat)):
+        return _number_types(node.arg)
     if isinstance(node, Pow):
-        return Pow(realign(node.base, axes, ranks), node.exponent)
-    if isinstance(node, Add):
-        return Add(tuple(realign(term, axes, ranks) for term in node.terms))
-    return Mul(tuple(realign(factor, axes, ranks) for factor in node.factors))
-
-
-def substitute(node: Node, register: int, replacement: Node, ranks: dict[int, int]) -> Node:
-    """``node`` with the register replaced by an expression (aligned as the register was)."""
-    if isinstance(node, Arg):
-        return realign(replacement, node.axes, ranks) if node.register == register else node
-    if isinstance(node, (Number, Size)):
-        return node
-    if isinstance(node, Apply):
-        return Apply(node.func, substitute(node.arg, register, replacement, ranks))
-    if isinstance(node, AsFloat):
-        return AsFloat(substitute(node.arg, register, replacement, ranks))
-    if isinstance(node, Pow):
-        return Pow(substitute(node.base, register, replacement, ranks), node.exponent)
-    if isinstance(node, Add):
-        return Add(tuple(substitute(term, register, replacement, ranks) for term in node.terms))
-    return Mul(tuple(substitute(factor, register, replacement, ranks) for factor in node.factors))
+        return (*_number_types(node.base), type(node.exponent))
+    parts = node.terms if isinstance(node, Add) else node.factors
+    return tuple(t for part in parts for t in _number_types(part))
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,11 +283,11 @@ class _Lowering:
             return self.aligned(args[0], order)
         expr = Add((*args, Number(constant))) if has_constant else Add(tuple(args))
         # positional: the same sum under other index names (`1 - h[b,i]^2`, `1 - h[w,i]^2`) is computed once
-        return self.elementwise(("add", expr, type(constant), self.sizes_of(order)), expr, order)
+        return self.elementwise(("add", expr, _number_types(expr)), expr, order)
 
     def aligned(self, arg: Arg, order: tuple[str, ...]) -> _Value:
         """A register transposed (a view): one step, so that the report and the code show it."""
-        return self.elementwise(("align", arg, self.sizes_of(order)), arg, order)
+        return self.elementwise(("align", arg), arg, order)
 
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
@@ -509,13 +325,14 @@ class _Lowering:
                 return self.diagonal(_Value(None, (), coefficient), output, classes)
             if len(scale) == 1 and isinstance(scale[0], Arg):
                 return self.diagonal(_Value(scale[0].register, ()), output, classes)
-            value = self.elementwise(("mul", tuple(scale)), Mul(tuple(scale)), ())
+            product = Mul(tuple(scale))
+            value = self.elementwise(("mul", product, _number_types(product)), product, ())
             return self.diagonal(value, output, classes)
         if not scalars and all(value.reg in self.synthetic for value, _ in operands):
             # deltas alone are booleans: in the inputs' floating type (scaled even by the int 1: numbers, not bools)
             value, labels = operands[0]
             expr = Mul((AsFloat(Arg(value.reg)), Number(coefficient), *counts))  # type: ignore[arg-type]
-            operands[0] = (self.elementwise(("mul", expr), expr, value.labels), labels)
+            operands[0] = (self.elementwise(("mul", expr, _number_types(expr)), expr, value.labels), labels)
             scale = []
         keys = [tuple(labels) for _, labels in operands]
         everything = [label for labels in keys for label in labels]
@@ -531,7 +348,7 @@ class _Lowering:
                     result = self.aligned(factors[0], inner)  # type: ignore[arg-type]
             else:
                 expr = Mul((*factors, *scale))  # type: ignore[arg-type]
-                result = self.elementwise(("mul", expr, self.sizes_of(inner)), expr, inner)
+                result = self.elementwise(("mul", expr, _number_types(expr)), expr, inner)
             return self.diagonal(result, output, classes)
         if len(operands) == 1 and not repeated:
             value, labels = operands[0]
@@ -544,7 +361,7 @@ class _Lowering:
                 expr = Mul((expr, *scale))
             elif expr.axes is None:  # type: ignore[union-attr]
                 return self.diagonal(_Value(reduced.reg, inner), output, classes)
-            return self.diagonal(self.elementwise(("mul", expr, self.sizes_of(inner)), expr, inner), output,
+            return self.diagonal(self.elementwise(("mul", expr, _number_types(expr)), expr, inner), output,
                                  classes)
         args = tuple(value.reg for value, _ in operands)
         sizes = self.sizes_of(inner)
@@ -552,8 +369,9 @@ class _Lowering:
         letters = {label: chr(97 + k) for k, label in enumerate(dict.fromkeys(everything))}
         equation = (tuple("".join(letters[label] for label in labels) for labels in keys),
                     "".join(letters[label] for label in inner))
-        result = self.emit(("contract", equation, args, tuple(scale), sizes), lambda out: Contract(
-            self.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)  # type: ignore[arg-type]
+        key = ("contract", equation, args, tuple(scale), _number_types(Mul(tuple(scale))))
+        result = self.emit(key, lambda out: Contract(  # type: ignore[arg-type]
+            self.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)
         return self.diagonal(result, output, classes)
 
     def diagonal(self, value: _Value, output: list[str], classes: dict[str, list[str]]) -> _Value:

@@ -9,6 +9,7 @@ peak memory of a run from the same steps. The report (``Program.plan``) lists th
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,12 +20,13 @@ import opt_einsum as oe
 from einflow import ir
 from einflow.backends.base import Backend
 from einflow.check import ProgramInfo
-from einflow.codegen import Source, kind_of
+from einflow.codegen import Source, _negated, _positive_first, kind_of
 from einflow.errors import EinflowError, MemoryLimitError
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
 from einflow.kernels import contraction_text
-from einflow.lower import (
+from einflow.lower import lower
+from einflow.steps import (
     Add,
     Apply,
     Arg,
@@ -44,7 +46,6 @@ from einflow.lower import (
     Size,
     SizeRef,
     Step,
-    lower,
     node_args,
     step_inputs,
 )
@@ -191,6 +192,7 @@ class _Specialiser(Source):
         self.float_dtype = float_dtype
         self.shape: dict[int, tuple[int, ...]] = {k: tuple(shapes[name]) for k, name in enumerate(lowered.inputs)}
         self.dtype: dict[int, Any] = {k: dtypes[name] for k, name in enumerate(lowered.inputs)}
+        self.booleans.update(k for k, dtype in self.dtype.items() if dtype == np.dtype(bool))
         self.namespace: dict[str, Any] = {}
         self.report: dict[int, tuple[int, list[tuple[str, int, tuple[int, ...]]], int]] = {}
         self.transient: dict[int, int] = {}
@@ -231,6 +233,9 @@ class _Specialiser(Source):
         else:
             self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)
         self.dtype[step.out] = self.dtype_of(step)
+        if self.dtype[step.out] == np.dtype(bool):
+            self.booleans.add(step.out)
+
 
     def sample(self, register: int) -> Any:
         dtype = self.dtype[register]
@@ -250,13 +255,14 @@ class _Specialiser(Source):
         namespace.update({f"_v{register}": self.sample(register) for register in step_inputs(step)})
         if isinstance(step, Elementwise):
             text = generic.elementwise(step)
-        elif isinstance(step, Contract):
-            text = generic.contract(step)
+        elif isinstance(step, Contract):  # einsum's type is its operands' (bools stay bools), then the scale's
+            namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
+            text = generic.scaled("_contracted", step.scale)
         else:
-            text = f"_v{step.arg}.sum(axis={step.axes!r})"
+            return self.sample(step.arg).sum(axis=step.axes).dtype
         with np.errstate(all="ignore"):
             try:
-                value = eval(text, namespace)  # noqa: S307 - text generated here from plain data
+                value = eval(_compiled(text), namespace)  # noqa: S307 - text generated here from plain data
             except (TypeError, OverflowError) as error:
                 raise EinflowError(f"cannot compute this program for inputs of these dtypes: {error}; cast the "
                                    "inputs (e.g. to float64) first") from None
@@ -267,6 +273,7 @@ class _Specialiser(Source):
         if self._generic is None:
             generic = Source(self.lowered, _taken(self.lowered))
             generic.vars = {register: f"_v{register}" for register in range(self.lowered.register_count)}
+            generic.booleans = self.booleans  # the same set: both renderings write subtractions alike
             namespace = _helpers(generic, np)
             namespace[generic.alias["oe"]] = oe
             namespace.update({f"_v{k}": self.sample(k) for k in range(len(self.lowered.inputs))})
@@ -335,15 +342,17 @@ class _Specialiser(Source):
         elements = math.prod(self.shape[step.out])
         need, extra = _temporaries(step.expr)
         self.transient[step.out] = int(max(need - 1 + extra, 0) * elements * self.itemsize(step.out))
-        if self.numexpr is not None and elements >= NUMEXPR_ELEMENTS:
-            text = self.numexpr_text(step)
-            if text is not None:
-                self.transient[step.out] = 0
+        if self.numexpr is not None and elements >= NUMEXPR_ELEMENTS and _operations(step.expr, 1) >= 2:
+            found = self.numexpr_text(step)
+            if found is not None:  # numexpr works in blocks: only operands numpy computes for it are arrays
+                text, computed = found
+                self.transient[step.out] = computed * elements * self.itemsize(step.out)
                 return text
         return super().elementwise(step)
 
-    def numexpr_text(self, step: Elementwise) -> str | None:
-        """``numexpr.evaluate`` of the fused expression, or None when numexpr cannot compute it exactly alike."""
+    def numexpr_text(self, step: Elementwise) -> tuple[str, int] | None:
+        """``numexpr.evaluate`` of the fused expression and how many operands numpy computes for it, or None
+        when numexpr cannot compute it alike."""
         registers = sorted(set(node_args(step.expr)))
         if not isinstance(step.expr, (Add, Mul, Apply, Pow)) or not registers:
             return None
@@ -354,8 +363,12 @@ class _Specialiser(Source):
         text = _numexpr_node(step.expr, lambda node: names.setdefault(node, f"a{len(names)}"))
         if text is None or len(names) > 30:
             return None
-        local = ", ".join(f"{name!r}: {self.arg(node)}" for node, name in names.items())
-        return f"{self.alias['ne']}.evaluate({text!r}, local_dict={{{local}}})"
+        if all(not isinstance(node, Arg) for node in names):
+            return None  # nothing left for numexpr to fuse
+        local = ", ".join(f"{name!r}: {self.arg(node) if isinstance(node, Arg) else self.node(node)[0]}"
+                          for node, name in names.items())
+        computed = sum(1 for node in names if not isinstance(node, Arg))
+        return f"{self.alias['ne']}.evaluate({text!r}, local_dict={{{local}}})", computed
 
     def step_lines(self, step: Step) -> list[str]:
         if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
@@ -371,6 +384,11 @@ class _Specialiser(Source):
         return [f"{out} = {name}({self.var(step.arg)})"]
 
 
+@functools.lru_cache(maxsize=1024)
+def _compiled(text: str) -> Any:
+    return compile(text, "<einflow dtype>", "eval")
+
+
 def _numexpr_node(node: Node, name: Any) -> str | None:
     if isinstance(node, Arg):
         return name(node)
@@ -383,24 +401,30 @@ def _numexpr_node(node: Node, name: Any) -> str | None:
         return repr(float(value)) if isinstance(value, float) else repr(value)
     if isinstance(node, Apply):
         template = FUNCTION_RULES[node.func].numexpr
+        if template is None or template.count("{x}") > 1 and not isinstance(node.arg, Arg):
+            return name(node)  # computed by numpy and handed to numexpr as an operand
         inner = _numexpr_node(node.arg, name)
-        if template is None or inner is None:
-            return None
-        if template.count("{x}") > 1 and not isinstance(node.arg, Arg):
-            return None  # an argument computed several times: not one pass any more
-        return "(" + template.format(x=inner) + ")"
+        return None if inner is None else "(" + template.format(x=inner) + ")"
     if isinstance(node, Pow):
+        if node.exponent not in (2, 3, 0.5, -1, 1):
+            return name(node)
         inner = _numexpr_node(node.base, name)
-        if inner is None or node.exponent not in (2, 3, 0.5, -1, 1):
-            return None
-        return f"({inner} ** {node.exponent!r})"
+        return None if inner is None else f"({inner} ** {node.exponent!r})"
     if isinstance(node, AsFloat):
-        return None
-    parts = node.terms if isinstance(node, Add) else node.factors
-    texts = [_numexpr_node(part, name) for part in parts]
+        return name(node)
+    if isinstance(node, Add):
+        pieces = []
+        for position, term in enumerate(_positive_first(node.terms)):
+            negated = _negated(term) if position else None
+            text = _numexpr_node(negated if negated is not None else term, name)
+            if text is None:
+                return None
+            pieces.append((" - " if negated is not None else " + " if position else "") + text)
+        return "(" + "".join(pieces) + ")"
+    texts = [_numexpr_node(part, name) for part in node.factors]
     if any(text is None for text in texts):
         return None
-    return "(" + (" + " if isinstance(node, Add) else " * ").join(texts) + ")"  # type: ignore[arg-type]
+    return "(" + " * ".join(texts) + ")"  # type: ignore[arg-type]
 
 
 def _numexpr() -> Any:
@@ -419,13 +443,11 @@ def _diagonal_writer(backend: Backend, step: Diagonal, shapes: dict[int, tuple[i
               for label in step.labels]
     if not backend.strided_writes:
         letters = {label: oe.get_symbol(k) for k, label in enumerate(dict.fromkeys((*step.labels, *step.output)))}
-        representative = {member: group[0] for group in step.groups for member in group}
         eyes = [(group[0], member) for group in step.groups for member in group[1:]]
         spec = "".join(letters[label] for label in step.labels)
         spec += "".join("," + letters[a] + letters[b] for a, b in eyes)
         spec += "->" + "".join(letters[label] for label in step.output)
         sizes = [full_shape[step.output.index(b)] for _, b in eyes]
-        del representative
 
         def write(value: Any) -> Any:
             return backend.xp.einsum(spec, value, *(backend.eye(size, bool) for size in sizes))
@@ -441,11 +463,20 @@ def _diagonal_writer(backend: Backend, step: Diagonal, shapes: dict[int, tuple[i
     return write_strided
 
 
+_HELPER_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
 def _helpers(source: Source, xp: Any) -> dict[str, Any]:
-    namespace: dict[str, Any] = {source.alias["np"]: xp}
-    for key in ("as_float", "reciprocal", "sigmoid", "step", "input", "as_input_float"):
-        exec(source.helper_text(key), namespace)  # noqa: S102 - our own helper text
-    return namespace
+    """The generated code's helper functions under the renderer's names, on the array module ``xp`` (cached)."""
+    key = (tuple(sorted(source.alias.items())), xp.__name__)
+    found = _HELPER_CACHE.get(key)
+    if found is None:
+        found = {source.alias["np"]: xp}
+        for name in ("as_float", "reciprocal", "sigmoid", "step", "input", "as_input_float"):
+            exec(source.helper_text(name), found)  # noqa: S102 - our own helper text
+        if len(_HELPER_CACHE) < 64:
+            _HELPER_CACHE[key] = found
+    return dict(found)
 
 
 def _taken(lowered: Lowered) -> set[str]:
@@ -520,16 +551,44 @@ def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
         return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
     if isinstance(step, Elementwise):
         flops = elements * max(1, _operations(step.expr))
-        return PlanStep(statement, kind, equation, flops, shape, size)
+        text = _describe(step.expr, step.labels, specialiser)
+        return PlanStep(statement, kind, text, flops, shape, size)
     return PlanStep(statement, kind, equation, elements, shape, size)
 
 
-def _operations(node: Node) -> int:
+def _describe(node: Node, labels: tuple[str, ...], specialiser: _Specialiser) -> str:
+    """An elementwise expression in einflow-like text: ``tanh(A[i,j]) exp(B[i,j]) + sigmoid(A[i,j])``."""
+    if isinstance(node, Arg):
+        rank = len(specialiser.shape[node.register])
+        axes = node.axes if node.axes is not None else tuple(range(rank)) if rank else ()
+        own = [label for _, label in sorted((axis, labels[k]) for k, axis in enumerate(axes) if axis is not None)]
+        name = specialiser.var(node.register)
+        return f"{name}[{','.join(own)}]" if own else name
+    if isinstance(node, Number):
+        return repr(node.value)
+    if isinstance(node, Size):
+        return repr(specialiser.resolve(node.ref))
+    if isinstance(node, Apply):
+        return f"{node.func}({_describe(node.arg, labels, specialiser)})"
+    if isinstance(node, AsFloat):
+        return _describe(node.arg, labels, specialiser)
+    if isinstance(node, Pow):
+        base = _describe(node.base, labels, specialiser)
+        return f"({base})^{node.exponent}" if " " in base else f"{base}^{node.exponent}"
+    if isinstance(node, Add):
+        return " + ".join(_describe(term, labels, specialiser) for term in node.terms)
+    factors = sorted(node.factors, key=lambda factor: not isinstance(factor, Number))  # the number first
+    return " ".join(f"({_describe(f, labels, specialiser)})" if isinstance(f, Add) else
+                    _describe(f, labels, specialiser) for f in factors)
+
+
+def _operations(node: Node, call: int | None = None) -> int:
+    """Operations per element (a function counts its ``cost``, or ``call`` when given)."""
     if isinstance(node, (Arg, Number, Size)):
         return 0
     if isinstance(node, Apply):
-        return FUNCTION_RULES[node.func].cost + _operations(node.arg)
+        return (FUNCTION_RULES[node.func].cost if call is None else call) + _operations(node.arg, call)
     if isinstance(node, (Pow, AsFloat)):
-        return 1 + _operations(node.base if isinstance(node, Pow) else node.arg)
+        return 1 + _operations(node.base if isinstance(node, Pow) else node.arg, call)
     parts = node.terms if isinstance(node, Add) else node.factors
-    return len(parts) - 1 + sum(_operations(part) for part in parts)
+    return len(parts) - 1 + sum(_operations(part, call) for part in parts)

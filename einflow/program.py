@@ -23,6 +23,7 @@ from einflow.report import PlanReport
 __all__ = ["Program", "PlanCache", "PlanCacheInfo", "compile", "evaluate", "default_memory_limit"]
 
 _OPTIONS = ("backend", "optimize", "memory_limit")
+_LIMIT_TYPES = (str, int, float, type(None))
 
 
 def _signature(value: Any) -> tuple[Any, Any]:
@@ -188,7 +189,7 @@ class Program:
         """
         if mapping is not None:
             arrays = {**mapping, **arrays}
-        if type(memory_limit) not in (str, int, float, type(None)):
+        if type(memory_limit) not in _LIMIT_TYPES:
             memory_limit_bytes(memory_limit)  # an EinflowError for anything that is not a size
         try:
             values = [arrays[name] for name in self.info.inputs]

@@ -10,8 +10,9 @@ import pytest
 import einflow as ef
 from einflow.backends import get_backend
 from einflow.contraction import eliminate_deltas, product_output, split_product
-from einflow.lower import Contract, Elementwise, Free, lower
+from einflow.lower import lower
 from einflow.plan import build_plan
+from einflow.steps import Contract, Elementwise, Free
 
 RNG = np.random.default_rng(5)
 
@@ -139,3 +140,18 @@ def test_split_product_sorts_factors_by_role() -> None:
     assert [labels for _, labels in parts.operands] == [["i", "j"], ["k"]]
     assert parts.deltas == [["j", "k"]]
     assert parts.sequence == [["i", "j"], ["j", "k"], ["k"]]
+
+
+def test_generated_helpers_work_in_every_plan() -> None:
+    # the helpers (reciprocal, as_float, sigmoid) are shared between plans; each must keep Python's builtins
+    for _ in range(2):
+        x = np.arange(1, 4)  # integers: reciprocal and as_float convert them
+        np.testing.assert_allclose(ef.evaluate("y[i] = x[i]^-1 + x[i]^-0.5", x=x), 1 / x + x**-0.5)
+        np.testing.assert_allclose(ef.evaluate("y[i] = sigmoid(x[i])", x=x), 1 / (1 + np.exp(-x.astype(float))))
+
+
+def test_booleans_subtract_as_numbers() -> None:
+    # numpy refuses bool - bool; einflow's booleans are the numbers 0 and 1 (as before the subtraction)
+    a, b = np.array([True, False, True]), np.array([False, False, True])
+    assert ef.evaluate("y[i] = a[i] - b[i]", a=a, b=b).tolist() == [1, 0, 0]
+    assert ef.evaluate("y[i] = a[i] - b[i]", a=a.astype(float), b=b).tolist() == [1.0, 0.0, 0.0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -96,7 +95,3 @@ def get_default_backend() -> str:
     """
     return _default
 
-
-def is_imported(module: str) -> bool:
-    """Whether the user already imported ``module`` (backends never import a library by surprise)."""
-    return module in sys.modules
