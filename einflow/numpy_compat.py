@@ -398,6 +398,18 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
     >>> float(ef.einsum("i,i,->", np.ones(3, bool), np.ones(3, bool), 1.0))
     3.0
     """
+    if out is None and dtype is None and order == "K" and casting == "safe" and type(optimize) is str and \
+            len(operands) > 2 and type(operands[0]) is str:
+        # fast path: a repeat of a plain call on numpy arrays runs its prepared kernel directly
+        signature = []
+        for value in operands[1:]:
+            if type(value) is not np.ndarray:
+                break
+            signature.append((value.shape, value.dtype))
+        else:
+            prepared = _PREPARED.get((operands[0], optimize, tuple(signature)))
+            if prepared is not None:
+                return prepared(operands[1:])
     subscripts, values = _split_arguments(operands)
     dtype, order, casting = _check_options(out, dtype, order, casting)
     key = _optimize_key(optimize)
@@ -433,13 +445,38 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         return _finish(_apply_order(result, order, arrays), out, casting)
     kernel, peak = _numpy_kernel(equation, shapes, key)
     _guard(equation, sizes, peak, compute.itemsize)
-    arrays = [a if a.dtype == compute else a.astype(compute) for a in arrays]
-    result = kernel(*arrays)
-    if type(result) is not np.ndarray:
-        result = np.asarray(result)
-    if result.dtype != compute:  # e.g. numpy.dot of a 0-d product
-        result = result.astype(compute)
-    return _finish(_apply_order(result, order, arrays), out, casting)
+    prepared = _prepare(kernel, compute, tuple(a.dtype != compute for a in arrays))
+    if out is None and dtype is None and order == "K" and casting == "safe" and type(optimize) is str and \
+            isinstance(subscripts, str) and type(operands[0]) is str and \
+            all(type(value) is np.ndarray for value in operands[1:]):
+        if len(_PREPARED) >= 4096:
+            _PREPARED.clear()
+        _PREPARED[(subscripts, optimize, tuple((a.shape, a.dtype) for a in arrays))] = prepared
+    if out is None and order == "K":
+        return prepared(arrays)
+    result = prepared(arrays)
+    return _finish(_apply_order(np.asarray(result), order, arrays), out, casting)
+
+
+#: (subscripts, optimize, ((shape, dtype), ...)) -> the prepared call, for plain calls on numpy arrays
+_PREPARED: dict[Any, Callable[[Sequence[Any]], Any]] = {}
+
+
+def _prepare(kernel: Callable[..., Any], compute: Any, casts: tuple[bool, ...]) -> Callable[[Sequence[Any]], Any]:
+    """The call for one signature: cast the operands that need it, run the kernel, give numpy's result type."""
+    cast = any(casts)
+
+    def run(arrays: Sequence[Any]) -> Any:
+        if cast:
+            arrays = [a.astype(compute) if needs else a for a, needs in zip(arrays, casts)]
+        result = kernel(*arrays)
+        if type(result) is not np.ndarray:
+            result = np.asarray(result)
+        if result.dtype != compute:  # e.g. numpy.dot of booleans and a 0-d product
+            result = result.astype(compute)
+        return result[()] if result.ndim == 0 else result
+
+    return run
 
 
 def einsum_path(*operands: Any, optimize: Any = "greedy") -> tuple[list[Any], str]:

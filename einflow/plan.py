@@ -543,7 +543,10 @@ class _Lowering:
                                       value.labels, value.shape)
                 operands[smallest] = (self.scale(value, scalars, coefficient, value.labels), labels)
                 needs_scale = False
-        result = self.einsum(operands, inner_output)
+        # numpy's dtype rule: the contraction computes in the result type of all its factors, the scalars
+        # applied after it included (a bool or int8 pair must not saturate before a float scalar joins it)
+        result = self.einsum(operands, inner_output, scalars if needs_scale else [],
+                             coefficient if needs_scale and not _is_unit(coefficient) else None)
         if needs_scale:
             result = self.scale(result, scalars, coefficient, result.labels)
         return self.diagonal(result, output, classes)
@@ -572,7 +575,8 @@ class _Lowering:
         return self.emit(("scale", value.reg, args, coefficient, type(coefficient)), scaled, (value.reg,) + args,
                          labels, value.shape)
 
-    def einsum(self, operands: list[tuple[Value, list[str]]], output: tuple[str, ...]) -> Value:
+    def einsum(self, operands: list[tuple[Value, list[str]]], output: tuple[str, ...],
+               scalars: list[Value] | None = None, coefficient: int | float | None = None) -> Value:
         shape = self.shape_of(output)
         if len(operands) == 1:
             value, labels = operands[0]
@@ -627,8 +631,13 @@ class _Lowering:
             def run(*arrays: Any) -> Any:
                 return expression(*arrays, backend=backend_name)
 
-        key = ("einsum", equation, tuple(v.reg for v, _ in operands))
-        return self.emit(key, run, tuple(v.reg for v, _ in operands), output, shape, transient=internal)
+        args = tuple(v.reg for v, _ in operands)
+        if len(operands) > 2 or scalars or coefficient is not None:
+            # two arrays alone already promote like numpy (dot/matmul/einsum of a pair)
+            run = _in_common_dtype(run, len(operands), coefficient)
+            args += tuple(s.reg for s in scalars or ())
+        key = ("einsum", equation, args, coefficient, type(coefficient))
+        return self.emit(key, run, args, output, shape, transient=internal)
 
     def diagonal(self, value: Value, output: list[str], classes: dict[str, list[str]]) -> Value:
         if not classes:
@@ -654,6 +663,25 @@ class _Lowering:
             "=".join(members) for members in classes.values()), math.prod(view_shape), full_shape, self.itemsize))
         return self.emit(("diag", value.reg, full, tuple(map(tuple, classes.values()))), write, (value.reg,),
                          full, full_shape)
+
+
+def _in_common_dtype(run: Any, count: int, coefficient: int | float | None) -> Any:
+    """``run`` on its first ``count`` arguments, each cast to numpy's result type of all arguments.
+
+    The arguments after ``count`` (scalars multiplied in later) and the weak ``coefficient`` only take part
+    in the type; Python numbers stay weak, as in numpy.
+    """
+    weak = () if coefficient is None else (coefficient,)
+
+    def typed(*values: Any) -> Any:
+        arrays = values[:count]
+        common = np.result_type(*[getattr(value, "dtype", value) for value in values], *weak)
+        if all(getattr(array, "dtype", common) == common for array in arrays):
+            return run(*arrays)
+        return run(*[array.astype(common) if getattr(array, "dtype", common) != common else array
+                     for array in arrays])
+
+    return typed
 
 
 def _bytes(count: float) -> str:
