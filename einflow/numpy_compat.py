@@ -33,6 +33,7 @@ from einflow.kernels import compile_numpy
 
 __all__ = ["einsum", "einsum_path"]
 
+_numpy_einsum: Callable[..., Any] = np.einsum  # numpy's stubs type einsum by dtype overloads
 #: sublist labels 0..51 are these letters, as in numpy (0 -> 'A', 26 -> 'a')
 _SUBLIST_LETTERS = string.ascii_uppercase + string.ascii_lowercase
 _CASTING = ("no", "equiv", "safe", "same_kind", "unsafe")
@@ -351,7 +352,7 @@ def _check_options(out: Any, dtype: Any, order: Any, casting: Any) -> tuple[Any,
     return dtype, order.upper(), casting
 
 
-def _cast_check(source: Any, target: Any, casting: str, what: str) -> None:
+def _cast_check(source: Any, target: Any, casting: Any, what: str) -> None:
     if not np.can_cast(source, target, casting=casting):
         raise ArgumentError(f"cannot cast {what} from {np.dtype(source)} to {np.dtype(target)} under "
                             f"casting={casting!r}")
@@ -422,7 +423,7 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         if any(a.dtype.kind == "O" for a in arrays):  # Python objects: numpy's own loops
             numpy_optimize = optimize if isinstance(key, bool) or key in _NUMPY_PATHS or (
                 isinstance(key, tuple) and key[0] in ("memory", "path")) else False
-            return np.einsum(*operands, out=out, optimize=numpy_optimize, **options)
+            return _numpy_einsum(*operands, out=out, optimize=numpy_optimize, **options)
         strange = next(a.dtype for a in arrays if a.dtype.kind not in "biufc")
         raise ArgumentError(f"einsum computes with numbers (bool, int, float, complex); an operand has dtype "
                             f"{strange}")
@@ -441,7 +442,7 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
             _cast_check(a.dtype, compute, casting, f"operand {position}")
     if len(arrays) == 1:
         # one operand: numpy's einsum returns views for transposes and diagonals; the checks above are einflow's
-        result = np.einsum(equation, arrays[0], dtype=dtype, order=order, casting=casting)
+        result = _numpy_einsum(equation, arrays[0], dtype=dtype, order=order, casting=casting)
         return _finish(_apply_order(result, order, arrays), out, casting)
     kernel, peak = _numpy_kernel(equation, shapes, key)
     _guard(equation, sizes, peak, compute.itemsize)

@@ -168,7 +168,7 @@ class Program:
         """The general call: pick the backend, convert inputs once, plan (cached), run, convert results."""
         if name == "auto":
             name = infer_backend(values)
-        engine = get_backend(name)
+        engine: Any = get_backend(name)  # the dask backend adds chunks_for and check_client_memory
         lazy = name == "dask" and any(type(value).__module__.startswith("dask") for value in values)
         converted: dict[Any, Any] = {}
         for position, (tensor, value) in enumerate(zip(self.info.inputs, values)):

@@ -69,9 +69,13 @@ def test_the_suite_calls_einflow() -> None:
     assert _suite.np.ones is np.ones
 
 
-def test_every_deselected_test_exists() -> None:
+def test_every_deselected_test_is_documented() -> None:
+    """Each deselection is explained in docs/api.md (older numpy releases may not have the test at all)."""
+    api = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
     for owner, test in DESELECTED:
-        assert callable(getattr(getattr(_suite, owner), test)), (owner, test)
+        assert f"`{owner}::{test}`" in api
+        collected = globals()[owner]
+        assert getattr(collected, test, None) is None  # not collected here
 
 
 def test_deselected_numpy_quirk_is_a_casting_error() -> None:
