@@ -19,6 +19,7 @@ How a call runs (docs/api.md has the full table):
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import string
@@ -382,7 +383,7 @@ def _finish(result: Any, out: Any, casting: str) -> Any:
 
 # ---------------------------------------------------------------------------------------------- public API
 def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K", casting: str = "safe",
-           optimize: Any = "auto") -> Any:
+           optimize: Any = "auto", **unexpected: Any) -> Any:
     """numpy.einsum's interface, planned once per (subscripts, shapes, optimize) and run by einflow's kernels.
 
     Accepts what numpy.einsum accepts (subscripts or sublists, ``out=``, ``dtype=``, ``order=``,
@@ -411,6 +412,8 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
             prepared = _PREPARED.get((operands[0], optimize, tuple(signature)))
             if prepared is not None:
                 return prepared(operands[1:])
+    if unexpected:
+        _unexpected_keyword("einsum", next(iter(unexpected)), ("out", "dtype", "order", "casting", "optimize"))
     subscripts, values = _split_arguments(operands)
     dtype, order, casting = _check_options(out, dtype, order, casting)
     key = _optimize_key(optimize)
@@ -431,6 +434,8 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         if out is not None or dtype is not None:
             raise ArgumentError("out= and dtype= need numpy arrays; cast the result instead")
         path, _ = _plan(equation, shapes, key)
+        common = np.result_type(*[a.dtype for a in arrays])  # numpy's dtype rule here too
+        arrays = [a if a.dtype == common else a.astype(common) for a in arrays]
         return oe.contract(equation, *arrays, optimize=path)
     if dtype is not None:
         for position, a in enumerate(arrays):
@@ -480,7 +485,7 @@ def _prepare(kernel: Callable[..., Any], compute: Any, casts: tuple[bool, ...]) 
     return run
 
 
-def einsum_path(*operands: Any, optimize: Any = "greedy") -> tuple[list[Any], str]:
+def einsum_path(*operands: Any, optimize: Any = "greedy", **unexpected: Any) -> tuple[list[Any], str]:
     """numpy.einsum_path's interface: ``(['einsum_path', (i, j), ...], report)`` for the path einsum would take.
 
     ``optimize`` takes the values of ``einsum`` (numpy's default here is ``'greedy'``); the path is the one
@@ -493,6 +498,8 @@ def einsum_path(*operands: Any, optimize: Any = "greedy") -> tuple[list[Any], st
     >>> print(report.splitlines()[0])
       Complete contraction:  ij,jk,kl->il
     """
+    if unexpected:
+        _unexpected_keyword("einsum_path", next(iter(unexpected)), ("optimize",))
     subscripts, values = _split_arguments(operands)
     key = _optimize_key(optimize)
     arrays = [_as_operand(position, value) for position, value in enumerate(values)]
@@ -500,6 +507,13 @@ def einsum_path(*operands: Any, optimize: Any = "greedy") -> tuple[list[Any], st
     equation, sizes, _ = _resolve(subscripts, shapes)
     path, info = _plan(equation, shapes, key)
     return ["einsum_path", *[tuple(step) for step in path]], _report(equation, sizes, info)
+
+
+def _unexpected_keyword(function: str, keyword: str, options: tuple[str, ...]) -> None:
+    close = difflib.get_close_matches(keyword, options, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ArgumentError(f"{function}() got an unexpected keyword {keyword!r}{hint} (its options are "
+                        f"{', '.join(options)})")
 
 
 def _report(equation: str, sizes: dict[str, int], info: Any) -> str:
