@@ -21,7 +21,7 @@ def test_metadata_names_an_spdx_license_and_classifiers():
     assert "Typing :: Typed" in metadata.get_all("Classifier")
     assert metadata["Version"] == einflow.__version__
     requirement = next(r for r in metadata.get_all("Requires-Dist") if r.startswith("numpy"))
-    assert ">=" in requirement
+    assert requirement.replace(" ", "") == "numpy>=2.0"  # the floor the suite was run on (docs/api.md)
 
 
 def test_license_file_and_typing_marker_ship():
