@@ -1,6 +1,8 @@
-# Each target sets up .venv itself (idempotent), then runs.
+# Each target sets up .venv itself (idempotent), then runs. The demo installs only einflow and its
+# runtime dependencies; test, bench and lint add the test extras. Each install has its own stamp.
 PY := .venv/bin/python
-STAMP := .venv/.installed
+BASE := .venv/.installed-base
+TESTING := .venv/.installed-test
 
 .PHONY: demo test bench lint clean
 
@@ -8,21 +10,26 @@ $(PY):
 	python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 
-$(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install -q -e '.[test]'
-	touch $(STAMP)
+$(BASE): $(PY) pyproject.toml
+	$(PY) -m pip install -q -e .
+	touch $(BASE)
 
-demo: $(STAMP)
+$(TESTING): $(PY) pyproject.toml
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(TESTING)
+
+demo: $(BASE)
 	$(PY) examples/demo.py
 
-test: $(STAMP)
+test: $(TESTING)
 	$(PY) -m pytest
 
-bench: $(STAMP)
+bench: $(TESTING)
 	$(PY) benchmarks/run_all.py
 
-lint: $(STAMP)
+lint: $(TESTING)
 	$(PY) -m ruff check einflow tests benchmarks examples
+	$(PY) -m mypy
 
 clean:
-	rm -rf .venv build *.egg-info
+	rm -rf .venv build *.egg-info .mypy_cache

@@ -7,16 +7,19 @@
 
 from einflow.backends import get_default_backend, set_backend
 from einflow.errors import (
+    ArgumentError,
     BackendError,
     DerivativeError,
     EinflowError,
     IndexRuleError,
     MemoryLimitError,
     ParseError,
+    PathError,
     ShapeError,
+    SubscriptsError,
     TensorNameError,
 )
-from einflow.numpy_compat import einsum
+from einflow.numpy_compat import einsum, einsum_path
 from einflow.program import Program, compile, evaluate
 from einflow.report import PlanReport
 
@@ -31,11 +34,15 @@ __all__ = [
     "DerivativeError",
     "BackendError",
     "MemoryLimitError",
+    "ArgumentError",
+    "SubscriptsError",
+    "PathError",
     "Program",
     "PlanReport",
     "compile",
     "evaluate",
     "einsum",
+    "einsum_path",
     "set_backend",
     "get_default_backend",
 ]

@@ -231,10 +231,17 @@ class Source:
                     pieces.append((" + " if position else "") + (f"({text})" if level < 1 else text))
             return "".join(pieces), 1
         factors = []
-        for factor in node.factors:
+        casts = self.product_casts(node)
+        for position, factor in enumerate(node.factors):
             text, level = self.node(factor)
+            if position in casts:
+                text, level = f"{text}.astype({casts[position]!r})", 4
             factors.append(f"({text})" if level < 2 else text)
         return " * ".join(factors), 2
+
+    def product_casts(self, node: Mul) -> dict[int, str]:
+        """Factors to cast to the product's common dtype (position -> dtype); unknown dtypes: none."""
+        return {}
 
     def subtractable(self, term: Node) -> bool:
         """Whether ``+ term`` may be written ``- (its negation)``: numpy refuses ``bool - bool`` (see ``booleans``)."""

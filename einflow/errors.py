@@ -1,4 +1,14 @@
-"""Error classes: every mistake a user can make surfaces as an EinflowError."""
+"""Error classes: every mistake a user can make surfaces as an EinflowError.
+
+Each class also derives from the Python exception that numpy raises for the same mistake, so code written
+for numpy keeps working: syntax, index and shape mistakes are ``ValueError``s, wrong argument types and
+unknown keywords ``TypeError``s, an invalid contraction path a ``ValueError`` and a ``RuntimeError``
+(numpy's einsum raises ``RuntimeError`` there), a plan over the memory limit a ``MemoryError``.
+
+>>> import einflow as ef
+>>> issubclass(ef.ShapeError, ValueError) and issubclass(ef.ArgumentError, TypeError)
+True
+"""
 
 from __future__ import annotations
 
@@ -13,6 +23,9 @@ __all__ = [
     "DerivativeError",
     "BackendError",
     "MemoryLimitError",
+    "ArgumentError",
+    "SubscriptsError",
+    "PathError",
 ]
 
 
@@ -20,7 +33,7 @@ class EinflowError(Exception):
     """Root of all einflow errors; catch this to catch any user mistake."""
 
 
-class ParseError(EinflowError):
+class ParseError(EinflowError, ValueError):
     """The text is not valid einflow syntax.
 
     ``line`` and ``column`` are 1-based; the message shows the source line with a caret.
@@ -37,11 +50,11 @@ class ParseError(EinflowError):
         super().__init__(f"line {line}, column {column}: {message}{caret}")
 
 
-class IndexRuleError(EinflowError):
+class IndexRuleError(EinflowError, ValueError):
     """An index rule of the language is broken (free/contracted/bound indices, targets)."""
 
 
-class ShapeError(EinflowError):
+class ShapeError(EinflowError, ValueError):
     """Array shapes do not agree with the program (index sizes, ranks)."""
 
 
@@ -49,7 +62,7 @@ class TensorNameError(EinflowError):
     """A tensor name is unknown, unbound, reserved or assigned twice."""
 
 
-class DerivativeError(EinflowError):
+class DerivativeError(EinflowError, ValueError):
     """A derivative was requested that cannot be formed (non-scalar grad, unknown wrt)."""
 
 
@@ -57,8 +70,20 @@ class BackendError(EinflowError):
     """An unknown or unavailable backend was asked for."""
 
 
-class MemoryLimitError(EinflowError):
-    """The plan needs an intermediate larger than the memory limit; nothing was allocated."""
+class MemoryLimitError(EinflowError, MemoryError):
+    """The plan needs more memory than the memory limit allows; nothing was allocated."""
+
+
+class ArgumentError(EinflowError, TypeError):
+    """An argument has the wrong type, a keyword is unknown, or a dtype cannot be cast under ``casting=``."""
+
+
+class SubscriptsError(EinflowError, ValueError):
+    """``einsum`` subscripts are malformed (a character that is not a letter, a broken ``->`` or ``...``)."""
+
+
+class PathError(EinflowError, ValueError, RuntimeError):
+    """An explicit contraction path (``optimize=[...]``) does not contract the operands to one result."""
 
 
 def located(message: str, span: object | None, source: str | None) -> str:

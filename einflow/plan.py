@@ -135,6 +135,25 @@ def _peak(steps: tuple[Step, ...], allocations: dict[int, int], transients: dict
     return peak, at
 
 
+def _in_common_dtype(run: Any, count: int, coefficient: int | float | None) -> Any:
+    """``run`` on its first ``count`` arguments, each cast to numpy's result type of all arguments.
+
+    The arguments after ``count`` (scalars multiplied in later) and the weak ``coefficient`` only take part
+    in the type; Python numbers stay weak, as in numpy.
+    """
+    weak = () if coefficient is None else (coefficient,)
+
+    def typed(*values: Any) -> Any:
+        arrays = values[:count]
+        common = np.result_type(*[getattr(value, "dtype", value) for value in values], *weak)
+        if all(getattr(array, "dtype", common) == common for array in arrays):
+            return run(*arrays)
+        return run(*[array.astype(common) if getattr(array, "dtype", common) != common else array
+                     for array in arrays])
+
+    return typed
+
+
 def _bytes(count: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if count < 1024 or unit == "TiB":
@@ -318,6 +337,15 @@ class _Specialiser(Source):
             pairwise.append((readable, int(flops), tuple(info.size_dict[c] for c in result)))
         self.report[step.out] = (int(info.opt_cost), pairwise, int(info.largest_intermediate))
         operands = [self.var(register) for register in step.args]
+        if len(step.args) > 2 or step.scale:
+            # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
+            # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);
+            # two arrays alone already promote like numpy
+            common = self.common_dtype(step)
+            for position, register in enumerate(step.args):
+                dtype = self.dtype[register]
+                if not isinstance(dtype, type) and np.dtype(dtype) != common:
+                    operands[position] = f"{operands[position]}.astype({str(common)!r})"
         output_elements = math.prod(self.shape[step.out])
         scale_first = None
         if step.scale:
@@ -337,6 +365,39 @@ class _Specialiser(Source):
         if step.scale and scale_first is None:
             text = self.scaled(text, step.scale)
         return text
+
+    def product_casts(self, node: Mul) -> dict[int, str]:
+        # an elementwise product of arrays computes in numpy's result type of all of them (as one einsum
+        # would): `a * b * c` with int16, uint16, float32 is float32, not int32 * float32 = float64
+        arrays = [(k, f) for k, f in enumerate(node.factors) if isinstance(f, Arg)]
+        if len(arrays) < 3 or not all(isinstance(f, (Arg, Number, Size)) for f in node.factors):
+            return {}
+        parts: list[Any] = []
+        for factor in node.factors:
+            if isinstance(factor, Arg):
+                dtype = self.dtype[factor.register]
+                parts.append(dtype(1) if isinstance(dtype, type) else np.dtype(dtype))
+            else:
+                parts.append(factor.value if isinstance(factor, Number) else 1)
+        common = np.result_type(*parts)
+        return {k: str(common) for k, f in arrays if not isinstance(self.dtype[f.register], type)
+                and np.dtype(self.dtype[f.register]) != common}
+
+    def common_dtype(self, step: Contract) -> np.dtype:
+        """numpy's result type of a contraction's arrays and scale factors (Python numbers stay weak)."""
+        def sample(register: int) -> Any:
+            dtype = self.dtype[register]
+            return dtype(1) if isinstance(dtype, type) else np.dtype(dtype)
+
+        parts: list[Any] = [sample(register) for register in step.args]
+        for factor in step.scale:
+            if isinstance(factor, Number):
+                parts.append(factor.value)
+            elif isinstance(factor, Size):
+                parts.append(1)
+            else:
+                parts.extend(sample(register) for register in node_args(factor))
+        return np.result_type(*parts)
 
     def elementwise(self, step: Elementwise) -> str:
         elements = math.prod(self.shape[step.out])

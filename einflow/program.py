@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import operator
 from collections import OrderedDict
@@ -14,7 +15,7 @@ from einflow import backends as _registry
 from einflow import ir
 from einflow.backends import get_backend, infer_backend
 from einflow.check import ProgramInfo, check_names, check_program
-from einflow.errors import EinflowError, ShapeError, TensorNameError
+from einflow.errors import ArgumentError, EinflowError, ShapeError, TensorNameError
 from einflow.grammar import parse
 from einflow.memory import default_memory_limit, memory_limit_bytes
 from einflow.plan import Plan, build_plan
@@ -22,7 +23,8 @@ from einflow.report import PlanReport
 
 __all__ = ["Program", "PlanCache", "PlanCacheInfo", "compile", "evaluate", "default_memory_limit"]
 
-_OPTIONS = ("backend", "optimize", "memory_limit")
+_CALL_OPTIONS = ("backend", "optimize", "memory_limit", "chunks")
+_PLAN_OPTIONS = ("optimize", "backend", "itemsize", "memory_limit")
 _LIMIT_TYPES = (str, int, float, type(None))
 
 
@@ -89,7 +91,7 @@ class Program:
     C[i,j] = A[i,k] B[k,j]
     """
 
-    __slots__ = ("ir", "source", "info", "_plans", "_constants", "__weakref__")
+    __slots__ = ("ir", "source", "info", "accepts", "_plans", "_constants", "__weakref__")
 
     def __init__(self, program_ir: ir.ProgramIR, source: str | None = None, info: ProgramInfo | None = None) -> None:
         check_names(program_ir)  # an IR-built program (derivatives, API arguments) names things as text does
@@ -97,6 +99,9 @@ class Program:
         self.source = source if source is not None else ir.format_program(program_ir)
         self.info = info if info is not None else check_program(program_ir, self.source)
         self._plans: PlanCache = PlanCache()
+        #: names a call may pass although this program does not read them (a derivative program accepts
+        #: every input of the program it was derived from); any other unknown keyword is a TypeError
+        self.accepts: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ pickling and the plan cache
     def __getstate__(self) -> dict[str, Any]:
@@ -174,21 +179,25 @@ class Program:
         return to_source(self, name)
 
     # ------------------------------------------------------------------ evaluation
-    def __call__(self, mapping: Mapping[str, Any] | None = None, /, *, backend: str | None = None,
-                 optimize: Any = "auto", memory_limit: float | None | str = "default", chunks: Any = None,
-                 **arrays: Any) -> Any:
-        """Evaluate with arrays given by keyword or in a mapping; returns the program's value.
+    def __call__(self, *args: Any, backend: str | None = None, optimize: Any = "auto",
+                 memory_limit: float | None | str = "default", chunks: Any = None, **arrays: Any) -> Any:
+        """Evaluate with arrays given by keyword, by position (in ``p.inputs`` order) or in one mapping.
 
-        ``backend``: ``"auto"`` (the default: from the input arrays), ``"numpy"``, ``"cupy"`` or ``"dask"``;
-        ``chunks``: how the dask backend chunks numpy inputs (see docs/backends.md).
+        Returns the program's value (a tuple for a program ending in a return line); a scalar value is a
+        numpy scalar. ``backend``: ``"auto"`` (the default: from the input arrays), ``"numpy"``,
+        ``"cupy"`` or ``"dask"``; ``chunks``: how the dask backend chunks numpy inputs (see
+        docs/backends.md). A keyword that is neither an input nor an option is a TypeError.
+
 
         >>> import numpy as np, einflow as ef
         >>> p = ef.compile("y[i] = A[i,j] x[j]")
         >>> p(A=np.eye(2), x=np.array([1.0, 2.0]), backend="numpy").tolist()
         [1.0, 2.0]
+        >>> p(np.eye(2), np.array([1.0, 2.0])).tolist()
+        [1.0, 2.0]
         """
-        if mapping is not None:
-            arrays = {**mapping, **arrays}
+        if arrays or args:
+            arrays = _bind(self.info.inputs, args, arrays, _CALL_OPTIONS, "call", self.accepts)
         if type(memory_limit) not in _LIMIT_TYPES:
             memory_limit_bytes(memory_limit)  # an EinflowError for anything that is not a size
         try:
@@ -213,14 +222,18 @@ class Program:
             else:
                 plan = self._plans.get(("numpy", optimize, memory_limit, tuple(signature)))
                 if plan is not None:
-                    return plan.run(values)
-        return self._evaluate(values, name, optimize, memory_limit, chunks)
+                    result = plan.run(values)
+                    if plan.returns_tuple:
+                        return tuple(map(_scalar, result))
+                    return result[()] if type(result) is np.ndarray and not result.ndim else result
+        result = self._evaluate(values, name, optimize, memory_limit, chunks)
+        return tuple(map(_scalar, result)) if type(result) is tuple else _scalar(result)
 
     def _evaluate(self, values: list[Any], name: str, optimize: Any, memory_limit: Any, chunks: Any) -> Any:
         """The general call: pick the backend, convert inputs once, plan (cached), run, convert results."""
         if name == "auto":
             name = infer_backend(values)
-        engine = get_backend(name)
+        engine: Any = get_backend(name)  # the dask backend adds chunks_for and check_client_memory
         lazy = name == "dask" and any(type(value).__module__.startswith("dask") for value in values)
         converted: dict[Any, Any] = {}
         for position, (tensor, value) in enumerate(zip(self.info.inputs, values)):
@@ -275,25 +288,68 @@ class Program:
         self._plans[key] = plan
         return plan
 
-    def plan(self, mapping: Mapping[str, Any] | None = None, /, *, optimize: Any = "auto",
-             backend: str = "numpy", itemsize: int = 8, **shapes: Any) -> PlanReport:
+    def plan(self, *args: Any, optimize: Any = "auto", backend: str = "numpy", itemsize: int = 8,
+             memory_limit: float | str | None = None, **shapes: Any) -> PlanReport:
         """The plan for these input shapes (tuples, ``'100x200'`` strings, or arrays): steps, FLOPs, memory.
+
+        Shapes are given like arrays to a call: by keyword, by position or in one mapping.
+        ``memory_limit`` (default None: not checked) raises MemoryLimitError for a plan over it.
 
         >>> import einflow as ef
         >>> report = ef.compile("y[i] = A[i,j] B[j,k] v[k]").plan(A=(100, 200), B=(200, 300), v=(300,))
         >>> report.flops < 2 * 100 * 200 * 300
         True
         """
-        if mapping is not None:
-            shapes = {**mapping, **shapes}
+        if shapes or args:
+            shapes = _bind(self.info.inputs, args, shapes, _PLAN_OPTIONS, "plan", self.accepts)
         resolved: dict[str, tuple[int, ...]] = {}
         for name in self.info.inputs:
             if name not in shapes:
                 raise TensorNameError(f"no shape given for tensor {name!r} (this program reads "
                                       f"{', '.join(self.info.inputs)})")
             resolved[name] = _parse_shape(name, shapes[name])
-        plan = build_plan(self.ir, self.info, resolved, itemsize, get_backend(backend), optimize, None, self.source)
+        limit = None if memory_limit is None else memory_limit_bytes(memory_limit)
+        plan = build_plan(self.ir, self.info, resolved, itemsize, get_backend(backend), optimize, limit,
+                          self.source)
         return PlanReport(self.text, plan.steps, plan.output_shapes, plan.peak_bytes)
+
+
+def _scalar(value: Any) -> Any:
+    """numpy's scalar type for a 0-d numpy result (what numpy returns for a full reduction)."""
+    return value[()] if type(value) is np.ndarray and not value.ndim else value
+
+
+def _bind(inputs: tuple[str, ...], args: tuple[Any, ...], keywords: dict[str, Any], options: tuple[str, ...],
+          what: str, accepts: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Input name -> value from positional values (in ``inputs`` order, or one mapping) and keywords.
+
+    Entries of a mapping the program does not read are ignored; a keyword must be an input or an option.
+    """
+    for keyword in keywords:
+        if keyword not in inputs and keyword not in accepts:
+            _unexpected(keyword, inputs, options, what)
+    if not args:
+        return keywords
+    if len(args) == 1 and isinstance(args[0], Mapping):
+        return {**args[0], **keywords}
+    if len(args) > len(inputs):
+        raise ArgumentError(f"{what}() takes {len(inputs)} positional input(s) ({', '.join(inputs)}) but "
+                            f"{len(args)} were given")
+    bound = dict(zip(inputs, args))
+    for keyword in keywords:
+        if keyword in bound:
+            raise ArgumentError(f"{what}() got input {keyword!r} both by position and by keyword")
+    bound.update(keywords)
+    return bound
+
+
+def _unexpected(keyword: str, inputs: tuple[str, ...], options: tuple[str, ...], what: str) -> None:
+    """Raise the TypeError for a keyword that is neither an input nor an option, with a close match."""
+    close = difflib.get_close_matches(keyword, [*inputs, *options], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    listed = ", ".join(inputs) if inputs else "none"
+    raise ArgumentError(f"{what}() got an unexpected keyword {keyword!r}{hint} (this program reads {listed}; "
+                        f"the options are {', '.join(options)})")
 
 
 def _parse_shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -350,4 +406,4 @@ def evaluate(text: str, mapping: Mapping[str, Any] | None = None, /, **arrays: A
     >>> float(ef.evaluate("s = x[i] x[i]", x=np.array([3.0, 4.0])))
     25.0
     """
-    return compile(text)(mapping, **arrays)
+    return compile(text)(mapping, **arrays) if mapping is not None else compile(text)(**arrays)

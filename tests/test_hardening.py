@@ -24,7 +24,7 @@ HUGE = "9" * 4301  # one digit more than Python reads into an int by default
 # ---------------------------------------------------------------------------------------------- literals and sizes
 def test_a_4301_digit_literal_is_an_infinite_weak_number() -> None:
     assert ef.evaluate(f"y = {HUGE} x", x=2.0) == np.inf
-    assert ef.evaluate(f"y = 0.5 + 0{HUGE[:10]}", x=1.0) == 9999999999.5  # leading zeros are not digits to count
+    assert ef.evaluate(f"y = 0.5 + 0{HUGE[:10]}") == 9999999999.5  # leading zeros are not digits to count
     assert ef.evaluate("y = " + "0" * 5000 + "7") == 7
 
 
@@ -50,8 +50,10 @@ def test_the_largest_literal_size_plans_and_is_refused_by_the_guard() -> None:
 @pytest.mark.parametrize("shape", [(-3,), "3x-2", (2, -1), (2**63,), (10**30,)])
 def test_plan_refuses_negative_and_out_of_range_sizes(shape: Any) -> None:
     with pytest.raises(ef.ShapeError, match="sizes are integers"):
-        ef.compile("y[i,j] = A[i,j] A[i,j]" if len(str(shape).split(",")) > 1 or "x" in str(shape)
-                   else "y[i] = x[i] x[i]").plan(A=shape, x=shape)
+        if len(str(shape).split(",")) > 1 or "x" in str(shape):
+            ef.compile("y[i,j] = A[i,j] A[i,j]").plan(A=shape)
+        else:
+            ef.compile("y[i] = x[i] x[i]").plan(x=shape)
 
 
 # ---------------------------------------------------------------------------------------------- wide products

@@ -425,10 +425,12 @@ def test_second_call_with_same_shapes_does_not_replan(monkeypatch: pytest.Monkey
     assert program.cache_info().plans == 2
 
 
-def test_extra_arrays_are_ignored() -> None:
+def test_extra_arrays_in_a_mapping_are_ignored_extra_keywords_are_type_errors() -> None:
     x = rand(3)
-    close(ef.evaluate("y = x[i] x[i]", x=x, unused=rand(7, 7), W=np.ones(2)), x @ x)
+    close(ef.evaluate("y = x[i] x[i]", {"x": x, "unused": rand(7, 7), "W": np.ones(2)}), x @ x)
     close(ef.compile("y = x[i] x[i]")({"x": x, "other": 1.0}), x @ x)
+    with pytest.raises(TypeError, match="unused"):
+        ef.evaluate("y = x[i] x[i]", x=x, unused=rand(7, 7))
 
 
 def test_a_mapping_works_for_any_tensor_name() -> None:

@@ -168,7 +168,11 @@ class _Setup:
         program_ir = ir.ProgramIR(tuple(body))
         text = ir.format_program(program_ir)
         try:
-            return Program(program_ir, text)
+            derived = Program(program_ir, text)
+            # the caller holds the source program's arrays: passing them all by keyword is fine
+            source = self.program
+            derived.accepts = frozenset(source.inputs) | frozenset(source.info.targets) | source.accepts
+            return derived
         except EinflowError as error:  # pragma: no cover - a bug in einflow, not the user's
             raise EinflowError(f"internal error: derivative program does not check:\n{text}\n{error}") from error
 
@@ -293,6 +297,7 @@ class _ValueAndGrad(Program):
 
     def __init__(self, program: Program, as_tuple: bool) -> None:
         super().__init__(program.ir, program.source, program.info)
+        self.accepts = program.accepts
         #: whether the gradients come as a tuple (``wrt`` was a list) or as one array
         self.gradients_as_tuple = as_tuple
 
