@@ -1,21 +1,32 @@
 """Differential testing: random programs (tests/randprog.py) checked against an independent float64 reference.
 
-Each program's value, ``grad`` (one and several ``wrt``), ``value_and_grad``, ``jacobian`` in both modes,
-``hessian`` and ``vjp`` are compared with JAX (float64) applied to the reference evaluator in
-tests/randprog.py, which implements the language rules directly (or with float64 central differences
-when JAX is missing). Every derivative program is also printed, re-parsed and run again.
+Each random program is compiled and run, and its value compared with tests/randprog.py's evaluator, which
+implements the language rules directly; einflow's printing of it must re-parse to the same value. Then its
+``grad`` (one and several ``wrt``), ``value_and_grad``, ``jacobian`` in both modes, ``hessian`` and ``vjp``
+are compared with exact float64 derivatives of that evaluator (forward-mode jets, ``randprog.Jet``; checked
+against JAX ``jacrev``/``hessian`` in ``test_jet_reference_agrees_with_jax``), and every derivative program
+is printed, re-parsed and run again. Any exception that is not an EinflowError fails, and so does an
+EinflowError on a program the generator made (the generator only makes valid programs).
+
+By default each program gets one derivative check, by rotation over the seeds (the whole run then
+takes about 2.5 minutes of one core); the failure message gives the seed, the program, what was
+expected and what came out, and a one-line replay command.
 
 Environment:
 
 * ``EINFLOW_DIFF_N``: how many programs (default 2000); ``EINFLOW_DIFF_START``: first seed (default 0);
-* ``EINFLOW_DIFF_SEED=1234``: replay one seed, printing its program and every check.
+* ``EINFLOW_DIFF_SEED=1234``: replay one seed with every check, printing each program;
+* ``EINFLOW_DIFF_CHECKS=all``: every derivative check on every program (the long run:
+  ``EINFLOW_DIFF_N=20000 EINFLOW_DIFF_CHECKS=all``);
+* ``EINFLOW_DIFF_REFERENCE=jax``: JAX float64 as the reference for every program (slow: XLA compiles
+  each operation; central differences when JAX is missing).
 
-From the command line (no pytest): ``python tests/test_differential.py START COUNT`` prints each failure.
+Command line (no pytest): ``python tests/test_differential.py START COUNT`` prints every failure;
+``python tests/test_differential.py --shrink SEED [CHECK]`` prints a smaller program failing the same way.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import traceback
@@ -638,4 +649,3 @@ if __name__ == "__main__":  # pragma: no cover
         for f in found:
             print(f, "\n", flush=True)
     print(f"# {bad} of {total} programs failed", file=sys.stderr)
-    _ = math
