@@ -28,6 +28,7 @@ Command line (no pytest): ``python tests/test_differential.py START COUNT`` prin
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -388,9 +389,12 @@ def check_seed(seed: int, verbose: bool = False) -> list[Failure]:
 
 def _signature(failure: Failure) -> tuple[str, str]:
     """What kind of failure: the check and 'mismatch' or the exception class and where it was raised."""
-    detail = failure.detail
-    kind = "mismatch" if "expected" in detail else " ".join(detail.split(":")[0].split()[:4])
-    return failure.check, kind
+    detail = failure.detail.split("\n")[0]
+    if "expected" in detail:
+        return failure.check, "mismatch"
+    # the exception and the shape of its message: names and numbers left out
+    words = re.sub(r"'[^']*'|\d+", "_", detail).split()[:10]
+    return failure.check, " ".join(words)
 
 
 def shrink(seed: int, check: str | None = None, budget: int = 400) -> tuple[randprog.Case, list[Failure]]:
