@@ -141,6 +141,11 @@ CASES = [
          lambda a: (a["g"] @ a["g"]) * (a["v"] @ a["s"]) * (a["x"] @ np.diag(a["R"]))),
     Case("diff-sizes-forward-intermediate", "H[q] = A[q,q]\nf = H[hid]", "jacobian(forward)", "A",
          {"A": _u(3, 3)}, lambda a: np.diag(a["A"]).copy()),
+    # G6: a shared helper reused with its indices in other roles must agree in sizes (issue bug 4)
+    Case("diff-cse-sizes-hessian", "Y[c,k,j] = -M[i,a] - A[c,i] z[r] A[k,j]\nf = Y[b,k,m] (x[m] * u[k] u[b])",
+         "hessian", ["A", "M"], {"M": _u(3, 2), "A": _u(2, 3), "z": _u(2), "x": _u(3), "u": _u(2)},
+         lambda a: -a["M"].sum() * a["x"].sum() * a["u"].sum() ** 2
+         - a["z"].sum() * (a["A"].sum(axis=1) @ a["u"]) * (a["u"] @ a["A"] @ a["x"])),
     # G5: the simplifier terminates
     Case("diff-recursion-reduction-of-sum", "L = sum[hid](-(P[t2,t2] g[t2] + g[a] e[hid] * g[a]))", "grad", "g",
          {"P": _u(2, 2), "g": _u(2), "e": _u(3)},
