@@ -459,7 +459,10 @@ def _lower(program: ir.ProgramIR) -> Lowered:
     lowering = _Lowering(program, info.inputs, ranks)
     outputs, statements = lowering.run(info.returns_tuple)
     register_ranks = {register: len(sizes) for register, sizes in lowering.register_sizes.items()}
-    steps = release(fuse(lowering.steps, outputs, register_ranks), outputs, len(info.inputs))
+    # a register a statement binds to its target is never inlined away (a later statement, or the plan's
+    # size check, reads it by name even when the lowering found it already computed by an earlier statement)
+    bound = tuple(register for _, _, register in lowering.bindings if register is not None)
+    steps = release(fuse(lowering.steps, (*outputs, *bound), register_ranks), outputs, len(info.inputs))
     names = tuple((register, name) for register, name in lowering.target_names.items()
                   if any(getattr(step, "out", None) == register for step in steps))
     return Lowered(info.inputs, ranks, tuple(steps), outputs, info.returns_tuple, statements, names,

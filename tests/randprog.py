@@ -860,10 +860,15 @@ def generate(seed: int) -> Case:
                       & set(program.inputs))
         if not used:
             continue
-        total = sum(math.prod(program.inputs[n]) for n in used)
-        if total > 40:
+        if sum(math.prod(program.inputs[n]) for n in used) > 90:
             continue
-        wrt = r.sample(used, min(len(used), r.choice((1, 1, 2, 2, 3))))
+        # derivatives by at most 30 entries in all (Hessians stay small)
+        wrt = [n for n in r.sample(used, len(used)) if math.prod(program.inputs[n]) <= 30]
+        wrt = wrt[:r.choice((1, 1, 2, 2, 3))]
+        while sum(math.prod(program.inputs[n]) for n in wrt) > 30:
+            wrt.pop()
+        if not wrt:
+            continue
         case = Case(seed, program, wrt, scalar)
         case.text = program_text(program)
         return case

@@ -100,6 +100,59 @@ CASES = [
          "h1 = U[o] U[o] + x[i] y[k]\nh2[m] = h1[i,m]\nL = sum[m](sigmoid(h2[m]))", "hessian", "U",
          {"U": _u(2), "x": _u(3), "y": _u(4)},
          lambda a: np.sum(_sigmoid(3 * (a["U"] @ a["U"]) + a["x"].sum() * a["y"]))),
+    # --- found by the differential test (tests/test_differential.py), shrunk; see its docstring
+    # G1: a contracted delta[q,q] beside another delta counts |q|
+    Case("diff-delta-trace-beside-delta-grad", "size q = 3\nf = (C[c,c] * delta[q,q])^+3", "value_and_grad", "C",
+         {"C": _u(2, 2)}, lambda a: (3 * np.trace(a["C"])) ** 3),
+    Case("diff-delta-trace-beside-delta-jacobian", "size q = z\nf[c] = delta[q,q] * z[c] * g", "jacobian(reverse)",
+         "z", {"z": _u(3), "g": np.array(0.6)}, lambda a: 3 * a["z"] * a["g"]),
+    Case("diff-delta-trace-value",
+         "size a = 3\nsize t2 = 2\nY = delta[t2,b] / M[l,l] * delta[a,a]\nL = Y[k,k] Y[t2,b] z[t2] z[b]", "value",
+         None, {"M": _u(2, 2, low=0.5, high=1.5), "z": _u(2)},
+         lambda a: (3 / np.trace(a["M"])) ** 2 * 2 * (a["z"] @ a["z"])),
+    # G2: a reduction over a sum keeps |c| for the term without c, also once hoisted
+    Case("diff-reduction-over-sum-value-and-grad", "f = sum[c]((z[j] B[b,b] * w[b])^3 + w[c]) z[j]", "value_and_grad",
+         "z", {"z": _u(3), "B": _u(2, 2), "w": _u(2)},
+         lambda a: np.sum((2 * (a["z"] * (np.diag(a["B"]) @ a["w"])) ** 3 + a["w"].sum()) * a["z"])),
+    # G3: a dummy contracted inside a divisor / function / power base and, under the same name, outside
+    Case("diff-same-dummy-divisor-jacobian", "f = (V[hid,q] x[q]) / (M[q,hid] g[q])", "jacobian(reverse)", "V",
+         {"V": _u(2, 3), "x": _u(3), "M": _u(3, 2, low=0.5, high=1.5), "g": _u(3, low=0.5, high=1.5)},
+         lambda a: np.sum(a["V"] * a["x"][None, :] / (a["M"].T @ a["g"])[:, None])),
+    Case("diff-same-dummy-trace-in-divisor", "L = delta[a,k] / (M[k,k] + g) V[k,a]", "value_and_grad", "g",
+         {"M": _u(3, 3, low=0.5, high=1.5), "g": np.array(0.4), "V": _u(3, 3)},
+         lambda a: np.trace(a["V"]) / (np.trace(a["M"]) + a["g"])),
+    Case("diff-same-dummy-trace-in-divisor-vector", "loss = (M[k,k] s[r]) / X[k,m,k] z[m]", "jacobian(reverse)", "z",
+         {"M": _u(2, 2), "s": _u(3), "X": _u(2, 2, 2, low=0.5, high=1.5), "z": _u(2)},
+         lambda a: np.trace(a["M"]) * a["s"] * np.sum(a["z"] / np.einsum("kmk->m", a["X"]))),
+    Case("diff-same-dummy-trace-in-exp", "loss = ((R[p,l] * W[l,r] w[r]) * R[p,a]) exp(B[l,a,l])", "grad", "B",
+         {"R": _u(2, 2), "W": _u(2, 3), "w": _u(3), "B": _u(2, 2, 2)},
+         lambda a: np.einsum("pl,l,pa,a->", a["R"], a["W"] @ a["w"], a["R"], np.exp(np.einsum("lal->a", a["B"])))),
+    Case("diff-same-dummy-power-base-hessian", "f = (g[j] Q[b,b] (A[b,b] + e) * y[j])^0.5", "hessian", "y",
+         {"g": _u(2, low=0.5, high=1.5), "Q": np.diag([0.8, 1.1]) + 0.1, "A": np.diag([0.7, 1.3]) + 0.2,
+          "e": np.array(0.5), "y": _u(2, low=0.5, high=1.5)},
+         lambda a: (a["g"] @ a["y"] * np.trace(a["Q"]) * (np.trace(a["A"]) + a["e"])) ** 0.5),
+    # G4: every index of a derivative program has a size
+    Case("diff-sizes-user-literal", "size n = 3\nf = (delta[n,n] y[r] y[r])^(+2)", "grad", "y", {"y": _u(3)},
+         lambda a: (3 * a["y"] @ a["y"]) ** 2),
+    Case("diff-sizes-from-another-term", "loss[l] = delta[r,r] A[m,k] - w[l] e[r]", "jacobian(reverse)", "A",
+         {"A": _u(2, 3), "w": _u(3), "e": _u(2)}, lambda a: 2 * a["A"].sum() - a["w"] * a["e"].sum()),
+    Case("diff-sizes-helper-of-deltas-hessian", "loss = g[q] v[i] g[q] x[n] * R[n,n] * s[i]", "hessian", ["R", "x"],
+         {"g": _u(2), "v": _u(3), "x": _u(2), "R": _u(2, 2), "s": _u(3)},
+         lambda a: (a["g"] @ a["g"]) * (a["v"] @ a["s"]) * (a["x"] @ np.diag(a["R"]))),
+    Case("diff-sizes-forward-intermediate", "H[q] = A[q,q]\nf = H[hid]", "jacobian(forward)", "A",
+         {"A": _u(3, 3)}, lambda a: np.diag(a["A"]).copy()),
+    # G6: a shared helper reused with its indices in other roles must agree in sizes (issue bug 4)
+    Case("diff-cse-sizes-hessian", "Y[c,k,j] = -M[i,a] - A[c,i] z[r] A[k,j]\nf = Y[b,k,m] (x[m] * u[k] u[b])",
+         "hessian", ["A", "M"], {"M": _u(3, 2), "A": _u(2, 3), "z": _u(2), "x": _u(3), "u": _u(2)},
+         lambda a: -a["M"].sum() * a["x"].sum() * a["u"].sum() ** 2
+         - a["z"].sum() * (a["A"].sum(axis=1) @ a["u"]) * (a["u"] @ a["A"] @ a["x"])),
+    # G5: the simplifier terminates
+    Case("diff-recursion-reduction-of-sum", "L = sum[hid](-(P[t2,t2] g[t2] + g[a] e[hid] * g[a]))", "grad", "g",
+         {"P": _u(2, 2), "g": _u(2), "e": _u(3)},
+         lambda a: -3 * np.diag(a["P"]) @ a["g"] - (a["g"] @ a["g"]) * a["e"].sum()),
+    Case("diff-recursion-explicit-terms", "loss[n] = (-((-v[i] - s) * y[m])) + V[c,n]", "jacobian(forward)", "y",
+         {"v": _u(3), "s": np.array(0.3), "y": _u(2), "V": _u(2, 4)},
+         lambda a: (a["v"].sum() + 3 * a["s"]) * a["y"].sum() + a["V"].sum(axis=0)),
 ]
 
 

@@ -75,7 +75,9 @@ class _Setup:
         if program.info.returns_tuple:
             raise DerivativeError(f"{what}: the program returns a tuple; differentiate one value at a time")
         self.program = program
-        self.tensor_names = Fresh(set(program.inputs) | set(program.info.targets))
+        # new tensors (helpers, derivatives) avoid the user's index names too, so no name means two things
+        self.user_indices = all_index_names(program.ir)
+        self.tensor_names = Fresh(set(program.inputs) | set(program.info.targets) | self.user_indices)
         last = len(program.ir.statements) - 1
         statement = program.ir.statements[last]
         assert isinstance(statement, ir.Assign)
@@ -154,7 +156,8 @@ class _Setup:
                 body.append(ir.Assign(target, source.indices, source.expr))
                 continue
             statement = _mark_missing_targets(statement)
-            pretty, mapping = readable(statement, declared, frozenset(self.declared))
+            pretty, mapping = readable(statement, declared, frozenset(self.declared),
+                                      work.tensor_fresh.taken - self.user_indices)
             for size in work.sizes:
                 if size.names[0] in emitted_sizes:
                     continue

@@ -302,19 +302,20 @@ def _implicit(expr: ir.Expr, top_level: bool) -> ir.Expr:
     return expr
 
 
-def readable(statement: ir.Assign, keep: set[str], declared: frozenset[str] = frozenset()) -> tuple[
-        ir.Assign, dict[str, str]]:
+def readable(statement: ir.Assign, keep: set[str], declared: frozenset[str] = frozenset(),
+             avoid: Iterable[str] = ()) -> tuple[ir.Assign, dict[str, str]]:
     """A normal-form statement as idiomatic einflow, with short index names (and the renaming used).
 
     ``keep`` are names that must not be reused for other indices (size-declared ones); an index made
-    from a user-``declared`` name gets that name back (so its declared size applies again).
+    from a user-``declared`` name gets that name back (so its declared size applies again); ``avoid``
+    are other names no index may take (the program's tensor names).
     """
     expr = _implicit(statement.expr, bool(statement.indices))
     names: list[str] = list(statement.indices or ())
     for index in sorted(indices_in(expr)):
         if index not in names:
             names.append(index)
-    used = set(keep)
+    used = set(keep) | set(avoid)
     mapping: dict[str, str] = {}
     for name in names:
         if name in keep:
