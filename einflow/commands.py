@@ -545,7 +545,7 @@ def parse_wrt(rest: str, usage: str) -> tuple[str, list[str]]:
     return words[0], words[1:]
 
 
-def derivative_program(session: Session, kind: str, target: str, wrt: list[str]) -> Program:
+def derivative_program(session: Session, kind: str, target: str, wrt: list[str], **options: Any) -> Program:
     """The ``grad``/``jacobian``/``hessian`` program of ``target`` (through the kept statements) wrt ``wrt``."""
     import einflow
 
@@ -561,7 +561,7 @@ def derivative_program(session: Session, kind: str, target: str, wrt: list[str])
     for name in wrt:
         if name not in program.inputs:
             raise SessionError(f"'{target}' does not depend on '{name}' (it reads {', '.join(program.inputs)})")
-    return function(program, wrt=wrt[0] if len(wrt) == 1 else wrt)
+    return function(program, wrt=wrt[0] if len(wrt) == 1 else wrt, **options)
 
 
 def bind_derivative(session: Session, kind: str, target: str, wrt: list[str], derivative: Program,
@@ -617,16 +617,8 @@ def _along(session: Session, kind: str, rest: str, usage: str) -> str:
     for name in tangents:
         check_name(name)
         session.lookup(name)
-    import einflow
-
-    session.lookup(target)
-    program = einflow.compile(session.program_for(target, cut=wrt))
-    for name in wrt:
-        if name not in program.inputs:
-            raise SessionError(f"'{target}' does not depend on '{name}' (it reads {', '.join(program.inputs)})")
-    function = getattr(einflow, kind)
-    derivative = function(program, wrt=wrt[0] if len(wrt) == 1 else wrt,
-                          tangent=tangents[0] if len(tangents) == 1 else tangents)
+    derivative = derivative_program(session, kind, target, wrt,
+                                    tangent=tangents[0] if len(tangents) == 1 else tangents)
     named, notes = bind_derivative(session, kind, target, wrt, derivative)
     out = [f"# {kind} of {target} with respect to {', '.join(wrt)} along {', '.join(tangents)}", str(derivative), ""]
     out.extend(format_value(name, value, session.width) for name, value in named.items())
