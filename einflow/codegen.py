@@ -43,6 +43,9 @@ __all__ = ["Source", "usable", "number_text", "HELPERS", "kind_of"]
 
 # Private helpers the generated code may call; {np} and helper names are substituted.
 HELPERS: dict[str, str] = {
+    "output": '''def {output}(x):
+    """A value as einflow returns it: a 0-d result is a numpy scalar, as numpy's full reductions give."""
+    return x[()] if type(x) is {np}.ndarray and not x.ndim else x''',
     "input": '''def {input}(x):
     """An input as einflow receives it: Python int/float stay weak scalars, the rest become arrays."""
     if isinstance(x, (int, float)) and not isinstance(x, bool):
@@ -73,7 +76,7 @@ HELPERS: dict[str, str] = {
 }
 HELPER_NEEDS = {"reciprocal": ("as_float",)}
 _BUILTINS = frozenset(dir(builtins))
-ALIASES = ("np", "oe", "ne", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float")
+ALIASES = ("np", "oe", "ne", "output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float")
 
 
 def usable(name: str) -> bool:

@@ -238,13 +238,10 @@ def _check_same(key: str, exported: dict[str, Any]) -> None:
         return "*"
 
     assert outcome["structure"] == flatten(reference)
-    # einflow gives a numpy scalar for a scalar value; the exported source gives a numpy scalar or a 0-d array
+    # einflow and the exported source both give a numpy scalar for a scalar value
     assert len(outcome["types"]) == len(reference_values)
     for name, want in zip(outcome["types"], reference_values):
-        if isinstance(want, np.generic):
-            assert name == "ndarray" or name == type(want).__name__
-        else:
-            assert name == type(want).__name__
+        assert name == type(want).__name__
     with np.load(exported["folder"] / f"{key}_out.npz") as saved:
         values = [saved[f"arr_{n}"] for n in range(len(saved.files))]
     assert len(values) == len(reference_values)
