@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from einflow import ir
-from einflow.numbers import _weak
+from einflow.numbers import exact_mul
 
 __all__ = ["ProductParts", "split_product", "product_output", "eliminate_deltas"]
 
@@ -37,12 +37,13 @@ def split_product(factors: tuple[ir.Expr, ...], tensor: Callable[[str], V], lowe
 
     ``tensor(name)`` is a named value, ``lower(factor)`` evaluates a scope-opening factor,
     ``constant(value)`` is its compile-time number (or None), ``labels(value)`` its axis labels.
-    Numbers and constant values fold into the coefficient as weak Python numbers.
+    Numbers and constant values fold into the coefficient exactly (integers of any size; ``_weak`` makes
+    it a weak Python number where it is used).
     """
     parts: ProductParts[V] = ProductParts()
     for factor in factors:
         if isinstance(factor, ir.Num):
-            parts.coefficient = _weak(parts.coefficient * _weak(factor.value))
+            parts.coefficient = exact_mul(parts.coefficient, factor.value)
             continue
         if isinstance(factor, ir.Delta):
             parts.deltas.append([factor.first, factor.second])
@@ -56,7 +57,7 @@ def split_product(factors: tuple[ir.Expr, ...], tensor: Callable[[str], V], lowe
             indices = labels(value)
         number = constant(value)
         if number is not None:
-            parts.coefficient = _weak(parts.coefficient * number)
+            parts.coefficient = exact_mul(parts.coefficient, number)
         elif not indices:
             parts.scalars.append(value)
         else:

@@ -26,7 +26,7 @@ from einflow.check import check_program, free_indices, top_level_terms
 from einflow.contraction import eliminate_deltas, product_output, split_product
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import indices_in, join_partners
-from einflow.numbers import _fold_power, _is_unit, _weak
+from einflow.numbers import _fold_power, _is_unit, _weak, exact_add
 from einflow.steps import (
     Add,
     Apply,
@@ -184,7 +184,7 @@ class _Lowering:
     def materialize(self, value: _Value) -> _Value:
         if value.const is None:
             return value
-        constant = value.const
+        constant = _weak(value.const)  # type: ignore[arg-type]
         return self.emit(("const", type(constant), constant),
                          lambda out: Constant(self.statement, out, constant), ())
 
@@ -206,7 +206,7 @@ class _Lowering:
     # ------------------------------------------------------------------ expressions
     def lower(self, expr: ir.Expr, bound: frozenset[str], reduce: frozenset[str]) -> _Value:
         if isinstance(expr, ir.Num):
-            return _Value(None, (), _weak(expr.value))
+            return _Value(None, (), expr.value)  # exact while folding; _weak where it is used
         if isinstance(expr, (ir.Tensor, ir.Delta)):
             return self.lower_product((expr,), bound, reduce)
         if isinstance(expr, ir.Product):
@@ -240,7 +240,7 @@ class _Lowering:
 
     def apply(self, func: str, arg: _Value) -> _Value:
         if arg.reg is None:
-            return _Value(None, (), _fold(func, arg.const))  # type: ignore[arg-type]
+            return _Value(None, (), _fold(func, _weak(arg.const)))  # type: ignore[arg-type]
         # keys are positional: the same register may carry other names (`tanh(y[i])` and `tanh(y[l])`)
         value = self.elementwise(("apply", func, arg.reg), Apply(func, Arg(arg.reg)), arg.labels)
         return _Value(value.reg, arg.labels)
@@ -269,7 +269,7 @@ class _Lowering:
         arrays: list[_Value] = []
         for term in terms:
             if term.reg is None:
-                constant = _weak(constant + term.const)  # type: ignore[operator]
+                constant = exact_add(constant, term.const)  # type: ignore[arg-type]
             else:
                 arrays.append(term)
         if not arrays:
@@ -281,7 +281,7 @@ class _Lowering:
             if args[0].axes is None:
                 return _Value(arrays[0].reg, order)
             return self.aligned(args[0], order)
-        expr = Add((*args, Number(constant))) if has_constant else Add(tuple(args))
+        expr = Add((*args, Number(_weak(constant)))) if has_constant else Add(tuple(args))
         # positional: the same sum under other index names (`1 - h[b,i]^2`, `1 - h[w,i]^2`) is computed once
         return self.elementwise(("add", expr, _number_types(expr)), expr, order)
 
@@ -319,7 +319,7 @@ class _Lowering:
         inner = tuple(label for label in output if label not in partners)
         scale: list[Node] = [Arg(s.reg) for s in scalars] + counts  # type: ignore[arg-type]
         if not _is_unit(coefficient):
-            scale.append(Number(coefficient))
+            scale.append(Number(_weak(coefficient)))
         if not operands:
             if not scalars:
                 return self.diagonal(_Value(None, (), coefficient), output, classes)
@@ -331,7 +331,7 @@ class _Lowering:
         if not scalars and all(value.reg in self.synthetic for value, _ in operands):
             # deltas alone are booleans: in the inputs' floating type (scaled even by the int 1: numbers, not bools)
             value, labels = operands[0]
-            expr = Mul((AsFloat(Arg(value.reg)), Number(coefficient), *counts))  # type: ignore[arg-type]
+            expr = Mul((AsFloat(Arg(value.reg)), Number(_weak(coefficient)), *counts))  # type: ignore[arg-type]
             operands[0] = (self.elementwise(("mul", expr, _number_types(expr)), expr, value.labels), labels)
             scale = []
         keys = [tuple(labels) for _, labels in operands]

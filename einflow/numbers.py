@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-__all__ = ["_weak", "_is_unit", "_fold_power"]
+__all__ = ["_weak", "_is_unit", "_fold_power", "exact_add", "exact_mul"]
 
 
 def _weak(value: int | float) -> int | float:
@@ -17,6 +17,23 @@ def _weak(value: int | float) -> int | float:
         except OverflowError:
             return math.inf if value > 0 else -math.inf
     return value
+
+
+def exact_add(a: int | float, b: int | float) -> int | float:
+    """``a + b`` while folding: integers stay exact (``_weak`` applies when the constant is used)."""
+    try:
+        return a + b
+    except OverflowError:  # an int too large for a float met a float
+        return _weak(a) + _weak(b)
+
+
+def exact_mul(a: int | float, b: int | float) -> int | float:
+    """``a * b`` while folding: integers stay exact (``_weak`` applies when the constant is used)."""
+    try:
+        return a * b
+    except OverflowError:
+        with np.errstate(all="ignore"):
+            return float(np.float64(_weak(a)) * np.float64(_weak(b)))
 
 
 def _is_unit(coefficient: int | float) -> bool:
@@ -30,4 +47,4 @@ def _fold_power(base: int | float, exponent: int | float) -> int | float:
         if abs(base) <= 1 or exponent * math.log2(abs(base)) < 64:
             return _weak(base**exponent)
     with np.errstate(all="ignore"):
-        return float(np.power(np.float64(base), float(exponent)))
+        return float(np.power(np.float64(_weak(base)), float(exponent)))

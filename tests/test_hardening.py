@@ -210,3 +210,13 @@ def test_the_gradient_of_a_norm_at_zero_is_nan_by_convention() -> None:
     with np.errstate(all="ignore"):
         assert np.isnan(gradient(x=np.zeros(3))).all()
     np.testing.assert_allclose(gradient(x=np.array([3.0, 4.0])), [0.6, 0.8])
+
+
+def test_folding_keeps_big_integers_exact_until_used() -> None:
+    # each literal is beyond int64; their difference is not: folding must not round them to floats first
+    assert ef.evaluate("y = 99999999999999999999 - 99999999999999999998") == 1
+    assert isinstance(ef.evaluate("y = 99999999999999999999 - 99999999999999999998"), np.integer)
+    assert ef.evaluate("y = 2^70 / 2^68") == 4.0
+    # a folded constant beyond int64 becomes a float64 where it is used (LANGUAGE.md §4)
+    assert ef.evaluate("y = 99999999999999999999 * x", x=np.float32(1.0)).dtype == np.float32
+    assert ef.evaluate("y = 10^400 * 0.5 + 1") == np.inf
