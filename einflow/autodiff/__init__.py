@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from einflow import ir
 from einflow.autodiff.cse import hoist_repeated, reuse_forward
-from einflow.autodiff.normal import Fresh, all_index_names, readable, stem_of, tensor_names, to_normal
+from einflow.autodiff.normal import Fresh, all_index_names, lift_deep_calls, readable, stem_of, tensor_names, to_normal
 from einflow.autodiff.rules import Leaf
 from einflow.autodiff.sizes import IndexSizes, activated, active
 from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep, tangent_sweep, zeros
@@ -91,8 +91,8 @@ class _Setup:
         # fresh indices avoid tensor names too, so a printed program never reads `v[v]`
         fresh = Fresh(all_index_names(program.ir) | set(program.inputs) | set(program.info.targets) | {self.value},
                       self.sizes)
-        normal = to_normal(program.ir, fresh, names)
         ranks = dict(program.info.ranks)
+        normal = lift_deep_calls(to_normal(program.ir, fresh, names), fresh, self.tensor_names, ranks)
         ranks[self.value] = len(normal[-1].indices or ())
         self.work = Work(normal, program.inputs, ranks, fresh, self.tensor_names)
         self.forward_count = len(normal)
@@ -111,6 +111,7 @@ class _Setup:
         # repeated sub-expressions (across the forward statements too) get one statement each
         combined = hoist_repeated(forward + derived, work.fresh, work.tensor_fresh, work.ranks)
         targets = {s.target for s in combined}
+        size_position = {name: k for k, size in enumerate(work.sizes) for name in size.names}
         needed = set(outputs)
         kept: list[ir.Assign] = []
         for statement in reversed(combined):
@@ -123,14 +124,14 @@ class _Setup:
                         needed.add(source[0])  # a size read from a tensor the program must then compute
                 # a size declaration a statement relies on reads its tensor too
                 mentioned = set(statement.indices or ()) | _indices(statement.expr)
-                needed |= {size.source for size in work.sizes if set(size.names) & mentioned}  # type: ignore[misc]
+                needed |= {work.sizes[size_position[i]].source for i in mentioned if i in size_position}  # type: ignore[misc]
                 stems = {stem_of(index) for index in mentioned}
                 needed |= {size.source for size in self.user_sizes  # type: ignore[misc]
                            if set(size.names) & stems and isinstance(size.source, str)}
         kept.reverse()
         original = {s.target if s.target is not None else self.value: s
                     for s in self.program.ir.statements if isinstance(s, ir.Assign)}
-        unchanged = {s.target for s in forward if s in kept}
+        unchanged = {s.target for s in forward if s in kept and s.target in original}
         declared = set(self.declared) | set(work.size_of)
         pending_sizes = [s for s in self.program.ir.statements if isinstance(s, ir.SizeDecl)]
         positions = {s.target if s.target is not None else self.value: k
@@ -158,10 +159,10 @@ class _Setup:
             statement = _mark_missing_targets(statement)
             pretty, mapping = readable(statement, declared, frozenset(self.declared),
                                       work.tensor_fresh.taken - self.user_indices)
-            for size in work.sizes:
-                if size.names[0] in emitted_sizes:
-                    continue
-                if set(size.names) & (set(pretty.indices or ()) | _indices(pretty.expr)):
+            mentioned = set(pretty.indices or ()) | _indices(pretty.expr)
+            for position in sorted({size_position[i] for i in mentioned if i in size_position}):
+                size = work.sizes[position]
+                if size.names[0] not in emitted_sizes:
                     body.append(size)
                     emitted_sizes.update(size.names)
             body.extend(self._size_unsized(pretty, mapping, declared, targets))

@@ -34,6 +34,7 @@ class Fresh:
         self.parent: dict[str, str] = {}
         #: where a new index's size is recorded (it is the size of the index it was made from)
         self.sizes = sizes
+        self._next: dict[str, int] = {}  # the next number to try per stem (names are never given back)
 
     def take(self, name: str) -> str:
         self.taken.add(name)
@@ -41,9 +42,10 @@ class Fresh:
 
     def index(self, base: str) -> str:
         stem = stem_of(base)
-        number = 1
+        number = self._next.get(stem + "_", 1)
         while f"{stem}_{number}" in self.taken:
             number += 1
+        self._next[stem + "_"] = number + 1
         self.parent[f"{stem}_{number}"] = base
         if self.sizes is not None:
             self.sizes.alias(f"{stem}_{number}", base)
@@ -53,9 +55,10 @@ class Fresh:
         for candidate in candidates:
             if candidate not in self.taken:
                 return self.take(candidate)
-        number = 1
+        number = self._next.get(fallback, 1)
         while f"{fallback}{number}" in self.taken:
             number += 1
+        self._next[fallback] = number + 1
         return self.take(f"{fallback}{number}")
 
 
@@ -333,3 +336,44 @@ def readable(statement: ir.Assign, keep: set[str], declared: frozenset[str] = fr
         mapping[name] = candidate
     indices = tuple(mapping[i] for i in statement.indices or ())
     return ir.Assign(statement.target, indices if indices else None, rename(expr, mapping)), mapping
+
+
+def lift_deep_calls(statements: list[ir.Assign], fresh: Fresh, names: Fresh, ranks: dict[str, int],
+                    depth: int = 8) -> list[ir.Assign]:
+    """Give a function call nested ``depth`` calls deep its own statement (``h1[i] = exp(exp(...))``).
+
+    Differentiating ``f(g(h(...)))`` copies the inner chain into every factor of the chain rule; with
+    the deep part named once, each statement's derivative stays small and derivation is linear in the
+    nesting depth. Shallow programs are unchanged. Keeps normal form: the helper binds fresh copies of
+    the indices its expression leaves free.
+    """
+    result: list[ir.Assign] = []
+    for statement in statements:
+        lifted: list[ir.Assign] = []
+
+        def visit(expr: ir.Expr, lifted: list[ir.Assign] = lifted) -> tuple[ir.Expr, int]:
+            kids = [visit(child) for child in ir.children(expr)]
+            new = ir.with_children(expr, tuple(k[0] for k in kids)) if kids else expr
+            level = max((k[1] for k in kids), default=0) + isinstance(expr, (ir.Call, ir.Power))
+            if not isinstance(expr, ir.Call) or level < depth:
+                return new, level
+            inside = {i for node in ir.walk(new) if isinstance(node, ir.Reduce) for i in node.indices}
+            free = [i for i in dict.fromkeys(_occurring(new)) if i not in inside]
+            axes = tuple(fresh.index(i) for i in free)
+            name = names.pick([f"h{n}" for n in range(1, 1000)], "h")
+            ranks[name] = len(axes)
+            lifted.append(ir.Assign(name, axes, rename(new, dict(zip(free, axes)))))
+            return ir.Tensor(name, tuple(free)), 0
+
+        expr, _ = visit(statement.expr)
+        result.extend(lifted)
+        result.append(ir.Assign(statement.target, statement.indices, expr) if lifted else statement)
+    return result
+
+
+def _occurring(expr: ir.Expr) -> Iterable[str]:
+    for node in ir.walk(expr):
+        if isinstance(node, ir.Tensor):
+            yield from node.indices
+        elif isinstance(node, ir.Delta):
+            yield from (node.first, node.second)
