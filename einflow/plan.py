@@ -19,7 +19,7 @@ import opt_einsum as oe
 from einflow import ir
 from einflow.backends.base import Backend
 from einflow.check import ProgramInfo
-from einflow.codegen import Source, kind_of
+from einflow.codegen import HELPER_KEYS, Source, kind_of
 from einflow.errors import EinflowError, MemoryLimitError
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
@@ -185,7 +185,7 @@ class _Specialiser(Source):
     def __init__(self, lowered: Lowered, program: ir.ProgramIR, shapes: dict[str, tuple[int, ...]],
                  dtypes: dict[str, Any], backend: Backend, optimize: Any, source: str | None,
                  float_dtype: Any) -> None:
-        super().__init__(lowered, _taken(lowered))
+        super().__init__(lowered, _taken(lowered), getattr(backend, "target", "numpy"))
         self.backend = backend
         self.optimize = optimize
         self.float_dtype = float_dtype
@@ -291,7 +291,7 @@ class _Specialiser(Source):
     def as_float(self, text: str) -> str:
         if self.float_dtype is None:
             return text
-        return f"{text}.astype({str(np.dtype(self.float_dtype))!r})"
+        return self.astype(text, str(np.dtype(self.float_dtype)))
 
     def contract(self, step: Contract) -> str:
         letters = {label: oe.get_symbol(k) for k, label in
@@ -364,7 +364,7 @@ class _Specialiser(Source):
         return super().step_lines(step)
 
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
-        if self.backend.name == "numpy":
+        if self.backend.name == "numpy" or self.target != "numpy":
             return super().diagonal(step, out)
         name = self.fresh(f"_diagonal{step.out}")
         self.namespace[name] = _diagonal_writer(self.backend, step, self.shape)
@@ -443,7 +443,7 @@ def _diagonal_writer(backend: Backend, step: Diagonal, shapes: dict[int, tuple[i
 
 def _helpers(source: Source, xp: Any) -> dict[str, Any]:
     namespace: dict[str, Any] = {source.alias["np"]: xp}
-    for key in ("as_float", "reciprocal", "sigmoid", "step", "input", "as_input_float"):
+    for key in HELPER_KEYS:
         exec(source.helper_text(key), namespace)  # noqa: S102 - our own helper text
     return namespace
 

@@ -219,6 +219,10 @@ class Program:
         """The general call: pick the backend, convert inputs once, plan (cached), run, convert results."""
         if name == "auto":
             name = infer_backend(values)
+        if name in ("torch", "jax"):  # tensors in, tensors out; autograd / custom_vjp (einflow.frameworks)
+            from einflow.frameworks import call
+
+            return call(self, values, name, optimize, memory_limit)
         engine = get_backend(name)
         lazy = name == "dask" and any(type(value).__module__.startswith("dask") for value in values)
         converted: dict[Any, Any] = {}
