@@ -9,6 +9,7 @@ import numpy as np
 import opt_einsum as oe
 from opt_einsum.parser import parse_einsum_input
 
+from einflow.backends import get_backend, infer_backend
 from einflow.errors import EinflowError, ShapeError
 from einflow.kernels import compile_numpy
 
@@ -68,6 +69,14 @@ def einsum(subscripts: str, *operands: Any, optimize: Any = "auto") -> Any:
     shapes = tuple(tuple(a.shape) for a in arrays)
     expression, compiled, equation = _expression(subscripts.replace(" ", ""), shapes, optimize)
     plain = all(type(a) is np.ndarray for a in arrays)
+    if not plain:
+        # the rule Program.__call__ follows: the inputs' array library picks the backend (mixing two is an error)
+        name = infer_backend(arrays)
+        if name in ("torch", "jax"):
+            engine = get_backend(name)
+            device = next((a.device for a in arrays if type(a).__module__.startswith("torch")), None)
+            converted = [engine.asarray(a, device=device) if name == "torch" else engine.asarray(a) for a in arrays]
+            return expression(*converted, backend=engine.einsum_backend)
     if len(arrays) == 1 and "..." not in subscripts:
         # a single operand: numpy's own einsum returns views for transposes and diagonals, like numpy
         return np.einsum(equation, arrays[0]) if plain else expression(*arrays)

@@ -166,11 +166,11 @@ class Program:
 
         return to_latex(self)
 
-    def to_source(self, name: str = "f") -> str:
-        """Standalone Python source (numpy + opt_einsum only) computing this program."""
+    def to_source(self, name: str = "f", target: str = "numpy") -> str:
+        """Standalone Python source (numpy, torch or jax.numpy, and opt_einsum) computing this program."""
         from einflow.export.python import to_source
 
-        return to_source(self, name)
+        return to_source(self, name, target)
 
     # ------------------------------------------------------------------ evaluation
     def __call__(self, mapping: Mapping[str, Any] | None = None, /, *, backend: str | None = None,
