@@ -86,7 +86,9 @@ def _fresh(program: Any, base: str) -> str:
 
 @functools.lru_cache(maxsize=512)
 def vjp_program(program: Any, wrt: tuple[str, ...]) -> tuple[Any, str]:
-    """(einflow.vjp of ``program`` for the inputs ``wrt`` as a tuple of gradients, the cotangent's name).
+    """(einflow.vjp of ``program`` for the inputs ``wrt``, the cotangent's name).
+
+    For one input the program returns its gradient, for several a tuple of gradients.
 
     Derived once per program and set of inputs (cached); frameworks call it in their backward pass.
 
@@ -99,7 +101,8 @@ def vjp_program(program: Any, wrt: tuple[str, ...]) -> tuple[Any, str]:
 
     cotangent = _fresh(program, "G")
     try:
-        return vjp(program, wrt=list(wrt), cotangent=cotangent), cotangent
+        # one input: a single-result program (callable through the framework's node again)
+        return vjp(program, wrt=wrt[0] if len(wrt) == 1 else list(wrt), cotangent=cotangent), cotangent
     except DerivativeError:
         raise
     except EinflowError as error:  # pragma: no cover - a derivative einflow cannot take is a DerivativeError

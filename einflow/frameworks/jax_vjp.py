@@ -74,12 +74,14 @@ def _differentiable(program: Any, engine: Any, optimize: Any, memory_limit: Any)
         wanted = tuple(name for name, value in zip(names, arrays)
                        if not isinstance(value, (int, float)) and np.dtype(value.dtype).kind in "fc")
         gradients: dict[str, Any] = {}
-        if wanted:
-            vjp, cotangent_name = vjp_program(program, wanted)
-            bound = dict(zip(names, arrays))
+        bound = dict(zip(names, arrays))
+        # one single-result VJP program per input: each is a custom_vjp call again, so a second jax.grad
+        # differentiates with einflow too (under jax.jit, XLA shares their common work)
+        for name in wanted:
+            vjp, cotangent_name = vjp_program(program, (name,))
             bound[cotangent_name] = cotangent
-            gradients = dict(zip(wanted, vjp({name: bound[name] for name in vjp.info.inputs}, backend="jax",
-                                             optimize=optimize, memory_limit=memory_limit)))
+            gradients[name] = vjp({key: bound[key] for key in vjp.info.inputs}, backend="jax", optimize=optimize,
+                                  memory_limit=memory_limit)
         results = []
         for name, value in zip(names, arrays):
             if name not in gradients:

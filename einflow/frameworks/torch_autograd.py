@@ -83,7 +83,7 @@ class EinflowFunction(torch.autograd.Function):
             bound[cotangent_name] = cotangent
             gradients = program({name: bound[name] for name in program.info.inputs}, optimize=node.optimize,
                                 memory_limit=node.memory_limit)
-            by_name.update(zip(group, gradients))
+            by_name.update(zip(group, gradients if len(group) > 1 else (gradients,)))
         results: list[Any] = [None]
         for name, array in zip(names, arrays):
             gradient = by_name.get(name)
