@@ -9,6 +9,7 @@ itself a differentiable einflow node and double backward works.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -37,9 +38,13 @@ def call(program: Any, engine: Any, values: list[Any], optimize: Any, memory_lim
             raise BackendError(f"tensor {tensor!r}: cannot use this input as a tensor ({error})") from None
     signature = tuple(_signature(value) for value in converted)
     plan = plan_for(program, engine, converted, signature, optimize, memory_limit)
-    # Python numbers stay weak in the plan (signature) but are 0-d tensors for torch's functions
-    arrays = [torch.tensor(v, dtype=torch.float64 if isinstance(v, float) else torch.int64, device=device)
-              if not isinstance(v, torch.Tensor) else v for v in converted]
+    # Python numbers stay weak in the plan (signature) but are 0-d tensors for torch's functions: of the
+    # inputs' floating type when there is one (as a weak number would compute), else float64 / int64
+    floating = [v.dtype for v in converted if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    number_float = functools.reduce(torch.promote_types, floating) if floating else None
+    arrays = [v if isinstance(v, torch.Tensor) else
+              torch.tensor(v, dtype=number_float or (torch.float64 if isinstance(v, float) else torch.int64),
+                           device=device) for v in converted]
     needs_grad = torch.is_grad_enabled() and any(v.requires_grad for v in arrays)
     if not needs_grad or plan.returns_tuple:
         # several results: torch differentiates the generated torch code itself
