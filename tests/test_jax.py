@@ -144,3 +144,14 @@ def test_exported_jax_source_runs_without_einflow(tmp_path) -> None:
     assert value == pytest.approx(float(mlp_jnp(**arrays_j)), rel=1e-12)
     reference = jax.grad(lambda W: mlp_jnp(arrays_j["X"], W, arrays_j["b"], arrays_j["v"], arrays_j["y"]))
     assert gradient_sum == pytest.approx(float(reference(arrays_j["W"]).sum()), rel=1e-9)
+
+
+def test_jax_newton_example() -> None:
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "jax_newton.py"
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
+    assert float(lines["max Hessian difference vs jax.hessian"]) < 1e-9
+    assert float(lines["final gradient norm"]) < 1e-8  # Newton converges quadratically

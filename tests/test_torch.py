@@ -230,3 +230,15 @@ def test_exported_source_runs_without_einflow(target: str, tmp_path) -> None:
 def test_to_source_unknown_target() -> None:
     with pytest.raises(ef.EinflowError, match="target"):
         ef.compile("y = x[i] x[i]").to_source("f", target="tensorflow")
+
+
+def test_torch_training_example() -> None:
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "torch_training.py"
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
+    assert lines["backward node"] == "EinflowFunctionBackward"
+    assert float(lines["max gradient difference vs torch autograd"]) < 1e-12
+    assert float(lines["final loss"]) < 0.1 * float(lines["initial loss"])

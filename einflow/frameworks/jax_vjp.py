@@ -21,8 +21,8 @@ __all__ = ["call"]
 
 
 def _signature(value: Any) -> tuple[Any, ...]:
-    if isinstance(value, (int, float)):
-        return (), type(value), None
+    if isinstance(value, (int, float)):  # jax may hand over its own float/int subclasses: weak numbers
+        return (), int if isinstance(value, int) else float, None
     return tuple(value.shape), np.dtype(value.dtype), None
 
 
