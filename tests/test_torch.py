@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import einflow as ef
-from einflow.frameworks import function, vjp_program
+from einflow.frameworks import function, value_and_grad_program, vjp_program
 from einflow.functions import FUNCTION_RULES
 
 F64 = torch.float64
@@ -156,16 +156,34 @@ def test_gradients_equal_torch_autograd_and_backward_is_einflow() -> None:
     torch.testing.assert_close(second, torch.autograd.grad(reference[0].sum(), W2)[0])
 
 
-def test_vjp_program_is_derived_once() -> None:
+def test_derivative_programs_are_derived_once() -> None:
+    # a scalar program: value and gradient in the forward pass (value_and_grad), cached per wrt set
     program = ef.compile("s = sum[i](sin(w[i]) v[i])")
     w, v = rand(5), rand(5, grad=False)
     program(w=w, v=v).backward()
-    before = vjp_program.cache_info()
+    before = value_and_grad_program.cache_info()
     for _ in range(3):
         program(w=w, v=v).backward()
-    after = vjp_program.cache_info()
+    after = value_and_grad_program.cache_info()
     assert after.misses == before.misses and after.hits >= before.hits + 3
     torch.testing.assert_close(w.grad, 4 * torch.cos(w.detach()) * v)
+    # a vector program: the VJP program, cached per wrt set
+    vector = ef.compile("y[i] = sin(w[i]) v[i]")
+    vector(w=w, v=v).sum().backward()
+    before = vjp_program.cache_info()
+    for _ in range(3):
+        vector(w=w, v=v).sum().backward()
+    after = vjp_program.cache_info()
+    assert after.misses == before.misses and after.hits >= before.hits + 3
+
+
+def test_fused_gradients_equal_the_vjp_path() -> None:
+    program = ef.compile(CORPUS["attention"][0] + "\nL = sum[q,e](O[q,e]^2)")
+    inputs = _inputs(CORPUS["attention"][1])
+    fused = torch.autograd.grad(program(inputs), list(inputs.values()))
+    by_vjp = torch.autograd.grad(program(inputs), list(inputs.values()), create_graph=True)
+    for a, b in zip(fused, by_vjp):
+        torch.testing.assert_close(a, b)
 
 
 def test_function_wrapper_in_a_module() -> None:

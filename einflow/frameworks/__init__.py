@@ -28,7 +28,7 @@ from einflow.backends import get_backend
 from einflow.errors import DerivativeError, EinflowError
 from einflow.memory import memory_limit_bytes
 
-__all__ = ["call", "function", "vjp_program", "plan_for"]
+__all__ = ["call", "function", "vjp_program", "value_and_grad_program", "plan_for"]
 
 
 def call(program: Any, values: list[Any], name: str, optimize: Any, memory_limit: Any) -> Any:
@@ -107,6 +107,18 @@ def vjp_program(program: Any, wrt: tuple[str, ...]) -> tuple[Any, str]:
         raise
     except EinflowError as error:  # pragma: no cover - a derivative einflow cannot take is a DerivativeError
         raise DerivativeError(str(error)) from None
+
+
+@functools.lru_cache(maxsize=512)
+def value_and_grad_program(program: Any, wrt: tuple[str, ...]) -> Any:
+    """``einflow.value_and_grad(program, wrt)`` (a scalar program's value and gradients in one pass), cached.
+
+    A torch training step uses it: the forward pass computes the loss and its gradients with shared
+    work, the backward pass scales the gradients by the incoming (scalar) gradient.
+    """
+    from einflow.autodiff import value_and_grad
+
+    return value_and_grad(program, wrt=list(wrt))
 
 
 def function(program: Any, **options: Any) -> Callable[..., Any]:

@@ -5,6 +5,12 @@ forward runs the program's torch plan, the backward runs ``einflow.vjp(program, 
 need grad>)`` (derived once per program and set of inputs) on the saved inputs and the incoming
 gradient. That call goes through this module again, so with ``create_graph=True`` the backward is
 itself a differentiable einflow node and double backward works.
+
+A program with a scalar value (a loss) does better in a training step: its forward pass runs
+``einflow.value_and_grad(program, wrt=<the inputs that need grad>)``, value and gradients with shared
+work, and a plain backward pass only scales those gradients by the incoming scalar (the VJP of a scalar
+function is linear in its cotangent). A backward pass that builds a graph (``create_graph=True``) runs
+the VJP programs as above, so second derivatives stay einflow's.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import torch
 
 from einflow.backends.torch_backend import numpy_dtype
 from einflow.errors import BackendError
-from einflow.frameworks import plan_for, vjp_program
+from einflow.frameworks import plan_for, value_and_grad_program, vjp_program
 
 __all__ = ["EinflowFunction", "call"]
 
@@ -68,6 +74,17 @@ class EinflowFunction(torch.autograd.Function):
     def forward(ctx: Any, node: _Node, *arrays: Any) -> Any:  # type: ignore[override]
         ctx.node = node
         ctx.save_for_backward(*arrays)
+        ctx.gradients = None
+        if node.plan.output_shapes[0] == ():
+            names = node.program.info.inputs
+            wanted = tuple(name for name, need in zip(names, ctx.needs_input_grad[1:]) if need)
+            if wanted:
+                fused = value_and_grad_program(node.program, wanted)
+                bound = dict(zip(names, arrays))
+                value, gradients = fused({name: bound[name] for name in fused.info.inputs}, optimize=node.optimize,
+                                         memory_limit=node.memory_limit)
+                ctx.gradients = dict(zip(wanted, gradients))
+                return value
         return node.plan.run(list(arrays))
 
     @staticmethod
@@ -78,6 +95,9 @@ class EinflowFunction(torch.autograd.Function):
         wanted = tuple(name for name, need in zip(names, ctx.needs_input_grad[1:]) if need)
         if not wanted:
             return (None,) * (len(arrays) + 1)
+        if ctx.gradients is not None and not torch.is_grad_enabled():
+            # a scalar program's gradients, computed with its value: the VJP is cotangent * gradient
+            return (None, *(None if name not in wanted else ctx.gradients[name] * cotangent for name in names))
         bound = dict(zip(names, arrays))
         # create_graph: one single-result VJP program per input, each an einflow node of its own (so the
         # second derivative is einflow's too); otherwise one program computing all gradients together
