@@ -188,7 +188,6 @@ def main() -> None:
     import jax
     import torch
 
-    torch.set_num_threads(2)
     rows: list[tuple[str, str, str, str]] = []
     start = time.perf_counter()
     torch_steps(rows)
