@@ -9,7 +9,8 @@
    Hessian of a logistic loss: einflow's ``ef.hessian`` program on torch tensors against
    ``torch.func.hessian``, and the same program in ``jax.jit`` against ``jax.jit(jax.hessian)``.
 
-Every einflow result is checked against the framework's before timing. Medians of interleaved repeats.
+Every einflow result is checked against the framework's before timing. Medians of interleaved repeats;
+torch runs with one intra-op thread (both sides alike).
 """
 
 from __future__ import annotations
@@ -188,6 +189,8 @@ def main() -> None:
     import jax
     import torch
 
+    # one intra-op thread on both sides: on a shared 2-core machine torch's thread pool waits on busy cores
+    torch.set_num_threads(1)
     rows: list[tuple[str, str, str, str]] = []
     start = time.perf_counter()
     torch_steps(rows)
