@@ -49,6 +49,13 @@ def test_explicit_backend_turns_numpy_into_tensors() -> None:
     assert isinstance(y, torch.Tensor) and y.tolist() == [1.0, 1.0, 1.0]
 
 
+def test_explicit_numpy_backend_takes_tensors_that_require_grad() -> None:
+    x = rand(3)
+    y = ef.compile("y[i] = 2 x[i]")(x=x, backend="numpy")
+    assert isinstance(y, np.ndarray)
+    np.testing.assert_allclose(y, 2 * x.detach().numpy())
+
+
 def test_mixed_frameworks_are_a_backend_error() -> None:
     jnp = pytest.importorskip("jax.numpy")
     p = ef.compile("C[i,k] = A[i,j] B[j,k]")
