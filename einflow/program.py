@@ -178,7 +178,8 @@ class Program:
                  **arrays: Any) -> Any:
         """Evaluate with arrays given by keyword or in a mapping; returns the program's value.
 
-        ``backend``: ``"auto"`` (the default: from the input arrays), ``"numpy"``, ``"cupy"`` or ``"dask"``;
+        ``backend``: ``"auto"`` (the default: from the input arrays; torch tensors and jax arrays come back
+        as such, see docs/frameworks.md), ``"numpy"``, ``"cupy"``, ``"dask"``, ``"torch"`` or ``"jax"``;
         ``chunks``: how the dask backend chunks numpy inputs (see docs/backends.md).
 
         >>> import numpy as np, einflow as ef
