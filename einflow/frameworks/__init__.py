@@ -95,7 +95,7 @@ def vjp_program(program: Any, wrt: tuple[str, ...]) -> tuple[Any, str]:
     >>> import einflow as ef
     >>> program, cotangent = vjp_program(ef.compile("y[i] = A[i,j] x[j]"), ("x",))
     >>> cotangent, program.inputs
-    ('G', ('A', 'G'))
+    ('G', ('x', 'A', 'G'))
     """
     from einflow.autodiff import vjp
 
