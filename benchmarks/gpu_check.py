@@ -182,6 +182,55 @@ def timings(cupy: Any, scale: int = 1) -> list[list[str]]:
     return rows
 
 
+def check_torch_cuda() -> tuple[list[list[str]], bool] | None:
+    """einflow on CUDA tensors: results stay on the device in the inputs' dtype, values and gradients
+    (EinflowFunction's backward, double backward) match torch on the same device. None without torch/CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    rows: list[list[str]] = []
+    ok = True
+    generator = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape: int, dtype: Any = torch.float64) -> Any:
+        return torch.randn(*shape, generator=generator, device="cuda", dtype=dtype).requires_grad_(True)
+
+    cases = {
+        "mlp loss": ("L = sum[n,o]((tanh(X[n,i] W[i,h] + b[h]) V[h,o] - Y[n,o])^2)",
+                     lambda X, W, b, V, Y: ((torch.tanh(X @ W + b) @ V - Y) ** 2).sum(),
+                     {"X": (64, 32), "W": (32, 48), "b": (48,), "V": (48, 8), "Y": (64, 8)}),
+        "surviving delta": ("H[i,j] = delta[i,j] exp(x[i]) + x[i] x[j]",
+                            lambda x: torch.diag(torch.exp(x)) + torch.outer(x, x), {"x": (16,)}),
+        "attention": ("S[q,k] = exp(Q[q,d] K[k,d])\nZ[q] = sum[k](S[q,k])\nO[q,e] = S[q,k] V[k,e] / Z[q]",
+                      lambda Q, K, V: torch.softmax(Q @ K.T, dim=1) @ V, {"Q": (8, 4), "K": (12, 4), "V": (12, 5)}),
+    }
+    for label, (text, reference, shapes) in cases.items():
+        program = ef.compile(text)
+        for dtype in (torch.float32, torch.float64):
+            inputs = {name: rand(*shape, dtype=dtype) for name, shape in shapes.items()}
+            got = program(inputs)
+            want = reference(*inputs.values())
+            stays = got.device.type == "cuda" and got.dtype == dtype
+            value_err = float(((got - want).abs().max() / (want.abs().max() + 1e-30)).detach())
+            cotangent = torch.randn_like(want)
+            grads = torch.autograd.grad(got, list(inputs.values()), cotangent, create_graph=True)
+            wanted = torch.autograd.grad(want, list(inputs.values()), cotangent, create_graph=True)
+            grad_err = max(float((a - b).abs().max() / (b.abs().max() + 1e-30)) for a, b in zip(grads, wanted))
+            second = torch.autograd.grad(sum(g.sum() for g in grads), list(inputs.values()), allow_unused=True)
+            second_want = torch.autograd.grad(sum(g.sum() for g in wanted), list(inputs.values()), allow_unused=True)
+            second_err = max((float((a - b).abs().max() / (b.abs().max() + 1e-30)) for a, b in
+                              zip(second, second_want) if a is not None and b is not None), default=0.0)
+            tolerance = 1e-4 if dtype == torch.float32 else 1e-10
+            good = stays and max(value_err, grad_err, second_err) < tolerance
+            ok = ok and good
+            rows.append([f"{label} ({str(dtype).split('.')[1]})", f"{value_err:.1e}", f"{grad_err:.1e}",
+                         f"{second_err:.1e}", "yes" if stays else "NO", "ok" if good else "MISMATCH"])
+    return rows, ok
+
+
 def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
     lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
@@ -194,9 +243,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small timing sizes: a smoke run, not a measurement")
     args = parser.parse_args()
+    torch_cuda = check_torch_cuda()
+    if torch_cuda is not None:
+        print("## torch on CUDA: einflow programs, autograd through einflow's VJP\n")
+        print(table(torch_cuda[0], ["program", "value err", "grad err", "2nd-order err", "stays on device",
+                                    "result"]))
+        print(f"\ntorch CUDA programs match torch: {'yes' if torch_cuda[1] else 'NO'}\n")
     cupy = gpu()
     if cupy is None:
-        return 0
+        return 0 if torch_cuda is None or torch_cuda[1] else 1
     start = time.perf_counter()
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     print(f"## GPU check\n\n{name.decode() if isinstance(name, bytes) else name}, cupy {cupy.__version__}\n")
@@ -205,7 +260,7 @@ def main() -> int:
     print()
     print(table(timings(cupy, 8 if args.quick else 1), ["task", "implementation", "median"]))
     print(f"\nall programs match numpy: {'yes' if ok else 'NO'}; {time.perf_counter() - start:.0f} s in all")
-    return 0 if ok else 1
+    return 0 if ok and (torch_cuda is None or torch_cuda[1]) else 1
 
 
 if __name__ == "__main__":

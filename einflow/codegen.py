@@ -39,13 +39,16 @@ from einflow.steps import (
     node_args,
 )
 
-__all__ = ["Source", "usable", "number_text", "HELPERS", "kind_of"]
+__all__ = ["Source", "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS", "kind_of"]
+
+#: function templates that differ on torch (``torch.maximum`` needs two tensors)
+TORCH_CALLS = {"relu": "{np}.clamp({x}, min=0)"}
 
 # Private helpers the generated code may call; {np} and helper names are substituted.
 HELPERS: dict[str, str] = {
     "output": '''def {output}(x):
     """A value as einflow returns it: a 0-d result is a numpy scalar, as numpy's full reductions give."""
-    return x[()] if type(x) is {np}.ndarray and not x.ndim else x''',
+    return x[()] if type(x).__module__ == "numpy" and getattr(x, "ndim", 1) == 0 else x''',
     "input": '''def {input}(x):
     """An input as einflow receives it: Python int/float stay weak scalars, the rest become arrays."""
     if isinstance(x, (int, float)) and not isinstance(x, bool):
@@ -74,9 +77,84 @@ HELPERS: dict[str, str] = {
     floats = [a.dtype for a in inputs if getattr(a, "dtype", None) is not None and a.dtype.kind == "f"]
     return x.astype({np}.result_type(*floats)) if floats else x''',
 }
+HELPERS["diagonal"] = '''def {diagonal}(value, shape, groups):
+    """value written on the diagonals of a zero array of ``shape`` (groups[k]: the axes value's axis k runs along)."""
+    index = [None] * len(shape)
+    for k, axes in enumerate(groups):
+        positions = {np}.arange(value.shape[k]).reshape(tuple(-1 if j == k else 1 for j in range(value.ndim)))
+        for axis in axes:
+            index[axis] = positions
+    out = {np}.zeros(shape, dtype=value.dtype)
+    out[tuple(index)] = value
+    return out'''
+
+#: the same helpers for PyTorch tensors (``{np}`` is torch): dtypes have no ``kind``, tensors no ``astype``
+TORCH_HELPERS: dict[str, str] = {
+    "input": '''def {input}(x):
+    """An input as einflow receives it: Python int/float stay weak scalars, the rest become tensors."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return x
+    x = {np}.as_tensor(x)
+    return x.long() if x.dtype == {np}.bool else x''',
+    "as_float": '''def {as_float}(x):
+    """Integer (and bool) values promoted to float64, as einflow does for negative or fractional powers."""
+    if isinstance(x, (int, float)):
+        return float(x)
+    return x if x.is_floating_point() or x.is_complex() else x.to({np}.float64)''',
+    "reciprocal": '''def {reciprocal}(x):
+    """x ** -1 with einflow's promotion of integers to float64."""
+    if isinstance(x, (int, float)):
+        return 1.0 / x if x != 0 else float("inf") if str(float(x))[0] != "-" else float("-inf")
+    return {np}.reciprocal({as_float}(x))''',
+    "sigmoid": '''def {sigmoid}(x):
+    """1 / (1 + exp(-x)) without overflow, accurate in both tails (as einflow computes it)."""
+    if isinstance(x, (int, float)):
+        x = {np}.tensor(float(x), dtype={np}.float64)
+    e = {np}.exp(-{np}.abs(x))
+    r = 1 / (1 + e)
+    return {np}.where(x >= 0, r, e * r)''',
+    "step": '''def {step}(x):
+    """1 where x > 0, else 0, in x's type."""
+    return (x > 0).to(x.dtype)''',
+    "as_input_float": '''def {as_input_float}(x, *inputs):
+    """Deltas alone: numbers of the inputs' floating type when they have one (as einflow does)."""
+    floats = [a.dtype for a in inputs if isinstance(a, {np}.Tensor) and a.is_floating_point()]
+    if not floats:
+        return x
+    dtype = floats[0]
+    for other in floats[1:]:
+        dtype = {np}.promote_types(dtype, other)
+    return x.to(dtype)''',
+    "diagonal": '''def {diagonal}(value, shape, groups):
+    """value written on the diagonals of a zero tensor of ``shape`` (groups[k]: the axes value's axis k runs along)."""
+    index = [None] * len(shape)
+    for k, axes in enumerate(groups):
+        positions = {np}.arange(value.shape[k], device=value.device)
+        positions = positions.reshape(tuple(-1 if j == k else 1 for j in range(value.ndim)))
+        for axis in axes:
+            index[axis] = positions
+    out = {np}.zeros(shape, dtype=value.dtype, device=value.device)
+    out[tuple(index)] = value
+    return out''',
+    "device": '''def {device}(*inputs):
+    """Where new tensors go: the device of the first tensor input (the CPU when there is none)."""
+    return next((a.device for a in inputs if isinstance(a, {np}.Tensor)), None)''',
+}
+#: jax arrays are immutable: the diagonal is written with ``.at[...].set``
+JAX_HELPERS: dict[str, str] = {
+    "diagonal": HELPERS["diagonal"].replace("out[tuple(index)] = value\n    return out",
+                                             "return out.at[tuple(index)].set(value)"),
+}
+HELPERS["device"] = '''def {device}(*inputs):
+    """Where new arrays go (numpy: the host)."""
+    return None'''
 HELPER_NEEDS = {"reciprocal": ("as_float",)}
 _BUILTINS = frozenset(dir(builtins))
-ALIASES = ("np", "oe", "ne", "output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float")
+#: the helpers in the order generated code defines them
+HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "diagonal", "device")
+ALIASES = ("np", "oe", "ne", *HELPER_KEYS)
+#: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
+TARGETS = ("numpy", "torch", "jax")
 
 
 def usable(name: str) -> bool:
@@ -124,8 +202,12 @@ def kind_of(step: Step) -> str:
 class Source:
     """Render lowered steps as the body of a Python function (generic: no shapes known)."""
 
-    def __init__(self, lowered: Lowered, taken: set[str] | None = None) -> None:
+    def __init__(self, lowered: Lowered, taken: set[str] | None = None, target: str = "numpy") -> None:
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}")
         self.lowered = lowered
+        #: the array module the code is written for: "numpy" (also cupy and dask arrays), "torch" or "jax"
+        self.target = target
         self.taken = set(taken or ()) | _BUILTINS
         self.alias = {key: self.fresh("_" + key) for key in ALIASES}
         self.used_helpers: set[str] = set()
@@ -178,7 +260,13 @@ class Source:
         return self.alias[key]
 
     def helper_text(self, key: str) -> str:
-        return HELPERS[key].format(**self.alias)
+        own = TORCH_HELPERS if self.target == "torch" else JAX_HELPERS if self.target == "jax" else {}
+        return own.get(key, HELPERS[key]).format(**self.alias)
+
+    def device(self) -> str:
+        """Text of the device new tensors go to (torch only), from the inputs."""
+        inputs = ", ".join(self.vars[k] for k in range(len(self.lowered.inputs)))
+        return f"{self.helper('device')}({inputs})"
 
     # ------------------------------------------------------------------ pieces
     def number(self, value: int | float) -> str:
@@ -199,7 +287,7 @@ class Source:
             return text
         present = [axis for axis in node.axes if axis is not None]
         if present != list(range(len(present))):
-            text += f".transpose({tuple(present)!r})"
+            text += f".{'permute' if self.target == 'torch' else 'transpose'}({tuple(present)!r})"
         if None in node.axes:
             text += "[" + ", ".join(":" if axis is not None else "None" for axis in node.axes) + "]"
         return text
@@ -256,7 +344,7 @@ class Source:
 
     def call(self, func: str, x: str, promote: bool = True) -> str:
         rule = FUNCTION_RULES[func]
-        template = rule.source
+        template = TORCH_CALLS.get(func, rule.source) if self.target == "torch" else rule.source
         if rule.promotes and promote:
             x = self.floating(x)
         return template.format(x=x, np=self.alias["np"], sigmoid=self.helper("sigmoid") if "{sigmoid}" in template
@@ -274,9 +362,10 @@ class Source:
             return f"{self.helper('reciprocal')}({text})"
         if exponent == 0.5:
             return f"{np_}.sqrt({text})"
+        power = "pow" if self.target == "torch" else "power"
         if not integral or exponent < 0:
-            return f"{np_}.power({self.helper('as_float')}({text}), {self.number(exponent)})"
-        return f"{np_}.power({text}, {self.number(exponent)})"
+            return f"{np_}.{power}({self.helper('as_float')}({text}), {self.number(exponent)})"
+        return f"{np_}.{power}({text}, {self.number(exponent)})"
 
     def as_float(self, text: str) -> str:
         inputs = "".join(", " + self.vars[k] for k in range(len(self.lowered.inputs)))
@@ -300,8 +389,23 @@ class Source:
     def elementwise(self, step: Elementwise) -> str:
         return self.node(step.expr)[0]
 
+    def astype(self, text: str, dtype: str) -> str:
+        """``text`` (an array expression) converted to the numpy dtype named ``dtype``."""
+        if self.target == "torch":
+            return f"{text}.to({self.alias['np']}.{dtype})"
+        return f"{text}.astype({dtype!r})"
+
+    def reduce(self, text: str, axes: tuple[int, ...]) -> str:
+        if self.target == "torch" and axes:
+            return f"{text}.sum(dim={axes!r})"
+        return f"{text}.sum(axis={axes!r})"
+
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
         value = self.var(step.arg)
+        if self.target != "numpy":  # no strided writes: index the diagonals
+            groups = tuple(tuple(step.output.index(m) for m in next((g for g in step.groups if label in g), (label,)))
+                           for label in step.labels)
+            return [f"{out} = {self.helper('diagonal')}({value}, {self.shape_text(step.sizes)}, {groups!r})"]
         representative = {member: group[0] for group in step.groups for member in group}
         letters = {label: oe.get_symbol(k) for k, label in enumerate(step.labels)}
         spec = "".join(letters[representative.get(label, label)] for label in step.output)
@@ -318,13 +422,18 @@ class Source:
         out = self.var(step.out)
         np_ = self.alias["np"]
         if isinstance(step, Constant):
+            if self.target == "torch":  # a 0-d tensor (numpy's default types; 0-d tensors do not widen others)
+                dtype = "float64" if isinstance(step.value, float) else "int64"
+                return [f"{out} = {np_}.tensor({self.number(step.value)}, dtype={np_}.{dtype})"]
             return [f"{out} = {np_}.asarray({self.number(step.value)})"]
         if isinstance(step, Ones):
+            if self.target == "torch":
+                return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype={np_}.bool, device={self.device()})"]
             return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype=\"bool\")"]
         if isinstance(step, Contract):
             return [f"{out} = {self.contract(step)}"]
         if isinstance(step, Reduce):
-            return [f"{out} = {self.var(step.arg)}.sum(axis={step.axes!r})"]
+            return [f"{out} = {self.reduce(self.var(step.arg), step.axes)}"]
         if isinstance(step, Diagonal):
             return self.diagonal(step, out)
         return [f"{out} = {self.elementwise(step)}"]

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
+from einflow.backends import get_backend, infer_backend
 from einflow.errors import ArgumentError, MemoryLimitError, PathError, ShapeError, SubscriptsError
 from einflow.kernels import compile_numpy
 
@@ -422,6 +423,17 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
     equation, sizes, broadcast = _resolve(subscripts, shapes)
     numpy_arrays = all(isinstance(a, np.ndarray) for a in arrays)
     options = {"dtype": dtype, "order": order, "casting": casting}
+    if not numpy_arrays:
+        # the rule Program.__call__ follows: the inputs' array library picks the backend (mixing two is an error)
+        name = infer_backend(arrays)
+        if name in ("torch", "jax"):
+            if out is not None or dtype is not None:
+                raise ArgumentError("out= and dtype= need numpy arrays; cast the result instead")
+            engine = get_backend(name)
+            device = next((a.device for a in arrays if type(a).__module__.startswith("torch")), None)
+            converted = [engine.asarray(a, device=device) if name == "torch" else engine.asarray(a) for a in arrays]
+            path, _ = _plan(equation, shapes, key)
+            return oe.contract(equation, *converted, optimize=path, backend=engine.einsum_backend)
     if numpy_arrays and any(a.dtype.kind not in "biufc" for a in arrays):
         if any(a.dtype.kind == "O" for a in arrays):  # Python objects: numpy's own loops
             numpy_optimize = optimize if isinstance(key, bool) or key in _NUMPY_PATHS or (

@@ -20,7 +20,7 @@ import opt_einsum as oe
 from einflow import ir
 from einflow.backends.base import Backend
 from einflow.check import ProgramInfo
-from einflow.codegen import Source, _negated, _positive_first, kind_of
+from einflow.codegen import HELPER_KEYS, Source, _negated, _positive_first, kind_of
 from einflow.errors import EinflowError, MemoryLimitError
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
@@ -205,7 +205,7 @@ class _Specialiser(Source):
     def __init__(self, lowered: Lowered, program: ir.ProgramIR, shapes: dict[str, tuple[int, ...]],
                  dtypes: dict[str, Any], backend: Backend, optimize: Any, source: str | None,
                  float_dtype: Any) -> None:
-        super().__init__(lowered, _taken(lowered))
+        super().__init__(lowered, _taken(lowered), getattr(backend, "target", "numpy"))
         self.backend = backend
         self.optimize = optimize
         self.float_dtype = float_dtype
@@ -317,7 +317,7 @@ class _Specialiser(Source):
     def as_float(self, text: str) -> str:
         if self.float_dtype is None:
             return text
-        return f"{text}.astype({str(np.dtype(self.float_dtype))!r})"
+        return self.astype(text, str(np.dtype(self.float_dtype)))
 
     def contract(self, step: Contract) -> str:
         letters = {label: oe.get_symbol(k) for k, label in
@@ -438,7 +438,7 @@ class _Specialiser(Source):
         return super().step_lines(step)
 
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
-        if self.backend.name == "numpy":
+        if self.backend.name == "numpy" or self.target != "numpy":
             return super().diagonal(step, out)
         name = self.fresh(f"_diagonal{step.out}")
         self.namespace[name] = _diagonal_writer(self.backend, step, self.shape)
@@ -529,11 +529,11 @@ _HELPER_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 def _helpers(source: Source, xp: Any) -> dict[str, Any]:
     """The generated code's helper functions under the renderer's names, on the array module ``xp`` (cached)."""
-    key = (tuple(sorted(source.alias.items())), xp.__name__)
+    key = (tuple(sorted(source.alias.items())), xp.__name__, source.target)
     found = _HELPER_CACHE.get(key)
     if found is None:
         found = {source.alias["np"]: xp}
-        for name in ("as_float", "reciprocal", "sigmoid", "step", "input", "as_input_float"):
+        for name in HELPER_KEYS:
             exec(source.helper_text(name), found)  # noqa: S102 - our own helper text
         if len(_HELPER_CACHE) < 64:
             _HELPER_CACHE[key] = found

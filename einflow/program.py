@@ -172,11 +172,11 @@ class Program:
 
         return to_latex(self)
 
-    def to_source(self, name: str = "f") -> str:
-        """Standalone Python source (numpy + opt_einsum only) computing this program."""
+    def to_source(self, name: str = "f", target: str = "numpy") -> str:
+        """Standalone Python source (numpy, torch or jax.numpy, and opt_einsum) computing this program."""
         from einflow.export.python import to_source
 
-        return to_source(self, name)
+        return to_source(self, name, target)
 
     # ------------------------------------------------------------------ evaluation
     def __call__(self, *args: Any, backend: str | None = None, optimize: Any = "auto",
@@ -188,6 +188,9 @@ class Program:
         ``"cupy"`` or ``"dask"``; ``chunks``: how the dask backend chunks numpy inputs (see
         docs/backends.md). A keyword that is neither an input nor an option is a TypeError.
 
+        ``backend``: ``"auto"`` (the default: from the input arrays; torch tensors and jax arrays come back
+        as such, see docs/frameworks.md), ``"numpy"``, ``"cupy"``, ``"dask"``, ``"torch"`` or ``"jax"``;
+        ``chunks``: how the dask backend chunks numpy inputs (see docs/backends.md).
 
         >>> import numpy as np, einflow as ef
         >>> p = ef.compile("y[i] = A[i,j] x[j]")
@@ -233,6 +236,10 @@ class Program:
         """The general call: pick the backend, convert inputs once, plan (cached), run, convert results."""
         if name == "auto":
             name = infer_backend(values)
+        if name in ("torch", "jax"):  # tensors in, tensors out; autograd / custom_vjp (einflow.frameworks)
+            from einflow.frameworks import call
+
+            return call(self, values, name, optimize, memory_limit)
         engine: Any = get_backend(name)  # the dask backend adds chunks_for and check_client_memory
         lazy = name == "dask" and any(type(value).__module__.startswith("dask") for value in values)
         converted: dict[Any, Any] = {}

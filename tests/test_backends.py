@@ -218,7 +218,7 @@ def test_the_same_array_twice_is_one_graph_input() -> None:
 def test_unknown_backend_lists_choices_and_install_command() -> None:
     p = ef.compile("s = x[i] x[i]")
     with pytest.raises(ef.BackendError) as error:
-        p(x=np.ones(3), backend="torch")
+        p(x=np.ones(3), backend="tensorflow")
     message = str(error.value)
     for choice in ("numpy", "cupy", "dask", "auto"):
         assert choice in message

@@ -662,9 +662,9 @@ def test_repl_data_commands_go_through_the_memory_guard_and_memory_sets_it(tmp_p
 def test_repl_messages_reuse_the_api_and_give_usage_lines(tmp_path: Path) -> None:
     child = spawn(tmp_path)
     ready(child)
-    child.sendline(":backend torch")
+    child.sendline(":backend tensorflow")
     text = ready(child)
-    assert "valid options are 'numpy', 'cupy', 'dask', 'auto'" in text and "pip install" in text
+    assert "valid options are 'numpy', 'cupy', 'dask', 'torch', 'jax', 'auto'" in text and "pip install" in text
     assert "{" not in text
     child.sendline(":set y np.ones(3)")
     text = ready(child)

@@ -1,4 +1,4 @@
-"""Backend registry: numpy (default), cupy, dask; ``auto`` picks from the input arrays."""
+"""Backend registry: numpy (default), cupy, dask, torch, jax; ``auto`` picks from the input arrays."""
 
 from __future__ import annotations
 
@@ -11,24 +11,28 @@ from einflow.errors import BackendError
 
 __all__ = ["Backend", "get_backend", "infer_backend", "set_backend", "get_default_backend", "BACKENDS"]
 
-BACKENDS = ("numpy", "cupy", "dask", "auto")
+BACKENDS = ("numpy", "cupy", "dask", "torch", "jax", "auto")
 # name -> (module, class); a module is imported only when its backend is first asked for
 _MODULES = {
     "numpy": ("einflow.backends.numpy_backend", "NumpyBackend"),
     "cupy": ("einflow.backends.cupy_backend", "CupyBackend"),
     "dask": ("einflow.backends.dask_backend", "DaskBackend"),
+    "torch": ("einflow.backends.torch_backend", "TorchBackend"),
+    "jax": ("einflow.backends.jax_backend", "JaxBackend"),
 }
 _INSTALL = {
     "numpy": "pip install numpy",
     "cupy": "pip install 'einflow[cupy]' (needs a CUDA 12 GPU)",
     "dask": "pip install 'einflow[dask]'",
+    "torch": "pip install torch",
+    "jax": "pip install 'jax[cpu]'",
 }
 _LOADED: dict[str, Backend] = {}
 _default = "auto"
 
 
 def _choices() -> str:
-    installs = "; ".join(f"{name}: {_INSTALL[name]}" for name in ("dask", "cupy"))
+    installs = "; ".join(f"{name}: {_INSTALL[name]}" for name in ("dask", "cupy", "torch", "jax"))
     return f"valid options are {', '.join(repr(name) for name in BACKENDS)} (to install: {installs})"
 
 
@@ -53,20 +57,42 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
+#: array libraries whose arrays pick their backend under ``auto`` (module prefix -> backend)
+_FRAMEWORKS = (("torch", "torch"), ("jax", "jax"), ("jaxlib", "jax"))
+
+
 def infer_backend(values: Iterable[Any]) -> str:
-    """``auto``: any dask array -> dask; any cupy array -> cupy; otherwise numpy (no library is imported).
+    """``auto``: the backend of the array library the inputs come from (no library is imported).
+
+    torch tensors -> torch; jax arrays (tracers included) -> jax; any dask array -> dask; any cupy array
+    -> cupy; otherwise numpy. numpy arrays, lists and Python numbers join any of them. Arrays of two
+    frameworks (torch with jax, dask or cupy; jax with dask or cupy) are a BackendError.
 
     >>> infer_backend([1.0, [2, 3]])
     'numpy'
     """
-    found = "numpy"
+    found: set[str] = set()
     for value in values:
         module = type(value).__module__
-        if module.startswith("dask"):
-            return "dask"
-        if module.startswith("cupy"):
-            found = "cupy"
-    return found
+        for prefix, backend in _FRAMEWORKS:
+            if module == prefix or module.startswith(prefix + "."):
+                found.add(backend)
+                break
+        else:
+            if module.startswith("dask"):
+                found.add("dask")
+            elif module.startswith("cupy"):
+                found.add("cupy")
+    frameworks = found & {"torch", "jax"}
+    if frameworks and len(found) > 1:
+        raise BackendError(f"the inputs mix arrays of {' and '.join(sorted(found))}; einflow returns the inputs' "
+                           "own array type, so pass arrays of one library (numpy arrays and Python numbers "
+                           "may join any)")
+    if frameworks:
+        return frameworks.pop()
+    if "dask" in found:
+        return "dask"
+    return "cupy" if "cupy" in found else "numpy"
 
 
 def set_backend(name: str, **settings: Any) -> None:

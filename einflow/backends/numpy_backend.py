@@ -34,4 +34,6 @@ class NumpyBackend(Backend):
         refuse_masked(value)
         if type(value).__module__.startswith("cupy"):
             return self.numbers(value.get())
+        if type(value).__module__.startswith("torch"):  # backend="numpy" asked for: no graph, on the host
+            return self.numbers(value.detach().cpu().numpy())
         return self.numbers(numpy.asarray(value))

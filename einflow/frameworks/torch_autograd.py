@@ -1,0 +1,120 @@
+"""Programs on torch tensors: generated torch code, and one autograd node whose backward is einflow's VJP.
+
+A call with tensors that require grad (and grad mode on) goes through :class:`EinflowFunction`: the
+forward runs the program's torch plan, the backward runs ``einflow.vjp(program, wrt=<the inputs that
+need grad>)`` (derived once per program and set of inputs) on the saved inputs and the incoming
+gradient. That call goes through this module again, so with ``create_graph=True`` the backward is
+itself a differentiable einflow node and double backward works.
+
+A program with a scalar value (a loss) does better in a training step: its forward pass runs
+``einflow.value_and_grad(program, wrt=<the inputs that need grad>)``, value and gradients with shared
+work, and a plain backward pass only scales those gradients by the incoming scalar (the VJP of a scalar
+function is linear in its cotangent). A backward pass that builds a graph (``create_graph=True``) runs
+the VJP programs as above, so second derivatives stay einflow's.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from einflow.backends.torch_backend import numpy_dtype
+from einflow.errors import BackendError
+from einflow.frameworks import plan_for, value_and_grad_program, vjp_program
+
+__all__ = ["EinflowFunction", "call"]
+
+
+def _signature(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape), numpy_dtype(value.dtype), str(value.device)
+    return (), type(value), None
+
+
+def call(program: Any, engine: Any, values: list[Any], optimize: Any, memory_limit: Any) -> Any:
+    """Run ``program`` on torch tensors; tensors that require grad make the result part of the graph."""
+    device = next((v.device for v in values if isinstance(v, torch.Tensor)), None)
+    converted: list[Any] = []
+    for tensor, value in zip(program.info.inputs, values):
+        try:
+            converted.append(engine.asarray(value, device=device))
+        except (ValueError, TypeError) as error:
+            raise BackendError(f"tensor {tensor!r}: cannot use this input as a tensor ({error})") from None
+    signature = tuple(_signature(value) for value in converted)
+    plan = plan_for(program, engine, converted, signature, optimize, memory_limit)
+    # Python numbers stay weak in the plan (signature) but are 0-d tensors for torch's functions: of the
+    # inputs' floating type when there is one (as a weak number would compute), else float64 / int64
+    floating = [v.dtype for v in converted if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    number_float = functools.reduce(torch.promote_types, floating) if floating else None
+    arrays = [v if isinstance(v, torch.Tensor) else
+              torch.tensor(v, dtype=number_float or (torch.float64 if isinstance(v, float) else torch.int64),
+                           device=device) for v in converted]
+    needs_grad = torch.is_grad_enabled() and any(v.requires_grad for v in arrays)
+    if not needs_grad or plan.returns_tuple:
+        # several results: torch differentiates the generated torch code itself
+        return plan.run(arrays)
+    return EinflowFunction.apply(_Node(program, plan, optimize, memory_limit), *arrays)
+
+
+class _Node:
+    """What the autograd node needs: the program, its plan for these inputs, and the call options."""
+
+    __slots__ = ("program", "plan", "optimize", "memory_limit")
+
+    def __init__(self, program: Any, plan: Any, optimize: Any, memory_limit: Any) -> None:
+        self.program, self.plan, self.optimize, self.memory_limit = program, plan, optimize, memory_limit
+
+
+class EinflowFunction(torch.autograd.Function):
+    """forward: the program's plan; backward: the program's VJP program, called through this class again."""
+
+    @staticmethod
+    def forward(ctx: Any, node: _Node, *arrays: Any) -> Any:  # type: ignore[override]
+        ctx.node = node
+        ctx.save_for_backward(*arrays)
+        ctx.gradients = None
+        if node.plan.output_shapes[0] == ():
+            names = node.program.info.inputs
+            wanted = tuple(name for name, need in zip(names, ctx.needs_input_grad[1:]) if need)
+            if wanted:
+                fused = value_and_grad_program(node.program, wanted)
+                bound = dict(zip(names, arrays))
+                value, gradients = fused({name: bound[name] for name in fused.info.inputs}, optimize=node.optimize,
+                                         memory_limit=node.memory_limit)
+                ctx.gradients = dict(zip(wanted, gradients))
+                return value
+        return node.plan.run(list(arrays))
+
+    @staticmethod
+    def backward(ctx: Any, cotangent: Any) -> Any:  # type: ignore[override]
+        node: _Node = ctx.node
+        arrays = ctx.saved_tensors
+        names = node.program.info.inputs
+        wanted = tuple(name for name, need in zip(names, ctx.needs_input_grad[1:]) if need)
+        if not wanted:
+            return (None,) * (len(arrays) + 1)
+        if ctx.gradients is not None and not torch.is_grad_enabled():
+            # a scalar program's gradients, computed with its value: the VJP is cotangent * gradient
+            return (None, *(None if name not in wanted else ctx.gradients[name] * cotangent for name in names))
+        bound = dict(zip(names, arrays))
+        # create_graph: one single-result VJP program per input, each an einflow node of its own (so the
+        # second derivative is einflow's too); otherwise one program computing all gradients together
+        groups = [(name,) for name in wanted] if torch.is_grad_enabled() and len(wanted) > 1 else [wanted]
+        by_name: dict[str, Any] = {}
+        for group in groups:
+            program, cotangent_name = vjp_program(node.program, group)
+            bound[cotangent_name] = cotangent
+            gradients = program({name: bound[name] for name in program.info.inputs}, optimize=node.optimize,
+                                memory_limit=node.memory_limit)
+            by_name.update(zip(group, gradients if len(group) > 1 else (gradients,)))
+        results: list[Any] = [None]
+        for name, array in zip(names, arrays):
+            gradient = by_name.get(name)
+            if gradient is not None and not isinstance(gradient, torch.Tensor):
+                gradient = torch.as_tensor(gradient, dtype=array.dtype, device=array.device)
+            if gradient is not None and gradient.shape != array.shape:
+                gradient = gradient.expand(array.shape)
+            results.append(gradient)
+        return tuple(results)
