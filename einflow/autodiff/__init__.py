@@ -19,6 +19,7 @@ from einflow.autodiff.normal import Fresh, all_index_names, lift_deep_calls, rea
 from einflow.autodiff.rules import Leaf
 from einflow.autodiff.sizes import IndexSizes, activated, active
 from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep, tangent_sweep, zeros
+from einflow.check import check_name
 from einflow.errors import DerivativeError, EinflowError
 from einflow.plan import indices_in
 from einflow.program import Program, compile
@@ -324,8 +325,10 @@ def vjp(p: str | Program, wrt: str | Sequence[str], cotangent: str = "G") -> Pro
     program = _program(p)
     names, as_tuple = _wrt_list(program, wrt, "vjp")
     setup = _Setup(program, "vjp")
-    if not isinstance(cotangent, str) or not cotangent.isidentifier() or cotangent in ir.RESERVED:
-        raise DerivativeError(f"vjp: cotangent= must be a tensor name, got {cotangent!r}")
+    try:
+        check_name(cotangent, "a tensor name")
+    except EinflowError as error:
+        raise DerivativeError(f"vjp: cotangent= must be a tensor name: {error}") from None
     if cotangent in program.inputs or cotangent in program.info.targets:
         raise DerivativeError(f"vjp: cotangent name '{cotangent}' is already used by the program")
     setup.tensor_names.take(cotangent)
@@ -431,8 +434,10 @@ def _tangents(program: Program, setup: _Setup, names: list[str], tangent: str | 
     else:
         raise DerivativeError(f"{what}: tangent= must be a name (or one name per wrt input), got {tangent!r}")
     for name in chosen:
-        if not isinstance(name, str) or not name.isidentifier() or name in ir.RESERVED:
-            raise DerivativeError(f"{what}: tangent= must be tensor names, got {name!r}")
+        try:
+            check_name(name, "a tensor name")
+        except EinflowError as error:
+            raise DerivativeError(f"{what}: tangent= must be tensor names: {error}") from None
         if name in program.inputs or name in program.info.targets or chosen.count(name) > 1:
             raise DerivativeError(f"{what}: tangent name '{name}' is already used by the program")
     seeds: dict[str, Leaf] = {}
