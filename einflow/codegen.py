@@ -62,6 +62,33 @@ HELPERS: dict[str, str] = {
     e = {np}.exp(-1 * {np}.abs(x))
     r = 1 / (1 + e)
     return {np}.where(x >= 0, r, e * r)''',
+    "erf": '''def {erf}(x):
+    """The error function elementwise (math.erf per element; the argument's floating type kept)."""
+    import math
+    x = {as_float}({np}.asarray(x))
+    return {np}.asarray({np}.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)''',
+    "reduce": '''def {reduce}(kind, x, axis):
+    """A reduction or normaliser over axes, stable by construction (max-shifted exp)."""
+    if kind == "max":
+        return x.max(axis=axis)
+    if kind == "min":
+        return x.min(axis=axis)
+    if kind == "mean":
+        return {as_float}(x).mean(axis=axis)
+    x = {as_float}(x)
+    if x.size == 0:
+        shift = {np}.zeros_like(x.sum(axis=axis, keepdims=True))
+    else:
+        shift = x.max(axis=axis, keepdims=True)
+        shift = {np}.where({np}.isfinite(shift), shift, 0)
+    shifted = x - shift
+    e = {np}.exp(shifted)
+    total = e.sum(axis=axis, keepdims=True)
+    if kind == "softmax":
+        return e / total
+    if kind == "log_softmax":
+        return shifted - {np}.log(total)
+    return ({np}.log(total) + shift).squeeze(axis=axis)''',
     "step": '''def {step}(x):
     """1 where x > 0, else 0, in x's type."""
     return {np}.greater(x, 0).astype({np}.result_type(x))''',
@@ -70,8 +97,9 @@ HELPERS: dict[str, str] = {
     floats = [a.dtype for a in inputs if getattr(a, "dtype", None) is not None and a.dtype.kind == "f"]
     return x.astype({np}.result_type(*floats)) if floats else x''',
 }
-HELPER_NEEDS = {"reciprocal": ("as_float",)}
-ALIASES = ("np", "oe", "ne", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float")
+HELPER_NEEDS = {"reciprocal": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",)}
+ALIASES = ("np", "oe", "ne", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "erf",
+           "reduce")
 
 
 def usable(name: str) -> bool:
@@ -96,7 +124,7 @@ def kind_of(step: Step) -> str:
     if isinstance(step, Contract):
         return "contract"
     if isinstance(step, Reduce):
-        return "sum"
+        return step.kind
     if isinstance(step, Diagonal):
         return "diagonal"
     if isinstance(step, Ones):
@@ -126,6 +154,8 @@ def describe(node: Node, labels: dict[int, tuple[str, ...]]) -> str:
     if isinstance(node, Size):
         return f"size{node.ref!r}" if isinstance(node.ref, tuple) else repr(node.ref)
     if isinstance(node, Apply):
+        if node.other is not None:
+            return f"{node.func}({describe(node.arg, labels)}, {describe(node.other, labels)})"
         return f"{node.func}({describe(node.arg, labels)})"
     if isinstance(node, AsFloat):
         return f"float({describe(node.arg, labels)})"
@@ -226,6 +256,8 @@ class Source:
             return text, 1 if text.startswith("-") else 4
         if isinstance(node, Size):
             return self.size(node.ref), 4
+        if isinstance(node, Apply) and node.other is not None:
+            return f"{self.alias['np']}.{node.func}({self.node(node.arg)[0]}, {self.node(node.other)[0]})", 4
         if isinstance(node, Apply):
             inner = self.node(node.arg)[0]
             # a promoting function's result is already floating: no second promotion around it
@@ -261,8 +293,8 @@ class Source:
         template = rule.source
         if rule.promotes and promote:
             x = self.floating(x)
-        return template.format(x=x, np=self.alias["np"], sigmoid=self.helper("sigmoid") if "{sigmoid}" in template
-                               else "", step=self.helper("step") if "{step}" in template else "")
+        helpers = {key: self.helper(key) if "{" + key + "}" in template else "" for key in ("sigmoid", "step", "erf")}
+        return template.format(x=x, np=self.alias["np"], **helpers)
 
     def power(self, node: Pow) -> str:
         text, level = self.node(node.base)
@@ -325,8 +357,10 @@ class Source:
             return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype=\"bool\")"]
         if isinstance(step, Contract):
             return [f"{out} = {self.contract(step)}"]
-        if isinstance(step, Reduce):
+        if isinstance(step, Reduce) and step.kind == "sum":
             return [f"{out} = {self.var(step.arg)}.sum(axis={step.axes!r})"]
+        if isinstance(step, Reduce):
+            return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
         if isinstance(step, Diagonal):
             return self.diagonal(step, out)
         return [f"{out} = {self.elementwise(step)}"]
@@ -335,7 +369,8 @@ class Source:
         if isinstance(step, Contract):
             text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
         elif isinstance(step, Reduce):
-            kept = tuple(label for k, label in enumerate(step.labels) if k not in step.axes)
+            kept = step.labels if step.kind in ("softmax", "log_softmax") else tuple(
+                label for k, label in enumerate(step.labels) if k not in step.axes)
             text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
         elif isinstance(step, Diagonal):
             text = "delta " + ", ".join("=".join(group) for group in step.groups)

@@ -7,6 +7,7 @@ element, and the temporary arrays the value rule allocates besides its result (t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,21 @@ def _sigmoid_value(xp: Any, x: Any) -> Any:
     return xp.where(x >= 0, r, e * r)
 
 
+def _erf_value(xp: Any, x: Any) -> Any:
+    # numpy has no erf: math.erf per element (correctly rounded in float64), the argument's floating type kept
+    x = _floating(xp, xp.asarray(x))
+    values = xp.frompyfunc(math.erf, 1, 1)(x)
+    return xp.asarray(values, dtype=x.dtype if x.dtype.kind == "f" else xp.float64)
+
+
+def _softplus_value(xp: Any, x: Any) -> Any:
+    # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)): never overflows, keeps float32
+    return xp.logaddexp(0, _floating(xp, x))
+
+
+#: 2 / sqrt(pi): erf'(u) = 2/sqrt(pi) exp(-u^2)
+TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+
 ZERO = ir.Num(0)
 
 FUNCTION_RULES: dict[str, FunctionRule] = {
@@ -99,6 +115,13 @@ FUNCTION_RULES: dict[str, FunctionRule] = {
                          r"\operatorname{sign}\left(@\right)", promotes=False),
     "step": FunctionRule(_step_value, lambda u: ZERO, "{step}({x})", None, r"\operatorname{step}\left(@\right)",
                          1, 0.125, promotes=False),
+    "erf": FunctionRule(_erf_value,
+                        lambda u: ir.product(ir.Num(TWO_OVER_SQRT_PI), ir.Call("exp", ir.negate(ir.Power(u, 2)))),
+                        "{erf}({x})", None, r"\operatorname{erf}\left(@\right)", 40, 4.0),
+    # softplus' = sigmoid; log(1 + exp(x)) evaluated as logaddexp(0, x)
+    "softplus": FunctionRule(_softplus_value, _call("sigmoid"), "{np}.logaddexp(0, {x})",
+                             "where({x} > 0, {x}, 0) + log1p(exp(-abs({x})))", r"\operatorname{softplus}\left(@\right)",
+                             24, 0.0),
 }
 
 assert set(FUNCTION_RULES) == set(ir.FUNCTIONS)

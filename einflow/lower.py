@@ -60,10 +60,11 @@ class Number:
 
 @dataclass(frozen=True, slots=True)
 class Apply:
-    """An elementwise function of ``einflow.functions``."""
+    """An elementwise function of ``einflow.functions`` (``other``: the second argument of maximum/minimum)."""
 
     func: str
     arg: Node
+    other: Node | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +132,16 @@ class Contract:
 
 @dataclass(frozen=True, slots=True)
 class Reduce:
+    """A reduction of ``arg`` over ``axes`` (``kind``: sum, max, min, mean, logsumexp), or a normaliser
+    (softmax, log_softmax) over ``axes`` that keeps every axis (then ``sizes`` are the argument's)."""
+
     statement: int
     out: int
     arg: int
     labels: tuple[str, ...]
     axes: tuple[int, ...]
     sizes: tuple[SizeRef, ...]
+    kind: str = "sum"
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +199,8 @@ def node_args(node: Node) -> list[int]:
         return [node.register]
     if isinstance(node, (Number, Size)):
         return []
+    if isinstance(node, Apply) and node.other is not None:
+        return node_args(node.arg) + node_args(node.other)
     if isinstance(node, (Apply, AsFloat)):
         return node_args(node.arg)
     if isinstance(node, Pow):
@@ -239,7 +246,8 @@ def realign(node: Node, axes: tuple[int | None, ...] | None, ranks: dict[int, in
     if isinstance(node, (Number, Size)):
         return node
     if isinstance(node, Apply):
-        return Apply(node.func, realign(node.arg, axes, ranks))
+        return Apply(node.func, realign(node.arg, axes, ranks),
+                     None if node.other is None else realign(node.other, axes, ranks))
     if isinstance(node, AsFloat):
         return AsFloat(realign(node.arg, axes, ranks))
     if isinstance(node, Pow):
@@ -256,7 +264,8 @@ def substitute(node: Node, register: int, replacement: Node, ranks: dict[int, in
     if isinstance(node, (Number, Size)):
         return node
     if isinstance(node, Apply):
-        return Apply(node.func, substitute(node.arg, register, replacement, ranks))
+        return Apply(node.func, substitute(node.arg, register, replacement, ranks),
+                     None if node.other is None else substitute(node.other, register, replacement, ranks))
     if isinstance(node, AsFloat):
         return AsFloat(substitute(node.arg, register, replacement, ranks))
     if isinstance(node, Pow):
@@ -400,9 +409,21 @@ class _Lowering:
         found = self.memo.get(key)
         if found is not None:
             return found
-        if isinstance(expr, ir.Reduce):
+        if isinstance(expr, ir.Reduce) and expr.kind == "sum":
             inner = frozenset(expr.indices)
             value = self.lower(expr.body, bound | inner, reduce | inner)
+        elif isinstance(expr, ir.Reduce):
+            inner = frozenset(expr.indices)
+            body = self.lower(expr.body, bound | inner, frozenset())
+            value = self.sum_axes(self.reduce_axes(expr.kind, body, inner), reduce)
+        elif isinstance(expr, ir.Normalize):
+            body = self.lower(expr.body, bound, frozenset())
+            value = self.sum_axes(self.reduce_axes(expr.kind, body, frozenset(expr.indices)), reduce)
+        elif isinstance(expr, ir.Binary):
+            order = free_indices(expr, bound)
+            left = self.lower(expr.left, bound, frozenset())
+            right = self.lower(expr.right, bound, frozenset())
+            value = self.sum_axes(self.binary(expr.func, left, right, order), reduce)
         elif isinstance(expr, ir.Sum):
             order = free_indices(expr, bound)
             value = self.add([self.lower(term, bound, frozenset()) for term in expr.terms], order)
@@ -428,6 +449,27 @@ class _Lowering:
         # keys are positional: the same register may carry other names (`tanh(y[i])` and `tanh(y[l])`)
         value = self.elementwise(("apply", func, arg.reg), Apply(func, Arg(arg.reg)), arg.labels)
         return _Value(value.reg, arg.labels)
+
+    def binary(self, func: str, left: _Value, right: _Value, order: tuple[str, ...]) -> _Value:
+        if left.reg is None and right.reg is None:
+            pick = max if func == "maximum" else min
+            return _Value(None, (), _weak(pick(left.const, right.const)))  # type: ignore[type-var]
+        parts = [Number(v.const) if v.reg is None else Arg(v.reg, _align(v.labels, order))  # type: ignore[arg-type]
+                 for v in (left, right)]
+        expr = Apply(func, parts[0], parts[1])
+        return self.elementwise(("binary", expr, self.sizes_of(order)), expr, order)
+
+    def reduce_axes(self, kind: str, value: _Value, over: frozenset[str]) -> _Value:
+        """A non-sum reduction (the axes ``over`` go away) or a normaliser (they stay) of a lowered value."""
+        normalise = kind in ir.NORMALISERS
+        if value.reg is None:  # a constant body cannot carry the indices (the checker requires them): unreachable
+            raise AssertionError("a reduction of a constant")
+        axes = tuple(position for position, label in enumerate(value.labels) if label in over)
+        labels = value.labels if normalise else tuple(label for label in value.labels if label not in over)
+        sizes = self.sizes_of(labels)
+        reg = value.reg
+        return self.emit((kind, reg, axes, sizes),
+                         lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes, kind), labels)
 
     def power(self, base: _Value, exponent: int | float) -> _Value:
         if base.reg is None:

@@ -164,6 +164,8 @@ def _temporaries(node: Node) -> tuple[int, float]:
     """(arrays needed to evaluate ``node`` with ufuncs, counting the result; extra temporaries of functions)."""
     if isinstance(node, (Arg, Number, Size)):
         return 0, 0.0
+    if isinstance(node, Apply) and node.other is not None:
+        return _temporaries(Add((node.arg, node.other)))
     if isinstance(node, (Apply, AsFloat, Pow)):
         inner, extra = _temporaries(node.base if isinstance(node, Pow) else node.arg)
         own = FUNCTION_RULES[node.func].temporaries if isinstance(node, Apply) else 0.0
@@ -381,6 +383,8 @@ def _numexpr_node(node: Node, name: Any) -> str | None:
         if isinstance(value, bool) or not math.isfinite(value):
             return None
         return repr(float(value)) if isinstance(value, float) else repr(value)
+    if isinstance(node, Apply) and node.other is not None:
+        return None
     if isinstance(node, Apply):
         template = FUNCTION_RULES[node.func].numexpr
         inner = _numexpr_node(node.arg, name)
@@ -443,7 +447,7 @@ def _diagonal_writer(backend: Backend, step: Diagonal, shapes: dict[int, tuple[i
 
 def _helpers(source: Source, xp: Any) -> dict[str, Any]:
     namespace: dict[str, Any] = {source.alias["np"]: xp}
-    for key in ("as_float", "reciprocal", "sigmoid", "step", "input", "as_input_float"):
+    for key in ("as_float", "reciprocal", "sigmoid", "step", "input", "as_input_float", "erf", "reduce"):
         exec(source.helper_text(key), namespace)  # noqa: S102 - our own helper text
     return namespace
 
@@ -527,6 +531,8 @@ def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
 def _operations(node: Node) -> int:
     if isinstance(node, (Arg, Number, Size)):
         return 0
+    if isinstance(node, Apply) and node.other is not None:
+        return 1 + _operations(node.arg) + _operations(node.other)
     if isinstance(node, Apply):
         return FUNCTION_RULES[node.func].cost + _operations(node.arg)
     if isinstance(node, (Pow, AsFloat)):
