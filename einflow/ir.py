@@ -159,7 +159,7 @@ class Normalize:
 
 @dataclass(frozen=True, slots=True)
 class Binary:
-    """``maximum(a, b)`` / ``minimum(a, b)``: elementwise; each argument is its own scope, broadcast as a sum's terms."""
+    """``maximum(a, b)`` / ``minimum(a, b)``: elementwise; each argument is its own scope (as a sum's terms)."""
 
     func: str
     left: Expr

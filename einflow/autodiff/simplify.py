@@ -158,7 +158,7 @@ def _s_product(node: ir.Product, s: Simplify) -> ir.Expr:
             if numbers == 2:
                 _fire("product", "fold numbers")
             coefficient = coefficient * factor.value
-        elif isinstance(factor, ir.Reduce):
+        elif isinstance(factor, ir.Reduce) and factor.kind == "sum":
             reduces.append(factor)
         else:
             factors.append(factor)
@@ -373,9 +373,12 @@ def _common_factors(terms: list[ir.Expr]) -> tuple[list[ir.Expr], list[ir.Expr]]
 
 
 def _s_reduce(node: ir.Reduce, s: Simplify) -> ir.Expr:
+    if node.kind != "sum":
+        # max/min/mean/logsumexp: none of the sum rules (merging, delta elimination, splitting, hoisting) hold
+        return ir.Reduce(node.indices, s(node.body), node.kind)
     body = s(node.body)
     indices = list(node.indices)
-    if isinstance(body, ir.Reduce):
+    if isinstance(body, ir.Reduce) and body.kind == "sum":
         _fire("reduce", "merge")
         indices += list(body.indices)
         body = body.body
@@ -486,7 +489,17 @@ def _s_power(node: ir.Power, s: Simplify) -> ir.Expr:
     return ir.Power(base, exponent)
 
 
+def _s_normalize(node: ir.Normalize, s: Simplify) -> ir.Expr:
+    return ir.Normalize(node.kind, node.indices, s(node.body))
+
+
+def _s_binary(node: ir.Binary, s: Simplify) -> ir.Expr:
+    return ir.Binary(node.func, s(node.left), s(node.right))
+
+
 _NODE_RULES: dict[type, Callable[..., ir.Expr]] = {
+    ir.Normalize: _s_normalize,
+    ir.Binary: _s_binary,
     ir.Product: _s_product,
     ir.Sum: _s_sum,
     ir.Reduce: _s_reduce,

@@ -137,7 +137,8 @@ class _Renderer:
         if isinstance(expr, ir.Binary):
             left, _ = self.render(expr.left, bound)
             right, _ = self.render(expr.right, bound)
-            return "\\" + ("max" if expr.func == "maximum" else "min") + r"\left(" + left + ", " + right + r"\right)", _ATOM
+            name = r"\max" if expr.func == "maximum" else r"\min"
+            return name + r"\left(" + left + ", " + right + r"\right)", _ATOM
         if isinstance(expr, ir.Power):
             return self.power(expr, bound)
         raise TypeError(f"not an einflow expression: {expr!r}")
