@@ -100,8 +100,12 @@ def _d_reduce(node: ir.Reduce, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Exp
     inner = d(node.body)
     if inner is None:
         return None
-    if node.kind in ("sum", "mean"):  # linear
-        return ir.Reduce(node.indices, inner, node.kind)
+    if node.kind == "sum":
+        return ir.Reduce(node.indices, inner)
+    if node.kind == "mean":  # mean = sum / size; the size is sum[k](delta[k,k]) (no dense mean of a Jacobian)
+        mapping = _fresh(node.indices)
+        size = ir.Reduce(tuple(mapping.values()), ir.product(*(ir.Delta(k, k) for k in mapping.values())))
+        return ir.product(ir.Reduce(node.indices, inner), ir.Power(size, -1))
     if node.kind == "logsumexp":  # d logsumexp[k](e) = sum[k](softmax[k](e) de)
         weights: ir.Expr = ir.Normalize("softmax", node.indices, _copy(node.body))
     else:  # max, min
