@@ -35,6 +35,7 @@ from einflow.contraction import eliminate_deltas, product_output, split_product
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import indices_in, join_partners
 from einflow.numbers import _fold_power, _is_unit, _weak
+from einflow.stable import stabilize_program
 
 __all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
            "Contract", "Reduce", "Elementwise", "Diagonal", "Free", "Step", "Lowered", "lower", "step_inputs",
@@ -678,6 +679,7 @@ def lower(program: Any) -> Lowered:
 
 @functools.lru_cache(maxsize=256)
 def _lower(program: ir.ProgramIR) -> Lowered:
+    program = stabilize_program(program)  # written-out log-sum-exp, softplus, log-sigmoid: their stable forms
     info = check_program(program)
     ranks = tuple(info.ranks.get(name, 0) for name in info.inputs)
     lowering = _Lowering(program, info.inputs, ranks)

@@ -197,3 +197,30 @@ def test_against_jax_float64() -> None:
     np.testing.assert_allclose(ef.grad(text, wrt="x")(W=W_, t=t, x=x), jax.grad(reference)(x), rtol=1e-9)
     np.testing.assert_allclose(ef.hessian(text, wrt="x")(W=W_, t=t, x=x), jax.hessian(reference)(x), rtol=1e-9,
                                atol=1e-12)
+
+
+def test_written_out_forms_are_evaluated_stably() -> None:
+    x = np.array([1000.0, 999.0, 998.0])
+    s = np.exp(x - 1000) / np.exp(x - 1000).sum()
+    program = ef.compile("L = log(sum[i](exp(x[i])))")
+    assert str(program) == "L = log(sum[i](exp(x[i])))"  # the text stays as written
+    np.testing.assert_allclose(program(x=x), 1000 + np.log(np.exp(x - 1000).sum()), rtol=1e-15)
+    hessian = ef.hessian(program, wrt="x")
+    np.testing.assert_allclose(hessian(x=x), np.diag(s) - np.outer(s, s), rtol=1e-12, atol=1e-15)
+    y = ef.evaluate("y[i] = log(1 + exp(x[i])) + log(sigmoid(x[i]))", x=np.array([-800.0, 800.0]))
+    np.testing.assert_allclose(y, [-800.0, 800.0], rtol=1e-15)
+    # the derivative of a written-out softmax is rewritten to softmax: finite at large scores
+    gradient = ef.grad("L = sum[i](w[i] exp(x[i]) / sum[j](exp(x[j])))", wrt="x")
+    assert "softmax[" in str(gradient)
+    got = gradient(w=np.array([1.0, 2.0, 3.0]), x=x)
+    np.testing.assert_allclose(got, s * (np.array([1.0, 2.0, 3.0]) - s @ np.array([1.0, 2.0, 3.0])), rtol=1e-12)
+    value = ef.evaluate("L = sum[i](w[i] exp(x[i]) / sum[j](exp(x[j])))", w=np.array([1.0, 2.0, 3.0]), x=x)
+    np.testing.assert_allclose(value, s @ np.array([1.0, 2.0, 3.0]), rtol=1e-14)
+
+
+def test_stable_rewrites_keep_scopes() -> None:
+    # exp(A[i,i]): the index occurs twice, so the product is not a softmax over it; values must agree
+    square = RNG.normal(size=(3, 3))
+    text = "y[i] = exp(A[i,i]) / sum[j](exp(A[j,j]))"
+    expected = np.exp(np.diag(square)) / np.exp(np.diag(square)).sum()
+    np.testing.assert_allclose(ef.evaluate(text, A=square), expected, rtol=1e-14)

@@ -21,6 +21,7 @@ from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep
 from einflow.errors import DerivativeError, EinflowError
 from einflow.plan import indices_in
 from einflow.program import Program, compile
+from einflow.stable import stabilize_program
 
 __all__ = ["grad", "jacobian", "hessian", "vjp", "value_and_grad"]
 
@@ -88,7 +89,7 @@ class _Setup:
         # fresh indices avoid tensor names too, so a printed program never reads `v[v]`
         fresh = Fresh(all_index_names(program.ir) | set(program.inputs) | set(program.info.targets) | {self.value},
                       self.sizes)
-        normal = to_normal(program.ir, fresh, names)
+        normal = to_normal(stabilize_program(program.ir), fresh, names)  # stable forms of log-sum-exp, softplus
         ranks = dict(program.info.ranks)
         ranks[self.value] = len(normal[-1].indices or ())
         self.work = Work(normal, program.inputs, ranks, fresh, self.tensor_names)

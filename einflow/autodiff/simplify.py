@@ -23,6 +23,7 @@ from einflow.autodiff.canonical import alpha_key, bound_inside, canonical_key, s
 from einflow.autodiff.normal import rename, rename_apart
 from einflow.functions import FUNCTION_RULES
 from einflow.plan import indices_in
+from einflow.stable import stable_log, stable_softmax
 
 __all__ = ["Rule", "RULES", "SimplifierLimitWarning", "simplify", "fired_rules", "is_zero", "canonical_key",
            "bound_inside"]
@@ -49,6 +50,7 @@ RULES: tuple[Rule, ...] = (
     Rule("product", "idempotent delta", "delta[p,q] delta[p,q] A[p,q]", "delta[p,q] A[p,q]"),
     Rule("product", "powers", "x[p] x[p] x[p]^-0.5", "x[p]^1.5"),
     Rule("product", "sigmoid", "exp(x[p]) (1 + exp(x[p]))^-1", "sigmoid(x[p])"),
+    Rule("product", "softmax", "exp(A[p,q]) sum[u](exp(A[p,u]))^-1", "softmax[q](A[p,q])"),
     Rule("product", "order", "y[p] * 2 delta[p,q]", "2 delta[p,q] y[p]"),
     Rule("sum", "flatten", "x[p] + (y[p] + z[p])^1", "x[p] + y[p] + z[p]"),
     Rule("sum", "like terms", "x[p] + 2 x[p] - y[p]", "3 x[p] - y[p]"),
@@ -63,6 +65,9 @@ RULES: tuple[Rule, ...] = (
     Rule("reduce", "delta", "sum[u](delta[u,p] x[u])", "x[p]"),
     Rule("reduce", "count", "sum[q,u](2 delta[q,u] y[p])", "2 sum[u](delta[u,u] y[p])"),
     Rule("call", "fold numbers", "exp(0) x[p]", "x[p]"),
+    Rule("call", "logsumexp", "log(sum[k](exp(A[p,k])))", "logsumexp[k](A[p,k])"),
+    Rule("call", "softplus", "log(1 + exp(x[p]))", "softplus(x[p])"),
+    Rule("call", "log sigmoid", "log(sigmoid(x[p]))", "-softplus(-x[p])"),
     Rule("power", "one", "(x[p] y[p])^1", "x[p] y[p]"),
     Rule("power", "fold numbers", "2^3 x[p]", "8 x[p]"),
     Rule("power", "power of power", "(x[p]^2)^3", "x[p]^6"),
@@ -174,6 +179,7 @@ def _s_product(node: ir.Product, s: Simplify) -> ir.Expr:
     factors = _unit_deltas(factors)
     factors = _powers(factors, s)
     factors = _sigmoid(factors)
+    factors = _softmax(factors)
     ordered = sorted(factors, key=shape_key)
     if ordered != factors:
         _fire("product", "order")
@@ -275,6 +281,16 @@ def _sigmoid(factors: list[ir.Expr]) -> list[ir.Expr]:
                 del result[other_position]
                 return _sigmoid(result)
     return result
+
+
+def _softmax(factors: list[ir.Expr]) -> list[ir.Expr]:
+    """``exp(u[q]) / sum[k](exp(u[k]))`` is ``softmax[q](u[q])`` (evaluated max-shifted: no overflow)."""
+    rewritten = stable_softmax(factors)
+    while rewritten is not None:
+        _fire("product", "softmax")
+        factors = rewritten
+        rewritten = stable_softmax(factors)
+    return factors
 
 
 # ---------------------------------------------------------------- sums
@@ -452,6 +468,11 @@ def _finish_reduce(indices: list[str], factors: list[ir.Expr], s: Simplify) -> i
 
 def _s_call(node: ir.Call, s: Simplify) -> ir.Expr:
     arg = s(node.arg)
+    if node.func == "log":
+        stable = stable_log(arg)
+        if stable is not None:
+            _fire("call", stable[0])
+            return s(stable[1])
     if isinstance(arg, ir.Num):
         with np.errstate(all="ignore"):
             value = FUNCTION_RULES[node.func].value(np, np.asarray(arg.value))
