@@ -334,7 +334,11 @@ def _s_sum(node: ir.Sum, s: Simplify) -> ir.Expr:
 
 
 def _has_delta_on(expr: ir.Expr, indices: set[str]) -> bool:
-    return any(isinstance(f, ir.Delta) and ({f.first, f.second} & indices) for f in _factors_of(expr))
+    """A factor of ``expr`` is a delta on ``indices``, or a sum with such a term (distributing reaches it)."""
+    return any((isinstance(f, ir.Delta) and bool({f.first, f.second} & indices))
+               or (isinstance(f, ir.Sum) and any(_has_delta_on(t, indices) for t in f.terms))
+               or (isinstance(f, ir.Reduce) and f.kind == "sum" and _has_delta_on(f.body, indices))
+               for f in _factors_of(expr))
 
 
 def _eliminate_deltas(indices: list[str], factors: list[ir.Expr]) -> tuple[list[str], list[ir.Expr]]:
