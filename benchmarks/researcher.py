@@ -167,7 +167,8 @@ def main(n: int = 2048, repeat: int = 5) -> list[tuple[str, str, float, float, f
         jitted = None
         if jax is not None:
             function = jax.jit(jax.grad(case.jax_loss(jax.numpy), argnums=list(inputs).index(case.wrt)))
-            jitted = lambda f=function, a=tuple(inputs.values()): np.asarray(f(*a))  # noqa: E731
+            positional = tuple(inputs.values())
+            jitted = lambda f=function, a=positional: np.asarray(f(*a))  # noqa: E731
         for form in ("primitives", "builtins"):
             gradient = ef.grad(getattr(case, form), wrt=case.wrt)
             arguments = {name: inputs[name] for name in gradient.inputs}
