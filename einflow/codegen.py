@@ -75,6 +75,10 @@ HELPERS: dict[str, str] = {
         return x.min(axis=axis)
     if kind == "mean":
         return {as_float}(x).mean(axis=axis)
+    if kind in ("argmax", "argmin"):
+        extreme = x.max(axis=axis, keepdims=True) if kind == "argmax" else x.min(axis=axis, keepdims=True)
+        hits = {as_float}(x == extreme)
+        return hits / hits.sum(axis=axis, keepdims=True)
     x = {as_float}(x)
     if x.size == 0:
         shift = {np}.zeros_like(x.sum(axis=axis, keepdims=True))
@@ -369,7 +373,7 @@ class Source:
         if isinstance(step, Contract):
             text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
         elif isinstance(step, Reduce):
-            kept = step.labels if step.kind in ("softmax", "log_softmax") else tuple(
+            kept = step.labels if step.kind in ("softmax", "log_softmax", "argmax", "argmin") else tuple(
                 label for k, label in enumerate(step.labels) if k not in step.axes)
             text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
         elif isinstance(step, Diagonal):

@@ -47,8 +47,9 @@ FUNCTIONS = (
 )
 #: ``kind[k](e)``: bind k inside e and reduce it away
 REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp")
-#: ``kind[k](e)``: normalise e over k; k stays free
-NORMALISERS = ("softmax", "log_softmax")
+#: ``kind[k](e)``: normalise e over k; k stays free (argmax/argmin: the indicator of the arg-max/arg-min,
+#: ties split equally, so that the weights sum to 1: the derivative of max/min)
+NORMALISERS = ("softmax", "log_softmax", "argmax", "argmin")
 #: two-argument elementwise functions
 BINARY_FUNCTIONS = ("maximum", "minimum")
 #: every name that may be followed directly by ``(``

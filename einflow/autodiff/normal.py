@@ -70,7 +70,21 @@ def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
     if isinstance(expr, ir.Reduce):
         return ir.Reduce(tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping), expr.kind)
     if isinstance(expr, ir.Normalize):
-        return ir.Normalize(expr.kind, tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping))
+        renamed = tuple(mapping.get(i, i) for i in expr.indices)
+        others = {mapping.get(i, i) for i in indices_in(expr.body) if i not in expr.indices}
+        clash = [(old, new) for old, new in zip(expr.indices, renamed) if new != old and new in others]
+        if not clash:
+            return ir.Normalize(expr.kind, renamed, rename(expr.body, mapping))
+        # softmax[k](e[q,k]) at k = q: normalise over a fresh k' and pick k' = q (renaming k to q would merge them)
+        fresh = {old: f"{stem_of(old)}_r{next(_APART)}" for old, _ in clash}
+        sizes = active()
+        if sizes is not None:
+            for old, new in fresh.items():
+                sizes.alias(new, old)
+        inner = ir.Normalize(expr.kind, tuple(fresh.get(i, mapping.get(i, i)) for i in expr.indices),
+                             rename(expr.body, {**mapping, **fresh}))
+        picks = [ir.Delta(fresh[old], new) for old, new in clash]
+        return ir.Reduce(tuple(fresh.values()), ir.product(*picks, inner))
     return ir.with_children(expr, tuple(rename(c, mapping) for c in ir.children(expr)))
 
 
@@ -89,6 +103,17 @@ def rename_apart(expr: ir.Expr) -> ir.Expr:
         for old, new in mapping.items():
             sizes.alias(new, old)
     return rename(expr, mapping)
+
+
+def normaliser_merges(factors: list[ir.Expr], old: str, new: str) -> bool:
+    """Would renaming ``old`` to ``new`` merge a normaliser's index with another index of its body?"""
+    for factor in factors:
+        for node in ir.walk(factor):
+            if isinstance(node, ir.Normalize):
+                body = indices_in(node.body)
+                if (old in node.indices and new in body) or (new in node.indices and old in body):
+                    return True
+    return False
 
 
 def tensor_names(expr: ir.Expr) -> set[str]:

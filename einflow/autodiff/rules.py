@@ -84,18 +84,6 @@ def _copy(expr: ir.Expr, mapping: dict[str, str] | None = None) -> ir.Expr:
     return rename_apart(rename(expr, mapping or {}))
 
 
-def _weights(node: ir.Reduce) -> ir.Expr:
-    """max/min over k: the indicator of the arg-max (arg-min), ties split equally: ``I[k] / sum[k'](I[k'])``
-    with ``I = 1 + sign(e - max[k](e))`` (``1 - sign(e - min[k](e))``); as JAX splits ties."""
-    sign = 1 if node.kind == "max" else -1
-    extreme = _copy(node)
-    indicator = ir.Sum((_num(1), ir.product(_num(sign), ir.Call("sign", ir.Sum((_copy(node.body),
-                                                                                ir.negate(extreme)))))))
-    mapping = _fresh(node.indices)
-    total = ir.Reduce(tuple(mapping.values()), _copy(indicator, mapping))
-    return ir.product(indicator, ir.Power(total, -1))
-
-
 def _d_reduce(node: ir.Reduce, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
     inner = d(node.body)
     if inner is None:
@@ -108,14 +96,17 @@ def _d_reduce(node: ir.Reduce, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Exp
         return ir.product(ir.Reduce(node.indices, inner), ir.Power(size, -1))
     if node.kind == "logsumexp":  # d logsumexp[k](e) = sum[k](softmax[k](e) de)
         weights: ir.Expr = ir.Normalize("softmax", node.indices, _copy(node.body))
-    else:  # max, min
-        weights = _weights(node)
+    else:  # max, min: the indicator of the arg-max (arg-min), ties split equally, as JAX does; computed in
+        # one step from one array, so a recomputed body that rounds differently cannot unbalance it
+        weights = ir.Normalize("argmax" if node.kind == "max" else "argmin", node.indices, _copy(node.body))
     return ir.Reduce(node.indices, ir.product(weights, rename_apart(inner)))
 
 
 def _d_normalize(node: ir.Normalize, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
     # s = softmax[k](e): ds[k] = s[k] (de[k] - sum[k'](s[k'] de[k'])), the compact form of s (delta - s) de;
     # d log_softmax[k](e) = de[k] - sum[k'](s[k'] de[k'])
+    if node.kind in ("argmax", "argmin"):
+        return None  # piecewise constant
     inner = d(node.body)
     if inner is None:
         return None

@@ -20,7 +20,7 @@ import numpy as np
 
 from einflow import ir
 from einflow.autodiff.canonical import alpha_key, bound_inside, canonical_key, shape_key
-from einflow.autodiff.normal import rename, rename_apart
+from einflow.autodiff.normal import normaliser_merges, rename, rename_apart
 from einflow.functions import FUNCTION_RULES
 from einflow.plan import indices_in
 from einflow.stable import stable_log, stable_softmax
@@ -355,8 +355,10 @@ def _eliminate_deltas(indices: list[str], factors: list[ir.Expr]) -> tuple[list[
                 old, new = factor.second, factor.first
             else:
                 continue
-            _fire("reduce", "delta")
             rest = factors[:position] + factors[position + 1:]
+            if normaliser_merges(rest, old, new):
+                continue  # softmax[k](e[q,k]) at k = q is not softmax[q](e[q,q]): the delta stays
+            _fire("reduce", "delta")
             factors = [rename(f, {old: new}) for f in rest]
             indices = [i for i in indices if i != old]
             changed = True

@@ -22,7 +22,8 @@ _GREEK = frozenset({
 _FUNCTIONS: dict[str, str] = {name: rule.latex for name, rule in FUNCTION_RULES.items()}
 _REDUCTIONS: dict[str, str] = {"max": r"\max", "min": r"\min", "mean": r"\operatorname{mean}",
                                "logsumexp": r"\operatorname{logsumexp}", "softmax": r"\operatorname{softmax}",
-                               "log_softmax": r"\operatorname{log\,softmax}"}
+                               "log_softmax": r"\operatorname{log\,softmax}", "argmax": r"\operatorname{argmax}",
+                               "argmin": r"\operatorname{argmin}"}
 
 # Kinds of rendered text, for parenthesization: a sum (top-level + or -), a leading minus,
 # a leading \sum (extends to the right), a product of several factors, an atom.
