@@ -542,6 +542,7 @@ class _Lowering:
 
     def contract(self, operands: list[tuple[_Value, list[str]]], output: list[str], classes: dict[str, list[str]],
                  coefficient: int | float, scalars: list[_Value], counts: list[Size]) -> _Value:
+        operands, scalars = self.presum(operands, output, scalars)
         partners = {member for rep, members in classes.items() for member in members if member != rep}
         inner = tuple(label for label in output if label not in partners)
         scale: list[Node] = [Arg(s.reg) for s in scalars] + counts  # type: ignore[arg-type]
@@ -598,6 +599,25 @@ class _Lowering:
         result = self.emit(("contract", equation, args, tuple(scale), sizes), lambda out: Contract(
             self.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)  # type: ignore[arg-type]
         return self.diagonal(result, output, classes)
+
+    def presum(self, operands: list[tuple[_Value, list[str]]], output: list[str],
+               scalars: list[_Value]) -> tuple[list[tuple[_Value, list[str]]], list[_Value]]:
+        """An operand whose indices are all summed and occur nowhere else is summed on its own first: a scalar
+        factor (``sum[i](w[i] s[p])`` is ``sum(w) * s``, not an ``i,p->p`` outer product)."""
+        if len(operands) < 2:
+            return operands, scalars
+        kept: list[tuple[_Value, list[str]]] = []
+        scalars = list(scalars)
+        for position, (value, labels) in enumerate(operands):
+            others = {label for k, (_, own) in enumerate(operands) if k != position for label in own}
+            alone = (labels and len(set(labels)) == len(labels) and not set(labels) & (others | set(output))
+                     and value.reg not in self.synthetic)
+            if alone and (kept or position < len(operands) - 1):
+                reduced = self.sum_axes(_Value(value.reg, tuple(labels)), frozenset(labels))
+                scalars.append(_Value(reduced.reg, ()))
+            else:
+                kept.append((value, labels))
+        return kept, scalars
 
     def diagonal(self, value: _Value, output: list[str], classes: dict[str, list[str]]) -> _Value:
         if not classes:
