@@ -238,3 +238,16 @@ def test_tropical_product_respects_the_memory_guard() -> None:
         program(A=a, B=b, memory_limit=5e6)
     value = np.asarray(program(A=a, B=b, backend="dask", chunks=30, memory_limit=5e6))
     np.testing.assert_array_equal(value, (a[:, :, None] + b[None]).max(1))
+
+
+def test_exported_source_runs_the_reductions_on_its_own() -> None:
+    from einflow.export import to_source
+
+    source = to_source(ef.compile("y[i] = logsumexp[j](A[i,j]) + erf(x[i]) + max[j](A[i,j]) + maximum(x[i], 0)"))
+    namespace: dict = {}
+    exec(source, namespace)  # noqa: S102 - the exported program
+    big = A * 1000
+    x = np.arange(3.0)
+    expected = _lse(big, 1) + np.array([math.erf(v) for v in x]) + big.max(1) + np.maximum(x, 0)
+    np.testing.assert_allclose(namespace["f"](A=big, x=x), expected, rtol=1e-14)
+    assert "logsumexp" in ef.export.to_latex(ef.compile("z = logsumexp[i](x[i])"))
