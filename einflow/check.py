@@ -71,6 +71,10 @@ def free_indices(expr: ir.Expr, bound: frozenset[str] = frozenset()) -> tuple[st
     if isinstance(expr, ir.Reduce):
         inner = bound | frozenset(expr.indices)
         return tuple(i for i in free_indices(expr.body, inner) if i not in expr.indices)
+    if isinstance(expr, ir.Normalize):
+        return free_indices(expr.body, bound)
+    if isinstance(expr, ir.Binary):
+        return free_indices(ir.Sum((expr.left, expr.right)), bound)
     raise TypeError(f"not an expression: {expr!r}")
 
 
@@ -146,7 +150,7 @@ def check_names(program: ir.ProgramIR) -> None:
             elif isinstance(node, ir.Delta):
                 check_name(node.first, "an index name")
                 check_name(node.second, "an index name")
-            elif isinstance(node, ir.Reduce):
+            elif isinstance(node, (ir.Reduce, ir.Normalize)):
                 for index in node.indices:
                     check_name(index, "an index name")
 
@@ -195,20 +199,33 @@ class _Checker:
             return self.analyze(expr.arg, bound)
         if isinstance(expr, ir.Power):
             return self.analyze(expr.base, bound)
-        if isinstance(expr, ir.Reduce):
+        if isinstance(expr, ir.Binary):
+            return self.analyze(ir.Sum((expr.left, expr.right)), bound)
+        if isinstance(expr, ir.Normalize):
             if len(set(expr.indices)) != len(expr.indices):
-                self.fail(IndexRuleError, f"sum[{','.join(expr.indices)}] names an index twice", expr)
+                self.fail(IndexRuleError, f"{expr.kind}[{','.join(expr.indices)}] names an index twice", expr)
+            body_free = free_indices(expr.body, bound)
+            for index in expr.indices:
+                if index not in body_free:
+                    self.fail(IndexRuleError, f"{expr.kind}[{index}](...) normalises over '{index}', which is not "
+                              "a free index of its body", expr)
+            return self.analyze(expr.body, bound)
+        if isinstance(expr, ir.Reduce):
+            kind = expr.kind
+            verb = "sums" if kind == "sum" else "reduces"
+            if len(set(expr.indices)) != len(expr.indices):
+                self.fail(IndexRuleError, f"{kind}[{','.join(expr.indices)}] names an index twice", expr)
             for index in expr.indices:
                 if index in bound:
                     self.fail(IndexRuleError,
-                              f"sum[{index}] sums index '{index}', which is already bound here "
-                              "(by the target or an enclosing sum); use another index name", expr)
+                              f"{kind}[{index}] {verb} index '{index}', which is already bound here "
+                              "(by the target or an enclosing reduction); use another index name", expr)
             inner_bound = bound | frozenset(expr.indices)
             body_free = free_indices(expr.body, inner_bound)
             for index in expr.indices:
                 if index not in body_free:
-                    self.fail(IndexRuleError, f"sum[{index}](...) sums '{index}', which does not occur in its body",
-                              expr)
+                    self.fail(IndexRuleError, f"{kind}[{index}](...) {verb} '{index}', which does not occur in "
+                              "its body", expr)
             return self.analyze(expr.body, inner_bound)
         raise TypeError(f"not an expression: {expr!r}")
 

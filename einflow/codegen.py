@@ -69,6 +69,37 @@ HELPERS: dict[str, str] = {
     e = {np}.exp(-1 * {np}.abs(x))
     r = 1 / (1 + e)
     return {np}.where(x >= 0, r, e * r)''',
+    "erf": '''def {erf}(x):
+    """The error function elementwise (math.erf per element; the argument's floating type kept)."""
+    import math
+    x = {as_float}({np}.asarray(x))
+    return {np}.asarray({np}.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)''',
+    "reduce": '''def {reduce}(kind, x, axis):
+    """A reduction or normaliser over axes, stable by construction (max-shifted exp)."""
+    if kind == "max":
+        return x.max(axis=axis)
+    if kind == "min":
+        return x.min(axis=axis)
+    if kind == "mean":
+        return {as_float}(x).mean(axis=axis)
+    if kind in ("argmax", "argmin"):
+        extreme = x.max(axis=axis, keepdims=True) if kind == "argmax" else x.min(axis=axis, keepdims=True)
+        hits = {as_float}(x == extreme)
+        return hits / hits.sum(axis=axis, keepdims=True)
+    x = {as_float}(x)
+    if x.size == 0:
+        shift = {np}.zeros_like(x.sum(axis=axis, keepdims=True))
+    else:
+        shift = x.max(axis=axis, keepdims=True)
+        shift = {np}.where({np}.isfinite(shift), shift, 0)
+    shifted = x - shift
+    e = {np}.exp(shifted)
+    total = e.sum(axis=axis, keepdims=True)
+    if kind == "softmax":
+        return e / total
+    if kind == "log_softmax":
+        return shifted - {np}.log(total)
+    return ({np}.log(total) + shift).squeeze(axis=axis)''',
     "step": '''def {step}(x):
     """1 where x > 0, else 0, in x's type."""
     return {np}.greater(x, 0).astype({np}.result_type(x))''',
@@ -148,10 +179,11 @@ JAX_HELPERS: dict[str, str] = {
 HELPERS["device"] = '''def {device}(*inputs):
     """Where new arrays go (numpy: the host)."""
     return None'''
-HELPER_NEEDS = {"reciprocal": ("as_float",)}
+HELPER_NEEDS = {"reciprocal": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",)}
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
-HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "diagonal", "device")
+HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "diagonal", "device",
+               "erf", "reduce")
 ALIASES = ("np", "oe", "ne", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -179,7 +211,7 @@ def kind_of(step: Step) -> str:
     if isinstance(step, Contract):
         return "contract"
     if isinstance(step, Reduce):
-        return "sum"
+        return step.kind
     if isinstance(step, Diagonal):
         return "diagonal"
     if isinstance(step, Ones):
@@ -301,6 +333,8 @@ class Source:
             return text, 1 if text.startswith("-") else 4
         if isinstance(node, Size):
             return self.size(node.ref), 4
+        if isinstance(node, Apply) and node.other is not None:
+            return f"{self.alias['np']}.{node.func}({self.node(node.arg)[0]}, {self.node(node.other)[0]})", 4
         if isinstance(node, Apply):
             inner = self.node(node.arg)[0]
             # a promoting function's result is already floating: no second promotion around it
@@ -347,8 +381,8 @@ class Source:
         template = TORCH_CALLS.get(func, rule.source) if self.target == "torch" else rule.source
         if rule.promotes and promote:
             x = self.floating(x)
-        return template.format(x=x, np=self.alias["np"], sigmoid=self.helper("sigmoid") if "{sigmoid}" in template
-                               else "", step=self.helper("step") if "{step}" in template else "")
+        helpers = {key: self.helper(key) if "{" + key + "}" in template else "" for key in ("sigmoid", "step", "erf")}
+        return template.format(x=x, np=self.alias["np"], **helpers)
 
     def power(self, node: Pow) -> str:
         text, level = self.node(node.base)
@@ -432,8 +466,10 @@ class Source:
             return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype=\"bool\")"]
         if isinstance(step, Contract):
             return [f"{out} = {self.contract(step)}"]
-        if isinstance(step, Reduce):
+        if isinstance(step, Reduce) and step.kind == "sum":
             return [f"{out} = {self.reduce(self.var(step.arg), step.axes)}"]
+        if isinstance(step, Reduce):
+            return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
         if isinstance(step, Diagonal):
             return self.diagonal(step, out)
         return [f"{out} = {self.elementwise(step)}"]
@@ -442,7 +478,8 @@ class Source:
         if isinstance(step, Contract):
             text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
         elif isinstance(step, Reduce):
-            kept = tuple(label for k, label in enumerate(step.labels) if k not in step.axes)
+            kept = step.labels if step.kind in ("softmax", "log_softmax", "argmax", "argmin") else tuple(
+                label for k, label in enumerate(step.labels) if k not in step.axes)
             text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
         elif isinstance(step, Diagonal):
             text = "delta " + ", ".join("=".join(group) for group in step.groups)

@@ -8,6 +8,7 @@ element, and the temporary arrays the value rule allocates besides its result (t
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -95,6 +96,18 @@ def _sigmoid_value(xp: Any, x: Any) -> Any:
     return xp.where(x >= 0, r, e * r)
 
 
+def _erf_value(xp: Any, x: Any) -> Any:
+    # numpy has no erf: math.erf per element (correctly rounded in float64), the argument's floating type kept
+    x = _floating(xp, xp.asarray(x))
+    values = xp.frompyfunc(math.erf, 1, 1)(x)
+    return xp.asarray(values, dtype=x.dtype if x.dtype.kind == "f" else xp.float64)
+
+
+def _softplus_value(xp: Any, x: Any) -> Any:
+    # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)): never overflows, keeps float32
+    return xp.logaddexp(0, _floating(xp, x))
+
+
 FUNCTION_RULES: dict[str, FunctionRule] = {
     #                    value rule                        f'(u)                     generated code
     "exp": FunctionRule(_transcendental("exp"), "exp(u)", "{np}.exp({x})", "exp({x})",
@@ -121,6 +134,13 @@ FUNCTION_RULES: dict[str, FunctionRule] = {
                          promotes=False),
     "step": FunctionRule(_step_value, "0", "{step}({x})", None, r"\operatorname{step}\left(@\right)", 1, 0.125,
                          promotes=False),
+    # erf'(u) = 2/sqrt(pi) exp(-u^2)
+    "erf": FunctionRule(_erf_value, f"{2 / math.sqrt(math.pi)!r} exp(-u^2)", "{erf}({x})", None,
+                        r"\operatorname{erf}\left(@\right)", 40, 4.0),
+    # softplus' = sigmoid; log(1 + exp(x)) evaluated as logaddexp(0, x)
+    "softplus": FunctionRule(_softplus_value, "sigmoid(u)", "{np}.logaddexp(0, {x})",
+                             "where({x} > 0, {x}, 0) + log1p(exp(-abs({x})))", r"\operatorname{softplus}\left(@\right)",
+                             24, 0.0),
 }
 
 assert set(FUNCTION_RULES) == set(ir.FUNCTIONS)

@@ -33,7 +33,7 @@ def indices_in(expr: ir.Expr) -> frozenset[str]:
     if isinstance(expr, ir.Delta):
         return frozenset((expr.first, expr.second))
     found = frozenset().union(*(indices_in(child) for child in ir.children(expr)))
-    return found | frozenset(expr.indices) if isinstance(expr, ir.Reduce) else found
+    return found | frozenset(expr.indices) if isinstance(expr, (ir.Reduce, ir.Normalize)) else found
 
 
 def join_partners(found: dict[str, T], partners: Iterable[tuple[str, str, Any]],

@@ -17,6 +17,8 @@ __all__ = [
     "Call",
     "Power",
     "Reduce",
+    "Normalize",
+    "Binary",
     "Expr",
     "Assign",
     "SizeDecl",
@@ -27,6 +29,10 @@ __all__ = [
     "walk",
     "with_children",
     "FUNCTIONS",
+    "REDUCTIONS",
+    "NORMALISERS",
+    "BINARY_FUNCTIONS",
+    "CALLABLE",
     "RESERVED",
     "product",
     "negate",
@@ -36,9 +42,19 @@ __all__ = [
 ]
 
 FUNCTIONS = (
-    "exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid", "abs", "relu", "sign", "step",
+    "exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid", "abs", "relu", "sign", "step", "erf", "softplus",
 )
-RESERVED = frozenset(FUNCTIONS) | {"sum", "delta", "size"}
+#: ``kind[k](e)``: bind k inside e and reduce it away
+REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp")
+#: ``kind[k](e)``: normalise e over k; k stays free (argmax/argmin: the indicator of the arg-max/arg-min,
+#: ties split equally, so that the weights sum to 1: the derivative of max/min)
+NORMALISERS = ("softmax", "log_softmax", "argmax", "argmin")
+#: two-argument elementwise functions
+BINARY_FUNCTIONS = ("maximum", "minimum")
+#: every name that may be followed directly by ``(``
+CALLABLE = frozenset(FUNCTIONS) | frozenset(BINARY_FUNCTIONS)
+RESERVED = frozenset(FUNCTIONS) | frozenset(REDUCTIONS) | frozenset(NORMALISERS) | frozenset(BINARY_FUNCTIONS) | {
+    "delta", "size"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,14 +133,41 @@ class Power:
 
 @dataclass(frozen=True, slots=True)
 class Reduce:
-    """``sum[k,...](body)``: binds the indices inside ``body`` and then sums over them."""
+    """``sum[k,...](body)``: binds the indices inside ``body`` and then reduces over them.
 
+    ``kind`` is one of :data:`REDUCTIONS`: ``sum``, ``max``, ``min``, ``mean`` or ``logsumexp``.
+    """
+
+    indices: tuple[str, ...]
+    body: Expr
+    kind: str = "sum"
+    span: Span | None = _span()
+
+
+@dataclass(frozen=True, slots=True)
+class Normalize:
+    """``softmax[k](body)`` / ``log_softmax[k](body)``: normalise ``body`` over ``k``; k stays free.
+
+    ``body`` is its own scope (as a function argument); the result has the body's free indices.
+    """
+
+    kind: str
     indices: tuple[str, ...]
     body: Expr
     span: Span | None = _span()
 
 
-Expr = Union[Num, Tensor, Delta, Product, Sum, Call, Power, Reduce]
+@dataclass(frozen=True, slots=True)
+class Binary:
+    """``maximum(a, b)`` / ``minimum(a, b)``: elementwise; each argument is its own scope (as a sum's terms)."""
+
+    func: str
+    left: Expr
+    right: Expr
+    span: Span | None = _span()
+
+
+Expr = Union[Num, Tensor, Delta, Product, Sum, Call, Power, Reduce, Normalize, Binary]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +223,10 @@ def children(expr: Expr) -> tuple[Expr, ...]:
         return (expr.arg,)
     if isinstance(expr, Power):
         return (expr.base,)
-    if isinstance(expr, Reduce):
+    if isinstance(expr, (Reduce, Normalize)):
         return (expr.body,)
+    if isinstance(expr, Binary):
+        return (expr.left, expr.right)
     return ()
 
 
@@ -205,7 +250,11 @@ def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:
     if isinstance(expr, Power):
         return Power(new[0], expr.exponent)
     if isinstance(expr, Reduce):
-        return Reduce(expr.indices, new[0])
+        return Reduce(expr.indices, new[0], expr.kind)
+    if isinstance(expr, Normalize):
+        return Normalize(expr.kind, expr.indices, new[0])
+    if isinstance(expr, Binary):
+        return Binary(expr.func, new[0], new[1])
     return expr
 
 
@@ -319,8 +368,10 @@ def format_expr(expr: Expr) -> str:
         return f"delta[{expr.first},{expr.second}]"
     if isinstance(expr, Call):
         return f"{expr.func}({format_expr(expr.arg)})"
-    if isinstance(expr, Reduce):
-        return f"sum{_indices(expr.indices)}({format_expr(expr.body)})"
+    if isinstance(expr, (Reduce, Normalize)):
+        return f"{expr.kind}{_indices(expr.indices)}({format_expr(expr.body)})"
+    if isinstance(expr, Binary):
+        return f"{expr.func}({format_expr(expr.left)}, {format_expr(expr.right)})"
     if isinstance(expr, Power):
         base = expr.base
         base_text = format_expr(base)

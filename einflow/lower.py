@@ -27,6 +27,7 @@ from einflow.contraction import eliminate_deltas, product_output, split_product
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import indices_in, join_partners
 from einflow.numbers import _fold_power, _is_unit, _weak, exact_add
+from einflow.stable import stabilize_program
 from einflow.steps import (
     Add,
     Apply,
@@ -216,9 +217,21 @@ class _Lowering:
         found = self.memo.get(key)
         if found is not None:
             return found
-        if isinstance(expr, ir.Reduce):
+        if isinstance(expr, ir.Reduce) and expr.kind == "sum":
             inner = frozenset(expr.indices)
             value = self.lower(expr.body, bound | inner, reduce | inner)
+        elif isinstance(expr, ir.Reduce):
+            inner = frozenset(expr.indices)
+            body = self.lower(expr.body, bound | inner, frozenset())
+            value = self.sum_axes(self.reduce_axes(expr.kind, body, inner), reduce)
+        elif isinstance(expr, ir.Normalize):
+            body = self.lower(expr.body, bound, frozenset())
+            value = self.sum_axes(self.reduce_axes(expr.kind, body, frozenset(expr.indices)), reduce)
+        elif isinstance(expr, ir.Binary):
+            order = free_indices(expr, bound)
+            left = self.lower(expr.left, bound, frozenset())
+            right = self.lower(expr.right, bound, frozenset())
+            value = self.sum_axes(self.binary(expr.func, left, right, order), reduce)
         elif isinstance(expr, ir.Sum):
             order = free_indices(expr, bound)
             value = self.add([self.lower(term, bound, frozenset()) for term in expr.terms], order)
@@ -244,6 +257,27 @@ class _Lowering:
         # keys are positional: the same register may carry other names (`tanh(y[i])` and `tanh(y[l])`)
         value = self.elementwise(("apply", func, arg.reg), Apply(func, Arg(arg.reg)), arg.labels)
         return _Value(value.reg, arg.labels)
+
+    def binary(self, func: str, left: _Value, right: _Value, order: tuple[str, ...]) -> _Value:
+        if left.reg is None and right.reg is None:
+            pick = max if func == "maximum" else min
+            return _Value(None, (), _weak(pick(left.const, right.const)))  # type: ignore[type-var]
+        parts = [Number(_weak(v.const)) if v.reg is None else Arg(v.reg, _align(v.labels, order))  # type: ignore
+                 for v in (left, right)]
+        expr = Apply(func, parts[0], parts[1])
+        return self.elementwise(("binary", expr, self.sizes_of(order)), expr, order)
+
+    def reduce_axes(self, kind: str, value: _Value, over: frozenset[str]) -> _Value:
+        """A non-sum reduction (the axes ``over`` go away) or a normaliser (they stay) of a lowered value."""
+        normalise = kind in ir.NORMALISERS
+        if value.reg is None:  # a constant body cannot carry the indices (the checker requires them): unreachable
+            raise AssertionError("a reduction of a constant")
+        axes = tuple(position for position, label in enumerate(value.labels) if label in over)
+        labels = value.labels if normalise else tuple(label for label in value.labels if label not in over)
+        sizes = self.sizes_of(labels)
+        reg = value.reg
+        return self.emit((kind, reg, axes, sizes),
+                         lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes, kind), labels)
 
     def power(self, base: _Value, exponent: int | float) -> _Value:
         if base.reg is None:
@@ -315,6 +349,7 @@ class _Lowering:
 
     def contract(self, operands: list[tuple[_Value, list[str]]], output: list[str], classes: dict[str, list[str]],
                  coefficient: int | float, scalars: list[_Value], counts: list[Size]) -> _Value:
+        operands, scalars = self.presum(operands, output, scalars)
         partners = {member for rep, members in classes.items() for member in members if member != rep}
         inner = tuple(label for label in output if label not in partners)
         scale: list[Node] = [Arg(s.reg) for s in scalars] + counts  # type: ignore[arg-type]
@@ -373,6 +408,25 @@ class _Lowering:
         result = self.emit(key, lambda out: Contract(  # type: ignore[arg-type]
             self.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)
         return self.diagonal(result, output, classes)
+
+    def presum(self, operands: list[tuple[_Value, list[str]]], output: list[str],
+               scalars: list[_Value]) -> tuple[list[tuple[_Value, list[str]]], list[_Value]]:
+        """An operand whose indices are all summed and occur nowhere else is summed on its own first: a scalar
+        factor (``sum[i](w[i] s[p])`` is ``sum(w) * s``, not an ``i,p->p`` outer product)."""
+        if len(operands) < 2:
+            return operands, scalars
+        kept: list[tuple[_Value, list[str]]] = []
+        scalars = list(scalars)
+        for position, (value, labels) in enumerate(operands):
+            others = {label for k, (_, own) in enumerate(operands) if k != position for label in own}
+            alone = (labels and len(set(labels)) == len(labels) and not set(labels) & (others | set(output))
+                     and value.reg not in self.synthetic)
+            if alone and (kept or position < len(operands) - 1):
+                reduced = self.sum_axes(_Value(value.reg, tuple(labels)), frozenset(labels))
+                scalars.append(_Value(reduced.reg, ()))
+            else:
+                kept.append((value, labels))
+        return kept, scalars
 
     def diagonal(self, value: _Value, output: list[str], classes: dict[str, list[str]]) -> _Value:
         if not classes:
@@ -454,6 +508,7 @@ def lower(program: Any) -> Lowered:
 
 @functools.lru_cache(maxsize=256)
 def _lower(program: ir.ProgramIR) -> Lowered:
+    program = stabilize_program(program)  # written-out log-sum-exp, softplus, log-sigmoid: their stable forms
     info = check_program(program)
     ranks = tuple(info.ranks.get(name, 0) for name in info.inputs)
     lowering = _Lowering(program, info.inputs, ranks)

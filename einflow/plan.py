@@ -184,6 +184,8 @@ def _temporaries(node: Node) -> tuple[int, float]:
     """(arrays needed to evaluate ``node`` with ufuncs, counting the result; extra temporaries of functions)."""
     if isinstance(node, (Arg, Number, Size)):
         return 0, 0.0
+    if isinstance(node, Apply) and node.other is not None:
+        return _temporaries(Add((node.arg, node.other)))
     if isinstance(node, (Apply, AsFloat, Pow)):
         inner, extra = _temporaries(node.base if isinstance(node, Pow) else node.arg)
         own = FUNCTION_RULES[node.func].temporaries if isinstance(node, Apply) else 0.0
@@ -460,6 +462,8 @@ def _numexpr_node(node: Node, name: Any) -> str | None:
         if isinstance(value, bool) or not math.isfinite(value):
             return None
         return repr(float(value)) if isinstance(value, float) else repr(value)
+    if isinstance(node, Apply) and node.other is not None:
+        return None
     if isinstance(node, Apply):
         template = FUNCTION_RULES[node.func].numexpr
         if template is None or template.count("{x}") > 1 and not isinstance(node.arg, Arg):
@@ -629,6 +633,8 @@ def _describe(node: Node, labels: tuple[str, ...], specialiser: _Specialiser) ->
         return repr(node.value)
     if isinstance(node, Size):
         return repr(specialiser.resolve(node.ref))
+    if isinstance(node, Apply) and node.other is not None:
+        return f"{node.func}({_describe(node.arg, labels, specialiser)}, {_describe(node.other, labels, specialiser)})"
     if isinstance(node, Apply):
         return f"{node.func}({_describe(node.arg, labels, specialiser)})"
     if isinstance(node, AsFloat):
@@ -647,6 +653,8 @@ def _operations(node: Node, call: int | None = None) -> int:
     """Operations per element (a function counts its ``cost``, or ``call`` when given)."""
     if isinstance(node, (Arg, Number, Size)):
         return 0
+    if isinstance(node, Apply) and node.other is not None:
+        return 1 + _operations(node.arg, call) + _operations(node.other, call)
     if isinstance(node, Apply):
         return (FUNCTION_RULES[node.func].cost if call is None else call) + _operations(node.arg, call)
     if isinstance(node, (Pow, AsFloat)):

@@ -11,14 +11,14 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion, Path
 from prompt_toolkit.document import Document
 
 from einflow.commands import COMMANDS
-from einflow.ir import FUNCTIONS
+from einflow.ir import BINARY_FUNCTIONS, FUNCTIONS, NORMALISERS, REDUCTIONS
 from einflow.session import CONTINUATION, PROMPT, Reply, Session, needs_more
 
 __all__ = ["EinflowCompleter", "history_path", "run_repl", "colour_off", "BANNER"]
 
 HISTORY_VARIABLE = "EINFLOW_HISTORY"
 STYLE_VARIABLE = "EINFLOW_STYLE"
-_KEYWORDS = ("sum", "delta", "size")
+_KEYWORDS = ("delta", "size", *REDUCTIONS, *NORMALISERS, *BINARY_FUNCTIONS)
 
 
 def history_path() -> str | None:

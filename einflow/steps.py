@@ -44,10 +44,11 @@ class Number:
 
 @dataclass(frozen=True, slots=True)
 class Apply:
-    """An elementwise function of ``einflow.functions``."""
+    """An elementwise function of ``einflow.functions`` (``other``: the second argument of maximum/minimum)."""
 
     func: str
     arg: Node
+    other: Node | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +116,16 @@ class Contract:
 
 @dataclass(frozen=True, slots=True)
 class Reduce:
+    """A reduction of ``arg`` over ``axes`` (``kind``: sum, max, min, mean, logsumexp), or a normaliser
+    (softmax, log_softmax, argmax, argmin) over ``axes`` that keeps every axis (then ``sizes`` are the argument's)."""
+
     statement: int
     out: int
     arg: int
     labels: tuple[str, ...]
     axes: tuple[int, ...]
     sizes: tuple[SizeRef, ...]
+    kind: str = "sum"
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +183,8 @@ def node_args(node: Node) -> list[int]:
         return [node.register]
     if isinstance(node, (Number, Size)):
         return []
+    if isinstance(node, Apply) and node.other is not None:
+        return node_args(node.arg) + node_args(node.other)
     if isinstance(node, (Apply, AsFloat)):
         return node_args(node.arg)
     if isinstance(node, Pow):
@@ -210,7 +217,8 @@ def realign(node: Node, axes: tuple[int | None, ...] | None, ranks: dict[int, in
     if isinstance(node, (Number, Size)):
         return node
     if isinstance(node, Apply):
-        return Apply(node.func, realign(node.arg, axes, ranks))
+        return Apply(node.func, realign(node.arg, axes, ranks),
+                     None if node.other is None else realign(node.other, axes, ranks))
     if isinstance(node, AsFloat):
         return AsFloat(realign(node.arg, axes, ranks))
     if isinstance(node, Pow):
@@ -227,7 +235,8 @@ def substitute(node: Node, register: int, replacement: Node, ranks: dict[int, in
     if isinstance(node, (Number, Size)):
         return node
     if isinstance(node, Apply):
-        return Apply(node.func, substitute(node.arg, register, replacement, ranks))
+        return Apply(node.func, substitute(node.arg, register, replacement, ranks),
+                     None if node.other is None else substitute(node.other, register, replacement, ranks))
     if isinstance(node, AsFloat):
         return AsFloat(substitute(node.arg, register, replacement, ranks))
     if isinstance(node, Pow):

@@ -91,6 +91,7 @@ class Pow:
 class Reduce:
     indices: tuple[str, ...]
     body: Any
+    kind: str = "sum"  # sum, max, min, mean, logsumexp
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def expr_text(e: Any) -> str:
     if isinstance(e, Call):
         return f"{e.function}({expr_text(e.argument)})"
     if isinstance(e, Reduce):
-        return f"sum[{','.join(e.indices)}]({expr_text(e.body)})"
+        return f"{e.kind}[{','.join(e.indices)}]({expr_text(e.body)})"
     if isinstance(e, Pow):
         base = expr_text(e.base) if _atomic(e.base) else f"({expr_text(e.base)})"
         return f"{base}{e.text}"
@@ -381,7 +382,8 @@ class _Eval:
         if isinstance(e, Reduce):
             value, labels = self.expr(e.body, bound | frozenset(e.indices))
             axes = tuple(k for k, label in enumerate(labels) if label in e.indices)
-            return xp.sum(value, axis=axes), tuple(label for label in labels if label not in e.indices)
+            kept = tuple(label for label in labels if label not in e.indices)
+            return _reduce(xp, e.kind, value, axes), kept
         raise TypeError(e)
 
     def statement(self, s: Stmt) -> Any:
@@ -403,7 +405,38 @@ class _Eval:
         return xp.broadcast_to(total, tuple(self.sizes[t] for t in target))
 
 
+def _reduce(xp: Any, kind: str, value: Any, axes: tuple[int, ...]) -> Any:
+    """The reference reductions, written independently of einflow: a numpy max-shift (no derivative flows
+    through the shift), the arg-max indicator with ties split equally as fixed weights."""
+    if kind == "sum":
+        return xp.sum(value, axis=axes)
+    raw = value.v if isinstance(value, Jet) else np.asarray(value)
+    count = int(np.prod([raw.shape[a] for a in axes]))
+    if kind == "mean":
+        return xp.sum(value, axis=axes) * (1.0 / count)
+    if kind == "logsumexp":
+        shift = np.max(raw, axis=axes, keepdims=True)
+        return xp.log(xp.sum(xp.exp(value - shift), axis=axes)) + np.squeeze(shift, axis=axes)
+    extreme = (np.max if kind == "max" else np.min)(raw, axis=axes, keepdims=True)
+    hits = (raw == extreme).astype(float)
+    weights = hits / np.sum(hits, axis=axes, keepdims=True)
+    return xp.sum(value * weights, axis=axes)
+
+
+#: the largest magnitude a periodic function (sin, cos) was applied to in the last numpy evaluation: beyond
+#: about 1e6 the function's value depends on the argument's last bits, so no two evaluations need agree
+PERIODIC_ARGUMENT = [0.0]
+
+
 def _apply(xp: Any, name: str, x: Any) -> Any:
+    if name in ("sin", "cos") and xp is np:
+        finite = np.abs(np.asarray(x, dtype=float))
+        finite = finite[np.isfinite(finite)]
+        PERIODIC_ARGUMENT[0] = max(PERIODIC_ARGUMENT[0], float(finite.max(initial=0.0)))
+    if name == "softplus":
+        return xp.logaddexp(0.0, x) if xp is np else xp.softplus(x)
+    if name == "erf":
+        return np.vectorize(math.erf)(x) if xp is np else xp.erf(x)
     if name == "sigmoid":
         return 1.0 / (1.0 + xp.exp(-x))
     if name == "relu":
@@ -432,6 +465,10 @@ _INDEX_POOL = ("i", "j", "k", "l", "m", "n", "a", "b", "c", "p", "q", "r", "hid"
 _INPUT_POOL = ("x", "y", "z", "u", "v", "w", "A", "B", "C", "M", "W", "P", "Q", "R", "s", "g", "e", "X", "U", "V")
 _TARGET_POOL = ("h", "T", "H", "S", "G", "Y", "Z", "h2", "T1")
 _ANY_FUNCTIONS = ("exp", "sin", "cos", "tanh", "sigmoid", "abs", "relu", "sign", "step")
+#: drawn instead of an _ANY_FUNCTIONS function now and then (from the generator's second stream)
+_NEW_FUNCTIONS = ("softplus", "erf")
+#: reductions other than sum, drawn now and then (each binds its indices exactly as sum does)
+_REDUCTION_KINDS = ("sum",) * 8 + ("max", "min", "mean", "logsumexp")
 _POS_FUNCTIONS = ("exp", "sigmoid", "sqrt", "log1p")
 _INT_EXPONENTS = (("^2", 2), ("^3", 3), ("**2", 2), ("^(+2)", 2), ("^+3", 3), ("^1", 1))
 _POS_EXPONENTS = (("^-1", -1), ("^(-1)", -1), ("^-2", -2), ("^0.5", 0.5), ("^-0.5", -0.5), ("^.5", 0.5),
@@ -451,6 +488,9 @@ class _Ctx:
 class _Generator:
     def __init__(self, seed: int) -> None:
         self.r = random.Random(seed)
+        # the reductions and functions added later are drawn from their own stream, so that the programs of
+        # the main stream (the seeds the suite has always run) keep their shape
+        self.extra = random.Random(seed * 104729 + 7)
         self.sizes: dict[str, int] = {}
         self.inputs: dict[str, tuple[int, ...]] = {}
         self.positive: set[str] = set()
@@ -658,6 +698,8 @@ class _Generator:
             positive_argument = function in ("sqrt", "log1p", "log")
         else:
             function = r.choice(_ANY_FUNCTIONS)
+            if self.extra.random() < 0.15:
+                function = self.extra.choice(_NEW_FUNCTIONS)
             positive_argument = False
         argument_ctx = self.deeper(ctx, out, positive_argument)
         if function == "exp" and argument_ctx.depth > 1:
@@ -683,7 +725,7 @@ class _Generator:
         for _ in range(r.choice((1, 1, 1, 2))):
             reduced.append(self.pick_index(exclude | set(reduced)))
         inner = _Ctx(ctx.bound | frozenset(reduced), ctx.outer_free | frozenset(out), ctx.depth - 1, ctx.positive)
-        return Reduce(tuple(reduced), self.expr(out, must + reduced, inner))
+        return Reduce(tuple(reduced), self.expr(out, must + reduced, inner), self.extra.choice(_REDUCTION_KINDS))
 
     # -- statements
     def statement(self, target: str, last: bool, scalar: bool) -> Stmt:
@@ -825,7 +867,7 @@ def _is_positive(e: Any, positive_inputs: set[str], positive_targets: set[str]) 
     if isinstance(e, Add):
         return all(s > 0 for s in e.signs) and all(_is_positive(t, positive_inputs, positive_targets) for t in e.terms)
     if isinstance(e, Call):
-        if e.function in ("exp", "sigmoid"):
+        if e.function in ("exp", "sigmoid", "softplus"):
             return True
         if e.function in ("sqrt", "log1p"):
             return _is_positive(e.argument, positive_inputs, positive_targets)
@@ -1072,6 +1114,20 @@ class JetNumpy:
     def sign(x: Any) -> Any:
         return JetNumpy._elementwise(x, np.sign, np.zeros_like, np.zeros_like)
 
+    @staticmethod
+    def softplus(x: Any) -> Any:
+        def sigmoid(v: Any) -> Any:
+            return 1 / (1 + np.exp(-v))
+
+        return JetNumpy._elementwise(x, lambda v: np.logaddexp(0.0, v), sigmoid,
+                                     lambda v: sigmoid(v) * sigmoid(-v))
+
+    @staticmethod
+    def erf(x: Any) -> Any:
+        c = 2 / math.sqrt(math.pi)
+        return JetNumpy._elementwise(x, np.vectorize(math.erf), lambda v: c * np.exp(-v * v),
+                                     lambda v: -2 * v * c * np.exp(-v * v))
+
 
 def jet_derivatives(program: Program, arrays: dict[str, np.ndarray], wrt: Sequence[str],
                     second: bool) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
@@ -1191,7 +1247,7 @@ def _scan(e: Any, bound: frozenset[str], contracted_above: frozenset[str], found
         _scan(e.base, bound, contracted_above, found, orders, uses, depth + 1)
         return
     if isinstance(e, Reduce):
-        found.add("sum[...]")
+        found.add("sum[...]" if e.kind == "sum" else f"reduction {e.kind}")
         if depth and any(isinstance(n, Reduce) for n in _walk(e.body) if n is not e):
             found.add("nested sum[...]")
         if any(isinstance(n, Reduce) for n in _walk(e.body) if n is not e):

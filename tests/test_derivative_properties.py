@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import einflow as ef
 
 N = 3
-SMOOTH = ["exp", "tanh", "sigmoid", "sin", "cos"]
+SMOOTH = ["exp", "tanh", "sigmoid", "sin", "cos", "softplus", "erf"]
 
 
 @st.composite
@@ -18,7 +18,7 @@ def vector(draw, index: str, depth: int, names: list[str], counter: list[int]) -
     leaves = [f"{name}[{index}]" for name in names]
     if depth <= 0:
         return draw(st.sampled_from(leaves + [f"A[{index},k{_next(counter)}] x[k{counter[0]}]"]))
-    choice = draw(st.integers(0, 9))
+    choice = draw(st.integers(0, 11))
     inner = lambda: draw(vector(index, depth - 1, names, counter))  # noqa: E731
     if choice == 0:
         return draw(st.sampled_from(leaves))
@@ -39,6 +39,12 @@ def vector(draw, index: str, depth: int, names: list[str], counter: list[int]) -
     if choice == 8:
         k = f"k{_next(counter)}"
         return f"sum[{k}](B[{index},{k}] ({draw(vector(k, depth - 1, names, counter))}))"
+    if choice == 10:  # a normaliser over the expression's own index
+        return f"{draw(st.sampled_from(['softmax', 'log_softmax']))}[{index}]({inner()})"
+    if choice == 11:  # a smooth reduction binding its index like sum
+        k = f"k{_next(counter)}"
+        kind = draw(st.sampled_from(["logsumexp", "mean"]))
+        return f"{kind}[{k}](B[{index},{k}] ({draw(vector(k, depth - 1, names, counter))}))"
     return f"log1p(({inner()})^2) + sqrt(1 + ({inner()})^2)"
 
 

@@ -46,7 +46,7 @@ def test_every_error_class_is_an_einflow_error() -> None:
     ("y = x[i]^y[i]", 1, 10, ["unexpected 'y'", "expected", "a number"]),
     ("a = 1\n\n  y = x +\n", 3, 10, ["expected an expression"]),
     ("y = x[]", 1, 7, ["unexpected ']'", "expected a name"]),
-    ("y[i] = exp x[i]", 1, 12, ["expected '('", "'exp' is a reserved word"]),
+    ("y[i] = exp x[i]", 1, 8, ["write exp(...)", "'exp' is a reserved word"]),
     ("y = (a + b", 1, 11, ["end of input", "')'"]),
 ])
 def test_parse_error_position_caret_and_words(text: str, line: int, column: int, words: list[str]) -> None:

@@ -97,6 +97,8 @@ def test_attention_gradients_match_finite_differences(outputs: dict[str, subproc
     assert _number(r"numpy reference [\d.]+, difference ([\d.e+-]+)", text) < 1e-12
     for name in ("Q", "K", "V"):
         assert _number(rf"dL/d{name}: .*finite differences ([\d.e+-]+)", text) < 1e-6
+    assert "A[q,k] = softmax[k](S[q,k])" in text
+    assert re.search(r"scores up to 9\d\d: .* gradients finite: True", text)
 
 
 def test_tensor_network_plan_saves_flops(outputs: dict[str, subprocess.CompletedProcess[str]]) -> None:

@@ -19,6 +19,8 @@ REFERENCES = {
     "sigmoid": (lambda v: np.array([1 / (1 + math.exp(-t)) for t in v]), X),
     "abs": (np.abs, X), "relu": (lambda v: np.maximum(v, 0), X), "sign": (np.sign, X),
     "step": (lambda v: (v > 0).astype(float), X),
+    "erf": (lambda v: np.array([math.erf(t) for t in v]), X),
+    "softplus": (lambda v: np.array([math.log1p(math.exp(t)) for t in v]), X),
 }
 
 
@@ -32,7 +34,7 @@ def test_values(name):
     np.testing.assert_allclose(ef.evaluate(f"y[i] = {name}(x[i])", x=x), reference(x), rtol=1e-15, atol=0)
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid"])
+@pytest.mark.parametrize("name", ["exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid", "erf", "softplus"])
 def test_derivative_rule_matches_central_differences(name):
     _, x = REFERENCES[name]
     x = x[x != 0] if name in ("log", "sqrt") else x
@@ -56,6 +58,17 @@ def test_sigmoid_is_accurate_in_both_tails_and_never_overflows():
 def test_float32_stays_float32(name):
     _, x = REFERENCES[name]
     assert ef.evaluate(f"y[i] = {name}(x[i])", x=x.astype(np.float32)).dtype == np.float32
+
+
+def test_softplus_is_stable_in_both_tails():
+    x = np.array([-1000.0, -40.0, 40.0, 1000.0])
+    with np.errstate(over="raise", invalid="raise"):
+        y = ef.evaluate("y[i] = softplus(x[i])", x=x)
+    np.testing.assert_allclose(y, [0.0, math.log1p(math.exp(-40.0)), 40.0 + math.log1p(math.exp(-40.0)), 1000.0],
+                               rtol=1e-15, atol=0)
+    assert y[1] > 0
+    y32 = ef.evaluate("y[i] = softplus(x[i])", x=np.array([-200.0, 200.0], np.float32))
+    assert y32.dtype == np.float32 and np.all(np.isfinite(y32))
 
 
 def test_integers_promote_like_numpy_for_transcendental_functions():

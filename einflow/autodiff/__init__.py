@@ -23,6 +23,7 @@ from einflow.check import check_name
 from einflow.errors import DerivativeError, EinflowError
 from einflow.plan import indices_in
 from einflow.program import Program, compile
+from einflow.stable import stabilize_program
 
 __all__ = ["grad", "jacobian", "hessian", "vjp", "jvp", "hvp", "value_and_grad"]
 
@@ -93,7 +94,9 @@ class _Setup:
         fresh = Fresh(all_index_names(program.ir) | set(program.inputs) | set(program.info.targets) | {self.value},
                       self.sizes)
         ranks = dict(program.info.ranks)
-        normal = lift_deep_calls(to_normal(program.ir, fresh, names), fresh, self.tensor_names, ranks)
+        # stable forms of written-out log-sum-exp, softplus, log-sigmoid are what gets differentiated
+        normal = lift_deep_calls(to_normal(stabilize_program(program.ir), fresh, names), fresh, self.tensor_names,
+                                 ranks)
         ranks[self.value] = len(normal[-1].indices or ())
         self.work = Work(normal, program.inputs, ranks, fresh, self.tensor_names)
         self.forward_count = len(normal)

@@ -27,7 +27,8 @@ def bound_inside(expr: ir.Expr) -> list[str]:
     return list(found)
 
 
-_KIND = {ir.Num: 0, ir.Delta: 1, ir.Tensor: 2, ir.Power: 3, ir.Call: 4, ir.Sum: 5, ir.Reduce: 6, ir.Product: 7}
+_KIND = {ir.Num: 0, ir.Delta: 1, ir.Tensor: 2, ir.Power: 3, ir.Call: 4, ir.Sum: 5, ir.Reduce: 6, ir.Product: 7,
+         ir.Normalize: 8, ir.Binary: 9}
 
 
 def shape_key(expr: ir.Expr) -> tuple[int, str]:

@@ -16,7 +16,7 @@ from einflow.autodiff.normal import Fresh, rename
 
 __all__ = ["reuse_forward", "hoist_repeated"]
 
-_Candidate = (ir.Call, ir.Power, ir.Sum, ir.Reduce)
+_Candidate = (ir.Call, ir.Power, ir.Sum, ir.Reduce, ir.Normalize, ir.Binary)
 
 
 class _Shapes:
@@ -32,7 +32,7 @@ class _Shapes:
             return found[:3]
         kids = [self.facts(child) for child in ir.children(node)]
         size = 1 + sum(k[1] for k in kids)
-        shares = isinstance(node, (ir.Call, ir.Reduce)) or any(k[2] for k in kids)
+        shares = isinstance(node, (ir.Call, ir.Reduce, ir.Normalize, ir.Binary)) or any(k[2] for k in kids)
         prints = [k[0] for k in kids]
         if isinstance(node, ir.Tensor):
             payload: tuple = ("T", node.name, len(node.indices))
@@ -48,9 +48,13 @@ class _Shapes:
             payload = ("C", node.func, *prints)
         elif isinstance(node, ir.Power):
             payload = ("W", node.exponent, *prints)
+        elif isinstance(node, ir.Normalize):
+            payload = ("Z", node.kind, len(node.indices), *prints)
+        elif isinstance(node, ir.Binary):
+            payload = ("B", node.func, *prints)
         else:
             assert isinstance(node, ir.Reduce)
-            payload = ("R", len(node.indices), *prints)
+            payload = ("R", node.kind, len(node.indices), *prints)
         facts = (hash(payload), size, shares)
         self._memo[id(node)] = (*facts, node)  # keep the node alive so its id is not reused
         return facts

@@ -71,7 +71,23 @@ def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
     if isinstance(expr, ir.Delta):
         return ir.Delta(mapping.get(expr.first, expr.first), mapping.get(expr.second, expr.second))
     if isinstance(expr, ir.Reduce):
-        return ir.Reduce(tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping))
+        return ir.Reduce(tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping), expr.kind)
+    if isinstance(expr, ir.Normalize):
+        renamed = tuple(mapping.get(i, i) for i in expr.indices)
+        others = {mapping.get(i, i) for i in indices_in(expr.body) if i not in expr.indices}
+        clash = [(old, new) for old, new in zip(expr.indices, renamed) if new != old and new in others]
+        if not clash:
+            return ir.Normalize(expr.kind, renamed, rename(expr.body, mapping))
+        # softmax[k](e[q,k]) at k = q: normalise over a fresh k' and pick k' = q (renaming k to q would merge them)
+        fresh = {old: f"{stem_of(old)}_r{next(_APART)}" for old, _ in clash}
+        sizes = active()
+        if sizes is not None:
+            for old, new in fresh.items():
+                sizes.alias(new, old)
+        inner = ir.Normalize(expr.kind, tuple(fresh.get(i, mapping.get(i, i)) for i in expr.indices),
+                             rename(expr.body, {**mapping, **fresh}))
+        picks = [ir.Delta(fresh[old], new) for old, new in clash]
+        return ir.Reduce(tuple(fresh.values()), ir.product(*picks, inner))
     return ir.with_children(expr, tuple(rename(c, mapping) for c in ir.children(expr)))
 
 
@@ -90,6 +106,17 @@ def rename_apart(expr: ir.Expr) -> ir.Expr:
         for old, new in mapping.items():
             sizes.alias(new, old)
     return rename(expr, mapping)
+
+
+def normaliser_merges(factors: list[ir.Expr], old: str, new: str) -> bool:
+    """Would renaming ``old`` to ``new`` merge a normaliser's index with another index of its body?"""
+    for factor in factors:
+        for node in ir.walk(factor):
+            if isinstance(node, ir.Normalize):
+                body = indices_in(node.body)
+                if (old in node.indices and new in body) or (new in node.indices and old in body):
+                    return True
+    return False
 
 
 def tensor_names(expr: ir.Expr) -> set[str]:
@@ -122,10 +149,16 @@ def _to_normal(expr: ir.Expr, bound: frozenset[str], fresh: Fresh) -> ir.Expr:
     if isinstance(expr, ir.Power):
         return ir.Power(_to_normal(expr.base, bound, fresh), expr.exponent)
     if isinstance(expr, ir.Reduce):
+        # every reduction binds its indices exactly as sum does (I1)
         mapping = {index: fresh.index(index) for index in expr.indices}
         body = _rename_free(expr.body, mapping, bound | frozenset(expr.indices))
         inner = bound | frozenset(mapping.values())
-        return ir.Reduce(tuple(mapping.values()), _to_normal(body, inner, fresh))
+        return ir.Reduce(tuple(mapping.values()), _to_normal(body, inner, fresh), expr.kind)
+    if isinstance(expr, ir.Normalize):
+        # a normaliser binds nothing: its indices are occurrences of indices bound around it
+        return ir.Normalize(expr.kind, expr.indices, _to_normal(expr.body, bound, fresh))
+    if isinstance(expr, ir.Binary):
+        return ir.Binary(expr.func, _to_normal(expr.left, bound, fresh), _to_normal(expr.right, bound, fresh))
     raise TypeError(expr)
 
 
@@ -144,7 +177,10 @@ def _rename_free(expr: ir.Expr, mapping: dict[str, str], bound: frozenset[str]) 
     if isinstance(expr, (ir.Tensor, ir.Delta, ir.Num)):
         return rename(expr, mapping)
     if isinstance(expr, ir.Reduce):
-        return ir.Reduce(expr.indices, _rename_free(expr.body, mapping, bound | frozenset(expr.indices)))
+        return ir.Reduce(expr.indices, _rename_free(expr.body, mapping, bound | frozenset(expr.indices)), expr.kind)
+    if isinstance(expr, ir.Normalize):
+        return ir.Normalize(expr.kind, tuple(mapping.get(i, i) for i in expr.indices),
+                            _rename_free(expr.body, mapping, bound))
     return ir.with_children(expr, tuple(_rename_free(c, mapping, bound) for c in ir.children(expr)))
 
 
@@ -251,8 +287,10 @@ def _contracts_if_unbound(expr: ir.Expr, index: str) -> bool:
         return _contracts_if_unbound(expr.arg, index)
     if isinstance(expr, ir.Power):
         return _contracts_if_unbound(expr.base, index)
-    if isinstance(expr, ir.Reduce):
+    if isinstance(expr, (ir.Reduce, ir.Normalize)):
         return _contracts_if_unbound(expr.body, index)
+    if isinstance(expr, ir.Binary):
+        return _contracts_if_unbound(expr.left, index) or _contracts_if_unbound(expr.right, index)
     return False
 
 
@@ -282,6 +320,12 @@ def _implicit(expr: ir.Expr, top_level: bool) -> ir.Expr:
         return ir.Power(_implicit(expr.base, False), expr.exponent)
     if isinstance(expr, ir.Product):
         return ir.product(*(_implicit(f, False) for f in expr.factors))
+    if isinstance(expr, ir.Normalize):
+        return ir.Normalize(expr.kind, expr.indices, _implicit(expr.body, False))
+    if isinstance(expr, ir.Binary):
+        return ir.Binary(expr.func, _implicit(expr.left, False), _implicit(expr.right, False))
+    if isinstance(expr, ir.Reduce) and expr.kind != "sum":
+        return ir.Reduce(expr.indices, _implicit(expr.body, False), expr.kind)
     if isinstance(expr, ir.Reduce):
         body = _implicit(expr.body, False)
         factors = body.factors if isinstance(body, ir.Product) else (body,)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from einflow import ir
-from einflow.autodiff.normal import rename_apart
+from einflow.autodiff.normal import _APART, rename, rename_apart, stem_of
+from einflow.autodiff.sizes import active
 from einflow.functions import FUNCTION_RULES
 
 __all__ = ["Leaf", "derivative"]
@@ -68,9 +69,69 @@ def _d_power(node: ir.Power, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr 
     return ir.product(_num(exponent), base, rename_apart(inner))
 
 
+def _fresh(indices: tuple[str, ...]) -> dict[str, str]:
+    """New names for ``indices`` (same sizes), unique in the derivation as ``rename_apart``'s are."""
+    mapping = {i: f"{stem_of(i)}_r{next(_APART)}" for i in indices}
+    sizes = active()
+    if sizes is not None:
+        for old, new in mapping.items():
+            sizes.alias(new, old)
+    return mapping
+
+
+def _copy(expr: ir.Expr, mapping: dict[str, str] | None = None) -> ir.Expr:
+    """A copy of ``expr`` (free indices renamed by ``mapping``) whose bound indices are renamed apart (I1)."""
+    return rename_apart(rename(expr, mapping or {}))
+
+
 def _d_reduce(node: ir.Reduce, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
     inner = d(node.body)
-    return None if inner is None else ir.Reduce(node.indices, inner)
+    if inner is None:
+        return None
+    if node.kind == "sum":
+        return ir.Reduce(node.indices, inner)
+    if node.kind == "mean":  # mean = sum / size; the size is sum[k](delta[k,k]) (no dense mean of a Jacobian)
+        mapping = _fresh(node.indices)
+        size = ir.Reduce(tuple(mapping.values()), ir.product(*(ir.Delta(k, k) for k in mapping.values())))
+        return ir.product(ir.Reduce(node.indices, inner), ir.Power(size, -1))
+    if node.kind == "logsumexp":  # d logsumexp[k](e) = sum[k](softmax[k](e) de)
+        weights: ir.Expr = ir.Normalize("softmax", node.indices, _copy(node.body))
+    else:  # max, min: the indicator of the arg-max (arg-min), ties split equally, as JAX does; computed in
+        # one step from one array, so a recomputed body that rounds differently cannot unbalance it
+        weights = ir.Normalize("argmax" if node.kind == "max" else "argmin", node.indices, _copy(node.body))
+    return ir.Reduce(node.indices, ir.product(weights, rename_apart(inner)))
+
+
+def _d_normalize(node: ir.Normalize, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
+    # s = softmax[k](e): ds[k] = s[k] (de[k] - sum[k'](s[k'] de[k'])), the compact form of s (delta - s) de;
+    # d log_softmax[k](e) = de[k] - sum[k'](s[k'] de[k'])
+    if node.kind in ("argmax", "argmin"):
+        return None  # piecewise constant
+    inner = d(node.body)
+    if inner is None:
+        return None
+    mapping = _fresh(node.indices)
+    softmax = ir.Normalize("softmax", node.indices, node.body)
+    mean = ir.Reduce(tuple(mapping.values()), ir.product(_copy(softmax, mapping), _copy(inner, mapping)))
+    centred = ir.Sum((rename_apart(inner), ir.negate(mean)))
+    if node.kind == "log_softmax":
+        return centred
+    return ir.product(_copy(softmax), centred)
+
+
+def _d_binary(node: ir.Binary, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
+    # maximum(a, b): (1 + sign(a - b))/2 da + (1 - sign(a - b))/2 db (ties split equally, as JAX); minimum swapped
+    left, right = d(node.left), d(node.right)
+    if left is None and right is None:
+        return None
+    sign = 1 if node.func == "maximum" else -1
+    difference = ir.Call("sign", ir.Sum((_copy(node.left), ir.negate(_copy(node.right)))))
+    terms = []
+    for varied, direction in ((left, sign), (right, -sign)):
+        if varied is not None:
+            weight = ir.Sum((_num(0.5), ir.product(_num(0.5 * direction), _copy(difference))))
+            terms.append(ir.product(weight, rename_apart(varied)))
+    return _add(terms)
 
 
 _RULES: dict[type, Callable[..., ir.Expr | None]] = {
@@ -81,6 +142,8 @@ _RULES: dict[type, Callable[..., ir.Expr | None]] = {
     ir.Call: _d_call,
     ir.Power: _d_power,
     ir.Reduce: _d_reduce,
+    ir.Normalize: _d_normalize,
+    ir.Binary: _d_binary,
 }
 
 

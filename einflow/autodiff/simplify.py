@@ -20,9 +20,10 @@ import numpy as np
 
 from einflow import ir
 from einflow.autodiff.canonical import alpha_key, bound_inside, canonical_key, shape_key
-from einflow.autodiff.normal import rename, rename_apart
+from einflow.autodiff.normal import normaliser_merges, rename, rename_apart
 from einflow.functions import FUNCTION_RULES
 from einflow.plan import indices_in
+from einflow.stable import stable_log, stable_softmax
 
 __all__ = ["Rule", "RULES", "SimplifierLimitWarning", "simplify", "fired_rules", "is_zero", "canonical_key",
            "bound_inside"]
@@ -49,6 +50,7 @@ RULES: tuple[Rule, ...] = (
     Rule("product", "idempotent delta", "delta[p,q] delta[p,q] A[p,q]", "delta[p,q] A[p,q]"),
     Rule("product", "powers", "x[p] x[p] x[p]^-0.5", "x[p]^1.5"),
     Rule("product", "sigmoid", "exp(x[p]) (1 + exp(x[p]))^-1", "sigmoid(x[p])"),
+    Rule("product", "softmax", "exp(A[p,q]) sum[u](exp(A[p,u]))^-1", "softmax[q](A[p,q])"),
     Rule("product", "order", "y[p] * 2 delta[p,q]", "2 delta[p,q] y[p]"),
     Rule("sum", "flatten", "x[p] + (y[p] + z[p])^1", "x[p] + y[p] + z[p]"),
     Rule("sum", "like terms", "x[p] + 2 x[p] - y[p]", "3 x[p] - y[p]"),
@@ -63,6 +65,9 @@ RULES: tuple[Rule, ...] = (
     Rule("reduce", "delta", "sum[u](delta[u,p] x[u])", "x[p]"),
     Rule("reduce", "count", "sum[q,u](2 delta[q,u] y[p])", "2 sum[u](delta[u,u] y[p])"),
     Rule("call", "fold numbers", "exp(0) x[p]", "x[p]"),
+    Rule("call", "logsumexp", "log(sum[k](exp(A[p,k])))", "logsumexp[k](A[p,k])"),
+    Rule("call", "softplus", "log(1 + exp(x[p]))", "softplus(x[p])"),
+    Rule("call", "log sigmoid", "log(sigmoid(x[p]))", "-softplus(-x[p])"),
     Rule("power", "one", "(x[p] y[p])^1", "x[p] y[p]"),
     Rule("power", "fold numbers", "2^3 x[p]", "8 x[p]"),
     Rule("power", "power of power", "(x[p]^2)^3", "x[p]^6"),
@@ -158,7 +163,7 @@ def _s_product(node: ir.Product, s: Simplify) -> ir.Expr:
             if numbers == 2:
                 _fire("product", "fold numbers")
             coefficient = coefficient * factor.value
-        elif isinstance(factor, ir.Reduce):
+        elif isinstance(factor, ir.Reduce) and factor.kind == "sum":
             reduces.append(factor)
         else:
             factors.append(factor)
@@ -174,6 +179,7 @@ def _s_product(node: ir.Product, s: Simplify) -> ir.Expr:
     factors = _unit_deltas(factors)
     factors = _powers(factors, s)
     factors = _sigmoid(factors)
+    factors = _softmax(factors)
     ordered = sorted(factors, key=shape_key)
     if ordered != factors:
         _fire("product", "order")
@@ -225,7 +231,8 @@ def _powers(factors: list[ir.Expr], s: Simplify) -> list[ir.Expr]:
     for factor in factors:
         base, exponent = _as_power(factor)
         if isinstance(base, ir.Delta):
-            order.append(factor)
+            # a delta is 0 or 1: a positive power of it is itself
+            order.append(base if exponent > 0 else factor)
             continue
         key = alpha_key(base)
         if key in merged:
@@ -237,7 +244,7 @@ def _powers(factors: list[ir.Expr], s: Simplify) -> list[ir.Expr]:
             order.append(key)
     rebuilt: list[ir.Expr] = []
     for key in order:
-        if isinstance(key, ir.Delta):
+        if key not in representative:  # a delta, or a power of one kept as it is
             rebuilt.append(key)
             continue
         base = representative[key]
@@ -275,6 +282,16 @@ def _sigmoid(factors: list[ir.Expr]) -> list[ir.Expr]:
                 del result[other_position]
                 return _sigmoid(result)
     return result
+
+
+def _softmax(factors: list[ir.Expr]) -> list[ir.Expr]:
+    """``exp(u[q]) / sum[k](exp(u[k]))`` is ``softmax[q](u[q])`` (evaluated max-shifted: no overflow)."""
+    rewritten = stable_softmax(factors)
+    while rewritten is not None:
+        _fire("product", "softmax")
+        factors = rewritten
+        rewritten = stable_softmax(factors)
+    return factors
 
 
 # ---------------------------------------------------------------- sums
@@ -318,7 +335,11 @@ def _s_sum(node: ir.Sum, s: Simplify) -> ir.Expr:
 
 
 def _has_delta_on(expr: ir.Expr, indices: set[str]) -> bool:
-    return any(isinstance(f, ir.Delta) and ({f.first, f.second} & indices) for f in _factors_of(expr))
+    """A factor of ``expr`` is a delta on ``indices``, or a sum with such a term (distributing reaches it)."""
+    return any((isinstance(f, ir.Delta) and bool({f.first, f.second} & indices))
+               or (isinstance(f, ir.Sum) and any(_has_delta_on(t, indices) for t in f.terms))
+               or (isinstance(f, ir.Reduce) and f.kind == "sum" and _has_delta_on(f.body, indices))
+               for f in _factors_of(expr))
 
 
 def _eliminate_deltas(indices: list[str], factors: list[ir.Expr]) -> tuple[list[str], list[ir.Expr]]:
@@ -335,8 +356,10 @@ def _eliminate_deltas(indices: list[str], factors: list[ir.Expr]) -> tuple[list[
                 old, new = factor.second, factor.first
             else:
                 continue
-            _fire("reduce", "delta")
             rest = factors[:position] + factors[position + 1:]
+            if normaliser_merges(rest, old, new):
+                continue  # softmax[k](e[q,k]) at k = q is not softmax[q](e[q,q]): the delta stays
+            _fire("reduce", "delta")
             factors = [rename(f, {old: new}) for f in rest]
             indices = [i for i in indices if i != old]
             changed = True
@@ -373,9 +396,12 @@ def _common_factors(terms: list[ir.Expr]) -> tuple[list[ir.Expr], list[ir.Expr]]
 
 
 def _s_reduce(node: ir.Reduce, s: Simplify) -> ir.Expr:
+    if node.kind != "sum":
+        # max/min/mean/logsumexp: none of the sum rules (merging, delta elimination, splitting, hoisting) hold
+        return ir.Reduce(node.indices, s(node.body), node.kind)
     body = s(node.body)
     indices = list(node.indices)
-    if isinstance(body, ir.Reduce):
+    if isinstance(body, ir.Reduce) and body.kind == "sum":
         _fire("reduce", "merge")
         indices += list(body.indices)
         body = body.body
@@ -449,6 +475,11 @@ def _finish_reduce(indices: list[str], factors: list[ir.Expr], s: Simplify) -> i
 
 def _s_call(node: ir.Call, s: Simplify) -> ir.Expr:
     arg = s(node.arg)
+    if node.func == "log":
+        stable = stable_log(arg)
+        if stable is not None:
+            _fire("call", stable[0])
+            return s(stable[1])
     if isinstance(arg, ir.Num):
         with np.errstate(all="ignore"):
             value = FUNCTION_RULES[node.func].value(np, np.asarray(arg.value))
@@ -486,7 +517,17 @@ def _s_power(node: ir.Power, s: Simplify) -> ir.Expr:
     return ir.Power(base, exponent)
 
 
+def _s_normalize(node: ir.Normalize, s: Simplify) -> ir.Expr:
+    return ir.Normalize(node.kind, node.indices, s(node.body))
+
+
+def _s_binary(node: ir.Binary, s: Simplify) -> ir.Expr:
+    return ir.Binary(node.func, s(node.left), s(node.right))
+
+
 _NODE_RULES: dict[type, Callable[..., ir.Expr]] = {
+    ir.Normalize: _s_normalize,
+    ir.Binary: _s_binary,
     ir.Product: _s_product,
     ir.Sum: _s_sum,
     ir.Reduce: _s_reduce,

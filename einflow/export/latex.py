@@ -20,6 +20,10 @@ _GREEK = frozenset({
 
 # How each elementwise function is written; @ stands for the rendered argument (one row per function).
 _FUNCTIONS: dict[str, str] = {name: rule.latex for name, rule in FUNCTION_RULES.items()}
+_REDUCTIONS: dict[str, str] = {"max": r"\max", "min": r"\min", "mean": r"\operatorname{mean}",
+                               "logsumexp": r"\operatorname{logsumexp}", "softmax": r"\operatorname{softmax}",
+                               "log_softmax": r"\operatorname{log\,softmax}", "argmax": r"\operatorname{argmax}",
+                               "argmin": r"\operatorname{argmin}"}
 
 # Kinds of rendered text, for parenthesization: a sum (top-level + or -), a leading minus,
 # a leading \sum (extends to the right), a product of several factors, an atom.
@@ -106,7 +110,7 @@ class _Renderer:
     # ------------------------------------------------------------------ expressions
     def render(self, expr: ir.Expr, bound: frozenset[str], extra: tuple[str, ...] = ()) -> tuple[str, str]:
         """(text, kind) of ``expr`` with ``extra`` indices summed around it."""
-        if isinstance(expr, ir.Reduce):
+        if isinstance(expr, ir.Reduce) and expr.kind == "sum":
             inner = bound | frozenset(expr.indices)
             return self.render(expr.body, inner, _merge(extra, expr.indices))
         if isinstance(expr, (ir.Product, ir.Tensor, ir.Delta)):
@@ -126,6 +130,16 @@ class _Renderer:
         if isinstance(expr, ir.Call):
             argument, _ = self.render(expr.arg, bound)
             return _FUNCTIONS[expr.func].replace("@", argument), _ATOM
+        if isinstance(expr, (ir.Reduce, ir.Normalize)):
+            inner = bound | frozenset(expr.indices) if isinstance(expr, ir.Reduce) else bound
+            argument, _ = self.render(expr.body, inner)
+            name = _REDUCTIONS[expr.kind]
+            return name + "_{" + ",".join(expr.indices) + r"}\left(" + argument + r"\right)", _ATOM
+        if isinstance(expr, ir.Binary):
+            left, _ = self.render(expr.left, bound)
+            right, _ = self.render(expr.right, bound)
+            name = r"\max" if expr.func == "maximum" else r"\min"
+            return name + r"\left(" + left + ", " + right + r"\right)", _ATOM
         if isinstance(expr, ir.Power):
             return self.power(expr, bound)
         raise TypeError(f"not an einflow expression: {expr!r}")

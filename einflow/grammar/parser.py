@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import re
@@ -111,7 +112,14 @@ class _ToIR(Transformer):
         """The token's text; a reserved word (function name, sum, delta, size) is rejected as a name."""
         text = str(token)
         if text in ir.RESERVED:
-            raise ParseError(f"'{text}' is a reserved word and cannot be used as {role}", token.line or 1,
+            hint = ""
+            if role != "a tensor name":
+                pass
+            elif text in ir.CALLABLE:
+                hint = f" (it is a function: write {text}(...) with no space before '(')"
+            elif text in ir.REDUCTIONS or text in ir.NORMALISERS:
+                hint = f" (write {text}[k](...) with no space before '[')"
+            raise ParseError(f"'{text}' is a reserved word and cannot be used as {role}{hint}", token.line or 1,
                              token.column or 1, _line_of(self.source, token.line or 1))
         return text
 
@@ -214,12 +222,28 @@ class _ToIR(Transformer):
         return ir.Tensor(self._name(items[0], "a tensor name"), (), span=_span(items[0]))
 
     @v_args(meta=True)
-    def call(self, meta: Any, items: list[Any]) -> ir.Call:
-        return ir.Call(str(items[0].children[0]), _unparen(items[1]), span=_span(meta))
+    def call(self, meta: Any, items: list[Any]) -> ir.Expr:
+        token, *args = items
+        name = str(token)
+        args = [_unparen(a) for a in args]
+        where = (token.line or 1, token.column or 1, _line_of(self.source, token.line or 1))
+        if name in ir.REDUCTIONS or name in ir.NORMALISERS:
+            raise ParseError(f"'{name}' needs the indices it works over: write {name}[k](...)", *where)
+        if name not in ir.CALLABLE:
+            raise ParseError(unknown_function_message(name), *where)
+        wanted = 2 if name in ir.BINARY_FUNCTIONS else 1
+        if len(args) != wanted:
+            raise ParseError(f"'{name}' takes {wanted} argument{'s' if wanted > 1 else ''}, not {len(args)}", *where)
+        if wanted == 2:
+            return ir.Binary(name, args[0], args[1], span=_span(meta))
+        return ir.Call(name, args[0], span=_span(meta))
 
     @v_args(meta=True)
-    def reduce(self, meta: Any, items: list[Any]) -> ir.Reduce:
-        return ir.Reduce(items[0], _unparen(items[1]), span=_span(meta))
+    def reduce(self, meta: Any, items: list[Any]) -> ir.Expr:
+        kind = str(items[0])
+        if kind in ir.NORMALISERS:
+            return ir.Normalize(kind, items[1], _unparen(items[2]), span=_span(meta))
+        return ir.Reduce(items[1], _unparen(items[2]), kind, span=_span(meta))
 
     @v_args(meta=True)
     def delta(self, meta: Any, items: list[Token]) -> ir.Delta:
@@ -230,6 +254,23 @@ class _ToIR(Transformer):
         inner = _unparen(items[0])
         # A parenthesized product is the same product; a parenthesized sum stays one term.
         return _Paren(inner)
+
+
+def unknown_function_message(name: str) -> str:
+    """``unknown function 'exq'; did you mean 'exp'?`` (the closest known names, when any are close).
+
+    >>> unknown_function_message("exq")
+    "unknown function 'exq'; did you mean 'exp'?"
+    """
+    known = sorted(ir.CALLABLE | set(ir.REDUCTIONS) | set(ir.NORMALISERS))
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    message = f"unknown function '{name}'"
+    if close:
+        message += "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+    else:
+        message += f" (known: {', '.join(sorted(ir.CALLABLE))}; a name followed by '(' is a call: write "\
+                   f"'{name} (...)' with a space or '{name} * (...)' to multiply)"
+    return message
 
 
 def _line_of(source: str, line: int) -> str:
@@ -250,7 +291,8 @@ _TOKEN_WORDS = {
     "POW": "'^'",
     "_NL": "a new line",
     "SEMICOLON": "';'",
-    "SUM": "'sum'",
+    "REDUCER": "a reduction",
+    "CALLNAME": "a function",
     "DELTA": "'delta'",
     "SIZE": "'size'",
     "$END": "the end of the input",
@@ -262,9 +304,9 @@ def _describe_expected(expected: set[str]) -> str:
     if "SEMICOLON" not in names:
         names.discard("_NL")  # the bracket post-lexer makes Lark list a new line everywhere; it ends statements only
     words: list[str] = []
-    if names & {"NAME", "NUMBER", "LPAR", "SUM", "DELTA", "SIGN"} and len(names) > 4:
+    if names & {"NAME", "NUMBER", "LPAR", "REDUCER", "CALLNAME", "DELTA", "SIGN"} and len(names) > 4:
         words.append("an expression")
-        names -= {"NAME", "NUMBER", "LPAR", "SUM", "DELTA", "SIGN"}
+        names -= {"NAME", "NUMBER", "LPAR", "REDUCER", "CALLNAME", "DELTA", "SIGN"}
         names = {n for n in names if not n.isupper() or n in _TOKEN_WORDS}
         names -= {"EXP", "LOG", "LOG1P", "SQRT", "SIN", "COS", "TANH", "SIGMOID", "ABS", "RELU", "STEP"}
     for name in sorted(names):
