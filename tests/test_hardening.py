@@ -245,3 +245,12 @@ def test_derivation_is_linear_in_the_program_size() -> None:
         eps = 1e-6
         numeric = [(program(x=x + eps * e) - program(x=x - eps * e)) / (2 * eps) for e in np.eye(2)]
         np.testing.assert_allclose(gradient(x=x), numeric, rtol=1e-5, atol=1e-9)
+
+
+def test_the_written_out_logistic_loss_is_finite_far_out() -> None:
+    # log(1 + exp(-m)) is evaluated as softplus(-m) (einflow/stable.py): finite where exp overflows
+    assert ef.evaluate("L = log(1 + exp(-m))", m=-1000.0) == 1000.0
+    value = ef.evaluate("L = log(1 + exp(-m))", m=np.float32(-200.0))
+    assert value == np.float32(200.0) and value.dtype == np.float32
+    g = ef.grad("L = log(1 + exp(-m))", wrt="m")
+    assert g(m=-1000.0) == -1.0 and g(m=1000.0) == 0.0
