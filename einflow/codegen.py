@@ -42,7 +42,7 @@ from einflow.steps import (
 __all__ = ["Source", "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS", "kind_of"]
 
 #: function templates that differ on torch (``torch.maximum`` needs two tensors)
-TORCH_CALLS = {"relu": "{np}.clamp({x}, min=0)"}
+TORCH_CALLS = {"relu": "{np}.clamp({x}, min=0)", "softplus": "{np}.logaddexp({np}.zeros_like({x}), {x})"}
 
 # Private helpers the generated code may call; {np} and helper names are substituted.
 HELPERS: dict[str, str] = {
@@ -167,12 +167,38 @@ TORCH_HELPERS: dict[str, str] = {
     out = {np}.zeros(shape, dtype=value.dtype, device=value.device)
     out[tuple(index)] = value
     return out''',
+    "erf": '''def {erf}(x):
+    """The error function elementwise."""
+    return {np}.special.erf({as_float}(x))''',
+    "reduce": '''def {reduce}(kind, x, axis):
+    """A reduction or normaliser over axes, stable by construction (torch's logsumexp is max-shifted)."""
+    if kind == "max":
+        return {np}.amax(x, dim=axis)
+    if kind == "min":
+        return {np}.amin(x, dim=axis)
+    if kind == "mean":
+        return {as_float}(x).mean(dim=axis)
+    if kind in ("argmax", "argmin"):
+        extreme = {np}.amax(x, dim=axis, keepdim=True) if kind == "argmax" else {np}.amin(x, dim=axis, keepdim=True)
+        hits = {as_float}(x == extreme)
+        return hits / hits.sum(dim=axis, keepdim=True)
+    x = {as_float}(x)
+    total = {np}.logsumexp(x, dim=axis, keepdim=True)
+    if kind == "softmax":
+        return {np}.exp(x - total)
+    if kind == "log_softmax":
+        return x - total
+    return total.reshape([n for k, n in enumerate(x.shape) if k not in axis])''',
     "device": '''def {device}(*inputs):
     """Where new tensors go: the device of the first tensor input (the CPU when there is none)."""
     return next((a.device for a in inputs if isinstance(a, {np}.Tensor)), None)''',
 }
 #: jax arrays are immutable: the diagonal is written with ``.at[...].set``
 JAX_HELPERS: dict[str, str] = {
+    "erf": '''def {erf}(x):
+    """The error function elementwise (jax's own, traceable and differentiable)."""
+    from jax.scipy.special import erf
+    return erf({as_float}(x))''',
     "diagonal": HELPERS["diagonal"].replace("out[tuple(index)] = value\n    return out",
                                              "return out.at[tuple(index)].set(value)"),
 }

@@ -19,6 +19,7 @@ True
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -491,6 +492,9 @@ class _Generator:
         # the reductions and functions added later are drawn from their own stream, so that the programs of
         # the main stream (the seeds the suite has always run) keep their shape
         self.extra = random.Random(seed * 104729 + 7)
+        # EINFLOW_DIFF_LANGUAGE=v1: without the reductions and functions added later (the same programs as
+        # the v1 generator drew for each seed)
+        self.v2 = os.environ.get("EINFLOW_DIFF_LANGUAGE", "v2") != "v1"
         self.sizes: dict[str, int] = {}
         self.inputs: dict[str, tuple[int, ...]] = {}
         self.positive: set[str] = set()
@@ -698,7 +702,7 @@ class _Generator:
             positive_argument = function in ("sqrt", "log1p", "log")
         else:
             function = r.choice(_ANY_FUNCTIONS)
-            if self.extra.random() < 0.15:
+            if self.v2 and self.extra.random() < 0.15:
                 function = self.extra.choice(_NEW_FUNCTIONS)
             positive_argument = False
         argument_ctx = self.deeper(ctx, out, positive_argument)
@@ -725,7 +729,8 @@ class _Generator:
         for _ in range(r.choice((1, 1, 1, 2))):
             reduced.append(self.pick_index(exclude | set(reduced)))
         inner = _Ctx(ctx.bound | frozenset(reduced), ctx.outer_free | frozenset(out), ctx.depth - 1, ctx.positive)
-        return Reduce(tuple(reduced), self.expr(out, must + reduced, inner), self.extra.choice(_REDUCTION_KINDS))
+        kind = self.extra.choice(_REDUCTION_KINDS) if self.v2 else "sum"
+        return Reduce(tuple(reduced), self.expr(out, must + reduced, inner), kind)
 
     # -- statements
     def statement(self, target: str, last: bool, scalar: bool) -> Stmt:

@@ -16,6 +16,8 @@ Environment:
 
 * ``EINFLOW_DIFF_N``: how many programs (default 2000); ``EINFLOW_DIFF_START``: first seed (default 0);
 * ``EINFLOW_DIFF_SEED=1234``: replay one seed with every check, printing each program;
+* ``EINFLOW_DIFF_LANGUAGE=v1``: programs without the reductions (max, min, mean, logsumexp) and functions
+  (erf, softplus) added in language v2;
 * ``EINFLOW_DIFF_CHECKS=all``: every derivative check on every program (the long run:
   ``EINFLOW_DIFF_N=20000 EINFLOW_DIFF_CHECKS=all``);
 * ``EINFLOW_DIFF_REFERENCE=jax``: JAX float64 as the reference for every program (slow: XLA compiles
