@@ -429,7 +429,7 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         if name in ("torch", "jax"):
             if out is not None or dtype is not None:
                 raise ArgumentError("out= and dtype= need numpy arrays; cast the result instead")
-            engine = get_backend(name)
+            engine: Any = get_backend(name)  # the torch backend's asarray also takes device=
             device = next((a.device for a in arrays if type(a).__module__.startswith("torch")), None)
             converted = [engine.asarray(a, device=device) if name == "torch" else engine.asarray(a) for a in arrays]
             path, _ = _plan(equation, shapes, key)
