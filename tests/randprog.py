@@ -424,8 +424,8 @@ def _reduce(xp: Any, kind: str, value: Any, axes: tuple[int, ...]) -> Any:
     return xp.sum(value * weights, axis=axes)
 
 
-#: the largest magnitude a periodic function (sin, cos) was applied to in the last numpy evaluation: beyond
-#: about 1e6 the function's value depends on the argument's last bits, so no two evaluations need agree
+#: the largest magnitude a periodic function (sin, cos) was applied to in the last numpy evaluation: far out
+#: the function's value depends on the argument's last bits, so two correct evaluations need not agree
 PERIODIC_ARGUMENT = [0.0]
 
 
