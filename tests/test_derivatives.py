@@ -271,3 +271,19 @@ def test_gradients_of_programs_with_size_declarations(text):
                for e in np.eye(3)]
     np.testing.assert_allclose(gradient({"x": x, "M": M}), numeric, rtol=1e-6, atol=1e-6)
     assert gradient.outputs == ("df_dx",)  # the program's value is the derivative, not a declaration
+
+
+def test_docs_derivatives_examples_print_what_they_show() -> None:
+    """Every ``>>>`` example of docs/derivatives.md runs and prints what the page shows."""
+    import doctest
+    import pathlib
+    import re
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "docs" / "derivatives.md"
+    blocks = re.findall(r"```(?:text|python)\n(.*?)```", path.read_text(), flags=re.DOTALL)
+    text = "\n\n".join(block for block in blocks if ">>>" in block)
+    test = doctest.DocTestParser().get_doctest(text, {"ef": ef, "np": np}, "docs/derivatives.md", str(path), 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report: list[str] = []
+    runner.run(test, out=report.append)
+    assert len(test.examples) >= 5 and runner.failures == 0, "".join(report)
