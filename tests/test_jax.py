@@ -156,3 +156,13 @@ def test_jax_newton_example() -> None:
     lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
     assert float(lines["max Hessian difference vs jax.hessian"]) < 1e-9
     assert float(lines["final gradient norm"]) < 1e-8  # Newton converges quadratically
+
+
+def test_reductions_and_normalisers_under_grad() -> None:
+    program = ef.compile("L = logsumexp[i](x[i]) + max[i](x[i]) + mean[i](x[i])")
+    x = jnp.array([1.0, 2.0, 3.0])
+    value, grad = jax.value_and_grad(lambda x: program(x=x))(x)
+    np.testing.assert_allclose(value, jax.nn.logsumexp(x) + 3.0 + 2.0, rtol=1e-12)
+    np.testing.assert_allclose(grad, jax.nn.softmax(x) + jnp.array([0.0, 0.0, 1.0]) + 1 / 3, rtol=1e-12)
+    far = ef.compile("s[i] = log_softmax[i](x[i])")(x=jnp.array([1000.0, 999.0, 1.0]))
+    np.testing.assert_allclose(far, jax.nn.log_softmax(jnp.array([1000.0, 999.0, 1.0])), rtol=1e-12)

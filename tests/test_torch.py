@@ -267,3 +267,16 @@ def test_torch_training_example() -> None:
     assert lines["backward node"] == "EinflowFunctionBackward"
     assert float(lines["max gradient difference vs torch autograd"]) < 1e-12
     assert float(lines["final loss"]) < 0.1 * float(lines["initial loss"])
+
+
+def test_reductions_and_normalisers_in_autograd() -> None:
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    program = ef.compile("L = logsumexp[i](x[i]) + max[i](x[i]) + mean[i](x[i])")
+    value = program(x=x)
+    value.backward()
+    reference = torch.logsumexp(x.detach(), 0) + 3.0 + 2.0
+    assert torch.allclose(value.detach(), reference)
+    expected = torch.softmax(x.detach(), 0) + torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64) + 1 / 3
+    assert torch.allclose(x.grad, expected)
+    far = ef.compile("s[i] = softmax[i](x[i])")(x=torch.tensor([1000.0, 999.0, 1.0], dtype=torch.float64))
+    assert torch.allclose(far, torch.softmax(torch.tensor([1000.0, 999.0, 1.0], dtype=torch.float64), 0))
