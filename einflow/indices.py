@@ -1,10 +1,12 @@
 """Index sizes: which indices an expression mentions, and where each index of a statement gets its size.
 
 A statement's index takes its size from the tensor axes it labels, from a ``size`` declaration, or from
-a delta partner (``delta[i,j]`` joins ``i`` and ``j``: equal sizes). :func:`join_partners` is that last
-rule, written once: the lowering (``einflow.lower``) uses it with symbolic sizes (which array's axis to
-read), the specialisation (``einflow.plan``) with numbers, where :func:`statement_sizes` also reports every
-disagreement as a ``ShapeError`` that points at the source.
+a delta partner (``delta[i,j]`` joins ``i`` and ``j``: equal sizes). This module owns those rules:
+:func:`size_links` finds the tensor axes and delta partners of an expression, and :func:`join_partners`
+propagates sizes across partners. The lowering (``einflow.lower``) uses them with symbolic sizes (which
+array's axis to read), the specialisation (``einflow.plan``) with numbers, where :func:`statement_sizes`
+also reports every disagreement as a ``ShapeError`` that points at the source, and the derivation's
+size registry (``einflow.autodiff.sizes``) with classes of equal size.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, TypeVar
 from einflow import ir
 from einflow.errors import ShapeError, TensorNameError, located
 
-__all__ = ["indices_in", "join_partners", "statement_sizes", "declared_sizes"]
+__all__ = ["indices_in", "size_links", "join_partners", "statement_sizes", "declared_sizes"]
 
 T = TypeVar("T")
 
@@ -34,6 +36,24 @@ def indices_in(expr: ir.Expr) -> frozenset[str]:
         return frozenset((expr.first, expr.second))
     found = frozenset().union(*(indices_in(child) for child in ir.children(expr)))
     return found | frozenset(expr.indices) if isinstance(expr, (ir.Reduce, ir.Normalize)) else found
+
+
+def size_links(expr: ir.Expr) -> tuple[list[ir.Tensor], list[tuple[str, str, ir.Delta]]]:
+    """Where the indices of ``expr`` get their sizes: its tensor references (each index the size of the
+    axis it labels) and its delta partners ``(first, second, delta)``, both in source order.
+
+    >>> tensors, partners = size_links(ir.Product((ir.Tensor("A", ("i", "k")), ir.Delta("k", "j"))))
+    >>> [t.name for t in tensors], [(first, second) for first, second, _ in partners]
+    (['A'], [('k', 'j')])
+    """
+    tensors: list[ir.Tensor] = []
+    partners: list[tuple[str, str, ir.Delta]] = []
+    for node in ir.walk(expr):
+        if isinstance(node, ir.Tensor):
+            tensors.append(node)
+        elif isinstance(node, ir.Delta):
+            partners.append((node.first, node.second, node))
+    return tensors, partners
 
 
 def join_partners(found: dict[str, T], partners: Iterable[tuple[str, str, Any]],
@@ -67,18 +87,25 @@ def join_partners(found: dict[str, T], partners: Iterable[tuple[str, str, Any]],
     return found
 
 
+def _bound_shape(tensor: str, rank: int, shapes: Mapping[str, tuple[int, ...]], span: Any, source: str | None,
+                 wrong_rank: str, after: str = "") -> tuple[int, ...]:
+    """``tensor``'s shape; an unbound tensor or a rank other than ``rank`` is an error (``wrong_rank``
+    starts that message, the shape and ``after`` end it)."""
+    shape = shapes.get(tensor)
+    if shape is None:
+        raise TensorNameError(located(f"tensor '{tensor}' is not bound", span, source))
+    if len(shape) != rank:
+        raise ShapeError(located(f"{wrong_rank} {len(shape)} (shape {tuple(shape)}){after}", span, source))
+    return tuple(shape)
+
+
 def declared_sizes(statement: ir.SizeDecl, shapes: Mapping[str, tuple[int, ...]],
                    source: str | None) -> dict[str, tuple[int, str]]:
     """The sizes a ``size`` declaration gives, each with where it comes from (for messages)."""
     if isinstance(statement.source, int):
         return {name: (statement.source, f"'size {name} = {statement.source}'") for name in statement.names}
-    shape = shapes.get(statement.source)
-    if shape is None:
-        raise TensorNameError(located(f"tensor '{statement.source}' is not bound", statement.span, source))
-    if len(shape) != len(statement.names):
-        raise ShapeError(located(
-            f"size declaration names {len(statement.names)} indices but '{statement.source}' has rank "
-            f"{len(shape)} (shape {tuple(shape)})", statement.span, source))
+    shape = _bound_shape(statement.source, len(statement.names), shapes, statement.span, source,
+                         f"size declaration names {len(statement.names)} indices but '{statement.source}' has rank")
     return {name: (size, f"'size' of {statement.source} (axis {axis})")
             for axis, (name, size) in enumerate(zip(statement.names, shape))}
 
@@ -90,7 +117,6 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
     ``shapes``: every bound tensor's shape; ``declared``: sizes from earlier ``size`` declarations.
     """
     found: dict[str, tuple[int, str]] = {}
-    partners: list[tuple[str, str, ir.Delta]] = []
     mentioned: dict[str, None] = {}
 
     def note(index: str, size: int, where: str, node: Any) -> None:
@@ -102,22 +128,16 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
                 f"index '{index}' has size {known[0]} in {known[1]} but size {size} in {where}",
                 getattr(node, "span", None), source))
 
-    for node in ir.walk(statement.expr):  # source order: the first use is reported first
-        if isinstance(node, ir.Tensor):
-            shape = shapes.get(node.name)
-            if shape is None:
-                raise TensorNameError(located(f"tensor '{node.name}' is not bound", node.span, source))
-            if len(shape) != len(node.indices):
-                raise ShapeError(located(
-                    f"tensor '{node.name}' has rank {len(shape)} (shape {tuple(shape)}) but is used with "
-                    f"{len(node.indices)} indices", node.span, source))
-            for axis, (index, size) in enumerate(zip(node.indices, shape)):
-                mentioned.setdefault(index, None)
-                note(index, size, f"{node.name} (axis {axis})", node)
-        elif isinstance(node, ir.Delta):
-            partners.append((node.first, node.second, node))
-            mentioned.setdefault(node.first, None)
-            mentioned.setdefault(node.second, None)
+    tensors, partners = size_links(statement.expr)
+    for node in tensors:  # source order: the first use is reported first
+        shape = _bound_shape(node.name, len(node.indices), shapes, node.span, source, f"tensor '{node.name}' has rank",
+                             f" but is used with {len(node.indices)} indices")
+        for axis, (index, size) in enumerate(zip(node.indices, shape)):
+            mentioned.setdefault(index, None)
+            note(index, size, f"{node.name} (axis {axis})", node)
+    for first, second, _ in partners:
+        mentioned.setdefault(first, None)
+        mentioned.setdefault(second, None)
     for index in statement.indices or ():
         mentioned.setdefault(index, None)
     for index in mentioned:

@@ -25,7 +25,7 @@ from einflow import ir
 from einflow.check import check_program, free_indices, top_level_terms
 from einflow.contraction import eliminate_deltas, product_output, split_product
 from einflow.functions import FUNCTION_RULES
-from einflow.indices import indices_in, join_partners
+from einflow.indices import indices_in, join_partners, size_links
 from einflow.numbers import _fold_power, _is_unit, _weak, exact_add
 from einflow.stable import stabilize_program
 from einflow.steps import (
@@ -129,17 +129,14 @@ class _Lowering:
     def note_sizes(self, statement: ir.Assign) -> None:
         """Where each index of the statement gets its size (the checks are einflow.indices.statement_sizes)."""
         sizes: dict[str, SizeRef] = {}
-        partners: list[tuple[str, str, Any]] = []
-        for node in ir.walk(statement.expr):
-            if isinstance(node, ir.Tensor):
-                value = self.names[node.name]
-                if value.reg is not None:
-                    known = self.register_sizes[value.reg]
-                    for axis, index in enumerate(node.indices):
-                        if axis < len(known):
-                            sizes.setdefault(index, known[axis])
-            elif isinstance(node, ir.Delta):
-                partners.append((node.first, node.second, node))
+        tensors, partners = size_links(statement.expr)
+        for node in tensors:
+            value = self.names[node.name]
+            if value.reg is not None:
+                known = self.register_sizes[value.reg]
+                for axis, index in enumerate(node.indices):
+                    if axis < len(known):
+                        sizes.setdefault(index, known[axis])
         for index, source in self.declared.items():
             sizes.setdefault(index, source)
         self.sizes = join_partners(sizes, partners)

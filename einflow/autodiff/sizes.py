@@ -23,6 +23,7 @@ from contextvars import ContextVar
 
 from einflow import ir
 from einflow.check import free_indices
+from einflow.indices import size_links
 
 __all__ = ["IndexSizes", "active", "activated"]
 
@@ -109,17 +110,16 @@ class IndexSizes:
             def user(name: str, position: int = position) -> tuple[str, int, str]:
                 return ("user", position, name)
 
-            names: set[str] = set()
-            for node in ir.walk(statement.expr):
-                if isinstance(node, ir.Tensor):
-                    for axis, index in enumerate(node.indices):
-                        self.union(user(index), ("axis", node.name, axis))
-                        names.add(index)
-                elif isinstance(node, ir.Delta):
-                    self.union(user(node.first), user(node.second))
-                    names.update((node.first, node.second))
-                elif isinstance(node, ir.Reduce):
-                    names.update(node.indices)
+            names: set[str] = {i for node in ir.walk(statement.expr) if isinstance(node, ir.Reduce)
+                               for i in node.indices}
+            tensors, partners = size_links(statement.expr)  # the same rules as the checker's (einflow.indices)
+            for tensor in tensors:
+                for axis, index in enumerate(tensor.indices):
+                    self.union(user(index), ("axis", tensor.name, axis))
+                    names.add(index)
+            for first, second, _ in partners:  # a delta's partners: one class (join_partners, symbolically)
+                self.union(user(first), user(second))
+                names.update((first, second))
             target = statement.target if statement.target is not None else targets.get(position)
             if statement.indices is not None:
                 target_indices: tuple[str, ...] = statement.indices
