@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "Num", "Ref", "Delta", "Prod", "Add", "Neg", "Call", "Pow", "Reduce", "Stmt", "SizeDecl", "Program", "Case",
+    "Num", "Ref", "Delta", "Prod", "Add", "Neg", "Call", "Pow", "Reduce", "Norm", "Bin", "Stmt", "SizeDecl",
+    "Program", "Case",
     "FUNCTIONS", "program_text", "expr_text", "evaluate", "labels_of", "generate", "make_arrays", "Jet", "JetNumpy",
     "jet_derivatives",
 ]
@@ -96,6 +97,24 @@ class Reduce:
 
 
 @dataclass(frozen=True)
+class Norm:
+    """A normaliser ``softmax[k](e)`` (also log_softmax, argmax, argmin): normalises over k, k stays free."""
+
+    kind: str
+    indices: tuple[str, ...]
+    body: Any
+
+
+@dataclass(frozen=True)
+class Bin:
+    """``maximum(a, b)`` or ``minimum(a, b)``: elementwise, the operands broadcast as the terms of a sum."""
+
+    function: str
+    left: Any
+    right: Any
+
+
+@dataclass(frozen=True)
 class Stmt:
     target: str | None  # None: a bare expression
     indices: tuple[str, ...] | None  # None: implicit target
@@ -136,7 +155,7 @@ def _atomic(e: Any) -> bool:
     """Can ``e`` stand as a power base or after a juxtaposition without parentheses?"""
     if isinstance(e, Num):
         return e.value >= 0 and "e" not in e.text.lower()
-    return isinstance(e, (Ref, Delta, Call, Reduce))
+    return isinstance(e, (Ref, Delta, Call, Reduce, Norm, Bin))
 
 
 def _ref_text(e: Ref) -> str:
@@ -169,8 +188,10 @@ def expr_text(e: Any) -> str:
         return f"delta[{e.first},{e.second}]"
     if isinstance(e, Call):
         return f"{e.function}({expr_text(e.argument)})"
-    if isinstance(e, Reduce):
+    if isinstance(e, (Reduce, Norm)):
         return f"{e.kind}[{','.join(e.indices)}]({expr_text(e.body)})"
+    if isinstance(e, Bin):
+        return f"{e.function}({expr_text(e.left)}, {expr_text(e.right)})"
     if isinstance(e, Pow):
         base = expr_text(e.base) if _atomic(e.base) else f"({expr_text(e.base)})"
         return f"{base}{e.text}"
@@ -290,6 +311,10 @@ def labels_of(e: Any, bound: frozenset[str]) -> tuple[str, ...]:
     if isinstance(e, Reduce):
         inner = labels_of(e.body, bound | frozenset(e.indices))
         return tuple(i for i in inner if i not in e.indices)
+    if isinstance(e, Norm):
+        return labels_of(e.body, bound)
+    if isinstance(e, Bin):
+        return labels_of(Add((e.left, e.right), (1, 1)), bound)
     raise TypeError(e)
 
 
@@ -385,6 +410,17 @@ class _Eval:
             axes = tuple(k for k, label in enumerate(labels) if label in e.indices)
             kept = tuple(label for label in labels if label not in e.indices)
             return _reduce(xp, e.kind, value, axes), kept
+        if isinstance(e, Norm):
+            value, labels = self.expr(e.body, bound)
+            return _normalise(xp, e.kind, value, tuple(labels.index(k) for k in e.indices)), labels
+        if isinstance(e, Bin):
+            labels = labels_of(e, bound)
+            shape = tuple(self.sizes[label] for label in labels)
+            operands = []
+            for operand in (e.left, e.right):
+                value, operand_labels = self.expr(operand, bound)
+                operands.append(xp.broadcast_to(self._align(value, operand_labels, labels), shape))
+            return _extreme_of_two(e.function, *operands), labels
         raise TypeError(e)
 
     def statement(self, s: Stmt) -> Any:
@@ -422,6 +458,32 @@ def _reduce(xp: Any, kind: str, value: Any, axes: tuple[int, ...]) -> Any:
     hits = (raw == extreme).astype(float)
     weights = hits / np.sum(hits, axis=axes, keepdims=True)
     return xp.sum(value * weights, axis=axes)
+
+
+def _raw(value: Any) -> np.ndarray:
+    return value.v if isinstance(value, Jet) else np.asarray(value)
+
+
+def _normalise(xp: Any, kind: str, value: Any, axes: tuple[int, ...]) -> Any:
+    """softmax, log_softmax (max-shifted, no derivative through the shift) and the argmax/argmin indicator
+    (ties split equally, constant) over ``axes``, keeping every axis."""
+    raw = _raw(value)
+    if kind in ("argmax", "argmin"):
+        hits = (raw == (np.max if kind == "argmax" else np.min)(raw, axis=axes, keepdims=True)).astype(float)
+        return xp.asarray(hits / np.sum(hits, axis=axes, keepdims=True))
+    kept_shape = tuple(1 if k in axes else n for k, n in enumerate(raw.shape))
+    shifted = value - np.max(raw, axis=axes, keepdims=True)
+    log_total = xp.reshape(xp.log(xp.sum(xp.exp(shifted), axis=axes)), kept_shape)
+    log_softmax = shifted - log_total
+    return log_softmax if kind == "log_softmax" else xp.exp(log_softmax)
+
+
+def _extreme_of_two(function: str, left: Any, right: Any) -> Any:
+    """maximum / minimum with the derivative of JAX: the larger (smaller) operand's, ties split equally."""
+    a, b = _raw(left), _raw(right)
+    wins = (a > b) if function == "maximum" else (a < b)
+    weight = wins.astype(float) + 0.5 * (a == b)
+    return left * weight + right * (1.0 - weight)
 
 
 #: the largest magnitude a periodic function (sin, cos) was applied to in the last numpy evaluation: far out
@@ -470,6 +532,8 @@ _ANY_FUNCTIONS = ("exp", "sin", "cos", "tanh", "sigmoid", "abs", "relu", "sign",
 _NEW_FUNCTIONS = ("softplus", "erf")
 #: reductions other than sum, drawn now and then (each binds its indices exactly as sum does)
 _REDUCTION_KINDS = ("sum",) * 8 + ("max", "min", "mean", "logsumexp")
+#: normalisers (softmax[k](e) and kin: k stays free), drawn from the second stream like maximum/minimum
+_NORMALISER_KINDS = ("softmax", "softmax", "log_softmax", "log_softmax", "argmax", "argmin")
 _POS_FUNCTIONS = ("exp", "sigmoid", "sqrt", "log1p")
 _INT_EXPONENTS = (("^2", 2), ("^3", 3), ("**2", 2), ("^(+2)", 2), ("^+3", 3), ("^1", 1))
 _POS_EXPONENTS = (("^-1", -1), ("^(-1)", -1), ("^-2", -2), ("^0.5", 0.5), ("^-0.5", -0.5), ("^.5", 0.5),
@@ -697,6 +761,12 @@ class _Generator:
 
     def call(self, out: list[str], must: list[str], ctx: _Ctx) -> Any:
         r = self.r
+        if self.v2:
+            draw = self.extra.random()
+            if draw < 0.12 and (out or must):
+                return self.normaliser(out, must, ctx)
+            if draw < 0.2:
+                return self.binary(out, must, ctx)
         if ctx.positive or r.random() < 0.35:
             function = r.choice(_POS_FUNCTIONS if ctx.positive else _POS_FUNCTIONS + ("log",))
             positive_argument = function in ("sqrt", "log1p", "log")
@@ -709,6 +779,27 @@ class _Generator:
         if function == "exp" and argument_ctx.depth > 1:
             argument_ctx = _Ctx(argument_ctx.bound, argument_ctx.outer_free, 1, False)
         return Call(function, self.expr(out, must, argument_ctx))
+
+    def normaliser(self, out: list[str], must: list[str], ctx: _Ctx) -> Any:
+        """``softmax[k](e)`` and its kin over one or two of the indices the body leaves free (or reads bound)."""
+        kind = "softmax" if ctx.positive else self.extra.choice(_NORMALISER_KINDS)
+        candidates = list(out) + list(must)
+        count = min(len(candidates), self.extra.choice((1, 1, 1, 2)))
+        indices = tuple(self.extra.sample(candidates, count))
+        return Norm(kind, indices, self.expr(out, must, self.deeper(ctx, out, False)))
+
+    def binary(self, out: list[str], must: list[str], ctx: _Ctx) -> Any:
+        """``maximum(a, b)`` / ``minimum(a, b)``: each free (bound) index in one operand at least."""
+        function = self.extra.choice(("maximum", "minimum"))
+        sides: list[tuple[list[str], list[str]]] = [([], []), ([], [])]
+        for position, indices in ((0, out), (1, must)):
+            for index in indices:
+                chosen = [k for k in (0, 1) if self.extra.random() < 0.6] or [self.extra.randrange(2)]
+                for k in chosen:
+                    sides[k][position].append(index)
+        child = self.deeper(ctx, out)
+        left, right = (self.expr(o, m, child) for o, m in sides)
+        return Bin(function, left, right)
 
     def power(self, out: list[str], must: list[str], ctx: _Ctx) -> Any:
         r = self.r
@@ -857,8 +948,11 @@ def _walk(e: Any):  # type: ignore[no-untyped-def]
         yield from _walk(e.argument)
     elif isinstance(e, Pow):
         yield from _walk(e.base)
-    elif isinstance(e, Reduce):
+    elif isinstance(e, (Reduce, Norm)):
         yield from _walk(e.body)
+    elif isinstance(e, Bin):
+        yield from _walk(e.left)
+        yield from _walk(e.right)
 
 
 def _is_positive(e: Any, positive_inputs: set[str], positive_targets: set[str]) -> bool:
@@ -881,6 +975,12 @@ def _is_positive(e: Any, positive_inputs: set[str], positive_targets: set[str]) 
         return _is_positive(e.base, positive_inputs, positive_targets)
     if isinstance(e, Reduce):
         return _is_positive(e.body, positive_inputs, positive_targets)
+    if isinstance(e, Norm):
+        return e.kind == "softmax"
+    if isinstance(e, Bin):
+        sides = (_is_positive(e.left, positive_inputs, positive_targets),
+                 _is_positive(e.right, positive_inputs, positive_targets))
+        return any(sides) if e.function == "maximum" else all(sides)
     return False
 
 
@@ -1251,8 +1351,19 @@ def _scan(e: Any, bound: frozenset[str], contracted_above: frozenset[str], found
         found.add(f"{kind} power")
         _scan(e.base, bound, contracted_above, found, orders, uses, depth + 1)
         return
+    if isinstance(e, Norm):
+        found.add(f"normaliser {e.kind}")
+        _scan(e.body, bound, contracted_above, found, orders, uses, depth + 1)
+        return
+    if isinstance(e, Bin):
+        found.add(f"function {e.function}")
+        for operand in (e.left, e.right):
+            _scan(operand, bound, contracted_above, found, orders, uses, depth + 1)
+        return
     if isinstance(e, Reduce):
         found.add("sum[...]" if e.kind == "sum" else f"reduction {e.kind}")
+        if len(e.indices) > 1 and e.kind != "sum":
+            found.add("reduction over several indices")
         if depth and any(isinstance(n, Reduce) for n in _walk(e.body) if n is not e):
             found.add("nested sum[...]")
         if any(isinstance(n, Reduce) for n in _walk(e.body) if n is not e):

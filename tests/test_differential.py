@@ -16,8 +16,8 @@ Environment:
 
 * ``EINFLOW_DIFF_N``: how many programs (default 2000); ``EINFLOW_DIFF_START``: first seed (default 0);
 * ``EINFLOW_DIFF_SEED=1234``: replay one seed with every check, printing each program;
-* ``EINFLOW_DIFF_LANGUAGE=v1``: programs without the reductions (max, min, mean, logsumexp) and functions
-  (erf, softplus) added in language v2;
+* ``EINFLOW_DIFF_LANGUAGE=v1``: programs without the reductions (max, min, mean, logsumexp), normalisers
+  (softmax, log_softmax, argmax, argmin) and functions (maximum, minimum, erf, softplus) added in language v2;
 * ``EINFLOW_DIFF_CHECKS=all``: every derivative check on every program (the long run:
   ``EINFLOW_DIFF_N=20000 EINFLOW_DIFF_CHECKS=all``);
 * ``EINFLOW_DIFF_REFERENCE=jax``: JAX float64 as the reference for every program (slow: XLA compiles
@@ -597,16 +597,23 @@ _FEATURES = (
     "nested sum[...]", "integer power", "negative power", "fractional power",
     *(f"function {name}" for name in randprog.FUNCTIONS),
 )
+# language v2 (drawn unless EINFLOW_DIFF_LANGUAGE=v1): every reduction, normaliser and new function
+_V2_FEATURES = (
+    *(f"reduction {kind}" for kind in ("max", "min", "mean", "logsumexp")), "reduction over several indices",
+    *(f"normaliser {kind}" for kind in ("softmax", "log_softmax", "argmax", "argmin")),
+    *(f"function {name}" for name in ("maximum", "minimum", "softplus", "erf")),
+)
 
 
 def test_generator_covers_the_language() -> None:
     """Every feature the differential test is meant to exercise occurs in the default run's programs."""
-    seen: dict[str, int] = dict.fromkeys(_FEATURES, 0)
+    wanted = _FEATURES + (() if os.environ.get("EINFLOW_DIFF_LANGUAGE") == "v1" else _V2_FEATURES)
+    seen: dict[str, int] = dict.fromkeys(wanted, 0)
     count = 400
     for seed in range(count):
         for feature in randprog.features(randprog.generate(seed)):
             seen[feature] = seen.get(feature, 0) + 1
-    rare = {feature: n for feature, n in seen.items() if feature in _FEATURES and n < 3}
+    rare = {feature: n for feature, n in seen.items() if feature in wanted and n < 3}
     assert not rare, f"features (almost) never generated in {count} programs: {rare}"
     multi = sum(len(randprog.generate(seed).program.statements) > 1 for seed in range(100))
     assert multi > 50
