@@ -364,7 +364,8 @@ class Source:
         if isinstance(node, Apply):
             inner = self.node(node.arg)[0]
             # a promoting function's result is already floating: no second promotion around it
-            computed_float = isinstance(node.arg, Apply) and FUNCTION_RULES[node.arg.func].promotes
+            computed_float = (isinstance(node.arg, Apply) and node.arg.other is None  # maximum(a, b) keeps ints
+                              and FUNCTION_RULES[node.arg.func].promotes)
             return self.call(node.func, inner, promote=not computed_float), 4
         if isinstance(node, AsFloat):
             return self.as_float(self.node(node.arg)[0]), 4

@@ -140,13 +140,16 @@ GRADIENTS = [
     ("L = sum[i](erf(x[i]) softplus(x[i]))", "x"),
     ("L = sum[i,j](x[i] softmax[j](A[i,j] x[j]) w[j])", "x"),
     ("L = sum[i,j](A[i,j] log_softmax[j](A[i,j] x[j]))", "x"),
+    # cases that previously failed (tests/test_differential.py, seeds 208 and 416 of the v2 generator)
+    ("L = sum[i](cos(maximum(x[i], w[i])) exp(minimum(x[i], 0.5 w[i])))", "x"),
+    ("L = sign(maximum(1.5 s, s)) + sin(minimum(x[i] w[i], s))", "s"),
 ]
 
 
 @pytest.mark.parametrize("text, wrt", GRADIENTS)
 def test_gradient_matches_central_differences_and_reparses(text: str, wrt: str) -> None:
     square = RNG.normal(size=(4, 4))
-    values = {"x": X, "w": W, "A": square}
+    values = {"x": X, "w": W, "A": square, "s": np.array(-0.3)}
     program = ef.compile(text)
     values = {name: values[name] for name in program.inputs}
     gradient = ef.grad(text, wrt=wrt)
@@ -251,3 +254,11 @@ def test_exported_source_runs_the_reductions_on_its_own() -> None:
     expected = _lse(big, 1) + np.array([math.erf(v) for v in x]) + big.max(1) + np.maximum(x, 0)
     np.testing.assert_allclose(namespace["f"](A=big, x=x), expected, rtol=1e-14)
     assert "logsumexp" in ef.export.to_latex(ef.compile("z = logsumexp[i](x[i])"))
+
+
+def test_a_function_of_maximum_keeps_its_operands_dtype() -> None:
+    # previously a KeyError in the code generator (a function applied to maximum/minimum)
+    k = np.array([1, -2, 3])
+    program = ef.compile("y[i] = exp(minimum(k[i], 2 k[i])) + sign(maximum(k[i], 0))")
+    np.testing.assert_allclose(program(k=k), np.exp(np.minimum(k, 2 * k)) + np.sign(np.maximum(k, 0)), rtol=1e-15)
+    assert program(k=np.array([2.0], dtype=np.float32)).dtype == np.float32
