@@ -193,14 +193,15 @@ TORCH_HELPERS: dict[str, str] = {
     """Where new tensors go: the device of the first tensor input (the CPU when there is none)."""
     return next((a.device for a in inputs if isinstance(a, {np}.Tensor)), None)''',
 }
-#: jax arrays are immutable: the diagonal is written with ``.at[...].set``
+#: jax arrays are immutable: the diagonal is written with ``.at[...].set`` (its indices are unique, which
+#: also lets jax transpose the write: reverse mode through a JVP program with a surviving delta)
 JAX_HELPERS: dict[str, str] = {
     "erf": '''def {erf}(x):
     """The error function elementwise (jax's own, traceable and differentiable)."""
     from jax.scipy.special import erf
     return erf({as_float}(x))''',
     "diagonal": HELPERS["diagonal"].replace("out[tuple(index)] = value\n    return out",
-                                             "return out.at[tuple(index)].set(value)"),
+                                             "return out.at[tuple(index)].set(value, unique_indices=True)"),
 }
 HELPERS["device"] = '''def {device}(*inputs):
     """Where new arrays go (numpy: the host)."""

@@ -236,7 +236,7 @@ class Program:
         """The general call: pick the backend, convert inputs once, plan (cached), run, convert results."""
         if name == "auto":
             name = infer_backend(values)
-        if name in ("torch", "jax"):  # tensors in, tensors out; autograd / custom_vjp (einflow.frameworks)
+        if name in ("torch", "jax"):  # tensors in, tensors out; autograd / custom_jvp (einflow.frameworks)
             from einflow.frameworks import call
 
             return call(self, values, name, optimize, memory_limit)

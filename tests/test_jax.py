@@ -1,4 +1,5 @@
-"""einflow inside JAX: jax arrays in and out, jax.jit with tracers, jax.grad through einflow's VJP (custom_vjp).
+"""einflow inside JAX: jax arrays in and out, jax.jit with tracers, every jax transformation (jvp, jacfwd,
+hessian, grad, grad of grad) through einflow's JVP program (custom_jvp).
 
 References: the same function written in jax.numpy, differentiated by jax itself.
 """
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import einflow as ef
+from einflow.frameworks import jvp_program
 from einflow.functions import FUNCTION_RULES
 
 jax.config.update("jax_enable_x64", True)
@@ -60,11 +62,67 @@ def test_grad_equals_jax_grad_of_jnp() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_backward_is_einflows_vjp_program() -> None:
-    p = ef.compile(MLP)
+def test_tangent_is_einflows_jvp_program() -> None:
+    p = ef.compile(MLP.replace("/ 2", "/ 4"))  # a program of its own: its JVP program is derived here
     arrays = data()
-    jaxpr = str(jax.make_jaxpr(jax.grad(lambda W: p(arrays, W=W)))(arrays["W"]))
-    assert "custom_vjp_call" in jaxpr
+    assert "custom_jvp_call" in str(jax.make_jaxpr(lambda W: p(arrays, W=W))(arrays["W"]))
+    before = jvp_program.cache_info().misses
+    jax.grad(lambda W: p(arrays, W=W))(arrays["W"])  # reverse mode: jax transposes einflow's JVP program
+    assert jvp_program.cache_info().misses == before + 1
+    program, tangents = jvp_program(p, ("W",))
+    assert tangents == ("T_W",) and "T_W" in program.inputs
+
+
+# a loss through a contraction, a nonlinearity, a reduction and a normaliser; and its jnp twin
+SOFT = "L = logsumexp[n](A[n,i] x[i]) + sum[n](softmax[n](A[n,i] x[i]) tanh(A[n,j] x[j]))"
+
+
+def soft_jnp(A: jax.Array, x: jax.Array) -> jax.Array:
+    z = A @ x
+    return jax.nn.logsumexp(z) + jnp.sum(jax.nn.softmax(z) * jnp.tanh(z))
+
+
+@pytest.mark.parametrize("case", ["mlp", "soft"])
+def test_forward_mode_jvp_jacfwd_hessian_under_jit(case: str) -> None:
+    arrays = data(2)
+    if case == "mlp":
+        p, wrt = ef.compile(MLP), arrays["W"]
+
+        def f(W: jax.Array) -> jax.Array:
+            return p(arrays, W=W)
+
+        def g(W: jax.Array) -> jax.Array:
+            return mlp_jnp(arrays["X"], W, arrays["b"], arrays["v"], arrays["y"])
+    else:
+        p, A, wrt = ef.compile(SOFT), arrays["X"], arrays["y"][:3]
+
+        def f(x: jax.Array) -> jax.Array:
+            return p(A=A, x=x)
+
+        def g(x: jax.Array) -> jax.Array:
+            return soft_jnp(A, x)
+
+    tangent = jnp.asarray(np.random.default_rng(5).standard_normal(wrt.shape))
+    close = {"rtol": 1e-9, "atol": 1e-12}
+    value, derivative = jax.jit(lambda w, t: jax.jvp(f, (w,), (t,)))(wrt, tangent)
+    value_ref, derivative_ref = jax.jvp(g, (wrt,), (tangent,))
+    np.testing.assert_allclose(value, value_ref, **close)
+    np.testing.assert_allclose(derivative, derivative_ref, **close)
+    np.testing.assert_allclose(jax.jit(jax.jacfwd(f))(wrt), jax.jacfwd(g)(wrt), **close)
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(wrt), jax.grad(g)(wrt), **close)
+    np.testing.assert_allclose(jax.jit(jax.hessian(f))(wrt), jax.hessian(g)(wrt), **close)
+    np.testing.assert_allclose(jax.jit(jax.jacfwd(jax.jacfwd(f)))(wrt), jax.hessian(g)(wrt), **close)
+    second = jax.jit(jax.grad(lambda w: jnp.sum(jax.grad(f)(w) ** 2)))(wrt)
+    np.testing.assert_allclose(second, jax.grad(lambda w: jnp.sum(jax.grad(g)(w) ** 2))(wrt), **close)
+
+
+def test_jvp_with_several_inputs_and_integer_ones() -> None:
+    p = ef.compile("y[n] = tanh(X[n,i] w[i]) k[n]")
+    X, w, k = data()["X"], jnp.array([0.1, -0.2, 0.3]), jnp.arange(6)
+    tX, tw = jnp.ones_like(X), jnp.array([1.0, 0.5, -1.0])
+    _, got = jax.jvp(lambda X, w: p(X=X, w=w, k=k), (X, w), (tX, tw))
+    _, want = jax.jvp(lambda X, w: jnp.tanh(X @ w) * k, (X, w), (tX, tw))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_grad_of_grad_and_hessian() -> None:
@@ -81,10 +139,9 @@ def test_grad_of_grad_and_hessian() -> None:
     second = jax.grad(lambda W: jnp.sum(jax.grad(f)(W) ** 2))(W)
     reference = jax.grad(lambda W: jnp.sum(jax.grad(g)(W) ** 2))(W)
     np.testing.assert_allclose(second, reference, rtol=1e-9, atol=1e-12)
-    # reverse over reverse (custom_vjp has no forward mode: jax.hessian, which is jacfwd(jacrev), is refused)
+    # reverse over reverse, and jax.hessian (forward over reverse)
     np.testing.assert_allclose(jax.jit(jax.jacrev(jax.grad(f)))(W), jax.hessian(g)(W), rtol=1e-9, atol=1e-12)
-    with pytest.raises(TypeError, match="forward-mode"):
-        jax.jacfwd(f)(W)
+    np.testing.assert_allclose(jax.hessian(f)(W), jax.hessian(g)(W), rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTION_RULES))
@@ -166,3 +223,11 @@ def test_reductions_and_normalisers_under_grad() -> None:
     np.testing.assert_allclose(grad, jax.nn.softmax(x) + jnp.array([0.0, 0.0, 1.0]) + 1 / 3, rtol=1e-12)
     far = ef.compile("s[i] = log_softmax[i](x[i])")(x=jnp.array([1000.0, 999.0, 1.0]))
     np.testing.assert_allclose(far, jax.nn.log_softmax(jnp.array([1000.0, 999.0, 1.0])), rtol=1e-12)
+
+
+def test_python_float_inputs_are_differentiated() -> None:
+    p = ef.compile("L = sum[i](a x[i] x[i]) + k")
+    x = jnp.array([1.0, 2.0])
+    assert float(jax.grad(lambda a: p(x=x, a=a, k=1))(2.0)) == pytest.approx(5.0, rel=1e-15)
+    _, tangent = jax.jvp(lambda a: p(x=x, a=a, k=1), (2.0,), (1.0,))
+    assert float(tangent) == pytest.approx(5.0, rel=1e-15)

@@ -2,8 +2,8 @@
 
 The generated executor is written for ``jax.numpy`` (``codegen`` target ``"jax"``: immutable arrays,
 diagonals written with ``.at[...].set``); contractions go through opt_einsum's plan with
-``jax.numpy.tensordot``/``einsum``. Calling a program on jax values wraps it in ``jax.custom_vjp``
-whose backward pass is einflow's VJP program (:mod:`einflow.frameworks.jax_vjp`).
+``jax.numpy.tensordot``/``einsum``. Calling a program on jax values wraps it in ``jax.custom_jvp``
+whose tangent is einflow's JVP program (:mod:`einflow.frameworks.jax_jvp`).
 """
 
 from __future__ import annotations

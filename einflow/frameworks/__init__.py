@@ -4,8 +4,9 @@
 ``auto``). The program runs as generated torch / jax.numpy code, planned once per signature (shapes,
 dtypes and, for torch, device). Its derivative is einflow's own: a torch tensor that requires grad
 gets one autograd node whose backward runs ``einflow.vjp(program)`` (:mod:`.torch_autograd`); under
-jax the call is a ``jax.custom_vjp`` with the same backward (:mod:`.jax_vjp`). The backward program is
-called through the same mechanism, so second derivatives work too.
+jax the call is a ``jax.custom_jvp`` whose tangent is ``einflow.jvp(program)`` (:mod:`.jax_jvp`; jax
+transposes it for reverse mode). The derivative program is called through the same mechanism, so
+second derivatives work too.
 
 >>> import torch, einflow as ef
 >>> loss = ef.compile("L = sum[n]((X[n,i] w[i] - y[n])^2)")
@@ -28,7 +29,7 @@ from einflow.backends import get_backend
 from einflow.errors import DerivativeError, EinflowError
 from einflow.memory import memory_limit_bytes
 
-__all__ = ["call", "function", "vjp_program", "value_and_grad_program", "plan_for"]
+__all__ = ["call", "function", "vjp_program", "jvp_program", "value_and_grad_program", "plan_for"]
 
 
 def call(program: Any, values: list[Any], name: str, optimize: Any, memory_limit: Any) -> Any:
@@ -36,7 +37,7 @@ def call(program: Any, values: list[Any], name: str, optimize: Any, memory_limit
     if name == "torch":
         from einflow.frameworks.torch_autograd import call as run
     else:
-        from einflow.frameworks.jax_vjp import call as run
+        from einflow.frameworks.jax_jvp import call as run
     return run(program, get_backend(name), values, optimize, memory_limit)
 
 
@@ -103,6 +104,36 @@ def vjp_program(program: Any, wrt: tuple[str, ...]) -> tuple[Any, str]:
     try:
         # one input: a single-result program (callable through the framework's node again)
         return vjp(program, wrt=wrt[0] if len(wrt) == 1 else list(wrt), cotangent=cotangent), cotangent
+    except DerivativeError:
+        raise
+    except EinflowError as error:  # pragma: no cover - a derivative einflow cannot take is a DerivativeError
+        raise DerivativeError(str(error)) from None
+
+
+@functools.lru_cache(maxsize=512)
+def jvp_program(program: Any, wrt: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
+    """(einflow.jvp of ``program`` along tangents of the inputs ``wrt``, the tangents' names).
+
+    The program is linear in the tangents (JAX transposes it for reverse mode). Derived once per
+    program and set of inputs (cached); jax's forward mode calls it.
+
+    >>> import einflow as ef
+    >>> program, tangents = jvp_program(ef.compile("y[i] = A[i,j] x[j]"), ("x",))
+    >>> tangents, program.inputs
+    (('T_x',), ('A', 'T_x'))
+    """
+    from einflow.autodiff import jvp
+
+    taken = set(program.info.inputs) | set(program.info.targets)
+    tangents: list[str] = []
+    for name in wrt:
+        tangent = _fresh(program, f"T_{name}")
+        while tangent in taken:
+            tangent += "_"
+        taken.add(tangent)
+        tangents.append(tangent)
+    try:
+        return jvp(program, wrt=list(wrt), tangent=tangents), tuple(tangents)
     except DerivativeError:
         raise
     except EinflowError as error:  # pragma: no cover - a derivative einflow cannot take is a DerivativeError
