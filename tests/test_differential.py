@@ -678,6 +678,40 @@ def test_jet_reference_agrees_with_jax() -> None:
     assert not failures, "\n\n".join(str(f) for f in failures)
 
 
+def test_jet_reference_of_normalisers_and_maximum_agrees_with_jax() -> None:
+    """The v2 reference (softmax, log_softmax, maximum, minimum) against the same function written in jnp."""
+    if jax is None:  # pragma: no cover - `make test` installs jax
+        pytest.skip("jax is not installed")
+    R = randprog
+
+    def prod(*factors: Any) -> R.Prod:
+        return R.Prod(tuple(factors), (False,) * len(factors), (False,) * len(factors))
+
+    Ax = prod(R.Ref("A", ("i", "j")), R.Ref("x", ("j",)))
+    body = R.Add((prod(R.Norm("softmax", ("i",), Ax), R.Ref("y", ("i",))),
+                  prod(R.Norm("log_softmax", ("i",), Ax), R.Ref("y", ("i",))),
+                  R.Bin("maximum", R.Ref("x", ("i",)), R.Ref("y", ("i",))),
+                  R.Bin("minimum", prod(R.Ref("x", ("i",)), R.Ref("x", ("i",))), R.Ref("y", ("i",)))), (1, 1, 1, -1))
+    program = R.Program([R.Stmt("f", None, R.Reduce(("i",), body))], {"i": 3, "j": 3},
+                        {"x": (3,), "y": (3,), "A": (3, 3)}, set())
+    rng = np.random.default_rng(4)
+    arrays = {"x": rng.uniform(-1, 1, 3), "y": rng.uniform(-1, 1, 3), "A": rng.uniform(-1, 1, (3, 3))}
+    wrt = ["x", "A"]
+    value, jacobians, hessians = randprog.jet_derivatives(program, arrays, wrt, second=True)
+
+    def f(x: Any, A: Any) -> Any:
+        z, y = A @ x, arrays["y"]
+        return (jnp.sum(jax.nn.softmax(z) * y) + jnp.sum(jax.nn.log_softmax(z) * y) + jnp.sum(jnp.maximum(x, y))
+                - jnp.sum(jnp.minimum(x * x, y)))
+
+    np.testing.assert_allclose(value, f(arrays["x"], arrays["A"]), rtol=1e-12)
+    for mine, theirs in zip(jacobians, jax.jacrev(f, (0, 1))(arrays["x"], arrays["A"])):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+    blocks = jax.hessian(f, (0, 1))(arrays["x"], arrays["A"])
+    for mine, theirs in zip(hessians, [blocks[a][b] for a in range(2) for b in range(2)]):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-10, atol=1e-12)
+
+
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--shrink":  # pragma: no cover
     # python tests/test_differential.py --shrink SEED [CHECK]
     small, found = shrink(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
