@@ -64,6 +64,14 @@ RULES: tuple[Rule, ...] = (
     Rule("reduce", "common factors", "sum[k](x[k] y[p] + x[k] z[p])", "sum[k](x[k] (y[p] + z[p]))"),
     Rule("reduce", "delta", "sum[u](delta[u,p] x[u])", "x[p]"),
     Rule("reduce", "count", "sum[q,u](2 delta[q,u] y[p])", "2 sum[u](delta[u,u] y[p])"),
+    # a reduction or normaliser over an index its body lost (a delta eliminated it): the body is constant there
+    Rule("reduce", "unused index", "max[k,u](sum[v](A[p,k] delta[u,v]))", "max[k](A[p,k])"),
+    Rule("reduce", "unused index of logsumexp", "logsumexp[k,u](sum[v](A[p,k] delta[u,v]))",
+         "logsumexp[k](A[p,k]) + log(sum[u](delta[u,u]))"),
+    Rule("normalize", "unused index", "softmax[q,k](sum[v](A[p,k] delta[q,v]))",
+         "softmax[q](delta[q,q]) softmax[k](A[p,k])"),
+    Rule("normalize", "unused index of log_softmax", "log_softmax[q](sum[v](x[p] delta[q,v]))",
+         "delta[p,p] log_softmax[q](delta[q,q])"),
     Rule("call", "fold numbers", "exp(0) x[p]", "x[p]"),
     Rule("call", "logsumexp", "log(sum[k](exp(A[p,k])))", "logsumexp[k](A[p,k])"),
     Rule("call", "softplus", "log(1 + exp(x[p]))", "softplus(x[p])"),
@@ -398,7 +406,20 @@ def _common_factors(terms: list[ir.Expr]) -> tuple[list[ir.Expr], list[ir.Expr]]
 def _s_reduce(node: ir.Reduce, s: Simplify) -> ir.Expr:
     if node.kind != "sum":
         # max/min/mean/logsumexp: none of the sum rules (merging, delta elimination, splitting, hoisting) hold
-        return ir.Reduce(node.indices, s(node.body), node.kind)
+        body = s(node.body)
+        present = indices_in(body)
+        used = tuple(i for i in node.indices if i in present)
+        if used == node.indices:
+            return ir.Reduce(node.indices, body, node.kind)
+        # constant along the unused indices: max/min/mean ignore them, logsumexp adds log of their count
+        reduced = ir.Reduce(used, body, node.kind) if used else body
+        if node.kind != "logsumexp":
+            _fire("reduce", "unused index")
+            return reduced
+        _fire("reduce", "unused index of logsumexp")
+        unused = tuple(i for i in node.indices if i not in present)
+        count = ir.Reduce(unused, ir.product(*(ir.Delta(i, i) for i in unused)))
+        return s(ir.Sum((reduced, ir.Call("log", count))))
     body = s(node.body)
     indices = list(node.indices)
     if isinstance(body, ir.Reduce) and body.kind == "sum":
@@ -518,7 +539,24 @@ def _s_power(node: ir.Power, s: Simplify) -> ir.Expr:
 
 
 def _s_normalize(node: ir.Normalize, s: Simplify) -> ir.Expr:
-    return ir.Normalize(node.kind, node.indices, s(node.body))
+    body = s(node.body)
+    present = indices_in(body)
+    used = tuple(i for i in node.indices if i in present)
+    if used == node.indices:
+        return ir.Normalize(node.kind, node.indices, body)
+    # constant along the unused indices (bound around the normaliser): normalising over them alone gives
+    # softmax[q](delta[q,q]) = 1/size(q) (argmax: ties split equally, the same), log_softmax -log size(q)
+    unused = tuple(i for i in node.indices if i not in present)
+    constant = ir.Normalize(node.kind, unused, ir.product(*(ir.Delta(i, i) for i in unused)))
+    if used:
+        rest: ir.Expr = ir.Normalize(node.kind, used, body)
+    else:  # nothing left to normalise: the body's own indices stay (delta[p,p] = 1 along p)
+        rest = ir.product(*(ir.Delta(i, i) for i in sorted(present - set(bound_inside(body)))))
+    if node.kind == "log_softmax":
+        _fire("normalize", "unused index of log_softmax")
+        return s(ir.Sum((rest, constant)) if used else ir.product(constant, rest))
+    _fire("normalize", "unused index")
+    return s(ir.product(rest, constant))
 
 
 def _s_binary(node: ir.Binary, s: Simplify) -> ir.Expr:
