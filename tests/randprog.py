@@ -469,7 +469,11 @@ def _normalise(xp: Any, kind: str, value: Any, axes: tuple[int, ...]) -> Any:
     (ties split equally, constant) over ``axes``, keeping every axis."""
     raw = _raw(value)
     if kind in ("argmax", "argmin"):
-        hits = (raw == (np.max if kind == "argmax" else np.min)(raw, axis=axes, keepdims=True)).astype(float)
+        extreme = (np.max if kind == "argmax" else np.min)(raw, axis=axes, keepdims=True)
+        close = np.abs(raw - extreme) <= 1e-9 * (1 + np.abs(extreme))
+        if np.any(np.sum(close, axis=axes) > 1):  # a tie, or nearly: rounding decides which entry wins
+            NEAR_TIE[0] = True
+        hits = (raw == extreme).astype(float)
         return xp.asarray(hits / np.sum(hits, axis=axes, keepdims=True))
     kept_shape = tuple(1 if k in axes else n for k, n in enumerate(raw.shape))
     shifted = value - np.max(raw, axis=axes, keepdims=True)
@@ -485,6 +489,10 @@ def _extreme_of_two(function: str, left: Any, right: Any) -> Any:
     weight = wins.astype(float) + 0.5 * (a == b)
     return left * weight + right * (1.0 - weight)
 
+
+#: set when an argmax/argmin in the last evaluation had (nearly) tied entries: the indicator is discontinuous
+#: there, so two correct evaluations that round differently give different values
+NEAR_TIE = [False]
 
 #: the largest magnitude a periodic function (sin, cos) was applied to in the last numpy evaluation: far out
 #: the function's value depends on the argument's last bits, so two correct evaluations need not agree
