@@ -98,10 +98,15 @@ class _Setup:
         normal = lift_deep_calls(to_normal(stabilize_program(program.ir), fresh, names), fresh, self.tensor_names,
                                  ranks)
         ranks[self.value] = len(normal[-1].indices or ())
-        self.work = Work(normal, program.inputs, ranks, fresh, self.tensor_names)
-        self.forward_count = len(normal)
+        self.work = Work(normal, program.inputs, ranks, fresh, self.tensor_names, forward_count=len(normal))
+        self._normal = tuple(normal)  # the statements as normal form gave them (a split product is another)
         self.user_sizes = [s for s in program.ir.statements if isinstance(s, ir.SizeDecl)]
         self.declared = {n for s in self.user_sizes for n in s.names}
+
+    @property
+    def forward_count(self) -> int:
+        """How many of the work's statements compute the program's own values (split products included)."""
+        return self.work.forward_count
 
     @property
     def value_rank(self) -> int:
@@ -135,7 +140,8 @@ class _Setup:
         kept.reverse()
         original = {s.target if s.target is not None else self.value: s
                     for s in self.program.ir.statements if isinstance(s, ir.Assign)}
-        unchanged = {s.target for s in forward if s in kept and s.target in original}
+        as_given = {id(s) for s in self._normal}
+        unchanged = {s.target for s in forward if id(s) in as_given and s in kept and s.target in original}
         declared = set(self.declared) | set(work.size_of)
         pending_sizes = [s for s in self.program.ir.statements if isinstance(s, ir.SizeDecl)]
         positions = {s.target if s.target is not None else self.value: k
