@@ -137,6 +137,12 @@ def zeros(indices: tuple[str, ...]) -> ir.Expr:
     return ir.product(ir.Num(0), *(ir.Delta(i, i) for i in indices)) if indices else ir.Num(0)
 
 
+def _contracts(expr: ir.Expr) -> bool:
+    """Does ``expr`` contract a product of three or more factors (a chain worth naming once)?"""
+    return any(isinstance(node, ir.Reduce) and node.kind == "sum" and isinstance(node.body, ir.Product)
+               and sum(not isinstance(f, ir.Num) for f in node.body.factors) >= 3 for node in ir.walk(expr))
+
+
 def forward_sweep(work: Work, wrt: str, through: list[str],
                   outputs: list[str]) -> tuple[dict[str, ir.Assign], tuple[str, ...]]:
     """Tangents of ``through`` statements with respect to input ``wrt`` (fresh trailing indices).
@@ -184,8 +190,9 @@ def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], nam
         if statement.target in outputs:
             results[statement.target] = ir.Assign(statement.target, indices + axes, tangent)
             continue
-        # keep simple tangents symbolic (inlined at each use); materialize the rest once
-        if isinstance(tangent, ir.Sum):
+        # keep simple tangents symbolic (inlined at each use); materialize the rest once: sums of terms,
+        # and contractions (inlining those repeats the chain: a deep network's statements would grow with depth)
+        if isinstance(tangent, ir.Sum) or _contracts(tangent):
             assert statement.target is not None
             name = work.tensor_fresh.pick([name_of(statement.target)], f"d_{statement.target}")
             work.statements.append(ir.Assign(name, indices + axes, tangent))
