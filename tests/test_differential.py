@@ -290,7 +290,7 @@ class _Checker:
     def checks(self) -> tuple[str, ...]:
         """The derivative checks for this program: all of them, or (default) one by rotation over seeds."""
         every = SCALAR_CHECKS if self.case.scalar else TENSOR_CHECKS
-        if CHECKS == "all" or _REPLAY is not None:
+        if CHECKS == "all" or _REPLAY is not None or self.case.network:
             return every
         rotation = SCALAR_ROTATION if self.case.scalar else TENSOR_CHECKS
         chosen = rotation[self.case.seed % len(rotation)]
@@ -411,15 +411,25 @@ def _indent(program: Any) -> str:
     return "\n".join("      " + line for line in str(program).splitlines())
 
 
+#: every NETWORK_EVERY-th seed also checks a tensor network (randprog.generate_network): products with
+#: several varying factors, whose gradients share adjoints along a pairwise tree
+NETWORK_EVERY = 4
+
+
 def check_seed(seed: int, verbose: bool = False) -> list[Failure]:
-    """Every check of one random program; the failures found."""
-    case = randprog.generate(seed)
-    if verbose:
-        print(f"seed {seed}, wrt={case.wrt}, scalar={case.scalar}\n{case.text}")
-    # overflow in a program that is then skipped (reference not finite) is not worth a warning
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return _Checker(case, verbose).check()
+    """Every check of one random program (and, every NETWORK_EVERY-th seed, of a tensor network)."""
+    cases = [randprog.generate(seed)]
+    if seed % NETWORK_EVERY == 0:
+        cases.append(randprog.generate_network(seed))
+    failures: list[Failure] = []
+    for case in cases:
+        if verbose:
+            print(f"seed {seed}, wrt={case.wrt}, scalar={case.scalar}\n{case.text}")
+        # overflow in a program that is then skipped (reference not finite) is not worth a warning
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            failures += _Checker(case, verbose).check()
+    return failures
 
 
 def _signature(failure: Failure) -> tuple[str, str]:
