@@ -8,6 +8,10 @@ against JAX ``jacrev``/``hessian`` in ``test_jet_reference_agrees_with_jax``), a
 is printed, re-parsed and run again. Any exception that is not an EinflowError fails, and so does an
 EinflowError on a program the generator made (the generator only makes valid programs).
 
+Every 8th seed also draws a tensor network (``randprog.generate_network``: rings, chains and random graphs
+whose products have several varying factors, so gradients go through the shared-adjoint split of
+``einflow/autodiff/tree.py``), with its own rotation of derivative checks.
+
 By default each program gets one derivative check, by rotation over the seeds (the whole run then
 takes about 2.5 minutes of one core); the failure message gives the seed, the program, what was
 expected and what came out, and a one-line replay command.
@@ -290,8 +294,12 @@ class _Checker:
     def checks(self) -> tuple[str, ...]:
         """The derivative checks for this program: all of them, or (default) one by rotation over seeds."""
         every = SCALAR_CHECKS if self.case.scalar else TENSOR_CHECKS
-        if CHECKS == "all" or _REPLAY is not None or self.case.network:
+        if CHECKS == "all" or _REPLAY is not None:
             return every
+        if self.case.network:
+            # the derivatives that go through a split product (shared adjoints), in turn
+            rotation = NETWORK_ROTATION if self.case.scalar else TENSOR_CHECKS
+            return (rotation[(self.case.seed // NETWORK_EVERY) % len(rotation)],)
         rotation = SCALAR_ROTATION if self.case.scalar else TENSOR_CHECKS
         chosen = rotation[self.case.seed % len(rotation)]
         if chosen == "hessian" and len(self.case.text) > 130:
@@ -413,7 +421,8 @@ def _indent(program: Any) -> str:
 
 #: every NETWORK_EVERY-th seed also checks a tensor network (randprog.generate_network): products with
 #: several varying factors, whose gradients share adjoints along a pairwise tree
-NETWORK_EVERY = 4
+NETWORK_EVERY = 8
+NETWORK_ROTATION = ("grad", "value_and_grad", "hessian", "hvp", "vjp", "jacobian(reverse)", "jvp")
 
 
 def check_seed(seed: int, verbose: bool = False) -> list[Failure]:
