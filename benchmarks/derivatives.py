@@ -2,6 +2,12 @@
 
 Rows: logistic-regression gradient and Hessian (2000x1000), quadratic-form Hessian (n=2000),
 matrix-factorization Hessian (200x300, r=10). Medians of interleaved repeats; ratios to hand numpy.
+
+Second table (``structure``): derivatives that must keep the forward's structure, with the plan's FLOP
+ratio derivative / forward (default optimizer, plan report totals): gradients of a ring trace and a
+4x4 grid network by every factor (shared adjoints), value_and_grad vs grad, a 3-layer tanh MLP
+Hessian, the pairwise-energy Hessian (n=200 by default; ``--full`` runs n=2483 in a subprocess with
+its peak RSS) and a softmax cross-entropy HVP (B=64, V=256).
 """
 
 from __future__ import annotations
@@ -137,9 +143,241 @@ def run(repeat: int = 7, torch_hessians: bool = False) -> tuple[str, list[list[s
     return format_table(rows, header), rows
 
 
+def _ring(count: int) -> tuple[str, list[str]]:
+    indices = [f"a{k}" for k in range(count)]
+    factors = " ".join(f"A{k}[{indices[k]},{indices[(k + 1) % count]}]" for k in range(count))
+    return f"L = sum[{','.join(indices)}]({factors})", [f"A{k}" for k in range(count)]
+
+
+def _grid(rows: int, columns: int) -> tuple[str, dict[str, int], str]:
+    """Program text, tensor ranks and the numpy einsum equation of a closed rows x columns grid."""
+    factors, ranks, operands, letters = [], {}, [], {}
+    for i in range(rows):
+        for j in range(columns):
+            legs = ([f"v{i - 1}_{j}"] if i > 0 else []) + ([f"v{i}_{j}"] if i < rows - 1 else [])
+            legs += ([f"h{i}_{j - 1}"] if j > 0 else []) + ([f"h{i}_{j}"] if j < columns - 1 else [])
+            factors.append(f"T{i}{j}[{','.join(legs)}]")
+            ranks[f"T{i}{j}"] = len(legs)
+            operands.append("".join(letters.setdefault(leg, chr(ord("a") + len(letters))) for leg in legs))
+    return "L = " + " ".join(factors), ranks, ",".join(operands) + "->"
+
+
+MLP3 = """h1[i] = tanh(W1[i,j] x[j])
+h2[i] = tanh(W2[i,j] h1[j])
+h3[i] = tanh(W3[i,j] h2[j])
+L = sum[i](h3[i]^2)"""
+PAIRWISE = "E = sum[i,j](exp(-sum[d]((x[i,d] - x[j,d])^2)))"
+SOFTMAX_CE = """z[n,v] = W[v,f] X[n,f] + b[v]
+L = sum[n](logsumexp[v](z[n,v]) - sum[v](Y[n,v] z[n,v]))"""
+
+
+def _mlp_hessian_hand(W1: np.ndarray, W2: np.ndarray, W3: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The 3-layer MLP Hessian by W1 written out: the Hessian by z1 = W1 x, then the outer product with x."""
+    h1 = np.tanh(W1 @ x)
+    h2 = np.tanh(W2 @ h1)
+    h3 = np.tanh(W3 @ h2)
+    a1, a2, a3 = 1 - h1**2, 1 - h2**2, 1 - h3**2
+    u = W2 * a1[None, :]  # dz2/dz1
+    g = W3 @ (a2[:, None] * u)  # dz3/dz1
+    j3 = a3[:, None] * g  # dh3/dz1
+    c3 = 2 * h3  # dL/dh3
+    # d2L/dz1^2 = J3^T 2 J3 + sum_i c3_i d2h3_i
+    hz = 2 * j3.T @ j3
+    hz += -2 * (g.T * (c3 * h3 * a3)) @ g
+    c2 = W3.T @ (c3 * a3)  # dL/dh2 through h3
+    hz += -2 * (u.T * (c2 * h2 * a2)) @ u
+    c1 = W2.T @ (c2 * a2)  # dL/dh1
+    hz += np.diag(-2 * c1 * h1 * a1)
+    return hz[:, None, :, None] * x[None, :, None, None] * x[None, None, None, :]
+
+
+def _pairwise_hessian_hand(x: np.ndarray) -> np.ndarray:
+    d = x[:, None, :] - x[None, :, :]
+    k = np.exp(-np.sum(d**2, axis=2))
+    n, dims = x.shape
+    off = -8 * k[:, None, :, None] * d.transpose(0, 2, 1)[:, :, :, None] * d[:, None, :, :]
+    off += 4 * k[:, None, :, None] * np.eye(dims)[None, :, None, :]
+    rows = np.arange(n)
+    diagonal = off.sum(axis=2)
+    off[rows, :, rows, :] -= diagonal
+    return off
+
+
+def _softmax_hvp_hand(W: np.ndarray, b: np.ndarray, X: np.ndarray, Y: np.ndarray, T: np.ndarray) -> np.ndarray:
+    z = X @ W.T + b
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    dz = X @ T.T
+    dp = p * (dz - np.sum(p * dz, axis=1, keepdims=True))
+    return dp.T @ X
+
+
+def _flops(program: ef.Program, **arrays: np.ndarray) -> int:
+    return program.plan(**{k: v.shape for k, v in arrays.items()}).flops
+
+
+def structure(repeat: int = 5, full: bool = False) -> tuple[str, list[list[str]]]:
+    """FLOP ratios (derivative / forward) and times of the derivatives that share the forward's structure."""
+    rng = np.random.default_rng(1)
+    jax = optional("jax")
+    if jax is not None:
+        import jax.numpy as jnp
+
+        jax.config.update("jax_enable_x64", True)
+    rows: list[list[str]] = []
+
+    def measure(name: str, derived: ef.Program, forward: ef.Program, arrays: dict, hand, jax_fn,  # noqa: ANN001
+                ratio_note: str = "") -> None:
+        shapes = {k: v.shape for k, v in arrays.items() if k in forward.inputs}
+        ratio = derived.plan(**{k: v.shape for k, v in arrays.items() if k in derived.inputs}).flops
+        ratio /= forward.plan(**shapes).flops
+        candidates = {"einflow": lambda: derived(arrays)}
+        if hand is not None:
+            candidates["numpy (hand)"] = hand
+        if jax_fn is not None:
+            candidates["jax.jit"] = jax_fn
+        times = compare(candidates, repeat=repeat)
+        ours = times["einflow"]
+        rows.append([name, f"{ratio:.2f}{ratio_note}", f"{ours * 1e3:.2f} ms",
+                     f"{ours / times['numpy (hand)']:.2f}x" if "numpy (hand)" in times else "n/a",
+                     f"{times['jax.jit'] / ours:.1f}x" if "jax.jit" in times else "n/a"])
+
+    # rings: gradient by all N factors (16x16)
+    for count in (12, 50):
+        text, names = _ring(count)
+        arrays = {n: rng.normal(size=(16, 16)) / 4 for n in names}
+        gradient = ef.grad(text, wrt=names)
+
+        def hand(arrays: dict = arrays, names: list = names) -> list:
+            mats = [arrays[n] for n in names]
+            prefix = [np.eye(16)]
+            for m in mats[:-1]:
+                prefix.append(prefix[-1] @ m)
+            suffix = np.eye(16)
+            grads = [None] * len(mats)
+            for k in range(len(mats) - 1, -1, -1):
+                grads[k] = (suffix @ prefix[k]).T
+                suffix = mats[k] @ suffix
+            return grads
+
+        reference = hand()
+        got = gradient(arrays)
+        assert all(np.allclose(g, r, rtol=1e-8, atol=1e-10) for g, r in zip(got, reference)), "ring"
+        jax_fn = None
+        if jax is not None:
+            def trace(*ms):  # noqa: ANN002, ANN202
+                out = ms[0]
+                for m in ms[1:]:
+                    out = out @ m
+                return jnp.trace(out)
+
+            compiled = jax.jit(jax.grad(trace, argnums=tuple(range(count))))
+            jargs = [jnp.asarray(arrays[n]) for n in names]
+            jax_fn = lambda c=compiled, a=jargs: jax.block_until_ready(c(*a))  # noqa: E731
+        measure(f"ring N={count} (16x16), grad by all N", gradient, ef.compile(text), arrays, hand, jax_fn)
+    # 4x4 grid, bond 8: gradient by all 16 tensors
+    text, ranks, equation = _grid(4, 4)
+    arrays = {n: rng.normal(size=(8,) * r) / 3 for n, r in ranks.items()}
+    gradient = ef.grad(text, wrt=list(ranks))
+    jax_fn = None
+    if jax is not None:
+        compiled = jax.jit(jax.grad(lambda *t: jnp.einsum(equation, *t, optimize="dp"),
+                                    argnums=tuple(range(16))))
+        jargs = [jnp.asarray(arrays[n]) for n in ranks]
+        jax_fn = lambda c=compiled, a=jargs: jax.block_until_ready(c(*a))  # noqa: E731
+    forward = ef.compile(text)
+    shapes = {n: a.shape for n, a in arrays.items()}
+    dp_ratio = gradient.plan(**shapes).flops / forward.plan(optimize="dp", **shapes).flops
+    measure("4x4 grid (bond 8), grad by all 16", gradient, forward, arrays, None, jax_fn,
+            f" (vs dp forward: {dp_ratio:.2f})")
+    # value_and_grad vs grad (logistic regression)
+    X = rng.normal(size=(2000, 1000)) / np.sqrt(1000)
+    y = np.sign(rng.normal(size=2000))
+    w = rng.normal(size=1000)
+    both = ef.value_and_grad(LOGISTIC, wrt="w")
+    grad_alone = _flops(ef.grad(LOGISTIC, wrt="w"), X=X, y=y, w=w) / _flops(ef.compile(LOGISTIC), X=X, y=y, w=w)
+    measure("logistic value_and_grad (2000x1000)", both, ef.compile(LOGISTIC), dict(X=X, y=y, w=w),
+            lambda: (np.sum(np.logaddexp(0, -y * (X @ w))), X.T @ (-y * _sigmoid(y * (X @ w) * -1))), None,
+            f" (grad alone: {grad_alone:.2f})")
+    # 3-layer tanh MLP Hessian by W1 (48 units)
+    arrays = {"x": rng.normal(size=48)}
+    for k in range(1, 4):
+        arrays[f"W{k}"] = rng.normal(size=(48, 48)) / 7
+    hessian = ef.hessian(MLP3, wrt="W1")
+    reference = _mlp_hessian_hand(arrays["W1"], arrays["W2"], arrays["W3"], arrays["x"])
+    assert np.allclose(hessian(arrays), reference, rtol=1e-8, atol=1e-10), "mlp"
+    jax_fn = None
+    if jax is not None:
+        def mlp(W1, W2, W3, x):  # noqa: ANN001, ANN202
+            return jnp.sum(jnp.tanh(W3 @ jnp.tanh(W2 @ jnp.tanh(W1 @ x))) ** 2)
+
+        compiled = jax.jit(jax.hessian(mlp))
+        jargs = [jnp.asarray(arrays[n]) for n in ("W1", "W2", "W3", "x")]
+        jax_fn = lambda c=compiled, a=jargs: jax.block_until_ready(c(*a))  # noqa: E731
+    measure("3-layer tanh MLP Hessian by W1 (48 units)", hessian, ef.compile(MLP3), arrays,
+            lambda a=arrays: _mlp_hessian_hand(a["W1"], a["W2"], a["W3"], a["x"]), jax_fn)
+    # pairwise energy Hessian
+    n = 200  # jax.hessian builds n*3 tangents of n x n x 3 (15 GB at n=600)
+    x = rng.normal(size=(n, 3))
+    hessian = ef.hessian(PAIRWISE, wrt="x")
+    assert np.allclose(hessian(x=x), _pairwise_hessian_hand(x), rtol=1e-8, atol=1e-8), "pairwise"
+    jax_fn = None
+    if jax is not None:
+        def energy(x_):  # noqa: ANN001, ANN202
+            return jnp.sum(jnp.exp(-jnp.sum((x_[:, None, :] - x_[None, :, :]) ** 2, axis=2)))
+
+        compiled = jax.jit(jax.hessian(energy))
+        jx = jnp.asarray(x)
+        jax_fn = lambda c=compiled, a=jx: jax.block_until_ready(c(a))  # noqa: E731
+    measure(f"pairwise-energy Hessian (n={n}, d=3)", hessian, ef.compile(PAIRWISE), {"x": x},
+            lambda: _pairwise_hessian_hand(x), jax_fn)
+    # softmax cross-entropy HVP (B=64, V=256, F=128)
+    B, V, F = 64, 256, 128
+    arrays = {"X": rng.normal(size=(B, F)), "W": rng.normal(size=(V, F)) / 10, "b": rng.normal(size=V),
+              "Y": np.eye(V)[rng.integers(0, V, B)], "T": rng.normal(size=(V, F))}
+    product = ef.hvp(SOFTMAX_CE, wrt="W", tangent="T")
+    a = arrays
+    assert np.allclose(product(arrays), _softmax_hvp_hand(a["W"], a["b"], a["X"], a["Y"], a["T"]), rtol=1e-8,
+                       atol=1e-10), "hvp"
+    jax_fn = None
+    if jax is not None:
+        def loss(W_):  # noqa: ANN001, ANN202
+            z = jnp.asarray(a["X"]) @ W_.T + a["b"]
+            return jnp.sum(jax.scipy.special.logsumexp(z, axis=1) - jnp.sum(a["Y"] * z, axis=1))
+
+        compiled = jax.jit(lambda W_, T_: jax.jvp(jax.grad(loss), (W_,), (T_,))[1])
+        jargs = [jnp.asarray(a["W"]), jnp.asarray(a["T"])]
+        jax_fn = lambda c=compiled, j=jargs: jax.block_until_ready(c(*j))  # noqa: E731
+    measure(f"softmax cross-entropy HVP (B={B}, V={V}, F={F})", product, ef.compile(SOFTMAX_CE), arrays,
+            lambda: _softmax_hvp_hand(a["W"], a["b"], a["X"], a["Y"], a["T"]), jax_fn)
+    header = ["case", "FLOPs derivative / forward", "einflow", "einflow / hand numpy", "jax.jit / einflow"]
+    table = format_table(rows, header)
+    if full:
+        table += "\n\n" + _pairwise_full()
+    return table, rows
+
+
+def _pairwise_full() -> str:
+    """The pairwise-energy Hessian at n=2483 in a fresh process: time of the second call and peak RSS."""
+    import subprocess
+
+    script = (
+        "import resource, time, numpy as np, einflow as ef\n"
+        f"h = ef.hessian({PAIRWISE!r}, wrt='x')\n"
+        "x = np.random.default_rng(0).normal(size=(2483, 3))\n"
+        "h(x=x); start = time.perf_counter(); H = h(x=x); took = time.perf_counter() - start\n"
+        "print(f'{took:.1f} s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB, "
+        "result {H.nbytes / 1e9:.2f} GB')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    return f"pairwise-energy Hessian at n=2483 (second call, own process): {done.stdout.strip() or done.stderr[-300:]}"
+
+
 def main() -> None:
     table, _ = run(torch_hessians="--torch-hessians" in sys.argv)
     print(f"## Derivatives ({machine()})\n")
+    print(table)
+    table, _ = structure(full="--full" in sys.argv)
+    print("\n### Structure: shared adjoints, lean Hessians, HVP (FLOP ratios from the plan report)\n")
     print(table)
 
 

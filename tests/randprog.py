@@ -148,6 +148,7 @@ class Case:
     scalar: bool
     text: str = ""
     notes: list[str] = field(default_factory=list)
+    network: bool = False  # made by generate_network (every derivative check is run on it)
 
 
 # ------------------------------------------------------------------------------------------- printing
@@ -1028,6 +1029,96 @@ def generate(seed: int) -> Case:
         case.text = program_text(program)
         return case
     raise RuntimeError(f"no program for seed {seed}")
+
+
+def generate_network(seed: int) -> Case:
+    """A tensor network with several varying factors: a ring, a chain or a random graph of 3-6 tensors.
+
+    These are the products whose gradients share adjoints along a pairwise tree (einflow/autodiff/tree.py):
+    inputs are often read at several positions, an index may join three factors, the value may keep open
+    indices, a factor may be a computed tensor (``P = tanh(X)``) and the product may feed a later statement.
+    Deterministic in ``seed`` and drawn from its own stream (``generate`` is unchanged).
+    """
+    r = random.Random(seed * 15485863 + 3)
+    count = r.randint(3, 6)
+    kind = r.choice(("ring", "chain", "graph"))
+    names = [f"a{k}" for k in range(count + 1)]
+    if kind == "ring":
+        legs = [[names[k], names[(k + 1) % count]] for k in range(count)]
+    elif kind == "chain":
+        legs = [[names[k], names[k + 1]] for k in range(count)]
+    else:
+        legs = [[] for _ in range(count)]
+        edges = 0
+        for first in range(count):
+            for second in range(first + 1, count):
+                if r.random() < 0.45:
+                    index = f"e{edges}"
+                    edges += 1
+                    legs[first].append(index)
+                    legs[second].append(index)
+        for k, leg in enumerate(legs):
+            if not leg:  # join an isolated tensor to its neighbour
+                index = f"e{edges}"
+                edges += 1
+                leg.append(index)
+                legs[(k + 1) % count].append(index)
+    if r.random() < 0.3:  # a hyperedge: one index on three factors
+        for k in r.sample(range(count), 3):
+            legs[k].append("hy")
+    sizes: dict[str, int] = {}
+    for leg in legs:
+        for index in leg:
+            sizes.setdefault(index, r.choice((1, 2, 2, 3, 3)))
+    inputs: dict[str, tuple[int, ...]] = {}
+    factors: list[Ref] = []
+    pool = ["A", "B", "C", "D", "E", "F", "G", "M"]
+    for leg in legs:
+        shape = tuple(sizes[i] for i in leg)
+        same = [n for n, s in inputs.items() if s == shape]
+        if same and r.random() < 0.4:  # the same input at another position (a repeated wrt factor)
+            factors.append(Ref(r.choice(same), tuple(leg)))
+            continue
+        name = pool[len(inputs)]
+        inputs[name] = shape
+        factors.append(Ref(name, tuple(leg)))
+    items: list[Any] = []
+    if r.random() < 0.3:  # one factor is a computed tensor
+        k = r.randrange(count)
+        leg = factors[k].indices
+        items.append(Stmt("P", leg, Call("tanh", Ref("X", leg))))
+        inputs["X"] = tuple(sizes[i] for i in leg)
+        factors[k] = Ref("P", leg)
+        read = {f.name for f in factors} | {"X"}
+        inputs = {n: shape for n, shape in inputs.items() if n in read}
+    occurrences: dict[str, int] = {}
+    for leg in legs:
+        for index in leg:
+            occurrences[index] = occurrences.get(index, 0) + 1
+    product = Prod(tuple(factors), (False,) * count, (False,) * count)
+    opened = [i for i in occurrences if occurrences[i] == 1]
+    scalar = r.random() < 0.75
+    if scalar:
+        if r.random() < 0.5 and not opened:
+            statement = Stmt("L", None, product)  # implicit: every index occurs twice or more
+        else:
+            statement = Stmt("L", None, Reduce(tuple(occurrences), product))
+        items.append(statement)
+        if r.random() < 0.3:
+            last = items.pop()
+            items.append(Stmt("N", None, last.expr))
+            items.append(Stmt("L", None, Prod((Ref("N", ()), Call("sin", Ref("N", ()))), (False, False),
+                                               (False, False))))
+    else:
+        kept = tuple(opened) or (r.choice(list(occurrences)),)
+        items.append(Stmt("y", kept, product))
+    program = Program(items, sizes, inputs, set())
+    wrt = [n for n in r.sample(sorted(inputs), len(inputs))]
+    while sum(math.prod(inputs[n]) for n in wrt) > 30 and len(wrt) > 1:
+        wrt.pop()
+    case = Case(seed, program, wrt, scalar, network=True)
+    case.text = program_text(program)
+    return case
 
 
 if __name__ == "__main__":  # pragma: no cover - a quick look at what the generator makes

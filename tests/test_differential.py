@@ -8,6 +8,10 @@ against JAX ``jacrev``/``hessian`` in ``test_jet_reference_agrees_with_jax``), a
 is printed, re-parsed and run again. Any exception that is not an EinflowError fails, and so does an
 EinflowError on a program the generator made (the generator only makes valid programs).
 
+Every 8th seed also draws a tensor network (``randprog.generate_network``: rings, chains and random graphs
+whose products have several varying factors, so gradients go through the shared-adjoint split of
+``einflow/autodiff/tree.py``), with its own rotation of derivative checks.
+
 By default each program gets one derivative check, by rotation over the seeds (the whole run then
 takes about 2.5 minutes of one core); the failure message gives the seed, the program, what was
 expected and what came out, and a one-line replay command.
@@ -295,6 +299,10 @@ class _Checker:
         every = SCALAR_CHECKS if self.case.scalar else TENSOR_CHECKS
         if CHECKS == "all" or _REPLAY is not None:
             return every
+        if self.case.network:
+            # the derivatives that go through a split product (shared adjoints), in turn
+            rotation = NETWORK_ROTATION if self.case.scalar else TENSOR_CHECKS
+            return (rotation[(self.case.seed // NETWORK_EVERY) % len(rotation)],)
         rotation = SCALAR_ROTATION if self.case.scalar else TENSOR_CHECKS
         chosen = rotation[self.case.seed % len(rotation)]
         if chosen == "hessian" and len(self.case.text) > 130:
@@ -414,15 +422,26 @@ def _indent(program: Any) -> str:
     return "\n".join("      " + line for line in str(program).splitlines())
 
 
+#: every NETWORK_EVERY-th seed also checks a tensor network (randprog.generate_network): products with
+#: several varying factors, whose gradients share adjoints along a pairwise tree
+NETWORK_EVERY = 8
+NETWORK_ROTATION = ("grad", "value_and_grad", "hessian", "hvp", "vjp", "jacobian(reverse)", "jvp")
+
+
 def check_seed(seed: int, verbose: bool = False) -> list[Failure]:
-    """Every check of one random program; the failures found."""
-    case = randprog.generate(seed)
-    if verbose:
-        print(f"seed {seed}, wrt={case.wrt}, scalar={case.scalar}\n{case.text}")
-    # overflow in a program that is then skipped (reference not finite) is not worth a warning
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return _Checker(case, verbose).check()
+    """Every check of one random program (and, every NETWORK_EVERY-th seed, of a tensor network)."""
+    cases = [randprog.generate(seed)]
+    if seed % NETWORK_EVERY == 0:
+        cases.append(randprog.generate_network(seed))
+    failures: list[Failure] = []
+    for case in cases:
+        if verbose:
+            print(f"seed {seed}, wrt={case.wrt}, scalar={case.scalar}\n{case.text}")
+        # overflow in a program that is then skipped (reference not finite) is not worth a warning
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            failures += _Checker(case, verbose).check()
+    return failures
 
 
 def _signature(failure: Failure) -> tuple[str, str]:

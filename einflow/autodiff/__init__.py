@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from einflow import ir
-from einflow.autodiff.cse import hoist_repeated, reuse_forward
+from einflow.autodiff.cse import coefficients_out, hoist_repeated, reuse_forward
 from einflow.autodiff.normal import Fresh, all_index_names, lift_deep_calls, readable, stem_of, tensor_names, to_normal
 from einflow.autodiff.rules import Leaf
 from einflow.autodiff.sizes import IndexSizes, activated, active
@@ -98,10 +98,15 @@ class _Setup:
         normal = lift_deep_calls(to_normal(stabilize_program(program.ir), fresh, names), fresh, self.tensor_names,
                                  ranks)
         ranks[self.value] = len(normal[-1].indices or ())
-        self.work = Work(normal, program.inputs, ranks, fresh, self.tensor_names)
-        self.forward_count = len(normal)
+        self.work = Work(normal, program.inputs, ranks, fresh, self.tensor_names, forward_count=len(normal))
+        self._normal = tuple(normal)  # the statements as normal form gave them (a split product is another)
         self.user_sizes = [s for s in program.ir.statements if isinstance(s, ir.SizeDecl)]
         self.declared = {n for s in self.user_sizes for n in s.names}
+
+    @property
+    def forward_count(self) -> int:
+        """How many of the work's statements compute the program's own values (split products included)."""
+        return self.work.forward_count
 
     @property
     def value_rank(self) -> int:
@@ -112,8 +117,16 @@ class _Setup:
         work = self.work
         forward = work.statements[: self.forward_count]
         derived = reuse_forward(forward, work.statements[self.forward_count:])
-        # repeated sub-expressions (across the forward statements too) get one statement each
-        combined = hoist_repeated(forward + derived, work.fresh, work.tensor_fresh, work.ranks)
+        # repeated sub-expressions (across the forward statements too) get one statement each; the forward
+        # statements are compared with coefficients outside sums, as the simplifier writes derivatives
+        read = set(outputs).union(*(tensor_names(s.expr) for s in derived))
+        for statement in reversed(forward):
+            if statement.target in read:
+                read |= tensor_names(statement.expr)
+        outside = [coefficients_out(s) if s.target in read else s for s in forward]
+        combined = hoist_repeated(outside + derived, work.fresh, work.tensor_fresh, work.ranks)
+        untouched = {moved: s for moved, s in zip(outside, forward) if moved is not s}
+        combined = [untouched.get(s, s) for s in combined]
         targets = {s.target for s in combined}
         size_position = {name: k for k, size in enumerate(work.sizes) for name in size.names}
         needed = set(outputs)
@@ -135,7 +148,7 @@ class _Setup:
         kept.reverse()
         original = {s.target if s.target is not None else self.value: s
                     for s in self.program.ir.statements if isinstance(s, ir.Assign)}
-        unchanged = {s.target for s in forward if s in kept and s.target in original}
+        unchanged = {s.target for s in forward if s in self._normal and s in kept and s.target in original}
         declared = set(self.declared) | set(work.size_of)
         pending_sizes = [s for s in self.program.ir.statements if isinstance(s, ir.SizeDecl)]
         positions = {s.target if s.target is not None else self.value: k

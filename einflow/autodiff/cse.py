@@ -14,7 +14,7 @@ from einflow import ir
 from einflow.autodiff.canonical import bound_inside, canonical_key
 from einflow.autodiff.normal import Fresh, rename
 
-__all__ = ["reuse_forward", "hoist_repeated"]
+__all__ = ["reuse_forward", "hoist_repeated", "coefficients_out"]
 
 _Candidate = (ir.Call, ir.Power, ir.Sum, ir.Reduce, ir.Normalize, ir.Binary)
 
@@ -147,3 +147,27 @@ def hoist_repeated(statements: list[ir.Assign], fresh: Fresh, names: Fresh, rank
         updated = [ir.Assign(s.target, s.indices, _map(s.expr, replace)) for s in statements]
         statements = updated[:first] + [ir.Assign(name, target_indices, body)] + updated[first:]
     return statements
+
+
+def coefficients_out(statement: ir.Assign) -> ir.Assign:
+    """``statement`` with numbers moved out of sums, ``sum[f](-1 X[s,f] w[f])`` -> ``-sum[f](X[s,f] w[f])``.
+
+    This is the simplifier's form, so a forward value and its copy in a derivative compare equal.
+    Returns ``statement`` itself when nothing moves.
+    """
+
+    def out(node: ir.Expr) -> ir.Expr:
+        kids = ir.children(node)
+        if kids:
+            moved = tuple(out(kid) for kid in kids)
+            if any(new is not old for new, old in zip(moved, kids)):
+                node = ir.product(*moved) if isinstance(node, ir.Product) else ir.with_children(node, moved)
+        if isinstance(node, ir.Reduce) and node.kind == "sum" and isinstance(node.body, ir.Product):
+            numbers = [f for f in node.body.factors if isinstance(f, ir.Num)]
+            rest = [f for f in node.body.factors if not isinstance(f, ir.Num)]
+            if numbers and rest:
+                return ir.product(*numbers, ir.Reduce(node.indices, ir.product(*rest)))
+        return node
+
+    expr = out(statement.expr)
+    return statement if expr is statement.expr else ir.Assign(statement.target, statement.indices, expr)

@@ -10,6 +10,7 @@ from einflow.autodiff.canonical import bound_inside
 from einflow.autodiff.normal import Fresh, rename, tensor_names
 from einflow.autodiff.rules import Leaf, derivative, input_leaf
 from einflow.autodiff.simplify import simplify
+from einflow.autodiff.tree import split_products
 
 __all__ = ["Work", "reverse_sweep", "forward_sweep", "tangent_sweep", "zeros"]
 
@@ -25,6 +26,8 @@ class Work:
     tensor_fresh: Fresh
     sizes: list[ir.SizeDecl] = field(default_factory=list)
     size_of: dict[str, tuple[str, int]] = field(default_factory=dict)  # index -> (tensor, axis)
+    forward_count: int = 0  # statements[:forward_count] compute the program's own values
+    partials: set[str] = field(default_factory=set)  # targets made by splitting a product along its tree
 
     def target(self, name: str) -> ir.Assign | None:
         for statement in self.statements:
@@ -67,9 +70,16 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
     along (a reverse-mode Jacobian seeds with deltas and keeps the value's axes as ``extra``).
     Returns wrt name -> adjoint statement name (its indices: ``extra`` then the input's axes).
     """
-    position = next(k for k, s in enumerate(work.statements) if s.target == output)
-    forward = work.statements[: position + 1]
     varying = work.depends(set(wrt))
+    position = next(k for k, s in enumerate(work.statements) if s.target == output)
+    if position < work.forward_count:
+        # products with many varying factors: one statement per node of their pairwise tree (shared adjoints)
+        inserted = split_products(work.statements, position + 1, varying, work.fresh, work.tensor_fresh, work.ranks,
+                                  work.partials)
+        work.forward_count += inserted
+        position += inserted
+        varying = work.depends(set(wrt))
+    forward = work.statements[: position + 1]
     adjoint_indices: dict[str, tuple[str, ...]] = {x: work.fresh_indices(x) for x in wrt}
     contributions: dict[str, list[ir.Expr]] = {}
     adjoint_of: dict[str, ir.Expr] = {output: seed}
@@ -81,11 +91,16 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
             parts = contributions.get(target)
             if not parts:
                 continue
-            name = work.tensor_fresh.pick([f"d{name_of['value']}_d{target}"], f"d_{target}")
             indices = adjoint_indices[target] + extra
-            emitted.append(ir.Assign(name, indices, simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])))
-            work.ranks[name] = len(indices)
-            adjoint_of[target] = ir.Tensor(name, (statement.indices or ()) + extra)
+            if target in work.partials and len(parts) == 1 and isinstance(parts[0], ir.Tensor):
+                # the adjoint is another tensor read as it is (a split product's root): no copy statement
+                mapping = dict(zip(indices, (statement.indices or ()) + extra))
+                adjoint_of[target] = rename(parts[0], mapping)
+            else:
+                name = work.tensor_fresh.pick([f"d{name_of['value']}_d{target}"], f"d_{target}")
+                emitted.append(ir.Assign(name, indices, simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])))
+                work.ranks[name] = len(indices)
+                adjoint_of[target] = ir.Tensor(name, (statement.indices or ()) + extra)
         cotangent = adjoint_of[target]
         for read in sorted(tensor_names(statement.expr) & varying):
             if read not in adjoint_indices:
@@ -120,6 +135,12 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
 def zeros(indices: tuple[str, ...]) -> ir.Expr:
     """An exact zero over ``indices``: ``0 delta[p,p] ...`` reads no input (the deltas only give its shape)."""
     return ir.product(ir.Num(0), *(ir.Delta(i, i) for i in indices)) if indices else ir.Num(0)
+
+
+def _contracts(expr: ir.Expr) -> bool:
+    """Does ``expr`` contract a product of three or more factors (a chain worth naming once)?"""
+    return any(isinstance(node, ir.Reduce) and node.kind == "sum" and isinstance(node.body, ir.Product)
+               and sum(not isinstance(f, ir.Num) for f in node.body.factors) >= 3 for node in ir.walk(expr))
 
 
 def forward_sweep(work: Work, wrt: str, through: list[str],
@@ -169,8 +190,9 @@ def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], nam
         if statement.target in outputs:
             results[statement.target] = ir.Assign(statement.target, indices + axes, tangent)
             continue
-        # keep simple tangents symbolic (inlined at each use); materialize the rest once
-        if isinstance(tangent, ir.Sum):
+        # keep simple tangents symbolic (inlined at each use); materialize the rest once: sums of terms,
+        # and contractions (inlining those repeats the chain: a deep network's statements would grow with depth)
+        if isinstance(tangent, ir.Sum) or _contracts(tangent):
             assert statement.target is not None
             name = work.tensor_fresh.pick([name_of(statement.target)], f"d_{statement.target}")
             work.statements.append(ir.Assign(name, indices + axes, tangent))
