@@ -23,8 +23,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-import einflow as ef  # noqa: E402
 from common import Row, machine  # noqa: E402
+
+import einflow as ef  # noqa: E402
 
 __all__ = ["Network", "grid", "ring", "mps", "random_regular", "NETWORKS", "run"]
 

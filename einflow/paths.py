@@ -130,8 +130,8 @@ def choose_path(equation: str, shapes: Sequence[Sequence[int]], optimize: Any = 
     """``(path, PathInfo, PathChoice)`` for an einsum ``equation`` on operands of these ``shapes``.
 
     ``optimize`` is einflow's ``"auto"`` (the default, also meant by True and None; see the module text) or
-    any other value opt_einsum's ``contract_path`` takes. A ``PathOptimizer`` object runs each time (it may keep state); names and
-    explicit paths are cached.
+    any other value opt_einsum's ``contract_path`` takes. A ``PathOptimizer`` object runs each time (it may
+    keep state); names and explicit paths are cached.
 
     >>> _, info, choice = choose_path("ab,bc,cd,de,ef,fg,gh,hi->ai", [(64, 64)] * 8)
     >>> choice.optimizer, int(info.opt_cost) == choice.flops
