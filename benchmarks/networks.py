@@ -7,7 +7,8 @@ HyperOptimizer tree (when cotengra is installed), their ratio, and the planning 
 gradient w.r.t. one tensor (and w.r.t. all of a ring's), the gradient program's planned FLOPs divided by
 the forward's.
 
-Run:  python benchmarks/networks.py [--quick]
+The reference is cotengra's tree when cotengra is installed (``pip install .[bench]``), else opt_einsum's
+exact 'dp' (networks of at most 16 tensors). Run:  python benchmarks/networks.py [--quick] [--full] [--seconds S]
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from common import Row, machine  # noqa: E402
 
 import einflow as ef  # noqa: E402
 
-__all__ = ["Network", "grid", "ring", "mps", "random_regular", "NETWORKS", "run"]
+__all__ = ["Network", "grid", "ring", "mps", "random_regular", "networks", "measure", "run"]
 
 
 @dataclass(frozen=True)
@@ -105,81 +106,109 @@ def random_regular(count: int, degree: int, bond: int, seed: int = 0) -> Network
             return _network(f"random {degree}-regular n={count} bond {bond}", sorted(edges), count, bond)
 
 
-def networks(quick: bool = False) -> list[Network]:
-    found = [grid(4, 8), grid(4, 16), grid(5, 8), ring(12), ring(50), mps(16, 16), random_regular(24, 3, 8)]
+def networks(quick: bool = False, full: bool = False) -> list[Network]:
+    """The benchmark's networks (``quick``: the 4x4 grids and the rings; ``full``: three larger ones)."""
+    found = [grid(4, 8), grid(4, 16), ring(12), ring(50)]
     if not quick:
-        found += [grid(5, 4), mps(24, 32), random_regular(30, 3, 4, seed=1)]
+        found += [grid(5, 8), mps(16, 16), random_regular(24, 3, 8)]
+    if full:
+        found += [grid(5, 4), mps(17, 32), random_regular(30, 3, 4, seed=1)]
     return found
 
 
-NETWORKS = networks
-
-
-def cotengra_flops(network: Network, seconds: float = 10.0) -> float | None:
-    """FLOPs (opt_einsum's count) of cotengra's HyperOptimizer path; None without cotengra."""
-    try:
-        import cotengra as ctg
-    except ImportError:
-        return None
+def reference_flops(network: Network, seconds: float) -> tuple[float | None, str]:
+    """(FLOPs, name) of an independent good path: cotengra's HyperOptimizer when cotengra is installed (the
+    ``bench`` extra), else opt_einsum's exact 'dp' for networks of at most 16 tensors, else (None, '')."""
     import opt_einsum as oe
 
     equation, shapes = network.equation()
-    optimizer = ctg.HyperOptimizer(max_time=seconds, max_repeats=256, minimize="flops", progbar=False,
-                                   parallel=False)
-    _, info = oe.contract_path(equation, *shapes, shapes=True, optimize=optimizer)
-    return float(info.opt_cost)
+    try:
+        import cotengra as ctg
+    except ImportError:
+        if len(shapes) > 16:
+            return None, ""
+        optimizer: object = oe.DynamicProgramming(minimize="flops", cost_cap=True)
+        name = "dp"
+    else:
+        optimizer = ctg.HyperOptimizer(max_time=seconds, max_repeats=1024, minimize="flops", progbar=False,
+                                       parallel=False)
+        name = "cotengra"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # cotengra's note that optional optimisers (kahypar, optuna) are missing
+        _, info = oe.contract_path(equation, *shapes, shapes=True, optimize=optimizer)
+    return float(info.opt_cost), name
 
 
 def forward(network: Network) -> tuple[float, float, str]:
     """(planned FLOPs at default settings, planning seconds, the optimizer the report names)."""
     program = ef.compile(network.text)
-    start = time.perf_counter()
     report = program.plan(network.shapes)
-    seconds = time.perf_counter() - start
     step = next(step for step in report.steps if step.kind == "contract")
-    return float(report.flops), seconds, getattr(step, "optimizer", "")
+    assert step.path is not None
+    return float(report.flops), report.planning_seconds, step.path.optimizer.split(" (")[0]
 
 
 def gradient_ratio(network: Network, wrt: list[str]) -> float:
-    """Planned FLOPs of the gradient program w.r.t. ``wrt`` divided by the forward's."""
+    """Planned FLOPs of the gradient program w.r.t. ``wrt`` divided by the forward's (default settings)."""
     program = ef.compile(network.text)
-    shapes = network.shapes
-    forward_flops = program.plan(shapes).flops
+    forward_flops = program.plan(network.shapes).flops
     derivative = ef.grad(program, wrt=wrt if len(wrt) > 1 else wrt[0])
-    needed = {name: shape for name, shape in shapes.items()}
-    return derivative.plan(needed).flops / forward_flops
+    return derivative.plan(network.shapes).flops / forward_flops
 
 
-def run(repeat: int = 1, quick: bool = False, seconds: float = 5.0) -> tuple[str, list[Row]]:
-    """The table of forward FLOPs vs cotengra and the gradient ratios, as text and as rows."""
-    lines = ["| network | tensors | default FLOPs | optimizer | planning s | cotengra FLOPs | ratio | "
+def measure(network: Network, seconds: float) -> dict[str, object]:
+    """One network's row: default FLOPs, optimizer, planning time, reference FLOPs, gradient ratios."""
+    flops, planning, optimizer = forward(network)
+    reference, name = reference_flops(network, seconds)
+    names = [tensor for tensor, _ in network.tensors]
+    # the gradient w.r.t. one tensor: a corner (first) and a middle one, the larger ratio
+    one = max(gradient_ratio(network, [names[0]]), gradient_ratio(network, [names[len(names) // 2]]))
+    every = gradient_ratio(network, names) if network.name.startswith("ring") else None
+    return {"network": network.name, "tensors": len(names), "flops": flops, "optimizer": optimizer,
+            "planning": planning, "reference": reference, "reference_name": name,
+            "ratio": flops / reference if reference else None, "one": one, "every": every}
+
+
+def table(results: list[dict[str, object]]) -> str:
+    lines = ["| network | tensors | default FLOPs | optimizer | planning | reference FLOPs | default / reference | "
              "grad(one) / fwd | grad(all) / fwd |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        reference = f"{r['reference']:.3g} ({r['reference_name']})" if r["reference"] else "n/a"
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "n/a"
+        every = f"{r['every']:.1f}" if r["every"] is not None else ""
+        lines.append(f"| {r['network']} | {r['tensors']} | {r['flops']:.3g} | {r['optimizer']} | "
+                     f"{r['planning']:.2f} s | {reference} | {ratio} | {r['one']:.2f} | {every} |")
+    return "\n".join(lines)
+
+
+def run(repeat: int = 1, quick: bool = False, seconds: float | None = None) -> tuple[str, list[Row]]:
+    """The table (text) and the rows of run_all's combined table (targets: 1.5x the reference, 3x forward)."""
+    seconds = seconds if seconds is not None else (1.0 if quick else 2.0)
+    results = []
     rows = []
     for network in networks(quick):
-        flops, planning, optimizer = forward(network)
-        reference = cotengra_flops(network, seconds)
-        ratio = flops / reference if reference else None
-        names = [name for name, _ in network.tensors]
-        one = gradient_ratio(network, [names[len(names) // 2]])
-        every = gradient_ratio(network, names) if network.name.startswith("ring") else None
-        lines.append(f"| {network.name} | {len(names)} | {flops:.3g} | {optimizer} | {planning:.2f} | "
-                     f"{reference or float('nan'):.3g} | {'n/a' if ratio is None else f'{ratio:.2f}'} | {one:.2f} | "
-                     f"{'' if every is None else f'{every:.2f}'} |")
-        print(lines[-1], flush=True)
-        if ratio is not None:
-            rows.append(Row("networks", network.name, f"{flops:.3g} FLOPs", "cotengra tree", ratio))
-        rows.append(Row("networks", f"{network.name}: grad one tensor", f"{one:.2f}x fwd", "forward FLOPs", one))
-    return "\n".join(lines), rows
+        r = measure(network, seconds)
+        results.append(r)
+        if r["ratio"] is not None:
+            rows.append(Row("networks", f"{network.name}: default path FLOPs", f"{r['flops']:.3g}",
+                            f"{r['reference_name']} path", float(r["ratio"]), 1.5))  # type: ignore[arg-type]
+        rows.append(Row("networks", f"{network.name}: grad w.r.t. one tensor", f"{r['one']:.2f}x fwd FLOPs",
+                        "forward FLOPs", float(r["one"]), 3.0))  # type: ignore[arg-type]
+    return table(results), rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--seconds", type=float, default=5.0, help="cotengra's time budget per network")
+    parser.add_argument("--quick", action="store_true", help="the 4x4 grids and the rings only")
+    parser.add_argument("--full", action="store_true", help="also a 5x5 grid of bond 4, a longer MPS, a larger graph")
+    parser.add_argument("--seconds", type=float, default=2.0, help="cotengra's time budget per network")
     args = parser.parse_args()
-    print(f"Measured {machine()}\n")
-    table, _ = run(quick=args.quick, seconds=args.seconds)
-    print("\n" + table)
+    print(f"Measured {machine()}\n", flush=True)
+    results = []
+    for network in networks(args.quick, args.full):
+        results.append(measure(network, args.seconds))
+        print(table(results[-1:]).splitlines()[-1], flush=True)
+    print("\n" + table(results))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ second plan of the same product costs a dictionary look-up. docs/benchmarks.md (
 the default with opt_einsum's ``'dp'`` and cotengra's hyper-optimiser on grids, rings, MPS and random
 regular graphs.
 
->>> path, info, choice = choose_path("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)])
+>>> path, info, choice = choose_path("ij,jk,k->i", [(20, 30), (30, 40), (40,)])
 >>> path
 [(1, 2), (0, 1)]
 >>> choice.optimizer
@@ -133,7 +133,7 @@ def choose_path(equation: str, shapes: Sequence[Sequence[int]], optimize: Any = 
     any other value opt_einsum's ``contract_path`` takes. A ``PathOptimizer`` object runs each time (it may
     keep state); names and explicit paths are cached.
 
-    >>> _, info, choice = choose_path("ab,bc,cd,de,ef,fg,gh,hi->ai", [(64, 64)] * 8)
+    >>> _, info, choice = choose_path("ab,bc,cd,de,ef,fg,gh,hi->ai", [(8, 8)] * 8)
     >>> choice.optimizer, int(info.opt_cost) == choice.flops
     ('branch-2', True)
     """
