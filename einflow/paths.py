@@ -4,11 +4,14 @@ Every place in einflow that orders a contraction asks :func:`choose_path`. With 
 default) a product of at most :data:`EXACT_OPERANDS` operands takes opt_einsum's exhaustive choice
 (``'optimal'`` up to 4 operands, ``'branch-all'`` up to 6), which costs microseconds. A larger product first
 takes opt_einsum's fast heuristic (``'branch-2'``, ``'branch-1'``, then ``'greedy'`` above 14 operands); when
-that path costs at least :data:`SEARCH_FLOPS`, a seeded random-greedy search (opt_einsum's ``RandomGreedy``,
-minimising FLOPs, :data:`SEARCH_REPEATS` trials) runs for at most a time budget that grows with the work at
-stake (``flops / SEARCH_RATE`` seconds, between :data:`SEARCH_SECONDS_MIN` and :data:`SEARCH_SECONDS_MAX`),
-and the cheaper of the two paths wins. Any other ``optimize=`` value (an opt_einsum algorithm's name,
-``True``/``False``, a ``PathOptimizer``, an explicit path) is opt_einsum's, unchanged.
+that path costs at least :data:`SEARCH_FLOPS`, a search runs for at most a time budget that grows with the
+work at stake (``flops / SEARCH_RATE`` seconds, between :data:`SEARCH_SECONDS_MIN` and
+:data:`SEARCH_SECONDS_MAX`): the fast path's subtrees are re-solved exactly (:mod:`einflow.subtrees`), a
+seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs, :data:`SEARCH_REPEATS`
+trials) proposes another path, its subtrees are re-solved too, and the cheapest path wins. The search stops
+early when the trials are done and a pass over the tree finds nothing cheaper. Any other ``optimize=``
+value (an opt_einsum algorithm's name, ``True``/``False``, a ``PathOptimizer``, an explicit path) is
+opt_einsum's, unchanged.
 
 Paths are cached by (equation, shapes, optimize) when ``optimize`` is a name or an explicit path, so a
 second plan of the same product costs a dictionary look-up. docs/benchmarks.md ("Large networks") compares
@@ -32,6 +35,8 @@ from typing import Any
 
 import opt_einsum as oe
 
+from einflow.subtrees import refine, tree_flops
+
 __all__ = ["PathChoice", "choose_path", "EXACT_OPERANDS", "SEARCH_FLOPS", "SEARCH_REPEATS", "SEARCH_RATE",
            "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "fast_choice"]
 
@@ -40,10 +45,10 @@ EXACT_OPERANDS = 6
 #: a larger product whose fast path costs fewer FLOPs than this keeps it (it runs in well under a millisecond)
 SEARCH_FLOPS = 1e6
 #: random-greedy trials of the search (seeded by trial number: the same trials find the same path)
-SEARCH_REPEATS = 128
+SEARCH_REPEATS = 32
 #: the search's time budget is the fast path's FLOPs divided by this rate, clamped to the bounds below
-SEARCH_RATE = 1e8
-SEARCH_SECONDS_MIN = 0.05
+SEARCH_RATE = 1e7
+SEARCH_SECONDS_MIN = 0.25
 SEARCH_SECONDS_MAX = 1.0
 
 
@@ -83,6 +88,16 @@ def _budget(flops: float) -> float:
     return min(SEARCH_SECONDS_MAX, max(SEARCH_SECONDS_MIN, flops / SEARCH_RATE))
 
 
+def _sizes(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[list[str], str, dict[str, int]]:
+    inputs, output = equation.split("->")
+    terms = inputs.split(",")
+    sizes: dict[str, int] = {}
+    for term, shape in zip(terms, shapes):
+        for letter, size in zip(term, shape):
+            sizes[letter] = max(sizes.get(letter, 1), size)
+    return terms, output, sizes
+
+
 def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any, PathChoice]:
     start = time.perf_counter()
     name = fast_choice(len(shapes))
@@ -90,15 +105,25 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
     flops = int(info.opt_cost)
     if len(shapes) <= EXACT_OPERANDS or flops < SEARCH_FLOPS:
         return path, info, PathChoice(name, time.perf_counter() - start, flops)
-    search = oe.RandomGreedy(max_repeats=SEARCH_REPEATS, max_time=_budget(flops), minimize="flops")
-    found, found_info = oe.contract_path(equation, *shapes, shapes=True, optimize=search)
-    trials = len(search.costs)
-    if int(found_info.opt_cost) < flops:
-        choice = PathChoice(f"random-greedy ({trials} trials)", time.perf_counter() - start,
-                            int(found_info.opt_cost), (name, flops))
-        return found, found_info, choice
-    return path, info, PathChoice(f"{name} (random-greedy, {trials} trials, found no cheaper path)",
-                                  time.perf_counter() - start, flops)
+    budget = _budget(flops)
+    terms, output, sizes = _sizes(equation, shapes)
+    # three candidates besides the fast path: it refined, random-greedy's best, and that refined
+    candidates = [(flops, 0, path, name)]
+    refined = refine(terms, output, sizes, path, deadline=start + budget / 2)
+    candidates.append((tree_flops(terms, output, sizes, refined), 1, refined, f"{name} + subtree refinement"))
+    search = oe.RandomGreedy(max_repeats=SEARCH_REPEATS, max_time=budget / 4, minimize="flops")
+    found = search([set(term) for term in terms], set(output), sizes)
+    trials = f"random-greedy ({len(search.costs)} trials)"
+    candidates.append((tree_flops(terms, output, sizes, found), 2, found, trials))
+    refined = refine(terms, output, sizes, found, deadline=start + budget)
+    candidates.append((tree_flops(terms, output, sizes, refined), 3, refined, f"{trials} + subtree refinement"))
+    best, _, best_path, best_name = min(candidates)
+    if best >= flops:
+        return path, info, PathChoice(f"{name} (searched: found no cheaper path)", time.perf_counter() - start,
+                                      flops)
+    best_path, best_info = oe.contract_path(equation, *shapes, shapes=True, optimize=best_path)
+    return best_path, best_info, PathChoice(best_name, time.perf_counter() - start, int(best_info.opt_cost),
+                                            (name, flops))
 
 
 def _named(equation: str, shapes: tuple[tuple[int, ...], ...], optimize: Any) -> tuple[Any, Any, PathChoice]:

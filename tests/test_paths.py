@@ -13,7 +13,7 @@ import opt_einsum as oe
 import pytest
 
 import einflow as ef
-from einflow import paths
+from einflow import paths, subtrees
 from einflow.paths import choose_path
 
 
@@ -47,8 +47,8 @@ def test_grid_default_path_is_within_1_5x_of_dp(bond: int) -> None:
     _, greedy = oe.contract_path(equation, *operands, shapes=True, optimize="auto")
     assert greedy.opt_cost > 3 * reference
     step = next(step for step in report.steps if step.kind == "contract")
-    assert step.path is not None and step.path.optimizer.startswith("random-greedy")
-    assert "path: random-greedy" in str(report) and "greedy:" in str(report)
+    assert step.path is not None and step.path.alternative == ("greedy", int(greedy.opt_cost))  # searched
+    assert f"path: {step.path.optimizer} in " in str(report) and "(greedy: " in str(report)
     assert report.large_products() == [step] and report.planning_seconds > 0
 
 
@@ -58,7 +58,7 @@ def test_searched_path_computes_numpy_einsum_value() -> None:
     arrays = {name: rng.uniform(0.5, 1.5, shape) / 6 for name, shape in shapes.items()}
     program = ef.compile(text)
     step = next(step for step in program.plan(shapes).steps if step.kind == "contract")
-    assert step.path is not None and step.path.optimizer.startswith("random-greedy")  # the search ran
+    assert step.path is not None and step.path.alternative is not None  # the search found a cheaper path
     path, _ = oe.contract_path(equation, *operands, shapes=True, optimize="dp")
     expected = np.einsum(equation, *arrays.values(), optimize=["einsum_path", *path])
     np.testing.assert_allclose(program(**arrays), expected, rtol=1e-10)
@@ -102,11 +102,11 @@ def test_paths_are_cached_by_equation_and_shapes() -> None:
 
 def test_planning_time_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(paths, "SEARCH_REPEATS", 100_000)
+    monkeypatch.setattr(paths, "SEARCH_SECONDS_MIN", 0.2)
     monkeypatch.setattr(paths, "SEARCH_SECONDS_MAX", 0.2)
     _, _, equation, operands = grid(5, 7)  # not planned before: no cached path
     _, info, choice = choose_path(equation, operands)
     assert choice.seconds < 0.2 + 1.5  # the budget, plus one trial and the fast path on a loaded machine
-    assert "trials" in choice.optimizer and int(choice.optimizer.split("(")[1].split()[0]) < 100_000
     assert choice.flops == int(info.opt_cost) <= (choice.alternative or ("", choice.flops))[1]
 
 
@@ -135,3 +135,34 @@ def test_gradient_of_one_grid_tensor_costs_at_most_3x_the_forward(bond: int) -> 
     forward = program.plan(shapes).flops
     for wrt in ("T5", "T0"):  # an inner and a corner tensor
         assert ef.grad(program, wrt=wrt).plan(shapes).flops <= 3 * forward
+
+
+# ---------------------------------------------------------------------------------------------- subtrees
+def test_subtree_refinement_repairs_a_bad_order() -> None:
+    # y = A B C v left to right costs two matrix products; right to left, three matrix-vector products
+    inputs, sizes = ["ab", "bc", "cd", "d"], dict.fromkeys("abcd", 100)
+    left_to_right = [(0, 1), (0, 1), (0, 1)]
+    better = subtrees.refine(inputs, "a", sizes, left_to_right, deadline=float("inf"))
+    _, exact = oe.contract_path("ab,bc,cd,d->a", *[(100, 100)] * 3, (100,), shapes=True, optimize="optimal")
+    assert subtrees.tree_flops(inputs, "a", sizes, better) == exact.opt_cost
+    assert subtrees.tree_flops(inputs, "a", sizes, left_to_right) > 30 * exact.opt_cost
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_refined_paths_are_never_worse_and_compute_the_same_value(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    count = 12
+    labels = [oe.get_symbol(k) for k in range(18)]
+    terms = ["".join(rng.choice(labels, size=int(rng.integers(1, 4)), replace=False)) for _ in range(count)]
+    output = "".join(sorted(set("".join(terms)))[:2])
+    equation = ",".join(terms) + "->" + output
+    sizes = {letter: int(rng.integers(2, 5)) for letter in labels}
+    shapes = [tuple(sizes[c] for c in term) for term in terms]
+    start, info = oe.contract_path(equation, *shapes, shapes=True, optimize="greedy")
+    assert subtrees.tree_flops(terms, output, sizes, start) == info.opt_cost  # opt_einsum's count
+    refined = subtrees.refine(terms, output, sizes, start, deadline=float("inf"))
+    _, refined_info = oe.contract_path(equation, *shapes, shapes=True, optimize=refined)
+    assert refined_info.opt_cost == subtrees.tree_flops(terms, output, sizes, refined) <= info.opt_cost
+    arrays = [rng.standard_normal(shape) for shape in shapes]
+    np.testing.assert_allclose(oe.contract(equation, *arrays, optimize=refined),
+                               np.einsum(equation, *arrays, optimize="greedy"), rtol=1e-9, atol=1e-12)
