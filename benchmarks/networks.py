@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 import warnings
 from dataclasses import dataclass
@@ -145,7 +146,8 @@ def forward(network: Network) -> tuple[float, float, str]:
     report = program.plan(network.shapes)
     step = next(step for step in report.steps if step.kind == "contract")
     assert step.path is not None
-    return float(report.flops), report.planning_seconds, step.path.optimizer.split(" (")[0]
+    name = re.sub(r" \(\d+ trials\)", "", step.path.optimizer).replace("subtree refinement", "refinement")
+    return float(report.flops), report.planning_seconds, name
 
 
 def gradient_ratio(network: Network, wrt: list[str]) -> float:

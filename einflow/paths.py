@@ -6,12 +6,13 @@ default) a product of at most :data:`EXACT_OPERANDS` operands takes opt_einsum's
 takes opt_einsum's fast heuristic (``'branch-2'``, ``'branch-1'``, then ``'greedy'`` above 14 operands); when
 that path costs at least :data:`SEARCH_FLOPS`, a search runs for at most a time budget that grows with the
 work at stake (``flops / SEARCH_RATE`` seconds, between :data:`SEARCH_SECONDS_MIN` and
-:data:`SEARCH_SECONDS_MAX`): the fast path's subtrees are re-solved exactly (:mod:`einflow.subtrees`), a
-seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs, :data:`SEARCH_REPEATS`
-trials) proposes another path, its subtrees are re-solved too, and the cheapest path wins. The search stops
-early when the trials are done and a pass over the tree finds nothing cheaper. Any other ``optimize=``
-value (an opt_einsum algorithm's name, ``True``/``False``, a ``PathOptimizer``, an explicit path) is
-opt_einsum's, unchanged.
+:data:`SEARCH_SECONDS_MAX`): a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising
+FLOPs, :data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials) proposes a path, its subtrees and the
+fast path's are re-solved exactly (:mod:`einflow.subtrees`), and the cheapest path wins. The search stops
+early when the trials are done and a pass over the tree finds nothing cheaper; the minimum trials and one
+refinement pass of each tree run even past the budget, so that a loaded machine gets the same quality.
+Any other ``optimize=`` value (an opt_einsum algorithm's name, ``True``/``False``, a ``PathOptimizer``, an
+explicit path) is opt_einsum's, unchanged.
 
 Paths are cached by (equation, shapes, optimize) when ``optimize`` is a name or an explicit path, so a
 second plan of the same product costs a dictionary look-up. docs/benchmarks.md ("Large networks") compares
@@ -38,14 +39,16 @@ import opt_einsum as oe
 from einflow.subtrees import refine, tree_flops
 
 __all__ = ["PathChoice", "choose_path", "EXACT_OPERANDS", "SEARCH_FLOPS", "SEARCH_REPEATS", "SEARCH_RATE",
-           "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "fast_choice"]
+           "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_MIN_TRIALS", "fast_choice"]
 
 #: products of at most this many operands take opt_einsum's exhaustive path ('optimal', 'branch-all')
 EXACT_OPERANDS = 6
 #: a larger product whose fast path costs fewer FLOPs than this keeps it (it runs in well under a millisecond)
 SEARCH_FLOPS = 1e6
-#: random-greedy trials of the search (seeded by trial number: the same trials find the same path)
+#: random-greedy trials of the search (seeded by trial number: the same trials find the same path): at
+#: most SEARCH_REPEATS within the budget, at least SEARCH_MIN_TRIALS whatever the time
 SEARCH_REPEATS = 32
+SEARCH_MIN_TRIALS = 8
 #: the search's time budget is the fast path's FLOPs divided by this rate, clamped to the bounds below
 SEARCH_RATE = 1e7
 SEARCH_SECONDS_MIN = 0.25
@@ -107,16 +110,22 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
         return path, info, PathChoice(name, time.perf_counter() - start, flops)
     budget = _budget(flops)
     terms, output, sizes = _sizes(equation, shapes)
-    # three candidates besides the fast path: it refined, random-greedy's best, and that refined
+    # three candidates besides the fast path: random-greedy's best, it refined, and the fast path refined.
+    # At least SEARCH_MIN_TRIALS trials and one refinement pass each run whatever the clock says, so the
+    # result does not hinge on the machine's load; the rest stops at the budget.
     candidates = [(flops, 0, path, name)]
-    refined = refine(terms, output, sizes, path, deadline=start + budget / 2)
-    candidates.append((tree_flops(terms, output, sizes, refined), 1, refined, f"{name} + subtree refinement"))
-    search = oe.RandomGreedy(max_repeats=SEARCH_REPEATS, max_time=budget / 4, minimize="flops")
+    search = oe.RandomGreedy(max_repeats=SEARCH_MIN_TRIALS, minimize="flops")
     found = search([set(term) for term in terms], set(output), sizes)
+    left = start + budget / 3 - time.perf_counter()
+    if left > 0 and SEARCH_REPEATS > SEARCH_MIN_TRIALS:
+        search.max_repeats, search.max_time = SEARCH_REPEATS - SEARCH_MIN_TRIALS, left
+        found = search([set(term) for term in terms], set(output), sizes)
     trials = f"random-greedy ({len(search.costs)} trials)"
-    candidates.append((tree_flops(terms, output, sizes, found), 2, found, trials))
-    refined = refine(terms, output, sizes, found, deadline=start + budget)
-    candidates.append((tree_flops(terms, output, sizes, refined), 3, refined, f"{trials} + subtree refinement"))
+    candidates.append((tree_flops(terms, output, sizes, found), 1, found, trials))
+    refined = refine(terms, output, sizes, found, deadline=start + 2 * budget / 3)
+    candidates.append((tree_flops(terms, output, sizes, refined), 2, refined, f"{trials} + subtree refinement"))
+    refined = refine(terms, output, sizes, path, deadline=start + budget)
+    candidates.append((tree_flops(terms, output, sizes, refined), 3, refined, f"{name} + subtree refinement"))
     best, _, best_path, best_name = min(candidates)
     if best >= flops:
         return path, info, PathChoice(f"{name} (searched: found no cheaper path)", time.perf_counter() - start,

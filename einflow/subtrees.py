@@ -140,18 +140,21 @@ def refine(inputs: Sequence[Iterable[str]], output: Iterable[str], sizes: dict[s
            deadline: float, leaves: int = 8) -> Path:
     """``path`` with its subtrees re-solved exactly while that helps and ``time.perf_counter() < deadline``.
 
-    The costliest nodes are visited first; passes repeat until one finds nothing cheaper. A path that is
+    The costliest nodes are visited first; passes repeat until one finds nothing cheaper. The first pass
+    always runs to its end (so the result does not depend on the machine's speed for one pass). A path that is
     not pairwise (a step of one or of three operands) is returned as it is.
     """
     if len(inputs) < 3 or any(len(step) != 2 for step in path):
         return list(path)
     tree = _Tree(inputs, output, sizes, path)
     improved = True
-    while improved and time.perf_counter() < deadline:
+    passes = 0
+    while improved and (passes == 0 or time.perf_counter() < deadline):
         improved = False
         for node in sorted(tree.children, key=lambda n: -tree.cost[n]):
-            if time.perf_counter() >= deadline:
+            if passes and time.perf_counter() >= deadline:
                 break
             if node in tree.children and tree.resolve(node, leaves):
                 improved = True
+        passes += 1
     return tree.path()
