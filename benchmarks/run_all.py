@@ -2,7 +2,8 @@
 
 Sections: call overhead, contractions (vs numpy.einsum, opt_einsum, jax.jit, torch), shared work,
 memory (measured vs predicted peak), fused elementwise work (vs jax.jit), derivatives
-(benchmarks/derivatives.py) and dask (a chunked matrix chain vs dask.array.einsum from
+(benchmarks/derivatives.py), large tensor networks (path FLOPs vs cotengra, gradient / forward FLOPs,
+benchmarks/networks.py) and dask (a chunked matrix chain vs dask.array.einsum from
 benchmarks/dask_scale.py; its multi-GB operand run only with
 --dask). jax and torch are optional: their columns are left out when they are not installed.
 
@@ -83,7 +84,7 @@ def _dask(repeat: int, quick: bool) -> list[Row]:
 def _section(module: str) -> Callable[[int, bool], list[Row]]:
     def run(repeat: int, quick: bool) -> list[Row]:
         imported = __import__(module)
-        if module == "contractions":
+        if module in ("contractions", "networks"):
             return imported.run(repeat=repeat, quick=quick)[1]
         return imported.run(repeat=repeat)[1]
 
@@ -98,6 +99,7 @@ SECTIONS: dict[str, tuple[str, Callable[[int, bool], list[Row]]]] = {
     "memory": ("Memory", _section("memory")),
     "elementwise": ("Fused elementwise work", _section("elementwise")),
     "derivatives": ("Derivatives", _derivatives),
+    "networks": ("Large networks", _section("networks")),
     "dask": ("Dask", _dask),
 }
 #: the sections of docs/benchmarks.md whose result tables --write replaces (between their markers)

@@ -32,6 +32,7 @@ import opt_einsum as oe
 from einflow.backends import get_backend, infer_backend
 from einflow.errors import ArgumentError, MemoryLimitError, PathError, ShapeError, SubscriptsError
 from einflow.kernels import compile_numpy
+from einflow.paths import choose_path
 
 __all__ = ["einsum", "einsum_path"]
 
@@ -287,6 +288,9 @@ def _path(equation: str, shapes: tuple[tuple[int, ...], ...], key: Any) -> Any:
 def _plan_uncached(equation: str, shapes: tuple[tuple[int, ...], ...], key: Any) -> tuple[Any, Any]:
     path = _path(equation, shapes, key)
     try:
+        if isinstance(path, str):  # an opt_einsum algorithm's name ('auto': einflow's default search)
+            path, info, _ = choose_path(equation, shapes, path)
+            return path, info
         path, info = oe.contract_path(equation, *shapes, shapes=True, optimize=path)
     except (ValueError, KeyError, TypeError) as error:
         raise PathError(f"cannot plan {equation!r}: {error}") from None

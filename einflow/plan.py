@@ -26,6 +26,7 @@ from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
 from einflow.kernels import contraction_text
 from einflow.lower import lower
+from einflow.paths import PathChoice, choose_path
 from einflow.steps import (
     Add,
     Apply,
@@ -74,6 +75,7 @@ class PlanStep:
     itemsize: int
     pairwise: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
     largest: int = 0  # elements of the largest intermediate inside this step
+    path: PathChoice | None = None  # how a contraction's path was chosen (optimizer, seconds)
 
     @property
     def bytes(self) -> int:
@@ -216,6 +218,7 @@ class _Specialiser(Source):
         self.booleans.update(k for k, dtype in self.dtype.items() if dtype == np.dtype(bool))
         self.namespace: dict[str, Any] = {}
         self.report: dict[int, tuple[int, list[tuple[str, int, tuple[int, ...]]], int]] = {}
+        self.paths: dict[int, PathChoice] = {}
         self.transient: dict[int, int] = {}
         self.numexpr = _numexpr() if backend.name == "numpy" else None
         self._generic: tuple[Source, dict[str, Any]] | None = None
@@ -327,7 +330,7 @@ class _Specialiser(Source):
         equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
         equation += "->" + "".join(letters[label] for label in step.output)
         shapes = [self.shape[register] for register in step.args]
-        path, info = oe.contract_path(equation, *shapes, shapes=True, optimize=self.optimize)
+        path, info, self.paths[step.out] = choose_path(equation, shapes, self.optimize)
         names = {letter: label for label, letter in letters.items()}
         pairwise = []
         for contraction in info.contraction_list:
@@ -611,7 +614,8 @@ def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
     equation = specialiser.note(0, step).split(" ", 2)[2] if len(specialiser.note(0, step).split(" ", 2)) > 2 else ""
     if isinstance(step, Contract):
         flops, pairwise, largest = specialiser.report[out]
-        return PlanStep(statement, kind, equation, flops, shape, size, pairwise, largest)
+        return PlanStep(statement, kind, equation, flops, shape, size, pairwise, largest,
+                        specialiser.paths.get(out))
     if isinstance(step, Reduce):
         return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
     if isinstance(step, Elementwise):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from einflow.paths import EXACT_OPERANDS
 from einflow.plan import PlanStep
 
 __all__ = ["PlanReport"]
@@ -53,6 +54,15 @@ class PlanReport:
         return max((max(step.largest, math.prod(step.shape)) * step.itemsize for step in self.steps), default=0)
 
     @property
+    def planning_seconds(self) -> float:
+        """Seconds spent choosing the contraction paths (when first planned; a cached path costs nothing)."""
+        return sum(step.path.seconds for step in self.steps if step.path is not None)
+
+    def large_products(self) -> list[PlanStep]:
+        """The contractions of more than ``EXACT_OPERANDS`` operands, whose path a heuristic or search chose."""
+        return [step for step in self.steps if step.path is not None and len(step.pairwise) >= EXACT_OPERANDS]
+
+    @property
     def contractions(self) -> int:
         return sum(1 for step in self.steps if step.kind == "contract")
 
@@ -71,6 +81,8 @@ class PlanReport:
             if len(step.pairwise) > 1:
                 for pair, flops, shape in step.pairwise:
                     lines.append(f"  {'':>3}  {'  pairwise':<11} {_human(flops):>9}  {str(shape):<16}   {pair}")
+            if step.path is not None and len(step.pairwise) >= EXACT_OPERANDS:  # a large product
+                lines.append(f"  {'':>3}  {'':<11} {'':>9}  {'':<16}   {step.path.describe()}")
         lines.append("")
         lines.append(f"  total FLOPs: {_human(self.flops)}   contractions: {self.contractions}   "
                      f"largest intermediate: {_human(self.largest_intermediate)} elements "
