@@ -90,6 +90,11 @@ class _DiagonalWriter:
         out.dask, out._name, out._chunks, out._meta = written.dask, written.name, written.chunks, written._meta
 
 
+def _slice_task(kernel: Any, dtype: str, *blocks: Any) -> Any:
+    """One slice of a sliced contraction, on a worker: the kernel on the operand blocks, in the result's dtype."""
+    return numpy.asarray(kernel(*blocks), dtype=dtype)
+
+
 class DaskBackend(Backend):
     """Arrays are ``dask.array.Array``; opt_einsum's plan calls ``dask.array.tensordot``/``einsum``.
 
@@ -185,6 +190,40 @@ class DaskBackend(Backend):
                     "the client; nothing was computed. Pass dask arrays (dask.array.from_array) to get a lazy "
                     "result and store it chunk by chunk (e.g. to_zarr), reduce it in the program, or raise "
                     "memory_limit=")
+
+    def sliced_contraction(self, table: list[tuple[Any, Any, Any]], operands: tuple[Any, ...],
+                           shape: tuple[int, ...], dtype: str, accumulates: bool, cast: str | None) -> Any:
+        """A contraction sliced to fit the memory limit, one task per slice (``einflow.fitting``).
+
+        ``table`` lists each slice as (its block of the output, each operand's block, the numpy kernel that
+        contracts the blocks). A task receives only its slice's blocks of the operands; slices of the same
+        output block are added up pairwise (a tree of tasks), and the blocks form the output.
+        """
+        parts: dict[tuple[int, ...], list[Any]] = {}
+        for at, index, kernel in table:
+            pieces = [operand[position] if position else operand for operand, position in zip(operands, index)]
+            if cast is not None:
+                pieces = [piece.astype(cast) if hasattr(piece, "astype") else piece for piece in pieces]
+            block = tuple(size if part.start is None else part.stop - part.start for part, size in zip(at, shape))
+            task = dask.delayed(_slice_task, pure=False)(kernel, dtype, *pieces)
+            start = tuple(part.start or 0 for part in at)
+            parts.setdefault(start, []).append(dask.array.from_delayed(task, shape=block, dtype=dtype))
+        summed = {}
+        for start, found in parts.items():
+            while len(found) > 1:  # a balanced tree of additions: each task holds two blocks of the output
+                found = [found[k] + found[k + 1] if k + 1 < len(found) else found[k] for k in range(0, len(found), 2)]
+            summed[start] = found[0]
+        if not shape:
+            return summed[()]
+        starts = [sorted({start[axis] for start in summed}) for axis in range(len(shape))]
+
+        def nested(prefix: tuple[int, ...]) -> Any:
+            axis = len(prefix)
+            if axis == len(shape):
+                return summed[prefix]
+            return [nested((*prefix, start)) for start in starts[axis]]
+
+        return dask.array.block(nested(()))
 
     def eye(self, size: int, dtype: Any) -> Any:
         return dask.array.eye(size, dtype=dtype)
