@@ -30,6 +30,8 @@ from einflow.steps import Arg, Contract, Elementwise, Free, Lowered, Node, Reduc
 
 __all__ = ["Fitting", "FittingRenderer", "fit", "NORMALISERS"]
 
+#: bytes kept free for what the model does not count (ufunc buffers, Python objects): a tenth of the room, at most
+HEADROOM = 1 << 20
 #: reductions that keep every axis of their argument
 NORMALISERS = ("softmax", "log_softmax", "argmax", "argmin")
 
@@ -109,8 +111,9 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
             continue
         out = step.out
         made, extra = allocations.get(out, 0), transients.get(out, 0)
-        if backend == "dask":  # each slice a task: the whole contraction against the limit, per task
-            if isinstance(step, Contract) and made + extra > limit:
+        if backend == "dask":  # each slice a task holding its operand blocks: the contraction against the limit
+            held = sum(math.prod(renderer.shape[r]) * renderer.itemsize(r) for r in step_inputs(step))
+            if isinstance(step, Contract) and held + made + extra > limit:
                 fitting.budgets[out] = int(limit)
             continue
         if out in skipped or live + made + extra <= limit:
@@ -118,6 +121,7 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
             continue
         if isinstance(step, Contract):
             room = limit - live - made
+            room -= min(room / 10, HEADROOM)
             if room > 0:
                 fitting.budgets[out] = int(room)
             else:
@@ -126,8 +130,9 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
                     f"arrays alive with it ({_text_bytes(live)}) already exceed the limit")
         elif isinstance(step, Elementwise):
             reduction = _reduced_next(steps, position, out, lowered.outputs)
+            room = limit - live
             chunking = None if reduction is None else _chunking(step, reduction, renderer, allocations,
-                                                               made + extra, limit - live)
+                                                               made + extra, room - min(room / 10, HEADROOM))
             if chunking is not None:
                 fitting.fused.add(out)
                 fitting.chunks[reduction.out] = (step, *chunking)
@@ -137,8 +142,10 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
             fitting.reasons[out] = (
                 "slicing cannot help: only contractions, and elementwise expressions reduced right away over "
                 "some indices while others are kept (such as max[k](A[i,k] + B[k,j])), are computed in slices"
-                if reduction is None else
-                "slicing cannot help: even one value at a time of each index the reduction keeps needs more")
+                + ("" if reduction is None or len(reduction.axes) < len(step.labels) else
+                   "; this reduction keeps no index")
+                + ("" if reduction is None or len(reduction.axes) == len(step.labels) else
+                   "; even one value at a time of each index this reduction keeps needs more"))
         else:
             fitting.reasons[out] = f"slicing cannot help: a {type(step).__name__.lower()} step is not sliced"
         live += made
@@ -189,7 +196,9 @@ class FittingRenderer:
     def sliced_contract(self: Any, step: Contract) -> list[str] | None:
         equation, shapes, path, info, _ = self.paths[step.out]
         itemsize = self.itemsize(step.out)
-        slicing = choose_slicing(equation, shapes, info.contraction_list, self.fitting.budgets[step.out] // itemsize)
+        dask = self.backend.name == "dask"
+        slicing = choose_slicing(equation, shapes, info.contraction_list, self.fitting.budgets[step.out] // itemsize,
+                                 holds_operands=dask)
         if slicing is None:
             self.unfit[step.out] = ("even sliced into single values of every index, one slice of this contraction "
                                     "needs more")
@@ -200,7 +209,6 @@ class FittingRenderer:
         _, pairwise, _ = self.report[step.out]
         self.report[step.out] = (slicing.flops, pairwise, slicing.largest)
         self.transient[step.out] = slicing.peak * itemsize
-        dask = self.backend.name == "dask"
         kernels: dict[Any, Any] = {}
         table = []
         for at, index, cut in slice_table(equation, shapes, slicing):

@@ -616,7 +616,7 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
             why = f"the {backend.name} backend does not slice. "
         else:
             reasons = {**(fitting.reasons if fitting is not None else {}), **specialiser.unfit}
-            found = reasons.get(at) or next(iter(reasons.values()), "slicing cannot lower the peak further")
+            found = next(iter(reasons.values()), "slicing cannot lower the peak further")
             why = found + ". "
         raise MemoryLimitError(
             f"the plan needs {_bytes(peak)} at its peak (while computing an array of shape {shape} in "

@@ -38,8 +38,8 @@ class Slicing:
     """How a contraction is sliced: ``counts[k]`` blocks of index ``labels[k]`` (each ``blocks[k]`` long at most).
 
     ``peak`` is the elements one slice keeps alive besides the full output (its intermediates, its own result
-    and copies of its operand blocks); ``flops`` counts all slices together (an upper bound when a last block
-    is shorter), ``unsliced_flops`` the contraction run whole.
+    and copies of its operand blocks); ``flops`` counts all slices together, ``unsliced_flops`` the contraction
+    run whole.
     """
 
     labels: tuple[str, ...]
@@ -73,11 +73,13 @@ def _sizes(terms: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> dict[str,
     return sizes
 
 
-def _cost(contraction_list: Sequence[tuple[Any, ...]], sizes: dict[str, int]) -> int:
+def _cost(contraction_list: Sequence[tuple[Any, ...]], sizes: dict[str, int], counts: dict[str, int]) -> int:
+    """FLOPs of all slices together: a pairwise step is repeated once per block of each sliced index it lacks."""
     total = 0
     for contraction in contraction_list:
-        inputs = contraction[2].split("->")[0]
-        total += flop_count(set(inputs.replace(",", "")), bool(contraction[1]), len(contraction[0]), sizes)
+        labels = set(contraction[2].split("->")[0].replace(",", ""))
+        repeats = math.prod(count for label, count in counts.items() if label not in labels)
+        total += flop_count(labels, bool(contraction[1]), len(contraction[0]), sizes) * repeats
     return total
 
 
@@ -89,7 +91,7 @@ def sliced_shapes(terms: Sequence[str], shapes: Sequence[tuple[int, ...]],
 
 
 def _peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-          blocks: dict[str, int]) -> tuple[int, int]:
+          blocks: dict[str, int], holds_operands: bool = False) -> tuple[int, int]:
     """Elements one slice keeps alive: its intermediates and its result, and that plus copies of the operand
     blocks it cuts (a cut operand may need a copy to be reshaped into a matrix)."""
     inputs, output = equation.split("->")
@@ -101,34 +103,35 @@ def _peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Se
     # a block cut from a leading axis, or from a matrix (BLAS reads strided rows), is a view; a block cut from an
     # inner axis of a higher-rank operand is copied when the kernel flattens its axes into a matrix
     copies = sum(math.prod(shape) for term, shape in zip(terms, cut)
-                 if len(term) > 2 and any(label in blocks for label in term[1:]))
+                 if holds_operands or len(term) > 2 and any(label in blocks for label in term[1:]))
     return internal + result, internal + result + copies
 
 
 def choose_slicing(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-                   budget: float) -> Slicing | None:
+                   budget: float, holds_operands: bool = False) -> Slicing | None:
     """The slicing whose per-slice peak (elements, see :class:`Slicing`) fits ``budget``, or None if none fits.
 
     Blocks are halved one index at a time, choosing the index that lowers the per-slice peak the most for
     the least FLOP overhead; an index of size 1 cannot be cut. The path (``contraction_list``) stays fixed.
+    ``holds_operands``: a slice also holds its blocks of every operand (a dask task does).
     """
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     sizes = _sizes(terms, shapes)
-    unsliced_flops = _cost(contraction_list, sizes)
-    unsliced_peak = _peak(equation, shapes, contraction_list, {})[1]
+    unsliced_flops = _cost(contraction_list, sizes, {})
+    unsliced_peak = _peak(equation, shapes, contraction_list, {}, holds_operands)[1]
     counts: dict[str, int] = {}
 
     def measure(trial: dict[str, int]) -> tuple[int, int, int]:
         blocks = {label: -(-sizes[label] // count) for label, count in trial.items()}
-        peak, with_copies = _peak(equation, shapes, contraction_list, blocks)
-        flops = _cost(contraction_list, {**sizes, **blocks}) * math.prod(trial.values())
+        peak, with_copies = _peak(equation, shapes, contraction_list, blocks, holds_operands)
+        flops = _cost(contraction_list, sizes, trial)
         return peak, with_copies, flops
 
     # progress is judged without the copies (the first cut of an operand adds one), the fit with them
-    peak, with_copies, flops = _peak(equation, shapes, contraction_list, {}) + (unsliced_flops,)
+    peak, with_copies, flops = _peak(equation, shapes, contraction_list, {}, holds_operands) + (unsliced_flops,)
     while with_copies > budget:
-        best: tuple[float, int, dict[str, int], int, int] | None = None
+        best: tuple[int, float, int, dict[str, int], int, int] | None = None
         for label in sizes:
             block = -(-sizes[label] // counts.get(label, 1))
             if block <= 1:
@@ -136,16 +139,19 @@ def choose_slicing(equation: str, shapes: Sequence[tuple[int, ...]], contraction
             count = -(-sizes[label] // -(-block // 2))  # blocks of half the length
             trial = {**counts, label: count}
             new_peak, new_with_copies, new_flops = measure(trial)
-            if new_peak >= peak and new_with_copies >= with_copies:
+            # a cut that lowers the measure of fit first; one that lowers the peak only at the price of a copy after
+            if new_with_copies < with_copies:
+                rank, gain = 0, math.log(with_copies / max(new_with_copies, 1))
+            elif new_peak < peak:
+                rank, gain = 1, math.log(peak / max(new_peak, 1))
+            else:
                 continue
-            gain = math.log(peak / max(new_peak, 1)) if new_peak < peak else 1e-9
             score = math.log(max(new_flops, 1) / max(flops, 1)) / gain
-            key = (score, new_with_copies)
-            if best is None or key < best[:2]:
-                best = (score, new_with_copies, trial, new_peak, new_flops)
+            if best is None or (rank, score, new_with_copies) < best[:3]:
+                best = (rank, score, new_with_copies, trial, new_peak, new_flops)
         if best is None:
             return None
-        counts, with_copies, peak, flops = best[2], best[1], best[3], best[4]
+        _, _, with_copies, counts, peak, flops = best
     labels = tuple(label for label in sizes if counts.get(label, 1) > 1)
     blocks = {**sizes, **{label: -(-sizes[label] // counts[label]) for label in labels}}
     largest = max((math.prod(blocks[c] for c in contraction[2].split("->")[1]) for contraction in contraction_list),
