@@ -24,14 +24,16 @@ from typing import Any
 
 import opt_einsum as oe
 
-from einflow.kernels import compile_numpy
-from einflow.slicing import choose_slicing, slice_table
+from einflow.slicing import SliceKernel, choose_slicing, slice_table
 from einflow.steps import Arg, Contract, Elementwise, Free, Lowered, Node, Reduce, Step, node_args, step_inputs
 
 __all__ = ["Fitting", "FittingRenderer", "fit", "NORMALISERS"]
 
 #: bytes kept free for what the model does not count (ufunc buffers, Python objects): a tenth of the room, at most
 HEADROOM = 1 << 20
+#: the most slices a contraction is cut into (a loop in the generated code), and the most tasks on dask
+MAX_SLICES = 1 << 16
+MAX_TASKS = 1 << 12
 #: reductions that keep every axis of their argument
 NORMALISERS = ("softmax", "log_softmax", "argmax", "argmin")
 
@@ -133,7 +135,7 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
             room = limit - live
             chunking = None if reduction is None else _chunking(step, reduction, renderer, allocations,
                                                                made + extra, room - min(room / 10, HEADROOM))
-            if chunking is not None:
+            if chunking is not None and reduction is not None:
                 fitting.fused.add(out)
                 fitting.chunks[reduction.out] = (step, *chunking)
                 skipped.add(reduction.out)
@@ -197,11 +199,12 @@ class FittingRenderer:
         equation, shapes, path, info, _ = self.paths[step.out]
         itemsize = self.itemsize(step.out)
         dask = self.backend.name == "dask"
+        most = MAX_TASKS if dask else MAX_SLICES
         slicing = choose_slicing(equation, shapes, info.contraction_list, self.fitting.budgets[step.out] // itemsize,
-                                 holds_operands=dask)
+                                 holds_operands=dask, max_slices=most)
         if slicing is None:
-            self.unfit[step.out] = ("even sliced into single values of every index, one slice of this contraction "
-                                    "needs more")
+            self.unfit[step.out] = (f"slicing cannot help: in at most {most} slices (blocks of the indices' values), "
+                                    "one slice of this contraction still needs more")
             return None
         if not slicing.labels:
             return None
@@ -218,7 +221,7 @@ class FittingRenderer:
                     expression = oe.contract_expression(equation, *cut, optimize=path)
                     kernel = _Kernel(expression, self.backend.einsum_backend)
                 else:  # numpy, and each dask task computes its slice with numpy
-                    kernel = compile_numpy(equation, cut, info.contraction_list)[0]
+                    kernel = SliceKernel(equation, cut, info.contraction_list)
                 kernels[cut] = kernel
             table.append((at, index, kernel))
         name = self.fresh(f"_slices{step.out}")

@@ -28,9 +28,9 @@ from typing import Any
 
 from opt_einsum.helpers import flop_count
 
-from einflow.kernels import contraction_text
+from einflow.kernels import compile_numpy, contraction_text
 
-__all__ = ["Slicing", "choose_slicing", "slice_ranges", "slice_table"]
+__all__ = ["Slicing", "SliceKernel", "choose_slicing", "slice_ranges", "slice_table"]
 
 
 @dataclass(frozen=True)
@@ -108,12 +108,13 @@ def _peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Se
 
 
 def choose_slicing(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-                   budget: float, holds_operands: bool = False) -> Slicing | None:
+                   budget: float, holds_operands: bool = False, max_slices: int = 1 << 16) -> Slicing | None:
     """The slicing whose per-slice peak (elements, see :class:`Slicing`) fits ``budget``, or None if none fits.
 
     Blocks are halved one index at a time, choosing the index that lowers the per-slice peak the most for
     the least FLOP overhead; an index of size 1 cannot be cut. The path (``contraction_list``) stays fixed.
-    ``holds_operands``: a slice also holds its blocks of every operand (a dask task does).
+    ``holds_operands``: a slice also holds its blocks of every operand (a dask task does); a slicing into more
+    than ``max_slices`` slices does not count as fitting.
     """
     inputs, output = equation.split("->")
     terms = inputs.split(",")
@@ -138,6 +139,8 @@ def choose_slicing(equation: str, shapes: Sequence[tuple[int, ...]], contraction
                 continue
             count = -(-sizes[label] // -(-block // 2))  # blocks of half the length
             trial = {**counts, label: count}
+            if math.prod(trial.values()) > max_slices:
+                continue
             new_peak, new_with_copies, new_flops = measure(trial)
             # a cut that lowers the measure of fit first; one that lowers the peak only at the price of a copy after
             if new_with_copies < with_copies:
@@ -190,3 +193,28 @@ def slice_table(equation: str, shapes: Sequence[tuple[int, ...]],
         output_index = tuple(slice(*bounds[label]) if label in bounds else slice(None) for label in output)
         table.append((output_index, operand_index, shapes_here))
     return table
+
+
+class SliceKernel:
+    """The numpy function contracting one block shape of a sliced contraction, compiled on first use.
+
+    It pickles as its plain data (equation, block shapes, pairwise steps), so a dask task carries a few
+    hundred bytes, not a function; each process compiles it once.
+    """
+
+    def __init__(self, equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]]):
+        self.equation = equation
+        self.shapes = tuple(tuple(shape) for shape in shapes)
+        self.steps = tuple((tuple(c[0]), frozenset(c[1]), c[2], None, c[4]) for c in contraction_list)
+        self._function: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"equation": self.equation, "shapes": self.shapes, "steps": self.steps}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _function=None)
+
+    def __call__(self, *operands: Any) -> Any:
+        if self._function is None:
+            self._function = compile_numpy(self.equation, self.shapes, self.steps)[0]
+        return self._function(*operands)
