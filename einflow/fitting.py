@@ -24,13 +24,16 @@ from typing import Any
 
 import opt_einsum as oe
 
-from einflow.slicing import SliceKernel, choose_slicing, slice_table
+from einflow.slicing import SliceKernel, choose_slicing, slice_peak, slice_table
 from einflow.steps import Arg, Contract, Elementwise, Free, Lowered, Node, Reduce, Step, node_args, step_inputs
 
 __all__ = ["Fitting", "FittingRenderer", "fit", "NORMALISERS"]
 
 #: bytes kept free for what the model does not count (ufunc buffers, Python objects): a tenth of the room, at most
 HEADROOM = 1 << 20
+#: on dask, the limit is shared by the blocks of the task a worker runs, of the next one it has ready and of
+#: results waiting to be added up: each task may use a third of it
+TASKS_AT_ONCE = 3
 #: the most slices a contraction is cut into (a loop in the generated code), and the most tasks on dask
 MAX_SLICES = 1 << 16
 MAX_TASKS = 1 << 12
@@ -113,10 +116,12 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
             continue
         out = step.out
         made, extra = allocations.get(out, 0), transients.get(out, 0)
-        if backend == "dask":  # each slice a task holding its operand blocks: the contraction against the limit
-            held = sum(math.prod(renderer.shape[r]) * renderer.itemsize(r) for r in step_inputs(step))
-            if isinstance(step, Contract) and held + made + extra > limit:
-                fitting.budgets[out] = int(limit)
+        if backend == "dask":  # each slice a task holding its operand blocks: every contraction is checked
+            if isinstance(step, Contract) and out in renderer.paths:
+                equation, shapes, _, info, _ = renderer.paths[out]
+                whole = slice_peak(equation, shapes, info.contraction_list, holds_operands=True)
+                if whole * renderer.itemsize(out) > limit / TASKS_AT_ONCE:
+                    fitting.budgets[out] = int(limit / TASKS_AT_ONCE)
             continue
         if out in skipped or live + made + extra <= limit:
             live += made

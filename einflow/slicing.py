@@ -30,7 +30,7 @@ from opt_einsum.helpers import flop_count
 
 from einflow.kernels import compile_numpy, contraction_text
 
-__all__ = ["Slicing", "SliceKernel", "choose_slicing", "slice_ranges", "slice_table"]
+__all__ = ["Slicing", "SliceKernel", "choose_slicing", "slice_peak", "slice_ranges", "slice_table"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,12 @@ def _peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Se
     copies = sum(math.prod(shape) for term, shape in zip(terms, cut)
                  if holds_operands or len(term) > 2 and any(label in blocks for label in term[1:]))
     return internal + result, internal + result + copies
+
+
+def slice_peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
+                holds_operands: bool = False) -> int:
+    """Elements the contraction keeps alive run whole (with its operands when ``holds_operands``)."""
+    return _peak(equation, shapes, contraction_list, {}, holds_operands)[1]
 
 
 def choose_slicing(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
