@@ -155,7 +155,8 @@ def child(name: str, quick: bool) -> dict[str, Any]:
     error = float(np.max(np.abs(np.asarray(value) - expected)) / max(np.max(np.abs(expected)), 1e-300))
     return {"limit": limit, "unsliced_peak": whole.peak_bytes, "peak": report.peak_bytes, "traced": traced,
             "rss": rss, "flops": report.flops, "unsliced_flops": whole.flops, "sliced": sliced,
-            "seconds": seconds, "planning": planning, "error": error}
+            "seconds": seconds, "planning": planning, "error": error,
+            "value": float(np.asarray(value)) if np.ndim(value) == 0 else None}
 
 
 def _numpy_rows(quick: bool) -> list[dict[str, Any]]:
@@ -169,8 +170,10 @@ def _numpy_rows(quick: bool) -> list[dict[str, Any]]:
     return results
 
 
-def _dask_rows(quick: bool) -> list[dict[str, Any]]:
-    """The same cases on a LocalCluster: each slice a task; the workers' peak resident sets measured."""
+def _dask_rows(quick: bool, values: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """The same cases on a LocalCluster: each slice a task; the workers' peak resident sets measured.
+
+    ``values``: the numpy runs' checked scalar results, reused as references (the grid's takes seconds)."""
     try:
         import dask.array as da
         from distributed import Client, LocalCluster
@@ -183,7 +186,8 @@ def _dask_rows(quick: bool) -> list[dict[str, Any]]:
             program, arrays, limit, reference = CASES[name](quick)
             if name == "8x":  # a task holds its operand blocks too: the limit is 1/8 of operands and plan together
                 limit = (limit * 8 + sum(value.nbytes for value in arrays.values())) / 8
-            expected = reference() if name != "Hessian" else None
+            known = (values or {}).get(name)
+            expected = np.asarray(known) if known is not None else reference() if name != "Hessian" else None
             inputs: dict[str, Any] = arrays
             if name == "Hessian":  # the samples are made on the workers, chunk by chunk: the client never holds them
                 samples, features = arrays["X"].shape
@@ -239,7 +243,8 @@ def run(repeat: int = 1, quick: bool = False, dask: bool = True) -> tuple[str, l
                                 "measured (tracemalloc)", "measured (RSS rise)", "sliced over", "FLOPs / unsliced",
                                 "time", "relative error"])
     if dask:
-        dask_results = _dask_rows(quick)
+        dask_results = _dask_rows(quick, {result["case"]: result["value"] for result in numpy_results
+                                          if result["value"] is not None})
         dask_table = []
         for result in dask_results:
             dask_table.append([result["case"], _mib(result["limit"]), _slices(result["sliced"]), _mib(result["task"]),
