@@ -143,8 +143,7 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
             if chunking is not None and reduction is not None:
                 fitting.fused.add(out)
                 fitting.chunks[reduction.out] = (step, *chunking)
-                skipped.add(reduction.out)
-                live += allocations.get(reduction.out, 0)
+                skipped.add(reduction.out)  # counted when its own step comes
                 continue
             fitting.reasons[out] = (
                 "slicing cannot help: only contractions, and elementwise expressions reduced right away over "
@@ -248,8 +247,8 @@ class FittingRenderer:
             lines += [f"{out} = {out} * {self.node(factor)[0]}" for factor in step.scale]
             return lines
         at, parts, kernel = self.fresh("_at"), self.fresh("_parts"), self.fresh("_kernel")
-        operands = ", ".join(f"{self.var(r)}[{parts}[{k}]]" + (f".astype({str(common)!r})" if casts[k] else "")
-                             for k, r in enumerate(step.args))
+        operands = ", ".join((f"{self.var(r)}[{parts}[{k}]]" if step.operands[k] else self.var(r))
+                             + (f".astype({str(common)!r})" if casts[k] else "") for k, r in enumerate(step.args))
         allocate, write = ("zeros", "+=") if slicing.accumulates else ("empty", "=")
         lines = [f"{out} = {np_}.{allocate}({shape!r}, dtype={dtype!r})",
                  f"for {at}, {parts}, {kernel} in {name}:",
