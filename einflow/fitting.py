@@ -7,7 +7,8 @@ the memory alive at each and decides, for every step over the limit:
   arrays alive with it and its own result are counted;
 - an **elementwise expression reduced right away** (``max[k](A[i,k] + B[k,j])``, a tropical product; or
   ``logsumexp[k](...)``) is fused with its reduction and computed in chunks of an index the reduction
-  keeps, so the full i x k x j array is never built;
+  keeps, so the full i x k x j array is never built; when no kept index will do, in chunks of a reduced
+  index whose partial results combine (sum, mean, max, min, logsumexp);
 - anything else, or a step whose result and the arrays alive with it already exceed the limit, cannot fit
   and is named in the refusal with the reason.
 
@@ -37,6 +38,11 @@ TASKS_AT_ONCE = 3
 #: the most slices a contraction is cut into (a loop in the generated code), and the most tasks on dask
 MAX_SLICES = 1 << 16
 MAX_TASKS = 1 << 12
+#: how partial reductions over chunks of a reduced index combine (``{a}``: so far, ``{b}``: this chunk's)
+COMBINE = {"sum": "{a} + {b}", "mean": "{a} + {b}", "max": "{np}.maximum({a}, {b})",
+           "min": "{np}.minimum({a}, {b})", "logsumexp": "{np}.logaddexp({a}, {b})"}
+#: temporaries (arrays of the argument's size) the generated reductions make besides their result
+REDUCE_TEMPORARIES = {"logsumexp": 2, "softmax": 2, "log_softmax": 2, "argmax": 2, "argmin": 2, "mean": 1}
 #: reductions that keep every axis of their argument
 NORMALISERS = ("softmax", "log_softmax", "argmax", "argmin")
 
@@ -146,12 +152,10 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
                 skipped.add(reduction.out)  # counted when its own step comes
                 continue
             fitting.reasons[out] = (
-                "slicing cannot help: only contractions, and elementwise expressions reduced right away over "
-                "some indices while others are kept (such as max[k](A[i,k] + B[k,j])), are computed in slices"
-                + ("" if reduction is None or len(reduction.axes) < len(step.labels) else
-                   "; this reduction keeps no index")
-                + ("" if reduction is None or len(reduction.axes) == len(step.labels) else
-                   "; even one value at a time of each index this reduction keeps needs more"))
+                "slicing cannot help: only contractions, and elementwise expressions reduced right away (such as "
+                "max[k](A[i,k] + B[k,j]) or sum[i,j](exp(u[i] v[j]))), are computed in slices"
+                if reduction is None else
+                "slicing cannot help: even one value at a time of an index of this reduction needs more")
         else:
             fitting.reasons[out] = f"slicing cannot help: a {type(step).__name__.lower()} step is not sliced"
         live += made
@@ -164,23 +168,29 @@ def _chunking(step: Elementwise, reduction: Reduce, renderer: Any, allocations: 
     if reduction.labels != step.labels:
         return None
     kept = [k for k in range(len(step.labels)) if k not in reduction.axes]  # normalisers too: along the others
+    # a reduced index can be chunked too when partial reductions combine (sums add up, maxima take the max)
+    reduced = list(reduction.axes) if reduction.kind in COMBINE else []
     shape = renderer.shape[step.out]
     result = allocations.get(reduction.out, 0)
     ranks = {register: len(renderer.shape.get(register, ())) for register in node_args(step.expr)}
-    best: tuple[int, int] | None = None
-    for position in kept:
+    best: tuple[int, int, int] | None = None
+    for position in kept + reduced:
         size = shape[position]
         if size <= 1 or _slice_axes(step.expr, position, ranks) is None:
             continue
-        per_value = (whole + result) / size  # one value of the index: its share of the expression and the result
-        room_left = room - result
+        # one value of the index: its share of the expression and of the reduction's temporaries, and of the
+        # result (kept) or a partial result
+        temporaries = REDUCE_TEMPORARIES.get(reduction.kind, 0) * allocations.get(step.out, 0)
+        per_value = (whole + temporaries) / size + (result / size if position in kept else 0)
+        room_left = room - result * (1 if position in kept else 3)
         block = int(room_left // per_value) if per_value else size
         if block < 1:
             continue
         count = -(-size // min(block, size))
-        if best is None or count < best[1]:
-            best = (position, count)
-    return best
+        key = (position not in kept, count, position)
+        if best is None or key < best:
+            best = key
+    return None if best is None else (best[2], best[1])
 
 
 class FittingRenderer:
@@ -282,15 +292,31 @@ class FittingRenderer:
                     self.vars[register] = name
         elements = math.prod(self.shape[source.out])
         itemsize = self.itemsize(source.out)
-        self.transient[step.out] = (self.transient.pop(source.out, 0) + elements * itemsize) * block // size \
+        temporaries = (1 + REDUCE_TEMPORARIES.get(step.kind, 0)) * elements * itemsize
+        self.transient[step.out] = (self.transient.pop(source.out, 0) + temporaries) * block // size \
             + math.prod(self.shape[step.out]) * self.itemsize(step.out) * block // size
-        if step.kind == "sum":
+        combined = position in step.axes  # a reduced index: partial results combine
+        kind = "sum" if step.kind == "mean" and combined else step.kind
+        if kind == "sum":
             reduced = self.reduce(chunk, step.axes)
         else:
-            reduced = f"{self.helper('reduce')}({step.kind!r}, {chunk}, {step.axes!r})"
+            reduced = f"{self.helper('reduce')}({kind!r}, {chunk}, {step.axes!r})"
+        if not combined:
+            lines += [f"    {chunk} = {text}",
+                      f"    {out}[{':, ' * kept}{start}:{start} + {block}] = {reduced}",
+                      f"    del {chunk}"]
+            return lines
+        part = self.fresh(f"_partial{step.out}")
+        merge = COMBINE[step.kind].format(a=out, b=part, np=np_)
+        lines[0] = f"{out} = None"
         lines += [f"    {chunk} = {text}",
-                  f"    {out}[{':, ' * kept}{start}:{start} + {block}] = {reduced}",
-                  f"    del {chunk}"]
+                  f"    {part} = {reduced}",
+                  f"    del {chunk}",
+                  f"    {out} = {part} if {out} is None else {merge}"]
+        if step.kind == "mean":
+            count = math.prod(self.shape[source.out][axis] for axis in step.axes)
+            lines.append(f"{out} = {self.helper('as_float')}({out}) / {count}")
+        self.transient[step.out] += 2 * math.prod(self.shape[step.out]) * self.itemsize(step.out)
         return lines
 
 

@@ -146,8 +146,22 @@ def test_refuses_when_the_output_itself_does_not_fit() -> None:
 
 def test_refuses_an_intermediate_that_is_not_a_contraction_or_a_reduced_expression() -> None:
     u = np.ones(2000)
-    with pytest.raises(ef.MemoryLimitError, match="Slicing cannot help: only contractions.*keeps no index"):
-        ef.compile("s = sum[i,j](exp(u[i] v[j]))")(u=u, v=u, memory_limit=MB)
+    with pytest.raises(ef.MemoryLimitError, match="Slicing cannot help: only contractions"):
+        ef.compile("E[i,j] = exp(u[i] v[j])\ns = E[i,j] E[i,j] + 1")(u=u, v=u, memory_limit=MB)
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "min", "mean", "logsumexp"])
+def test_a_full_reduction_is_computed_in_chunks_of_a_reduced_index(kind: str) -> None:
+    u, v = RNG.standard_normal(1500) / 10, RNG.standard_normal(1000) / 10
+    program = ef.compile(f"s = {kind}[i,j](exp(u[i] v[j]))")
+    report = program.plan(u=u.shape, v=v.shape, memory_limit=MB)  # the expression alone is 12 MB
+    assert report.peak_bytes <= MB and report.sliced[0].slices > 1
+    values = np.exp(u[:, None] * v[None])
+    expected = {"sum": values.sum(), "max": values.max(), "min": values.min(), "mean": values.mean(),
+                "logsumexp": np.log(np.exp(values).sum())}[kind]
+    value, peak = _peak_of(lambda: program(u=u, v=v, memory_limit=MB))
+    np.testing.assert_allclose(value, expected, rtol=1e-12)
+    assert peak <= MB
 
 
 def test_slicing_false_restores_the_refusal() -> None:
