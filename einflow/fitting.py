@@ -155,7 +155,7 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
                 "slicing cannot help: only contractions, and elementwise expressions reduced right away (such as "
                 "max[k](A[i,k] + B[k,j]) or sum[i,j](exp(u[i] v[j]))), are computed in slices"
                 if reduction is None else
-                "slicing cannot help: even one value at a time of an index of this reduction needs more")
+                f"slicing cannot help: even in {MAX_SLICES} chunks of an index of this reduction, one chunk needs more")
         else:
             fitting.reasons[out] = f"slicing cannot help: a {type(step).__name__.lower()} step is not sliced"
         live += made
@@ -187,6 +187,8 @@ def _chunking(step: Elementwise, reduction: Reduce, renderer: Any, allocations: 
         if block < 1:
             continue
         count = -(-size // min(block, size))
+        if count > MAX_SLICES:
+            continue
         key = (position not in kept, count, position)
         if best is None or key < best:
             best = key
