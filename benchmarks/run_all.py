@@ -5,7 +5,8 @@ memory (measured vs predicted peak), fused elementwise work (vs jax.jit), deriva
 (benchmarks/derivatives.py), large tensor networks (path FLOPs vs cotengra, gradient / forward FLOPs,
 benchmarks/networks.py) and dask (a chunked matrix chain vs dask.array.einsum from
 benchmarks/dask_scale.py; its multi-GB operand run only with
---dask). jax and torch are optional: their columns are left out when they are not installed.
+--dask) and slicing (programs over a memory limit run sliced under it, benchmarks/slicing.py).
+jax and torch are optional: their columns are left out when they are not installed.
 
 Run:  python benchmarks/run_all.py [--quick] [--dask] [--write] [--only SECTION ...] [--torch-hessians]
       --write replaces the result tables of this suite's sections of docs/benchmarks.md.
@@ -81,6 +82,13 @@ def _dask(repeat: int, quick: bool) -> list[Row]:
     return rows
 
 
+def _slicing(repeat: int, quick: bool) -> list[Row]:
+    """Programs over the memory limit, sliced (benchmarks/slicing.py): measured peak / limit, FLOP overhead."""
+    import slicing
+
+    return slicing.run(repeat, quick=quick)[1]
+
+
 def _section(module: str) -> Callable[[int, bool], list[Row]]:
     def run(repeat: int, quick: bool) -> list[Row]:
         imported = __import__(module)
@@ -101,6 +109,7 @@ SECTIONS: dict[str, tuple[str, Callable[[int, bool], list[Row]]]] = {
     "derivatives": ("Derivatives", _derivatives),
     "networks": ("Large networks", _section("networks")),
     "dask": ("Dask", _dask),
+    "slicing": ("Slicing", _slicing),
 }
 #: the sections of docs/benchmarks.md whose result tables --write replaces (between their markers)
 OWNED = ("overhead", "contractions", "shared_work", "memory")

@@ -13,7 +13,7 @@ from typing import Any
 
 from einflow.errors import EinflowError
 
-__all__ = ["available_memory", "default_memory_limit", "memory_limit_bytes"]
+__all__ = ["available_memory", "cgroup_available", "default_memory_limit", "memory_limit_bytes"]
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
           "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -28,6 +28,38 @@ def _read(path: str) -> str | None:
         return None
 
 
+def _stat(text: str | None, key: str) -> int:
+    match = re.search(rf"^{key}\s+(\d+)", text or "", re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
+def cgroup_available(root: str = "/sys/fs/cgroup", membership: str = "/proc/self/cgroup") -> int | None:
+    """Bytes left under this process's container (cgroup) memory limit, or None when there is no limit.
+
+    Reads cgroup v2 (``memory.max``, ``memory.current``) or v1 (``memory/memory.limit_in_bytes``,
+    ``memory.usage_in_bytes``), in the process's own cgroup and at the root; the inactive page cache
+    counts as free (the kernel reclaims it before it kills anything), as container runtimes count it.
+    """
+    own: dict[str, str] = {}
+    for line in (_read(membership) or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            own["v2" if parts[0] == "0" else parts[1]] = parts[2].strip().lstrip("/")
+    found: list[int] = []
+    for version, folder, limit_file, usage_file, cache_key in (
+            ("v2", root, "memory.max", "memory.current", "inactive_file"),
+            ("memory", os.path.join(root, "memory"), "memory.limit_in_bytes", "memory.usage_in_bytes",
+             "total_inactive_file")):
+        for place in dict.fromkeys((os.path.join(folder, own.get(version, "")), folder)):
+            limit = (_read(os.path.join(place, limit_file)) or "").strip()
+            if not limit.isdigit() or int(limit) >= 1 << 60:  # "max", or v1's "unlimited" (a huge number)
+                continue
+            usage = int((_read(os.path.join(place, usage_file)) or "0").strip() or 0)
+            cache = _stat(_read(os.path.join(place, "memory.stat")), cache_key)
+            found.append(max(int(limit) - max(usage - cache, 0), 0))
+    return min(found) if found else None
+
+
 def available_memory() -> int:
     """Bytes this process can still allocate: MemAvailable, lowered to the cgroup's remaining limit if any."""
     found: list[int] = []
@@ -36,9 +68,9 @@ def available_memory() -> int:
         match = re.search(r"^MemAvailable:\s+(\d+)\s*kB", meminfo, re.MULTILINE)
         if match:
             found.append(int(match.group(1)) * 1024)
-    limit, current = _read("/sys/fs/cgroup/memory.max"), _read("/sys/fs/cgroup/memory.current")
-    if limit is not None and limit.strip().isdigit():
-        found.append(max(int(limit) - int(current or 0), 0))
+    container = cgroup_available()
+    if container is not None:
+        found.append(container)
     if not found:
         try:
             found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))

@@ -22,11 +22,13 @@ from einflow.backends.base import Backend
 from einflow.check import ProgramInfo
 from einflow.codegen import HELPER_KEYS, Source, _negated, _positive_first, kind_of
 from einflow.errors import EinflowError, MemoryLimitError
+from einflow.fitting import Fitting, FittingRenderer, fit
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
 from einflow.kernels import contraction_text
 from einflow.lower import lower
 from einflow.paths import PathChoice, choose_path
+from einflow.slicing import Slicing
 from einflow.steps import (
     Add,
     Apply,
@@ -76,6 +78,14 @@ class PlanStep:
     pairwise: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
     largest: int = 0  # elements of the largest intermediate inside this step
     path: PathChoice | None = None  # how a contraction's path was chosen (optimizer, seconds)
+    #: the indices this step is sliced over to fit the memory limit (empty: run whole)
+    sliced: tuple[str, ...] = ()
+    #: how many slices (blocks of the sliced indices' values) the step runs, one after another
+    slices: int = 1
+    #: FLOPs of all slices over the FLOPs of the step run whole
+    overhead: float = 1.0
+    #: the step's array exists only chunk by chunk (an expression fused into the reduction that reads it)
+    chunked: bool = False
 
     @property
     def bytes(self) -> int:
@@ -203,13 +213,25 @@ def _temporaries(node: Node) -> tuple[int, float]:
     return need, extra
 
 
-class _Specialiser(Source):
+#: backends whose generated code can loop over slices writing into a preallocated output
+SLICING_BACKENDS = ("numpy", "cupy", "dask")
+
+
+class _Specialiser(FittingRenderer, Source):
     """Renders the steps for one signature: literal sizes, planned contractions, fused elementwise engines."""
 
     def __init__(self, lowered: Lowered, program: ir.ProgramIR, shapes: dict[str, tuple[int, ...]],
                  dtypes: dict[str, Any], backend: Backend, optimize: Any, source: str | None,
-                 float_dtype: Any) -> None:
+                 float_dtype: Any, fitting: Fitting | None = None) -> None:
         super().__init__(lowered, _taken(lowered), getattr(backend, "target", "numpy"))
+        #: what to slice or compute in chunks to fit the memory limit (decided from a first rendering)
+        self.fitting = fitting if fitting is not None else Fitting()
+        #: register -> the slicing its contraction runs with
+        self.sliced: dict[int, Slicing] = {}
+        #: register -> why slicing could not make it fit
+        self.unfit: dict[int, str] = {}
+        #: register -> (equation, operand shapes, path, PathInfo, letter -> index name) of its contraction
+        self.paths: dict[int, tuple[str, list[tuple[int, ...]], Any, Any, dict[str, str]]] = {}
         self.backend = backend
         self.optimize = optimize
         self.float_dtype = float_dtype
@@ -341,6 +363,7 @@ class _Specialiser(Source):
             readable += " -> [" + ",".join(names[c] for c in result) + "]"
             pairwise.append((readable, int(flops), tuple(info.size_dict[c] for c in result)))
         self.report[step.out] = (int(info.opt_cost), pairwise, int(info.largest_intermediate))
+        self.paths[step.out] = (equation, shapes, path, info, names)
         operands = [self.var(register) for register in step.args]
         if len(step.args) > 2 or step.scale:
             # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
@@ -440,7 +463,8 @@ class _Specialiser(Source):
         if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
             big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES]
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
-        return super().step_lines(step)
+        fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.fitting)
+        return fitted if fitted is not None else super().step_lines(step)
 
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
         if self.backend.name == "numpy" or self.target != "numpy":
@@ -553,8 +577,13 @@ def _taken(lowered: Lowered) -> set[str]:
 
 def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple[int, ...]], itemsize: int,
                backend: Backend, optimize: Any = "auto", memory_limit: float | None = None,
-               source: str | None = None, float_dtype: Any = None, dtypes: dict[str, Any] | None = None) -> Plan:
+               source: str | None = None, float_dtype: Any = None, dtypes: dict[str, Any] | None = None,
+               slicing: bool = True) -> Plan:
     """Specialise a checked program's steps for concrete input shapes (and dtypes) on a backend.
+
+    Over ``memory_limit`` (bytes), contractions are sliced and elementwise expressions reduced right away
+    are computed in chunks (``einflow.fitting``) unless ``slicing`` is False; a plan that still does not
+    fit raises MemoryLimitError before anything is allocated.
 
     ``float_dtype`` (the inputs' floating type, if any) is the type of products made of deltas alone,
     so that a Hessian like ``2 delta[p,q]`` has the type of the ``x`` it was taken for. Without
@@ -565,7 +594,41 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
     if dtypes is None:
         default = np.dtype(f"f{itemsize}") if itemsize in (2, 4, 8) else np.dtype("float64")
         dtypes = {name: default for name in info.inputs}
-    specialiser = _Specialiser(lowered, program, shapes, dtypes, backend, optimize, source, float_dtype)
+    specialiser, plan = _render(program, lowered, shapes, dtypes, backend, optimize, source, float_dtype, None)
+    if memory_limit is None:
+        return plan
+    peak, at = _peak(lowered.steps, plan.allocations, plan.transients)
+    fitting = None
+    if slicing and backend.name in SLICING_BACKENDS and (peak > memory_limit or backend.name == "dask"):
+        fitting = fit(lowered, specialiser, plan.allocations, plan.transients, memory_limit, backend.name)
+        if fitting:
+            specialiser, plan = _render(program, lowered, shapes, dtypes, backend, optimize, source, float_dtype,
+                                        fitting)
+            peak, at = _peak(lowered.steps, plan.allocations, plan.transients)
+    if peak > memory_limit and backend.name != "dask":
+        statement = next((s.statement for s in lowered.steps if getattr(s, "out", None) == at), 0)
+        shape = specialiser.shape.get(at, ())
+        if not slicing:
+            why = "slicing is off (slicing=False). "
+        elif backend.name not in SLICING_BACKENDS:
+            why = f"the {backend.name} backend does not slice. "
+        else:
+            reasons = {**(fitting.reasons if fitting is not None else {}), **specialiser.unfit}
+            found = next(iter(reasons.values()), "slicing cannot lower the peak further")
+            why = found + ". "
+        raise MemoryLimitError(
+            f"the plan needs {_bytes(peak)} at its peak (while computing an array of shape {shape} in "
+            f"statement '{lowered.statements[statement]}'), over the memory limit of {_bytes(memory_limit)}; "
+            f"nothing was allocated. {why[0].upper()}{why[1:]}Use backend='dask' to compute in chunks, try "
+            "another optimize= choice, raise memory_limit=, or shrink the problem")
+    return plan
+
+
+def _render(program: ir.ProgramIR, lowered: Lowered, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, Any],
+            backend: Backend, optimize: Any, source: str | None, float_dtype: Any,
+            fitting: Fitting | None) -> tuple[_Specialiser, Plan]:
+    """Render and compile the steps (sliced and chunked as ``fitting`` says), with the memory each allocates."""
+    specialiser = _Specialiser(lowered, program, shapes, dtypes, backend, optimize, source, float_dtype, fitting)
     body = specialiser.body()  # renders every step: contraction paths, transients
     outputs = specialiser.returned()
     result = ", ".join(outputs) + ("," if len(outputs) == 1 else "") if lowered.returns_tuple else outputs[0]
@@ -585,26 +648,31 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
         size = specialiser.itemsize(out)
         if isinstance(step, Elementwise) and isinstance(step.expr, Arg):
             views[out] = step.expr.register
-        else:
+        elif out not in specialiser.fitting.fused:  # a fused expression exists only chunk by chunk
             allocations[out] = math.prod(shape) * size
         report.append(_report_step(step, specialiser, lowered))
-    transients = specialiser.transient
     plan = Plan(lowered, backend, report, tuple(specialiser.shape[o] for o in lowered.outputs),
-                lowered.returns_tuple, text, namespace["_run"], allocations, views, transients)
-    if memory_limit is not None:
-        peak, at = _peak(lowered.steps, allocations, transients)
-        if peak > memory_limit:
-            statement = next((s.statement for s in lowered.steps if getattr(s, "out", None) == at), 0)
-            shape = specialiser.shape.get(at, ())
-            raise MemoryLimitError(
-                f"the plan needs {_bytes(peak)} at its peak (while computing an array of shape {shape} in "
-                f"statement '{lowered.statements[statement]}'), over the memory limit of {_bytes(memory_limit)}; "
-                "nothing was allocated. Use backend='dask' to compute in chunks, try another optimize= choice, "
-                "raise memory_limit=, or shrink the problem")
-    return plan
+                lowered.returns_tuple, text, namespace["_run"], allocations, views, specialiser.transient)
+    return specialiser, plan
 
 
 def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> PlanStep:
+    reported = _step_report(step, specialiser, lowered)
+    out = step.out  # type: ignore[union-attr]
+    sliced = specialiser.sliced.get(out)
+    if sliced is not None:
+        names = specialiser.paths[out][4]
+        reported.sliced = tuple(names[label] for label in sliced.labels)
+        reported.slices, reported.overhead = sliced.slices, sliced.overhead
+    for reduced, (source, position, count) in specialiser.fitting.chunks.items():
+        if out in (reduced, source.out):  # a fused expression and its reduction, chunk by chunk
+            reported.sliced, reported.slices = (source.labels[position],), count
+            if out == source.out:
+                reported.chunked, reported.largest = True, -(-math.prod(reported.shape) // count)
+    return reported
+
+
+def _step_report(step: Step, specialiser: _Specialiser, lowered: Lowered) -> PlanStep:
     out = step.out  # type: ignore[union-attr]
     shape = specialiser.shape[out]
     elements = math.prod(shape)

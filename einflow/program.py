@@ -23,8 +23,8 @@ from einflow.report import PlanReport
 
 __all__ = ["Program", "PlanCache", "PlanCacheInfo", "compile", "evaluate", "default_memory_limit"]
 
-_CALL_OPTIONS = ("backend", "optimize", "memory_limit", "chunks")
-_PLAN_OPTIONS = ("optimize", "backend", "itemsize", "memory_limit")
+_CALL_OPTIONS = ("backend", "optimize", "memory_limit", "chunks", "slicing")
+_PLAN_OPTIONS = ("optimize", "backend", "itemsize", "memory_limit", "slicing")
 _LIMIT_TYPES = (str, int, float, type(None))
 
 
@@ -180,7 +180,8 @@ class Program:
 
     # ------------------------------------------------------------------ evaluation
     def __call__(self, *args: Any, backend: str | None = None, optimize: Any = "auto",
-                 memory_limit: float | None | str = "default", chunks: Any = None, **arrays: Any) -> Any:
+                 memory_limit: float | None | str = "default", chunks: Any = None, slicing: bool = True,
+                 **arrays: Any) -> Any:
         """Evaluate with arrays given by keyword, by position (in ``p.inputs`` order) or in one mapping.
 
         Returns the program's value (a tuple for a program ending in a return line); a scalar value is a
@@ -191,6 +192,8 @@ class Program:
         ``backend``: ``"auto"`` (the default: from the input arrays; torch tensors and jax arrays come back
         as such, see docs/frameworks.md), ``"numpy"``, ``"cupy"``, ``"dask"``, ``"torch"`` or ``"jax"``;
         ``chunks``: how the dask backend chunks numpy inputs (see docs/backends.md).
+        ``memory_limit``: a contraction over it is sliced to fit (``slicing=False``: refused instead; see
+        docs/backends.md).
 
         >>> import numpy as np, einflow as ef
         >>> p = ef.compile("y[i] = A[i,j] x[j]")
@@ -203,6 +206,8 @@ class Program:
             arrays = _bind(self.info.inputs, args, arrays, _CALL_OPTIONS, "call", self.accepts)
         if type(memory_limit) not in _LIMIT_TYPES:
             memory_limit_bytes(memory_limit)  # an EinflowError for anything that is not a size
+        if not isinstance(slicing, bool):
+            raise EinflowError(f"slicing= must be True or False, not {slicing!r}")
         try:
             values = [arrays[name] for name in self.info.inputs]
         except KeyError:
@@ -223,16 +228,18 @@ class Program:
                 else:
                     break
             else:
-                plan = self._plans.get(("numpy", optimize, memory_limit, tuple(signature)))
+                limit_key = memory_limit if slicing else ("unsliced", memory_limit)
+                plan = self._plans.get(("numpy", optimize, limit_key, tuple(signature)))
                 if plan is not None:
                     result = plan.run(values)
                     if plan.returns_tuple:
                         return tuple(map(_scalar, result))
                     return result[()] if type(result) is np.ndarray and not result.ndim else result
-        result = self._evaluate(values, name, optimize, memory_limit, chunks)
+        result = self._evaluate(values, name, optimize, memory_limit, chunks, slicing)
         return tuple(map(_scalar, result)) if type(result) is tuple else _scalar(result)
 
-    def _evaluate(self, values: list[Any], name: str, optimize: Any, memory_limit: Any, chunks: Any) -> Any:
+    def _evaluate(self, values: list[Any], name: str, optimize: Any, memory_limit: Any, chunks: Any,
+                  slicing: bool = True) -> Any:
         """The general call: pick the backend, convert inputs once, plan (cached), run, convert results."""
         if name == "auto":
             name = infer_backend(values)
@@ -265,12 +272,13 @@ class Program:
             optimize_key = ("object", optimize)  # a PathOptimizer: the key holds it, no later object reuses its id
         else:
             optimize_key = ("object", id(optimize))
-        # dask keeps intermediates in chunks on the workers: the whole-array guard is not applied to them
-        plan_limit = None if name == "dask" else memory_limit
-        key = (name, optimize_key, plan_limit, signature)
+        # dask keeps intermediates in chunks on the workers: the whole-array guard is not applied to them, but a
+        # contraction over the limit is sliced into tasks
+        key = (name, optimize_key, memory_limit if slicing else ("unsliced", memory_limit), signature)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._build(key, name, values, optimize, plan_limit)
+            plan = self._build(key, name, values, optimize, memory_limit if slicing or name != "dask" else None,
+                               slicing)
         result = plan.run(values)
         outputs = result if plan.returns_tuple else (result,)
         if name == "dask" and not lazy:
@@ -280,7 +288,8 @@ class Program:
             return engine.results(outputs, lazy)
         return engine.result(result, lazy)
 
-    def _build(self, key: Any, backend_name: str, values: list[Any], optimize: Any, memory_limit: Any) -> Plan:
+    def _build(self, key: Any, backend_name: str, values: list[Any], optimize: Any, memory_limit: Any,
+               slicing: bool = True) -> Plan:
         shapes = {}
         itemsize = 1
         for name, value in zip(self.info.inputs, values):
@@ -291,16 +300,19 @@ class Program:
         floats = [v.dtype for v in values if getattr(v, "dtype", None) is not None and v.dtype.kind == "f"]
         dtypes = {name: _signature(value)[1] for name, value in zip(self.info.inputs, values)}
         plan = build_plan(self.ir, self.info, shapes, itemsize, get_backend(backend_name), optimize, limit,
-                          self.source, float_dtype=np.result_type(*floats) if floats else None, dtypes=dtypes)
+                          self.source, float_dtype=np.result_type(*floats) if floats else None, dtypes=dtypes,
+                          slicing=slicing)
         self._plans[key] = plan
         return plan
 
     def plan(self, *args: Any, optimize: Any = "auto", backend: str = "numpy", itemsize: int = 8,
-             memory_limit: float | str | None = None, **shapes: Any) -> PlanReport:
+             memory_limit: float | str | None = None, slicing: bool = True, **shapes: Any) -> PlanReport:
         """The plan for these input shapes (tuples, ``'100x200'`` strings, or arrays): steps, FLOPs, memory.
 
         Shapes are given like arrays to a call: by keyword, by position or in one mapping.
-        ``memory_limit`` (default None: not checked) raises MemoryLimitError for a plan over it.
+        ``memory_limit`` (default None: not checked): the plan a call with that limit runs, its contractions
+        sliced to fit (the report shows the sliced indices, the slices and the FLOP overhead); MemoryLimitError
+        when no slicing fits, or with ``slicing=False`` for any plan over the limit.
 
         >>> import einflow as ef
         >>> report = ef.compile("y[i] = A[i,j] B[j,k] v[k]").plan(A=(100, 200), B=(200, 300), v=(300,))
@@ -316,9 +328,11 @@ class Program:
                                       f"{', '.join(self.info.inputs)})")
             resolved[name] = _parse_shape(name, shapes[name])
         limit = None if memory_limit is None else memory_limit_bytes(memory_limit)
+        if not isinstance(slicing, bool):
+            raise EinflowError(f"slicing= must be True or False, not {slicing!r}")
         plan = build_plan(self.ir, self.info, resolved, itemsize, get_backend(backend), optimize, limit,
-                          self.source)
-        return PlanReport(self.text, plan.steps, plan.output_shapes, plan.peak_bytes)
+                          self.source, slicing=slicing)
+        return PlanReport(self.text, plan.steps, plan.output_shapes, plan.peak_bytes, limit)
 
 
 def _scalar(value: Any) -> Any:

@@ -36,6 +36,8 @@ class PlanReport:
     output_shapes: tuple[tuple[int, ...], ...]
     #: predicted peak bytes of one run: results and intermediates alive at once (what the memory guard compares)
     peak_bytes: int = 0
+    #: the memory limit the plan was made for (bytes; None: not checked)
+    memory_limit: float | None = None
 
     @property
     def flops(self) -> int:
@@ -45,13 +47,19 @@ class PlanReport:
     @property
     def largest_intermediate(self) -> int:
         """Elements in the largest array any step creates (including inside a contraction)."""
-        sizes = [max(step.largest, math.prod(step.shape)) for step in self.steps]
+        sizes = [step.largest if step.chunked else max(step.largest, math.prod(step.shape)) for step in self.steps]
         return max(sizes, default=0)
 
     @property
     def largest_bytes(self) -> int:
         """Bytes of the largest intermediate."""
-        return max((max(step.largest, math.prod(step.shape)) * step.itemsize for step in self.steps), default=0)
+        return max(((step.largest if step.chunked else max(step.largest, math.prod(step.shape))) * step.itemsize
+                    for step in self.steps), default=0)
+
+    @property
+    def sliced(self) -> list[PlanStep]:
+        """The steps sliced (or computed in chunks) to fit the memory limit."""
+        return [step for step in self.steps if step.slices > 1]
 
     @property
     def planning_seconds(self) -> float:
@@ -83,10 +91,17 @@ class PlanReport:
                     lines.append(f"  {'':>3}  {'  pairwise':<11} {_human(flops):>9}  {str(shape):<16}   {pair}")
             if step.path is not None and len(step.pairwise) >= EXACT_OPERANDS:  # a large product
                 lines.append(f"  {'':>3}  {'':<11} {'':>9}  {'':<16}   {step.path.describe()}")
+            if step.slices > 1:
+                how = "sliced" if step.kind == "contract" else "in chunks"
+                lines.append(f"  {'':>3}  {'  ' + how:<11} {'':>9}  {'':<16}   over [{','.join(step.sliced)}]: "
+                             f"{step.slices} slices, FLOP overhead {step.overhead:.2f}x")
         lines.append("")
         lines.append(f"  total FLOPs: {_human(self.flops)}   contractions: {self.contractions}   "
                      f"largest intermediate: {_human(self.largest_intermediate)} elements "
                      f"({_bytes(self.largest_bytes)})   peak memory: {_bytes(self.peak_bytes)}")
+        if self.memory_limit is not None:
+            sliced = f"; {len(self.sliced)} step(s) sliced to fit" if self.sliced else ""
+            lines.append(f"  memory limit: {_bytes(self.memory_limit)}{sliced}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -87,10 +87,16 @@ def test_guard_agrees_with_the_plan_report(case: object) -> None:
     report = program.plan(**shapes)
     peak = report.peak_bytes
     assert peak >= report.largest_bytes or peak >= 8 * max(int(np.prod(s)) for s in report.output_shapes)
-    program(arrays, memory_limit=peak)  # the guard compares the plan's peak (all arrays alive at once)
+    expected = program(arrays, memory_limit=peak)  # the guard compares the plan's peak (all arrays alive at once)
     if peak > 0:
         with pytest.raises(ef.MemoryLimitError):
-            program(arrays, memory_limit=peak - 1)
+            program(arrays, memory_limit=peak - 1, slicing=False)
+        try:  # sliced to fit, or refused: never a plan over the limit
+            fitted = program.plan(**shapes, memory_limit=peak - 1)
+        except ef.MemoryLimitError:
+            return
+        assert fitted.peak_bytes <= peak - 1 and fitted.sliced
+        np.testing.assert_allclose(program(arrays, memory_limit=peak - 1), expected, rtol=1e-10, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------- dask

@@ -231,15 +231,16 @@ def test_stable_rewrites_keep_scopes() -> None:
 
 
 def test_tropical_product_respects_the_memory_guard() -> None:
-    """max[k](A[i,k] + B[k,j]) builds i x k x j: over the limit, numpy refuses before allocating; dask computes
-    it chunk by chunk under the same limit."""
+    """max[k](A[i,k] + B[k,j]) builds i x k x j: over the limit, numpy computes it in chunks of i (slicing=False
+    refuses before allocating); dask computes it chunk by chunk under the same limit."""
     pytest.importorskip("dask")
     rng = np.random.default_rng(2)
     a, b = rng.normal(size=(120, 120)), rng.normal(size=(120, 120))
     program = ef.compile("C[i,j] = max[k](A[i,k] + B[k,j])")
     assert program.plan(A=a.shape, B=b.shape).steps[0].shape == (120, 120, 120)
     with pytest.raises(ef.MemoryLimitError, match="nothing was allocated"):
-        program(A=a, B=b, memory_limit=5e6)
+        program(A=a, B=b, memory_limit=5e6, slicing=False)
+    np.testing.assert_array_equal(program(A=a, B=b, memory_limit=5e6), (a[:, :, None] + b[None]).max(1))
     value = np.asarray(program(A=a, B=b, backend="dask", chunks=30, memory_limit=5e6))
     np.testing.assert_array_equal(value, (a[:, :, None] + b[None]).max(1))
 

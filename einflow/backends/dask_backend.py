@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import operator
 import sys
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,6 +90,17 @@ class _DiagonalWriter:
             else dask.array.broadcast_to(expanded, out.shape)
         written = dask.array.broadcast_to(written, out.shape).astype(out.dtype, copy=False)
         out.dask, out._name, out._chunks, out._meta = written.dask, written.name, written.chunks, written._meta
+
+
+def _slice_task(kernel: Any, dtype: str, cast: str | None, *blocks: Any) -> Any:
+    """One slice of a sliced contraction, on a worker: the kernel on the operand blocks, in the result's dtype."""
+    if cast is not None:
+        blocks = tuple(block.astype(cast) if hasattr(block, "astype") else block for block in blocks)
+    return numpy.asarray(kernel(*blocks), dtype=dtype)
+
+
+def _identity(value: Any) -> Any:
+    return value
 
 
 class DaskBackend(Backend):
@@ -185,6 +198,65 @@ class DaskBackend(Backend):
                     "the client; nothing was computed. Pass dask arrays (dask.array.from_array) to get a lazy "
                     "result and store it chunk by chunk (e.g. to_zarr), reduce it in the program, or raise "
                     "memory_limit=")
+
+    def sliced_contraction(self, table: list[tuple[Any, Any, Any]], operands: tuple[Any, ...],
+                           shape: tuple[int, ...], dtype: str, accumulates: bool, cast: str | None) -> Any:
+        """A contraction sliced to fit the memory limit, one task per slice (``einflow.fitting``).
+
+        ``table`` lists each slice as (its block of the output, each operand's block, the numpy kernel that
+        contracts the blocks). Each operand is rechunked to the slices' blocks, so a slice's task reads one
+        chunk of each operand and nothing more; slices of the same output block are added up pairwise (a
+        tree of tasks), and the output's chunks are its blocks.
+        """
+        from dask.highlevelgraph import HighLevelGraph
+
+        token = uuid.uuid4().hex
+        arrays: list[Any] = []
+        starts: list[list[list[int]]] = []
+        for position, operand in enumerate(operands):
+            if not isinstance(operand, dask.array.Array):
+                arrays.append(None)
+                starts.append([])
+                continue
+            axes = [sorted({(index[position][axis].start or 0, index[position][axis].stop or size)
+                            for _, index, _ in table}) for axis, size in enumerate(operand.shape)]
+            arrays.append(operand.rechunk(tuple(tuple(stop - start for start, stop in ranges) for ranges in axes)))
+            starts.append([[start for start, _ in ranges] for ranges in axes])
+        out_ranges = [sorted({(at[axis].start or 0, at[axis].stop or size) for at, _, _ in table})
+                      for axis, size in enumerate(shape)]
+        out_starts = [[start for start, _ in ranges] for ranges in out_ranges]
+        slices_name, name = f"einflow-slice-{token}", f"einflow-sliced-{token}"
+        graph: dict[Any, Any] = {}
+        parts: dict[tuple[int, ...], list[Any]] = {}
+        for number, (at, index, kernel) in enumerate(table):
+            args: list[Any] = []
+            for position, operand in enumerate(operands):
+                array = arrays[position]
+                if array is None:
+                    args.append(operand)
+                    continue
+                args.append((array.name, *(starts[position][axis].index(part.start or 0)
+                                            for axis, part in enumerate(index[position]))))
+            graph[(slices_name, number)] = (_slice_task, kernel, dtype, cast, *args)
+            block = tuple(out_starts[axis].index(part.start or 0) for axis, part in enumerate(at))
+            parts.setdefault(block, []).append((slices_name, number))
+        level = 0
+        for block, found in parts.items():
+            while len(found) > 1:  # a balanced tree of additions: each task holds two blocks of the output
+                level += 1
+                paired = []
+                for k in range(0, len(found), 2):
+                    if k + 1 == len(found):
+                        paired.append(found[k])
+                        continue
+                    key = (f"einflow-sum-{token}", level, k)
+                    graph[key] = (operator.add, found[k], found[k + 1])
+                    paired.append(key)
+                found = paired
+            graph[(name, *block)] = (_identity, found[0])
+        layers = HighLevelGraph.from_collections(name, graph, dependencies=[a for a in arrays if a is not None])
+        chunks = tuple(tuple(stop - start for start, stop in ranges) for ranges in out_ranges)
+        return dask.array.Array(layers, name, chunks, dtype=numpy.dtype(dtype))
 
     def eye(self, size: int, dtype: Any) -> Any:
         return dask.array.eye(size, dtype=dtype)
