@@ -89,11 +89,11 @@ def _step_value(xp: Any, x: Any) -> Any:
 
 def _sigmoid_value(xp: Any, x: Any) -> Any:
     # with e = exp(-|x|): 1/(1+e) for x >= 0 and e/(1+e) below: never overflows, accurate in both tails
-    # (sigmoid(-40) = 4.2e-18 where 0.5 (tanh(x/2) + 1) rounds to 0), keeps float32, one exp only
+    # (sigmoid(-40) = 4.2e-18 where 0.5 (tanh(x/2) + 1) rounds to 0), keeps float32, one exp and one
+    # division: numerator max(e, [x >= 0]) is 1 or e; -|x| is copysign(x, -1) (one pass)
     x = _floating(xp, x)
-    e = xp.exp(-xp.abs(x))
-    r = 1 / (1 + e)
-    return xp.where(x >= 0, r, e * r)
+    e = xp.exp(xp.copysign(x, -1))
+    return xp.maximum(e, x >= 0) / (e + 1)
 
 
 def _erf_value(xp: Any, x: Any) -> Any:
