@@ -92,8 +92,12 @@ def _sigmoid_value(xp: Any, x: Any) -> Any:
     # (sigmoid(-40) = 4.2e-18 where 0.5 (tanh(x/2) + 1) rounds to 0), keeps float32, one exp and one
     # division: numerator max(e, [x >= 0]) is 1 or e; -|x| is copysign(x, -1) (one pass)
     x = _floating(xp, x)
+    # (the generated code's helper computes it alike: codegen.HELPERS["sigmoid"])
     e = xp.exp(xp.copysign(x, -1))
-    return xp.maximum(e, x >= 0) / (e + 1)
+    numerator = xp.maximum(e, x >= 0)
+    e += 1
+    numerator /= e
+    return numerator
 
 
 def _erf_value(xp: Any, x: Any) -> Any:
@@ -124,7 +128,7 @@ FUNCTION_RULES: dict[str, FunctionRule] = {
     # numexpr: one exp, exact to rounding down to x = -709 (below, 0 for a subnormal);
     # sigmoid' = sigmoid(u) sigmoid(-u): 1 - sigmoid(u) would round to 0 for u > 37 (exact: 4.25e-18 at 40)
     "sigmoid": FunctionRule(_sigmoid_value, "sigmoid(u) sigmoid(-u)", "{sigmoid}({x})", "1 / (1 + exp(-{x}))",
-                            r"\sigma\left(@\right)", 14, 3.125),
+                            r"\sigma\left(@\right)", 14, 1.125),
     "abs": FunctionRule(lambda xp, x: xp.abs(x), "sign(u)", "{np}.abs({x})", "abs({x})",
                         r"\left|@\right|", promotes=False),  # abs'(0) = sign(0) = 0
     # relu'(0) = step(0) = 0

@@ -218,6 +218,8 @@ class _Specialiser(Source):
         self.report: dict[int, tuple[int, list[tuple[str, int, tuple[int, ...]]], int]] = {}
         self.transient: dict[int, int] = {}
         self.numexpr = _numexpr() if backend.name == "numpy" else None
+        #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
+        self.scale_dtype: Any = None
         self._generic: tuple[Source, dict[str, Any]] | None = None
         self.check(program, shapes, source)
 
@@ -368,6 +370,25 @@ class _Specialiser(Source):
             text = self.scaled(text, step.scale)
         return text
 
+    def scaled(self, text: str, scale: tuple[Node, ...]) -> str:
+        """``text * (f1 * f2 * ...)``: scalar factors multiplied together first, then one pass over the array.
+
+        Only when that gives numpy's type of ``text * f1 * f2 ...`` (the contraction's result type, a
+        floating one): every factor a number, a size or a 0-d register of that type. Otherwise one
+        multiplication per factor.
+        """
+        dtype = self.scale_dtype
+        if dtype is None or len(scale) < 2 or np.dtype(dtype).kind != "f" or not all(
+                isinstance(f, (Number, Size)) and not isinstance(getattr(f, "value", 0), bool)
+                or isinstance(f, Arg) and not self.shape.get(f.register) and self.dtype.get(f.register) == dtype
+                for f in scale):
+            return super().scaled(text, scale)
+        factors = []
+        for factor in scale:
+            factor_text, level = self.node(factor)
+            factors.append(f"({factor_text})" if level < 2 else factor_text)
+        return f"{text} * ({' * '.join(factors)})"
+
     def product_casts(self, node: Mul) -> dict[int, str]:
         # an elementwise product of arrays computes in numpy's result type of all of them (as one einsum
         # would): `a * b * c` with int16, uint16, float32 is float32, not int32 * float32 = float64
@@ -437,7 +458,42 @@ class _Specialiser(Source):
         if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
             big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES]
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
-        return super().step_lines(step)
+        if isinstance(step, Reduce) and step.kind in ("softmax", "log_softmax", "logsumexp"):
+            inline = self.normaliser_lines(step)
+            if inline is not None:
+                return inline
+        # a contraction's scale factors are grouped when that keeps its type (``scaled``)
+        self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
+        try:
+            return super().step_lines(step)
+        finally:
+            self.scale_dtype = None
+
+    def normaliser_lines(self, step: Reduce) -> list[str] | None:
+        """A max-shifted softmax / log_softmax / logsumexp written out for a non-empty float numpy array, as the
+        ``reduce`` helper computes it (a non-finite maximum shifts by 0) but without its generic checks, and
+        with the exponentials taken in place; None elsewhere (the helper is called)."""
+        dtype = self.dtype[step.arg]
+        if self.backend.name != "numpy" or isinstance(dtype, type) or np.dtype(dtype).kind != "f" \
+                or not math.prod(self.shape[step.arg]):
+            return None
+        np_, x, out = self.alias["np"], self.var(step.arg), self.var(step.out)
+        shift, work = self.fresh("_shift"), self.fresh("_e")
+        axes = repr(step.axes)
+        lines = [f"{shift} = {x}.max(axis={axes}, keepdims=True)",
+                 f"if not {np_}.isfinite({shift}).all():",
+                 f"    {shift} = {np_}.where({np_}.isfinite({shift}), {shift}, 0)",
+                 f"{work} = {x} - {shift}"]
+        if step.kind == "softmax":
+            lines += [f"{np_}.exp({work}, out={work})", f"{work} /= {work}.sum(axis={axes}, keepdims=True)",
+                      f"{out} = {work}"]
+        elif step.kind == "log_softmax":
+            lines += [f"{work} -= {np_}.log({np_}.exp({work}).sum(axis={axes}, keepdims=True))", f"{out} = {work}"]
+        else:
+            lines += [f"{np_}.exp({work}, out={work})",
+                      f"{out} = ({np_}.log({work}.sum(axis={axes}, keepdims=True)) + {shift}).squeeze(axis={axes})"]
+        lines.append(f"del {shift}, {work}")
+        return lines
 
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
         if self.backend.name == "numpy" or self.target != "numpy":
