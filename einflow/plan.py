@@ -98,6 +98,8 @@ class Plan:
     views: dict[int, int] = field(default_factory=dict)
     #: bytes alive only while a register is computed (intermediates inside a contraction or an expression)
     transients: dict[int, int] = field(default_factory=dict)
+    #: what callers derive from this plan once and reuse (the torch bridge keeps its fused gradient plan here)
+    derived: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def peak_bytes(self) -> int:
@@ -289,6 +291,8 @@ class _Specialiser(Source):
             except (TypeError, OverflowError) as error:
                 raise EinflowError(f"cannot compute this program for inputs of these dtypes: {error}; cast the "
                                    "inputs (e.g. to float64) first") from None
+        if type(value) in (int, float):  # weak Python numbers in, a weak number out (1 / N for N=4 is 0.25)
+            return type(value)
         return np.asarray(value).dtype
 
     def generic(self) -> tuple[Source, dict[str, Any]]:

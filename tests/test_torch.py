@@ -172,7 +172,7 @@ def test_derivative_programs_are_derived_once() -> None:
     for _ in range(3):
         program(w=w, v=v).backward()
     after = value_and_grad_program.cache_info()
-    assert after.misses == before.misses and after.hits >= before.hits + 3
+    assert after.misses == before.misses  # later calls find the fused program (and its plan) on the plan
     torch.testing.assert_close(w.grad, 4 * torch.cos(w.detach()) * v)
     # a vector program: the VJP program, cached per wrt set
     vector = ef.compile("y[i] = sin(w[i]) v[i]")
