@@ -65,10 +65,15 @@ HELPERS: dict[str, str] = {
         return 1.0 / x if x != 0 else float({np}.copysign({np}.inf, x))
     return {np}.reciprocal({as_float}(x))''',
     "sigmoid": '''def {sigmoid}(x):
-    """1 / (1 + exp(-x)) without overflow, accurate in both tails (as einflow computes it)."""
-    e = {np}.exp(-1 * {np}.abs(x))
-    r = 1 / (1 + e)
-    return {np}.where(x >= 0, r, e * r)''',
+    """1 / (1 + exp(-x)) without overflow, accurate in both tails (as einflow computes it).
+
+    With e = exp(-|x|) (never overflows): 1 / (1 + e) for x >= 0 and e / (1 + e) below, in one division.
+    """
+    e = {np}.exp({np}.copysign(x, -1))
+    numerator = {np}.maximum(e, x >= 0)
+    e += 1
+    numerator /= e
+    return numerator''',
     "erf": '''def {erf}(x):
     """The error function elementwise (math.erf per element; the argument's floating type kept)."""
     import math
@@ -138,12 +143,10 @@ TORCH_HELPERS: dict[str, str] = {
         return 1.0 / x if x != 0 else float("inf") if str(float(x))[0] != "-" else float("-inf")
     return {np}.reciprocal({as_float}(x))''',
     "sigmoid": '''def {sigmoid}(x):
-    """1 / (1 + exp(-x)) without overflow, accurate in both tails (as einflow computes it)."""
+    """1 / (1 + exp(-x)) without overflow, accurate in both tails (torch's own kernel)."""
     if isinstance(x, (int, float)):
         x = {np}.tensor(float(x), dtype={np}.float64)
-    e = {np}.exp(-{np}.abs(x))
-    r = 1 / (1 + e)
-    return {np}.where(x >= 0, r, e * r)''',
+    return {np}.sigmoid(x)''',
     "step": '''def {step}(x):
     """1 where x > 0, else 0, in x's type."""
     return (x > 0).to(x.dtype)''',

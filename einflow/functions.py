@@ -89,11 +89,15 @@ def _step_value(xp: Any, x: Any) -> Any:
 
 def _sigmoid_value(xp: Any, x: Any) -> Any:
     # with e = exp(-|x|): 1/(1+e) for x >= 0 and e/(1+e) below: never overflows, accurate in both tails
-    # (sigmoid(-40) = 4.2e-18 where 0.5 (tanh(x/2) + 1) rounds to 0), keeps float32, one exp only
+    # (sigmoid(-40) = 4.2e-18 where 0.5 (tanh(x/2) + 1) rounds to 0), keeps float32, one exp and one
+    # division: numerator max(e, [x >= 0]) is 1 or e; -|x| is copysign(x, -1) (one pass)
     x = _floating(xp, x)
-    e = xp.exp(-xp.abs(x))
-    r = 1 / (1 + e)
-    return xp.where(x >= 0, r, e * r)
+    # (the generated code's helper computes it alike: codegen.HELPERS["sigmoid"])
+    e = xp.exp(xp.copysign(x, -1))
+    numerator = xp.maximum(e, x >= 0)
+    e += 1
+    numerator /= e
+    return numerator
 
 
 def _erf_value(xp: Any, x: Any) -> Any:
@@ -124,7 +128,7 @@ FUNCTION_RULES: dict[str, FunctionRule] = {
     # numexpr: one exp, exact to rounding down to x = -709 (below, 0 for a subnormal);
     # sigmoid' = sigmoid(u) sigmoid(-u): 1 - sigmoid(u) would round to 0 for u > 37 (exact: 4.25e-18 at 40)
     "sigmoid": FunctionRule(_sigmoid_value, "sigmoid(u) sigmoid(-u)", "{sigmoid}({x})", "1 / (1 + exp(-{x}))",
-                            r"\sigma\left(@\right)", 14, 3.125),
+                            r"\sigma\left(@\right)", 14, 1.125),
     "abs": FunctionRule(lambda xp, x: xp.abs(x), "sign(u)", "{np}.abs({x})", "abs({x})",
                         r"\left|@\right|", promotes=False),  # abs'(0) = sign(0) = 0
     # relu'(0) = step(0) = 0

@@ -173,6 +173,18 @@ def _batch_indices(labels: list[str], result: str, removed: frozenset[str]) -> f
     return frozenset(batch)
 
 
+def _broadcast(text: str, labels: str, result: str) -> str:
+    """``text`` (axes ``labels``) transposed to ``result``'s order, with new axes where it lacks one."""
+    if not labels:
+        return text
+    present = [c for c in result if c in labels]
+    if present != list(labels):
+        text += f".transpose({tuple(labels.index(c) for c in present)})"
+    if len(present) < len(result):
+        text += "[" + ", ".join(":" if c in labels else "None" for c in result) + "]"
+    return text
+
+
 def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
                      operands: Sequence[str], np_alias: str = "_np") -> tuple[str, int]:
     """One Python expression computing ``equation`` (explicit ``->`` form) on the operand expressions ``operands``.
@@ -210,12 +222,19 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
         hadamard = (len(taken) == 2 and not removed and not broadcast
                     and all(len(set(labels)) == len(labels) == len(result) and set(labels) == set(result)
                             for labels in operand_labels))
+        outer = (len(taken) == 2 and not removed and not broadcast and not hadamard
+                 and all(len(set(labels)) == len(labels) and set(labels) <= set(result) for labels in operand_labels)
+                 and set(operand_labels[0]) | set(operand_labels[1]) == set(result))
         if hadamard:  # an elementwise product inside the contraction: a multiplication, not einsum
             first, second = operand_labels
             template = "{0} * {1}" if first == second else \
                 f"{{0}} * {{1}}.transpose({tuple(second.index(c) for c in first)})"
             template = f"({template})"
             labels = first
+        elif outer:  # nothing summed (a scalar times an array, an outer product): a broadcast multiplication
+            template = "(" + " * ".join(_broadcast(f"{{{k}}}", labels, result)
+                                        for k, labels in enumerate(operand_labels)) + ")"
+            labels = result
         elif blas and "EINSUM" not in blas:
             template, labels, copied = _gemm(operand_labels[0], operand_labels[1], removed,
                                              output if last else None, sizes)

@@ -110,6 +110,8 @@ class Plan:
     views: dict[int, int] = field(default_factory=dict)
     #: bytes alive only while a register is computed (intermediates inside a contraction or an expression)
     transients: dict[int, int] = field(default_factory=dict)
+    #: what callers derive from this plan once and reuse (the torch bridge keeps its fused gradient plan here)
+    derived: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def peak_bytes(self) -> int:
@@ -240,9 +242,11 @@ class _Specialiser(FittingRenderer, Source):
         self.booleans.update(k for k, dtype in self.dtype.items() if dtype == np.dtype(bool))
         self.namespace: dict[str, Any] = {}
         self.report: dict[int, tuple[int, list[tuple[str, int, tuple[int, ...]]], int]] = {}
-        self.paths: dict[int, PathChoice] = {}
+        self.path_choices: dict[int, PathChoice] = {}
         self.transient: dict[int, int] = {}
         self.numexpr = _numexpr() if backend.name == "numpy" else None
+        #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
+        self.scale_dtype: Any = None
         self._generic: tuple[Source, dict[str, Any]] | None = None
         self.check(program, shapes, source)
 
@@ -312,6 +316,8 @@ class _Specialiser(FittingRenderer, Source):
             except (TypeError, OverflowError) as error:
                 raise EinflowError(f"cannot compute this program for inputs of these dtypes: {error}; cast the "
                                    "inputs (e.g. to float64) first") from None
+        if type(value) in (int, float):  # weak Python numbers in, a weak number out (1 / N for N=4 is 0.25)
+            return type(value)
         return np.asarray(value).dtype
 
     def generic(self) -> tuple[Source, dict[str, Any]]:
@@ -352,7 +358,7 @@ class _Specialiser(FittingRenderer, Source):
         equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
         equation += "->" + "".join(letters[label] for label in step.output)
         shapes = [self.shape[register] for register in step.args]
-        path, info, self.paths[step.out] = choose_path(equation, shapes, self.optimize)
+        path, info, self.path_choices[step.out] = choose_path(equation, shapes, self.optimize)
         names = {letter: label for label, letter in letters.items()}
         pairwise = []
         for contraction in info.contraction_list:
@@ -393,6 +399,25 @@ class _Specialiser(FittingRenderer, Source):
         if step.scale and scale_first is None:
             text = self.scaled(text, step.scale)
         return text
+
+    def scaled(self, text: str, scale: tuple[Node, ...]) -> str:
+        """``text * (f1 * f2 * ...)``: scalar factors multiplied together first, then one pass over the array.
+
+        Only when that gives numpy's type of ``text * f1 * f2 ...`` (the contraction's result type, a
+        floating one): every factor a number, a size or a 0-d register of that type. Otherwise one
+        multiplication per factor.
+        """
+        dtype = self.scale_dtype
+        if dtype is None or len(scale) < 2 or np.dtype(dtype).kind != "f" or not all(
+                isinstance(f, (Number, Size)) and not isinstance(getattr(f, "value", 0), bool)
+                or isinstance(f, Arg) and not self.shape.get(f.register) and self.dtype.get(f.register) == dtype
+                for f in scale):
+            return super().scaled(text, scale)
+        factors = []
+        for factor in scale:
+            factor_text, level = self.node(factor)
+            factors.append(f"({factor_text})" if level < 2 else factor_text)
+        return f"{text} * ({' * '.join(factors)})"
 
     def product_casts(self, node: Mul) -> dict[int, str]:
         # an elementwise product of arrays computes in numpy's result type of all of them (as one einsum
@@ -463,8 +488,43 @@ class _Specialiser(FittingRenderer, Source):
         if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
             big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES]
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
-        fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.fitting)
-        return fitted if fitted is not None else super().step_lines(step)
+        if isinstance(step, Reduce) and step.kind in ("softmax", "log_softmax", "logsumexp"):
+            inline = self.normaliser_lines(step)
+            if inline is not None and self.fitted_lines(step) is None:
+                return inline
+        # a contraction's scale factors are grouped when that keeps its type (``scaled``)
+        self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
+        try:
+            fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.fitting)
+            return fitted if fitted is not None else super().step_lines(step)
+        finally:
+            self.scale_dtype = None
+
+    def normaliser_lines(self, step: Reduce) -> list[str] | None:
+        """A max-shifted softmax / log_softmax / logsumexp written out for a non-empty float numpy array, as the
+        ``reduce`` helper computes it (a non-finite maximum shifts by 0) but without its generic checks, and
+        with the exponentials taken in place; None elsewhere (the helper is called)."""
+        dtype = self.dtype[step.arg]
+        if self.backend.name != "numpy" or isinstance(dtype, type) or np.dtype(dtype).kind != "f" \
+                or not math.prod(self.shape[step.arg]):
+            return None
+        np_, x, out = self.alias["np"], self.var(step.arg), self.var(step.out)
+        shift, work = self.fresh("_shift"), self.fresh("_e")
+        axes = repr(step.axes)
+        lines = [f"{shift} = {x}.max(axis={axes}, keepdims=True)",
+                 f"if not {np_}.isfinite({shift}).all():",
+                 f"    {shift} = {np_}.where({np_}.isfinite({shift}), {shift}, 0)",
+                 f"{work} = {x} - {shift}"]
+        if step.kind == "softmax":
+            lines += [f"{np_}.exp({work}, out={work})", f"{work} /= {work}.sum(axis={axes}, keepdims=True)",
+                      f"{out} = {work}"]
+        elif step.kind == "log_softmax":
+            lines += [f"{work} -= {np_}.log({np_}.exp({work}).sum(axis={axes}, keepdims=True))", f"{out} = {work}"]
+        else:
+            lines += [f"{np_}.exp({work}, out={work})",
+                      f"{out} = ({np_}.log({work}.sum(axis={axes}, keepdims=True)) + {shift}).squeeze(axis={axes})"]
+        lines.append(f"del {shift}, {work}")
+        return lines
 
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
         if self.backend.name == "numpy" or self.target != "numpy":
@@ -683,7 +743,7 @@ def _step_report(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
     if isinstance(step, Contract):
         flops, pairwise, largest = specialiser.report[out]
         return PlanStep(statement, kind, equation, flops, shape, size, pairwise, largest,
-                        specialiser.paths.get(out))
+                        path=specialiser.path_choices.get(out))
     if isinstance(step, Reduce):
         return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
     if isinstance(step, Elementwise):

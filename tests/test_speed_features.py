@@ -221,3 +221,54 @@ def test_a_wrong_optimize_is_an_einflow_error(optimize: object) -> None:
     program = ef.compile("y[i] = A[i,j] v[j]")
     with pytest.raises(ef.EinflowError, match="optimize="):
         program(A=np.ones((2, 2)), v=np.ones(2), optimize=optimize)
+
+
+def test_nothing_summed_pairwise_steps_are_broadcast_multiplications() -> None:
+    import opt_einsum as oe
+
+    from einflow.kernels import compile_numpy, contraction_text
+
+    rng = np.random.default_rng(0)
+    for equation, shapes in [(",b->b", [(), (5,)]), ("a,b->ab", [(3,), (4,)]), ("ba,c->acb", [(2, 3), (4,)]),
+                             ("a,a,b->b", [(5,), (5,), (6,)]), ("ij,k->kji", [(2, 3), (4,)])]:
+        _, info = oe.contract_path(equation, *shapes, shapes=True)
+        text, _ = contraction_text(equation, shapes, info.contraction_list, [f"x{k}" for k in range(len(shapes))])
+        assert "einsum" not in text, (equation, text)
+        contract, _ = compile_numpy(equation, shapes, info.contraction_list)
+        arrays = [rng.standard_normal(shape) for shape in shapes]
+        expected = np.einsum(equation, *arrays)
+        result = contract(*arrays)
+        assert result.shape == expected.shape
+        np.testing.assert_allclose(result, expected, rtol=1e-14)
+
+
+def test_a_contractions_scalar_factors_are_multiplied_first_when_the_type_allows() -> None:
+    program = ef.compile("s = x[j] x[j]\nt = sqrt(s)\ny[p] = w[i] x[i] x[p] t s / 2")
+    x, w = np.arange(1.0, 5.0), np.linspace(-1, 1, 4)
+    program(x=x, w=w)
+    source = next(iter(program._plans.values())).source
+    line = source.split("y = ")[1].split("\n")[0]
+    assert "einsum" not in line and ") * (t * s * 0.5)" in line  # one pass over the vector for the scale
+    s = x @ x
+    np.testing.assert_allclose(program(x=x, w=w), (w @ x) * x * np.sqrt(s) * s / 2, rtol=1e-14)
+    # float32 arrays with a float64 scalar: numpy's left-to-right type (float64) is kept
+    x32, w32 = x.astype(np.float32), w.astype(np.float32)
+    assert program(x=x32, w=w32).dtype == np.result_type(np.float32, np.float32)
+
+
+@pytest.mark.parametrize("text", ["s[i,j] = softmax[j](X[i,j])", "s[i,j] = log_softmax[j](X[i,j])",
+                                  "z[i] = logsumexp[j](X[i,j])", "s[i,j] = softmax[i](X[i,j])"])
+def test_written_out_normalisers_equal_the_stable_reference(text: str) -> None:
+    X = np.random.default_rng(3).standard_normal((4, 5)) * 300
+    X[1, 2] = -np.inf
+    axis = 0 if "softmax[i]" in text else 1
+    shifted = X - X.max(axis=axis, keepdims=True)
+    log_total = np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    expected = {"softmax": np.exp(shifted - log_total), "log_softmax": shifted - log_total,
+                "logsumexp": (log_total + X.max(axis=axis, keepdims=True)).squeeze(axis)}
+    kind = text.split("=")[1].split("[")[0].strip()
+    program = ef.compile(text)
+    with np.errstate(over="raise", invalid="raise"):
+        np.testing.assert_allclose(program(X=X), expected[kind], rtol=1e-13, atol=0)
+        assert program(X=X.astype(np.float32)).dtype == np.float32
+    assert "_shift" in next(iter(program._plans.values())).source  # written out, not the generic helper

@@ -172,7 +172,7 @@ def test_derivative_programs_are_derived_once() -> None:
     for _ in range(3):
         program(w=w, v=v).backward()
     after = value_and_grad_program.cache_info()
-    assert after.misses == before.misses and after.hits >= before.hits + 3
+    assert after.misses == before.misses  # later calls find the fused program (and its plan) on the plan
     torch.testing.assert_close(w.grad, 4 * torch.cos(w.detach()) * v)
     # a vector program: the VJP program, cached per wrt set
     vector = ef.compile("y[i] = sin(w[i]) v[i]")
@@ -280,3 +280,25 @@ def test_reductions_and_normalisers_in_autograd() -> None:
     assert torch.allclose(x.grad, expected)
     far = ef.compile("s[i] = softmax[i](x[i])")(x=torch.tensor([1000.0, 999.0, 1.0], dtype=torch.float64))
     assert torch.allclose(far, torch.softmax(torch.tensor([1000.0, 999.0, 1.0], dtype=torch.float64), 0))
+
+
+def test_a_python_int_divisor_keeps_float32_tensors_float32() -> None:
+    # 1 / N of a weak Python int is a weak number: no float64 promotion, no numpy-only casts on tensors
+    program = ef.compile("y[i,k] = A[i,j] B[j,k] / N")
+    A, B = torch.ones(2, 3), torch.full((3, 2), 2.0)
+    y = program(A=A, B=B, N=4)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, A @ B / 4)
+
+
+def test_a_training_step_reuses_the_fused_gradient_plan() -> None:
+    program = ef.compile("L = sum[n,o]((tanh(X[n,i] W[i,o]) - Y[n,o])^2) / N")
+    X, Y = rand(6, 3, grad=False, seed=1), rand(6, 2, grad=False, seed=2)
+    W = rand(3, 2, seed=3)
+    for _ in range(3):
+        (gradient,) = torch.autograd.grad(program(X=X, W=W, Y=Y, N=6), W)
+    plans = list(program._plans.values())
+    assert len(plans) == 1 and list(plans[0].derived) == [("value_and_grad", ("W",))]
+    W_ = W.detach().clone().requires_grad_(True)
+    (expected,) = torch.autograd.grad(((torch.tanh(X @ W_) - Y) ** 2).sum() / 6, W_)
+    torch.testing.assert_close(gradient, expected)

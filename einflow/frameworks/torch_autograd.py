@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from einflow.backends import get_backend
 from einflow.backends.torch_backend import numpy_dtype
 from einflow.errors import BackendError
 from einflow.frameworks import plan_for, value_and_grad_program, vjp_program
@@ -29,7 +30,7 @@ __all__ = ["EinflowFunction", "call"]
 
 def _signature(value: Any) -> tuple[Any, ...]:
     if isinstance(value, torch.Tensor):
-        return tuple(value.shape), numpy_dtype(value.dtype), str(value.device)
+        return tuple(value.shape), numpy_dtype(value.dtype), value.device
     return (), type(value), None
 
 
@@ -55,16 +56,36 @@ def call(program: Any, engine: Any, values: list[Any], optimize: Any, memory_lim
     if not needs_grad or plan.returns_tuple:
         # several results: torch differentiates the generated torch code itself
         return plan.run(arrays)
-    return EinflowFunction.apply(_Node(program, plan, optimize, memory_limit), *arrays)
+    return EinflowFunction.apply(_Node(program, plan, signature, optimize, memory_limit), *arrays)
 
 
 class _Node:
-    """What the autograd node needs: the program, its plan for these inputs, and the call options."""
+    """What the autograd node needs: the program, its plan for these inputs (and their signature), the options."""
 
-    __slots__ = ("program", "plan", "optimize", "memory_limit")
+    __slots__ = ("program", "plan", "signature", "optimize", "memory_limit")
 
-    def __init__(self, program: Any, plan: Any, optimize: Any, memory_limit: Any) -> None:
-        self.program, self.plan, self.optimize, self.memory_limit = program, plan, optimize, memory_limit
+    def __init__(self, program: Any, plan: Any, signature: tuple[Any, ...], optimize: Any, memory_limit: Any) -> None:
+        self.program, self.plan, self.signature = program, plan, signature
+        self.optimize, self.memory_limit = optimize, memory_limit
+
+    def value_and_grad(self, wanted: tuple[str, ...], arrays: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+        """The scalar program's value and its gradients for ``wanted``, by the fused program's plan.
+
+        The fused program, its plan for this signature and which inputs it reads are found once per
+        (plan, wanted) and kept on the plan: a training step runs the generated code directly.
+        """
+        found = self.plan.derived.get(("value_and_grad", wanted))
+        if found is None:
+            fused = value_and_grad_program(self.program, wanted)
+            names = self.program.info.inputs
+            positions = tuple(names.index(name) for name in fused.info.inputs)
+            signature = tuple(self.signature[k] for k in positions)
+            fused_plan = plan_for(fused, get_backend("torch"), [arrays[k] for k in positions], signature,
+                                  self.optimize, self.memory_limit)
+            found = self.plan.derived[("value_and_grad", wanted)] = (fused_plan, positions)
+        fused_plan, positions = found
+        value, *gradients = fused_plan.run([arrays[k] for k in positions])
+        return value, tuple(gradients)
 
 
 class EinflowFunction(torch.autograd.Function):
@@ -79,10 +100,7 @@ class EinflowFunction(torch.autograd.Function):
             names = node.program.info.inputs
             wanted = tuple(name for name, need in zip(names, ctx.needs_input_grad[1:]) if need)
             if wanted:
-                fused = value_and_grad_program(node.program, wanted)
-                bound = dict(zip(names, arrays))
-                value, gradients = fused({name: bound[name] for name in fused.info.inputs}, optimize=node.optimize,
-                                         memory_limit=node.memory_limit)
+                value, gradients = node.value_and_grad(wanted, arrays)
                 ctx.gradients = dict(zip(wanted, gradients))
                 return value
         return node.plan.run(list(arrays))
