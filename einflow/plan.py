@@ -488,15 +488,17 @@ class _Specialiser(FittingRenderer, Source):
         if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
             big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES]
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
-        if isinstance(step, Reduce) and step.kind in ("softmax", "log_softmax", "logsumexp"):
-            inline = self.normaliser_lines(step)
-            if inline is not None and self.fitted_lines(step) is None:
-                return inline
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
         try:
             fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.fitting)
-            return fitted if fitted is not None else super().step_lines(step)
+            if fitted is not None:
+                return fitted
+            if isinstance(step, Reduce) and step.kind in ("softmax", "log_softmax", "logsumexp"):
+                inline = self.normaliser_lines(step)
+                if inline is not None:
+                    return inline
+            return super().step_lines(step)
         finally:
             self.scale_dtype = None
 
