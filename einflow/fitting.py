@@ -43,7 +43,7 @@ COMBINE = {"sum": "{a} + {b}", "mean": "{a} + {b}", "max": "{np}.maximum({a}, {b
            "min": "{np}.minimum({a}, {b})", "logsumexp": "{np}.logaddexp({a}, {b})"}
 #: temporaries (arrays of the argument's size) the generated reductions make besides their result
 REDUCE_TEMPORARIES = {"logsumexp": 3, "softmax": 2, "log_softmax": 2, "argmax": 2, "argmin": 2, "mean": 1, "max": 1,
-                      "min": 1}  # numpy's partial results and the helper's shifted copies, measured
+                      "min": 1, "sum": 1}  # numpy's partial results and the helper's shifted copies, measured
 #: reductions that keep every axis of their argument
 NORMALISERS = ("softmax", "log_softmax", "argmax", "argmin")
 
