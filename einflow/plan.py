@@ -22,7 +22,7 @@ from einflow.backends.base import Backend
 from einflow.check import ProgramInfo
 from einflow.codegen import HELPER_KEYS, Source, _negated, _positive_first, kind_of
 from einflow.errors import EinflowError, MemoryLimitError
-from einflow.fitting import Fitting, FittingRenderer, fit
+from einflow.fitting import Fitting, FittingRenderer, _text_bytes, fit
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
 from einflow.kernels import contraction_text
@@ -168,12 +168,7 @@ def _in_common_dtype(run: Any, count: int, coefficient: int | float | None) -> A
     return typed
 
 
-def _bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
-            return f"{count:.1f} {unit}" if unit != "B" else f"{int(count)} B"
-        count /= 1024
-    return f"{count} B"  # pragma: no cover
+_bytes = _text_bytes  # one formatter of byte counts (einflow.fitting's)
 
 
 def _check_optimize(optimize: Any) -> None:
