@@ -238,6 +238,17 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+def _forget_pool() -> None:
+    """In a forked child the pool's threads do not exist: start a new pool when one is needed."""
+    global _POOL, _POOL_LOCK
+    _POOL = None
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def run_blocks(kernel: Callable[..., Any], operands: Sequence[Any], sliced: Sequence[bool], shape: tuple[int, ...],
                dtype: str, rows: int, buffers: int) -> Any:
     """The result of ``shape`` and ``dtype``, computed by ``kernel`` block by block (``rows`` rows each).
@@ -276,8 +287,8 @@ def run_blocks(kernel: Callable[..., Any], operands: Sequence[Any], sliced: Sequ
     futures: list[Future[None]] = [_pool().submit(helper) for _ in range(threads - 1)]
     try:
         work()
-    finally:
-        errors = [future.exception() for future in futures]
+    finally:  # helpers not started yet (the pool busy with another call's blocks) have nothing left to do
+        errors = [None if future.cancel() else future.exception() for future in futures]
     for error in errors:
         if error is not None:
             raise error

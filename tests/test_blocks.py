@@ -210,3 +210,31 @@ def test_random_programs_and_their_gradients_give_the_same_numbers_in_blocks(mon
             for one, other in zip(*results):
                 np.testing.assert_allclose(one, other, rtol=1e-12, atol=1e-300, err_msg=f"seed {seed}: {text}")
     assert compared >= 50  # most programs have a fused step of two or more operations
+
+
+def test_concurrent_calls_and_a_forked_child_get_their_blocks_computed(small_blocks: None) -> None:
+    import os
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    A = RNG.normal(size=(400, 64))
+    program = ef.compile("y[i,j] = tanh(A[i,j]) + exp(A[i,j]) A[i,j]")
+    expected = np.tanh(A) + np.exp(A) * A
+    with ThreadPoolExecutor(4) as callers:  # four calls at once share the block threads
+        for got in callers.map(lambda _: program(A=A), range(8)):
+            np.testing.assert_array_equal(got, expected)
+    if not hasattr(os, "fork"):
+        return
+    time.sleep(0.1)  # the pool's thread idle: a child that reused the pool would wait for it forever
+    child = os.fork()
+    if child == 0:  # the parent's pool threads do not exist in the child
+        os._exit(0 if np.array_equal(program(A=A), expected) else 1)
+    for _ in range(600):
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(child, 9)
+    os.waitpid(child, 0)
+    raise AssertionError("the forked child's call did not finish in 30 s")
