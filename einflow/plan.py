@@ -243,6 +243,9 @@ class _Specialiser(FittingRenderer, Source):
         self.transient: dict[int, int] = {}
         #: kernels of the steps computed block by block (``einflow.blocks``), defined before the function
         self.kernels: list[str] = []
+        #: register -> the temporaries of its elementwise step as one expression (as a chunked reduction
+        #: computes it chunk by chunk), whether or not the step runs block by block
+        self.expression_transient: dict[int, int] = {}
         self.blocks_name: str | None = None
         #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
         self.scale_dtype: Any = None
@@ -455,7 +458,10 @@ class _Specialiser(FittingRenderer, Source):
         elements = math.prod(self.shape[step.out])
         need, extra = _temporaries(step.expr)
         self.transient[step.out] = int(max(need - 1 + extra, 0) * elements * self.itemsize(step.out))
-        if self.backend.name == "numpy" and elements >= BLOCK_ELEMENTS and _operations(step.expr, 1) >= 2:
+        self.expression_transient[step.out] = self.transient[step.out]
+        # (a step fused into a chunked reduction is rendered for one chunk there: one expression)
+        if self.backend.name == "numpy" and elements >= BLOCK_ELEMENTS and _operations(step.expr, 1) >= 2 \
+                and step.out not in self.fitting.fused:
             found = self.blocks_text(step)
             if found is not None:
                 return found
