@@ -258,38 +258,44 @@ def run_blocks(kernel: Callable[..., Any], operands: Sequence[Any], sliced: Sequ
     block not yet taken; numpy's error state (``np.errstate``) of the caller holds on every thread.
     """
     out = np.empty(shape, dtype)
-    blocks = -(-shape[0] // rows)
     threads = threads_for(shape, rows)
-    taken = itertools.count()  # next() is atomic under the GIL: each block is taken once
-
-    def work() -> None:
-        temporaries = _buffers(buffers, (rows, *shape[1:]), dtype)
-        for block in taken:
-            if block >= blocks:
-                return
-            start = block * rows
-            stop = min(start + rows, shape[0])
-            part = [x[start:stop] if cut else x for x, cut in zip(operands, sliced)]
-            if stop - start < rows:
-                kernel(*part, out[start:stop], *(t[:stop - start] for t in temporaries))
-            else:
-                kernel(*part, out[start:stop], *temporaries)
-
+    # what the threads share; emptied when the call is done, so that a pool thread that has not yet
+    # dropped its task keeps no operand alive (the caller may free one right after this call)
+    job: list[Any] = [kernel, operands, sliced, out, rows, buffers, itertools.count()]
     if threads == 1:
-        work()
+        _work(job)
         return out
-    settings = np.geterr()
-
-    def helper() -> None:
-        with np.errstate(**settings):
-            work()
-
-    futures: list[Future[None]] = [_pool().submit(helper) for _ in range(threads - 1)]
+    futures: list[Future[None]] = [_pool().submit(_help, job, np.geterr()) for _ in range(threads - 1)]
     try:
-        work()
+        _work(job)
     finally:  # helpers not started yet (the pool busy with another call's blocks) have nothing left to do
         errors = [None if future.cancel() else future.exception() for future in futures]
+        job.clear()
     for error in errors:
         if error is not None:
             raise error
     return out
+
+
+def _help(job: list[Any], settings: Any) -> None:
+    """A pool thread's share of a call, under the caller's error state."""
+    with np.errstate(**settings):
+        _work(job)
+
+
+def _work(job: list[Any]) -> None:
+    """Take blocks (``next`` on the shared counter is atomic under the GIL) until none is left."""
+    kernel, operands, sliced, out, rows, buffers, taken = job
+    length = out.shape[0]
+    blocks = -(-length // rows)
+    temporaries = _buffers(buffers, (rows, *out.shape[1:]), str(out.dtype))
+    for block in taken:
+        if block >= blocks:
+            return
+        start = block * rows
+        stop = min(start + rows, length)
+        part = [x[start:stop] if cut else x for x, cut in zip(operands, sliced)]
+        if stop - start < rows:
+            kernel(*part, out[start:stop], *(t[:stop - start] for t in temporaries))
+        else:
+            kernel(*part, out[start:stop], *temporaries)

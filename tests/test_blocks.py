@@ -238,3 +238,18 @@ def test_concurrent_calls_and_a_forked_child_get_their_blocks_computed(small_blo
     os.kill(child, 9)
     os.waitpid(child, 0)
     raise AssertionError("the forked child's call did not finish in 30 s")
+
+
+def test_no_pool_thread_keeps_an_operand_alive_after_the_call(small_blocks: None) -> None:
+    """The caller frees an intermediate right after the step that reads it; a pool thread that has not yet
+    dropped its finished task must not hold it (a 12 MB array outlived its ``del`` and the measured peak
+    exceeded the plan's)."""
+    import weakref
+
+    plan = _plan("y[i,j] = tanh(A[i,j]) + exp(A[i,j])", {"A": np.ones((400, 64))})
+    for _ in range(30):
+        A = RNG.normal(size=(400, 64))
+        alive = weakref.ref(A)
+        plan.run([A])
+        del A
+        assert alive() is None
