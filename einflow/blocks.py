@@ -35,15 +35,17 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from einflow.codegen import _negated, _positive_first
 from einflow.functions import FUNCTION_RULES
 from einflow.steps import Add, Apply, Arg, Mul, Node, Number, Pow, Size
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["Kernel", "render_kernel", "run_blocks", "block_rows", "threads_for", "BLOCK_BYTES", "THREAD_ELEMENTS"]
 
@@ -232,6 +234,8 @@ def _buffers(count: int, shape: tuple[int, ...], dtype: str) -> list[Any]:
 
 def _pool() -> ThreadPoolExecutor:
     global _POOL
+    from concurrent.futures import ThreadPoolExecutor  # imported when first needed (~10 ms)
+
     with _POOL_LOCK:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(max(1, THREADS - 1), thread_name_prefix="einflow-blocks")
