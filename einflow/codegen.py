@@ -3,7 +3,7 @@
 :class:`Source` renders a :class:`einflow.lower.Lowered` program without shapes: sizes are read off the
 inputs at run time and contractions call ``opt_einsum.contract``; this is what ``to_source`` exports.
 ``einflow.plan`` renders the same steps specialised for shapes, dtypes and a backend (literal sizes,
-contractions as direct BLAS calls, fused elementwise work through numexpr) and compiles that text as
+contractions as direct BLAS calls, large fused elementwise work block by block) and compiles that text as
 the executor. ``_np`` is the array module in both.
 """
 
@@ -214,7 +214,7 @@ _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
 HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "diagonal", "device",
                "erf", "reduce")
-ALIASES = ("np", "oe", "ne", *HELPER_KEYS)
+ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
 

@@ -145,8 +145,10 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
         elif isinstance(step, Elementwise):
             reduction = _reduced_next(steps, position, out, lowered.outputs)
             room = limit - live
+            # chunk by chunk the expression is one numpy expression, with its temporaries (not block buffers)
+            whole = made + renderer.expression_transient.get(out, extra)
             chunking = None if reduction is None else _chunking(step, reduction, renderer, allocations,
-                                                               made + extra, room - min(room / 10, HEADROOM))
+                                                               whole, room - min(room / 10, HEADROOM))
             if chunking is not None and reduction is not None:
                 fitting.fused.add(out)
                 fitting.chunks[reduction.out] = (step, *chunking)

@@ -441,7 +441,7 @@ class _Lowering:
 def fuse(steps: list[Step], outputs: tuple[int, ...], ranks: dict[int, int]) -> list[Step]:
     """Inline an elementwise result read once, by an elementwise step of the same statement, into its reader.
 
-    The fused expression is evaluated in one line (one pass for engines that fuse, such as numexpr).
+    The fused expression is evaluated in one line (or block by block, ``einflow.blocks``).
     """
     uses: Counter[int] = Counter()
     for step in steps:

@@ -3,7 +3,7 @@
 For one (program, backend, shapes, dtypes) signature the specialisation checks every statement's index
 sizes, gives each register its shape and dtype, plans each contraction pairwise (opt_einsum), renders
 the steps as one straight-line Python function (:mod:`einflow.codegen`; contractions as direct BLAS
-calls on numpy, large fused elementwise work through numexpr when it is installed) and predicts the
+calls on numpy, large fused elementwise work block by block on threads, ``einflow.blocks``) and predicts the
 peak memory of a run from the same steps. The report (``Program.plan``) lists the same steps.
 """
 
@@ -19,8 +19,9 @@ import opt_einsum as oe
 
 from einflow import ir
 from einflow.backends.base import Backend
+from einflow.blocks import block_rows, render_kernel, run_blocks, threads_for
 from einflow.check import ProgramInfo
-from einflow.codegen import HELPER_KEYS, Source, _negated, _positive_first, kind_of
+from einflow.codegen import HELPER_KEYS, Source, kind_of
 from einflow.errors import EinflowError, MemoryLimitError
 from einflow.fitting import Fitting, FittingRenderer, _text_bytes, fit
 from einflow.functions import FUNCTION_RULES
@@ -59,8 +60,9 @@ __all__ = ["Plan", "PlanStep", "build_plan", "indices_in", "TEMPORARIES"]
 # their result; tests/test_speed_features.py measures them
 TEMPORARIES: dict[str, float] = {name: rule.temporaries for name, rule in FUNCTION_RULES.items() if rule.temporaries}
 
-#: fused elementwise work on at least this many elements goes through numexpr (numpy backend, float inputs)
-NUMEXPR_ELEMENTS = 1 << 16
+#: fused elementwise work on at least this many elements is computed block by block (numpy backend, float
+#: inputs, ``einflow.blocks``); smaller work is one numpy expression (a block's setup costs ~20 us)
+BLOCK_ELEMENTS = 1 << 16
 #: intermediates of at least this many bytes are released (``del``) right after their last use
 RELEASE_BYTES = 1 << 16
 
@@ -239,7 +241,12 @@ class _Specialiser(FittingRenderer, Source):
         self.report: dict[int, tuple[int, list[tuple[str, int, tuple[int, ...]]], int]] = {}
         self.path_choices: dict[int, PathChoice] = {}
         self.transient: dict[int, int] = {}
-        self.numexpr = _numexpr() if backend.name == "numpy" else None
+        #: kernels of the steps computed block by block (``einflow.blocks``), defined before the function
+        self.kernels: list[str] = []
+        #: register -> the temporaries of its elementwise step as one expression (as a chunked reduction
+        #: computes it chunk by chunk), whether or not the step runs block by block
+        self.expression_transient: dict[int, int] = {}
+        self.blocks_name: str | None = None
         #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
         self.scale_dtype: Any = None
         self._generic: tuple[Source, dict[str, Any]] | None = None
@@ -451,33 +458,52 @@ class _Specialiser(FittingRenderer, Source):
         elements = math.prod(self.shape[step.out])
         need, extra = _temporaries(step.expr)
         self.transient[step.out] = int(max(need - 1 + extra, 0) * elements * self.itemsize(step.out))
-        if self.numexpr is not None and elements >= NUMEXPR_ELEMENTS and _operations(step.expr, 1) >= 2:
-            found = self.numexpr_text(step)
-            if found is not None:  # numexpr works in blocks: only operands numpy computes for it are arrays
-                text, computed = found
-                self.transient[step.out] = computed * elements * self.itemsize(step.out)
-                return text
+        self.expression_transient[step.out] = self.transient[step.out]
+        # (a step fused into a chunked reduction is rendered for one chunk there: one expression)
+        if self.backend.name == "numpy" and elements >= BLOCK_ELEMENTS and _operations(step.expr, 1) >= 2 \
+                and step.out not in self.fitting.fused:
+            found = self.blocks_text(step)
+            if found is not None:
+                return found
         return super().elementwise(step)
 
-    def numexpr_text(self, step: Elementwise) -> tuple[str, int] | None:
-        """``numexpr.evaluate`` of the fused expression and how many operands numpy computes for it, or None
-        when numexpr cannot compute it alike."""
-        registers = sorted(set(node_args(step.expr)))
-        if not isinstance(step.expr, (Add, Mul, Apply, Pow)) or not registers:
+    def blocks_text(self, step: Elementwise) -> str | None:
+        """The step computed block by block (``einflow.blocks``), or None when it cannot be computed alike:
+        the result and every array operand of one floating type (Python numbers besides), each operand
+        carrying the result's first axis whole, of size 1, or not at all."""
+        shape = self.shape[step.out]
+        dtype = self.dtype[step.out]
+        if not shape or isinstance(dtype, type) or np.dtype(dtype) not in (np.dtype("float32"), np.dtype("float64")):
             return None
-        dtypes = {self.dtype[register] for register in registers}
-        if len(dtypes) != 1 or dtypes.pop() not in (np.dtype("float64"),) or self.dtype[step.out] != np.float64:
+        name = self.fresh(f"_kernel{step.out}")
+        kernel = render_kernel(name, step.expr, self.alias["np"], self.number, self.size)
+        if kernel is None:
             return None
-        names: dict[Any, str] = {}
-        text = _numexpr_node(step.expr, lambda node: names.setdefault(node, f"a{len(names)}"))
-        if text is None or len(names) > 30:
-            return None
-        if all(not isinstance(node, Arg) for node in names):
-            return None  # nothing left for numexpr to fuse
-        local = ", ".join(f"{name!r}: {self.arg(node) if isinstance(node, Arg) else self.node(node)[0]}"
-                          for node, name in names.items())
-        computed = sum(1 for node in names if not isinstance(node, Arg))
-        return f"{self.alias['ne']}.evaluate({text!r}, local_dict={{{local}}})", computed
+        operands, sliced = [], []
+        for arg in kernel.operands:
+            own = self.dtype[arg.register]
+            rank = len(self.shape[arg.register])
+            if isinstance(own, type) and own in (int, float) and not rank:
+                sliced.append(False)  # a Python number: weak, as in the one-expression form
+            elif isinstance(own, type) or np.dtype(own) != np.dtype(dtype):
+                return None
+            else:
+                axis = (0 if rank == len(shape) else None) if arg.axes is None else arg.axes[0]
+                length = 1 if axis is None or not rank else self.shape[arg.register][axis]
+                if length not in (1, shape[0]):
+                    return None
+                sliced.append(length == shape[0] and axis is not None and rank > 0)
+            operands.append(self.arg(arg))
+        rows = block_rows(shape, self.itemsize(step.out))
+        threads = threads_for(shape, rows)
+        self.transient[step.out] = threads * kernel.buffers * rows * math.prod(shape[1:]) * self.itemsize(step.out)
+        self.kernels.append(kernel.text)
+        if self.blocks_name is None:
+            self.blocks_name = self.fresh("_run_blocks")
+            self.namespace[self.blocks_name] = run_blocks
+        listed = ", ".join(operands) + ("," if len(operands) == 1 else "")
+        return (f"{self.blocks_name}({name}, ({listed}), {tuple(sliced)!r}, {shape!r}, {str(np.dtype(dtype))!r}, "
+                f"{rows}, {kernel.buffers})")
 
     def step_lines(self, step: Step) -> list[str]:
         if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
@@ -534,54 +560,6 @@ class _Specialiser(FittingRenderer, Source):
 @functools.lru_cache(maxsize=1024)
 def _compiled(text: str) -> Any:
     return compile(text, "<einflow dtype>", "eval")
-
-
-def _numexpr_node(node: Node, name: Any) -> str | None:
-    if isinstance(node, Arg):
-        return name(node)
-    if isinstance(node, Size):
-        return None  # numexpr reads no shapes: the generated numpy line does it
-    if isinstance(node, Number):
-        value = node.value
-        if isinstance(value, bool) or not math.isfinite(value):
-            return None
-        return repr(float(value)) if isinstance(value, float) else repr(value)
-    if isinstance(node, Apply) and node.other is not None:
-        return None
-    if isinstance(node, Apply):
-        template = FUNCTION_RULES[node.func].numexpr
-        if template is None or template.count("{x}") > 1 and not isinstance(node.arg, Arg):
-            return name(node)  # computed by numpy and handed to numexpr as an operand
-        inner = _numexpr_node(node.arg, name)
-        return None if inner is None else "(" + template.format(x=inner) + ")"
-    if isinstance(node, Pow):
-        if node.exponent not in (2, 3, 0.5, -1, 1):
-            return name(node)
-        inner = _numexpr_node(node.base, name)
-        return None if inner is None else f"({inner} ** {node.exponent!r})"
-    if isinstance(node, AsFloat):
-        return name(node)
-    if isinstance(node, Add):
-        pieces = []
-        for position, term in enumerate(_positive_first(node.terms)):
-            negated = _negated(term) if position else None
-            text = _numexpr_node(negated if negated is not None else term, name)
-            if text is None:
-                return None
-            pieces.append((" - " if negated is not None else " + " if position else "") + text)
-        return "(" + "".join(pieces) + ")"
-    texts = [_numexpr_node(part, name) for part in node.factors]
-    if any(text is None for text in texts):
-        return None
-    return "(" + " * ".join(texts) + ")"  # type: ignore[arg-type]
-
-
-def _numexpr() -> Any:
-    try:
-        import numexpr
-    except ImportError:
-        return None
-    return numexpr
 
 
 def _diagonal_writer(backend: Backend, step: Diagonal, shapes: dict[int, tuple[int, ...]]) -> Any:
@@ -690,9 +668,9 @@ def _render(program: ir.ProgramIR, lowered: Lowered, shapes: dict[str, tuple[int
     outputs = specialiser.returned()
     result = ", ".join(outputs) + ("," if len(outputs) == 1 else "") if lowered.returns_tuple else outputs[0]
     parameters = ", ".join(specialiser.vars[k] for k in range(len(lowered.inputs)))
-    text = "\n".join([f"def _run({parameters}):", *body, f"    return {result}", ""])
-    namespace = {**_helpers(specialiser, backend.xp), **specialiser.namespace,
-                 specialiser.alias["oe"]: oe, specialiser.alias["ne"]: specialiser.numexpr}
+    kernels = [line for kernel in specialiser.kernels for line in (kernel, "")]
+    text = "\n".join([*kernels, f"def _run({parameters}):", *body, f"    return {result}", ""])
+    namespace = {**_helpers(specialiser, backend.xp), **specialiser.namespace, specialiser.alias["oe"]: oe}
     exec(compile(text, "<einflow plan>", "exec"), namespace)  # noqa: S102 - generated here from plain data
     allocations: dict[int, int] = {}
     views: dict[int, int] = {}
