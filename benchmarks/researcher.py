@@ -4,9 +4,10 @@ Each case is written twice in einflow, from primitives (exp, log, sum, sqrt) and
 (softmax, log_softmax, logsumexp, mean, erf), and has a hand-written stable numpy gradient and a JAX
 version. ``tests/test_researcher.py`` checks value, gradient and Hessian of both einflow forms against
 JAX in float64 (rtol 1e-9) and float32 stability at |x| <= 200; this script times the einflow gradient
-program against the hand-written numpy gradient and ``jax.jit(jax.grad)`` (medians of short runs).
+program against the hand-written numpy gradient and ``jax.jit(jax.grad)`` (medians of interleaved samples of
+about 5 ms each: many calls per sample for the microsecond-sized gradients).
 
-Run:  python benchmarks/researcher.py            (about a minute)
+Run:  python benchmarks/researcher.py [n] [repeat]   (defaults 2048 5; about a minute)
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def _jax_erf(x: Any) -> Any:
 
 
 def main(n: int = 2048, repeat: int = 5) -> list[tuple[str, str, float, float, float | None]]:
-    from common import compare, machine, optional
+    from common import calibrate, compare, machine, optional
 
     jax = optional("jax")
     if jax is not None:
@@ -177,7 +178,8 @@ def main(n: int = 2048, repeat: int = 5) -> list[tuple[str, str, float, float, f
                           "numpy": lambda a=inputs, f=case.numpy_grad: f(**a)}
             if jitted is not None:
                 candidates["jax.jit"] = jitted
-            times = compare(candidates, repeat=repeat)
+            # each sample runs long enough (~5 ms) that a 10-30 us call is not timed against the clock's noise
+            times = compare(candidates, repeat=repeat, number=calibrate(candidates["numpy"], 0.005))
             jax_ratio = times["jax.jit"] / times["einflow"] if "jax.jit" in times else None
             rows.append((case.name, form, times["einflow"], times["einflow"] / times["numpy"], jax_ratio))
             shown = "n/a" if jax_ratio is None else f"{jax_ratio:.2f}x"
@@ -188,4 +190,4 @@ def main(n: int = 2048, repeat: int = 5) -> list[tuple[str, str, float, float, f
 
 
 if __name__ == "__main__":
-    main()
+    main(*(int(argument) for argument in sys.argv[1:3]))

@@ -264,3 +264,36 @@ def test_dask_sliced_sum_and_lazy_inputs() -> None:
                    memory_limit=400_000)
     assert isinstance(lazy, da.Array)
     np.testing.assert_allclose(lazy.compute(), expected, rtol=1e-10)
+
+
+def test_dask_slice_tasks_receive_only_their_blocks_of_each_operand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 item 2: each slice's task is handed its block of every operand (operands are rechunked to the
+    slices' blocks), never a whole operand, so no process holds more than one slice's worth of any of them."""
+    pytest.importorskip("dask")
+    from einflow import slicing
+
+    shapes = {"A": (100, 400), "B": (400, 400), "D": (400, 100)}
+    arrays = _arrays(shapes)
+    program = ef.compile("C[i,j] = A[i,k] B[k,l] D[l,j]")
+    limit = 300_000  # B alone is 1.28 MB: it cannot travel whole
+    report = program.plan(**shapes, backend="dask", memory_limit=limit)
+    (step,) = report.sliced
+    received: list[tuple[tuple[int, ...], ...]] = []
+    call = slicing.SliceKernel.__call__
+
+    def recording(self, *operands):  # noqa: ANN001, ANN202 - the kernel's own signature
+        received.append(tuple(np.shape(operand) for operand in operands))
+        assert tuple(tuple(shape) for shape in self.shapes) == received[-1]  # exactly the block the slice reads
+        return call(self, *operands)
+
+    monkeypatch.setattr(slicing.SliceKernel, "__call__", recording)
+    value = program(arrays, backend="dask", chunks=400, memory_limit=limit)  # chunks: whole operands at first
+    np.testing.assert_allclose(value, arrays["A"] @ arrays["B"] @ arrays["D"], rtol=1e-10)
+    assert len(received) == step.slices > 1
+    itemsize = 8
+    for position, name in enumerate("ABD"):
+        largest = max(math.prod(shapes_[position]) for shapes_ in received) * itemsize
+        whole = math.prod(shapes[name]) * itemsize
+        assert largest <= limit / 3, (name, largest)  # a third of the limit: a worker runs and readies tasks
+        if whole > limit / 3:
+            assert largest < whole  # an operand too big for a task is cut, never handed whole
