@@ -490,7 +490,9 @@ class _Specialiser(FittingRenderer, Source):
 
     def step_lines(self, step: Step) -> list[str]:
         if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
-            big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES]
+            held = self.fitting.held()  # read later, inside a loop computing an expression in blocks
+            big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES
+                   and r not in held]
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
@@ -696,7 +698,8 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
             why = f"the {backend.name} backend does not slice. "
         else:
             reasons = {**(fitting.reasons if fitting is not None else {}), **specialiser.unfit}
-            found = next(iter(reasons.values()), "slicing cannot lower the peak further")
+            # the reason of the step at the peak first (an earlier step may be over only for what comes later)
+            found = reasons.get(at) or next(iter(reasons.values()), "slicing cannot lower the peak further")
             why = found + ". "
         raise MemoryLimitError(
             f"the plan needs {_bytes(peak)} at its peak (while computing an array of shape {shape} in "
@@ -746,6 +749,11 @@ def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
         names = specialiser.paths[out][4]
         reported.sliced = tuple(names[label] for label in sliced.labels)
         reported.slices, reported.overhead = sliced.slices, sliced.overhead
+    for computed, (position, count, diagonals) in specialiser.fitting.pieces.items():
+        if out == computed:  # an expression computed in blocks into its whole result
+            reported.sliced, reported.slices = (step.labels[position],), count  # type: ignore[union-attr]
+        elif out in [diagonal.out for diagonal in diagonals]:  # a diagonal array made block by block
+            reported.chunked, reported.largest = True, -(-math.prod(reported.shape) // count)
     for reduced, (source, position, count) in specialiser.fitting.chunks.items():
         if out in (reduced, source.out):  # a fused expression and its reduction, chunk by chunk
             reported.sliced, reported.slices = (source.labels[position],), count
