@@ -191,10 +191,10 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
 
     Each pairwise step of opt_einsum's ``contraction_list`` becomes a ``numpy.dot``/``matmul``/``einsum`` call,
     nested so that intermediates are released as soon as the next step has read them. ``np_alias`` is numpy.
-    ``scale`` (the text multiplying a value: ``" * c"``) multiplies the smallest of the operands, the intermediates and the result, the
-    first of them on a tie: one pass over the fewest elements (``w[i] t[i] t[p] * (-1)`` scales the dot
-    product, not the vector). Returns the text and the most elements the contraction's own intermediates hold
-    at once (the result itself not counted).
+    ``scale`` (the text multiplying a value: ``" * c"``) multiplies the smallest of the operands, the
+    intermediates and the result, the first of them on a tie: one pass over the fewest elements
+    (``w[i] t[i] t[p] * (-1)`` scales the dot product, not the vector). Returns the text and the most
+    elements the contraction's own intermediates hold at once (the result itself not counted).
 
     >>> import opt_einsum as oe
     >>> _, info = oe.contract_path("ij,jk,k->i", (2, 3), (3, 4), (4,), shapes=True)
