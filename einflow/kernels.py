@@ -200,8 +200,9 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
     >>> _, info = oe.contract_path("ij,jk,k->i", (2, 3), (3, 4), (4,), shapes=True)
     >>> contraction_text("ij,jk,k->i", [(2, 3), (3, 4), (4,)], info.contraction_list, ["A", "B", "v"])
     ('_np.dot(A, _np.dot(B, v))', 3)
-    >>> contraction_text("ij,jk,k->i", [(2, 3), (3, 4), (4,)], info.contraction_list, ["A", "B", "v"], scale=" * c")
-    ('_np.dot(A, (_np.dot(B, v) * c))', 3)
+    >>> _, info = oe.contract_path("i,i,p->p", (4,), (4,), (4,), shapes=True)
+    >>> contraction_text("i,i,p->p", [(4,), (4,), (4,)], info.contraction_list, ["w", "t", "s"], scale=" * c")
+    ('((_np.dot(t.reshape((1, 4)), w.reshape((4, 1))).reshape(()) * c) * s)', 1)
     """
     if scale is None:
         return _contraction_text(equation, shapes, contraction_list, operands, np_alias, None, None)
