@@ -30,11 +30,14 @@ def median_time(function: Callable[[], Any], repeat: int = 7, number: int = 1) -
 
 
 def compare(candidates: dict[str, Callable[[], Any]], repeat: int = 7, number: int = 1,
-            isolate: tuple[str, ...] = ("jax.jit", "torch")) -> dict[str, float]:
+            isolate: tuple[str, ...] = ("jax.jit", "torch"),
+            clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Medians for several candidates, measured interleaved (round-robin) so machine noise hits all alike.
 
     Candidates named in ``isolate`` (jax, torch) are measured afterwards, each in its own block: their
     worker threads and large allocations otherwise slow down whichever candidate runs right after them.
+    ``clock``: wall time by default; ``time.process_time`` (CPU time of all the process's threads) is not
+    stretched by other jobs on a shared machine.
     """
     shared = {name: f for name, f in candidates.items() if name not in isolate}
     for function in shared.values():
@@ -42,19 +45,19 @@ def compare(candidates: dict[str, Callable[[], Any]], repeat: int = 7, number: i
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(repeat):
         for name, function in shared.items():
-            start = time.perf_counter()
+            start = clock()
             for _ in range(number):
                 function()
-            samples[name].append((time.perf_counter() - start) / number)
+            samples[name].append((clock() - start) / number)
     for name, function in candidates.items():
         if name in shared:
             continue
         function()
         for _ in range(repeat):
-            start = time.perf_counter()
+            start = clock()
             for _ in range(number):
                 function()
-            samples[name].append((time.perf_counter() - start) / number)
+            samples[name].append((clock() - start) / number)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

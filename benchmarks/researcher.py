@@ -4,15 +4,17 @@ Each case is written twice in einflow, from primitives (exp, log, sum, sqrt) and
 (softmax, log_softmax, logsumexp, mean, erf), and has a hand-written stable numpy gradient and a JAX
 version. ``tests/test_researcher.py`` checks value, gradient and Hessian of both einflow forms against
 JAX in float64 (rtol 1e-9) and float32 stability at |x| <= 200; this script times the einflow gradient
-program against the hand-written numpy gradient and ``jax.jit(jax.grad)`` (medians of short runs).
+program against the hand-written numpy gradient and ``jax.jit(jax.grad)`` (medians of interleaved samples of
+about 5 ms each: many calls per sample for the microsecond-sized gradients).
 
-Run:  python benchmarks/researcher.py            (about a minute)
+Run:  python benchmarks/researcher.py [n] [repeat] [--cpu]   (defaults 2048 5; about a minute; --cpu: CPU time)
 """
 
 from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,8 +155,9 @@ def _jax_erf(x: Any) -> Any:
     return jax.scipy.special.erf(x)
 
 
-def main(n: int = 2048, repeat: int = 5) -> list[tuple[str, str, float, float, float | None]]:
-    from common import compare, machine, optional
+def main(n: int = 2048, repeat: int = 5, cpu: bool = False) -> list[tuple[str, str, float, float, float | None]]:
+    """Time every case; ``cpu``: CPU time of the process (all threads: jax's too) instead of wall time."""
+    from common import calibrate, compare, machine, optional
 
     jax = optional("jax")
     if jax is not None:
@@ -177,7 +180,9 @@ def main(n: int = 2048, repeat: int = 5) -> list[tuple[str, str, float, float, f
                           "numpy": lambda a=inputs, f=case.numpy_grad: f(**a)}
             if jitted is not None:
                 candidates["jax.jit"] = jitted
-            times = compare(candidates, repeat=repeat)
+            # each sample runs long enough (~5 ms) that a 10-30 us call is not timed against the clock's noise
+            times = compare(candidates, repeat=repeat, number=calibrate(candidates["numpy"], 0.005),
+                            clock=time.process_time if cpu else time.perf_counter)
             jax_ratio = times["jax.jit"] / times["einflow"] if "jax.jit" in times else None
             rows.append((case.name, form, times["einflow"], times["einflow"] / times["numpy"], jax_ratio))
             shown = "n/a" if jax_ratio is None else f"{jax_ratio:.2f}x"
@@ -188,4 +193,5 @@ def main(n: int = 2048, repeat: int = 5) -> list[tuple[str, str, float, float, f
 
 
 if __name__ == "__main__":
-    main()
+    numbers = [int(argument) for argument in sys.argv[1:] if argument.isdigit()]
+    main(*numbers[:2], cpu="--cpu" in sys.argv)

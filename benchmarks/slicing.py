@@ -18,7 +18,12 @@ with tracemalloc (numpy's allocations during the call) and as the rise of the pr
 (VmHWM) during the call. On the cluster each worker's peak resident set is read after the run, less what
 it held before. Results are checked against an unsliced numpy computation.
 
-Run:  python benchmarks/slicing.py [--quick] [--no-dask]
+Sizes: the default run (1.5 minutes on 2 busy cores) keeps every case at half the issue's limit: the grid
+at bond 17 and the Hessian over 800,000 samples, both under 512 MiB (a quarter, 256 MiB, is too small for
+the dask rows: a worker's fixed overhead then exceeds the limit's share); ``--full`` runs the issue's sizes
+(bond 19, 1.5 million samples, 1 GiB: about 4 minutes); ``--quick`` is a smoke test of seconds.
+
+Run:  python benchmarks/slicing.py [--quick | --full] [--no-dask]
 """
 
 from __future__ import annotations
@@ -45,6 +50,13 @@ __all__ = ["CASES", "grid_text", "run", "main"]
 
 GIB = 2**30
 RING = "s = A[i,j] B[j,k] C[k,l] D[l,i]"
+#: per mode: ring matrix size, grid bond, Hessian samples and features, the fixed limit of grid and Hessian
+#: (None: half the unsliced plan's peak)
+SIZES: dict[str, dict[str, Any]] = {
+    "quick": {"ring": 400, "bond": 12, "samples": 200_000, "features": 50, "limit": None},
+    "default": {"ring": 1200, "bond": 17, "samples": 800_000, "features": 100, "limit": GIB // 2},
+    "full": {"ring": 1200, "bond": 19, "samples": 1_500_000, "features": 100, "limit": GIB},
+}
 LOGISTIC = "L = sum[s](log(1 + exp(-y[s] X[s,f] w[f])))"
 
 
@@ -64,8 +76,8 @@ def grid_text(n: int = 5) -> str:
     return "z = " + " ".join(factors)
 
 
-def _ring(quick: bool) -> tuple[ef.Program, dict[str, np.ndarray], float, Any]:
-    n = 400 if quick else 1200
+def _ring(mode: str) -> tuple[ef.Program, dict[str, np.ndarray], float, Any]:
+    n = SIZES[mode]["ring"]
     rng = np.random.default_rng(0)
     arrays = {name: rng.standard_normal((n, n)) / n**0.5 for name in "ABCD"}
     program = ef.compile(RING)
@@ -78,14 +90,14 @@ def _ring(quick: bool) -> tuple[ef.Program, dict[str, np.ndarray], float, Any]:
     return program, arrays, limit, reference
 
 
-def _grid(quick: bool) -> tuple[ef.Program, dict[str, np.ndarray], float, Any]:
-    bond = 12 if quick else 19
+def _grid(mode: str) -> tuple[ef.Program, dict[str, np.ndarray], float, Any]:
+    bond = SIZES[mode]["bond"]
     text = grid_text(5)
     rng = np.random.default_rng(1)
     arrays = {match.group(1): rng.standard_normal((bond,) * (match.group(2).count(",") + 1)) / bond**0.5
               for match in re.finditer(r"(T\d\d)\[([^\]]*)\]", text)}
     program = ef.compile(text)
-    limit = GIB if not quick else program.plan(**{k: v.shape for k, v in arrays.items()}).peak_bytes / 2
+    limit = SIZES[mode]["limit"] or program.plan(**{k: v.shape for k, v in arrays.items()}).peak_bytes / 2
 
     def reference() -> Any:
         return program(arrays, memory_limit=None)
@@ -93,13 +105,13 @@ def _grid(quick: bool) -> tuple[ef.Program, dict[str, np.ndarray], float, Any]:
     return program, arrays, limit, reference
 
 
-def _hessian(quick: bool) -> tuple[ef.Program, dict[str, np.ndarray], float, Any]:
-    samples, features = (200_000, 50) if quick else (1_500_000, 100)
+def _hessian(mode: str) -> tuple[ef.Program, dict[str, np.ndarray], float, Any]:
+    samples, features = SIZES[mode]["samples"], SIZES[mode]["features"]
     rng = np.random.default_rng(2)
     arrays = {"X": rng.standard_normal((samples, features)), "y": np.sign(rng.standard_normal(samples)),
               "w": rng.standard_normal(features) / features}
     program = ef.hessian(LOGISTIC, wrt="w")
-    limit = GIB if not quick else program.plan(X=(samples, features), y=(samples,), w=(features,)).peak_bytes / 2
+    limit = SIZES[mode]["limit"] or program.plan(X=(samples, features), y=(samples,), w=(features,)).peak_bytes / 2
 
     def reference() -> Any:
         x, y, w = arrays["X"], arrays["y"], arrays["w"]
@@ -110,8 +122,14 @@ def _hessian(quick: bool) -> tuple[ef.Program, dict[str, np.ndarray], float, Any
 
 
 CASES = {"8x": _ring, "grid": _grid, "Hessian": _hessian}
-LABELS = {"8x": f"`{RING}`, unsliced peak 8x the limit", "grid": "5x5 grid network (bond 19) under 1 GiB",
-          "Hessian": "logistic Hessian, 1.5M x 100 samples, under 1 GiB"}
+
+
+def _labels(mode: str) -> dict[str, str]:
+    sizes = SIZES[mode]
+    limit = "half its unsliced peak" if sizes["limit"] is None else _mib(sizes["limit"]).replace("1024 MiB", "1 GiB")
+    return {"8x": f"`{RING}`, unsliced peak 8x the limit",
+            "grid": f"5x5 grid network (bond {sizes['bond']}) under {limit}",
+            "Hessian": f"logistic Hessian, {sizes['samples']:,} x {sizes['features']} samples, under {limit}"}
 
 
 def _high_water() -> int:
@@ -132,9 +150,9 @@ def _reset_high_water() -> bool:
         return False
 
 
-def child(name: str, quick: bool) -> dict[str, Any]:
+def child(name: str, mode: str) -> dict[str, Any]:
     """One numpy case, measured in this (fresh) process."""
-    program, arrays, limit, reference = CASES[name](quick)
+    program, arrays, limit, reference = CASES[name](mode)
     shapes = {key: value.shape for key, value in arrays.items()}
     whole = program.plan(**shapes)
     start = time.perf_counter()
@@ -159,10 +177,10 @@ def child(name: str, quick: bool) -> dict[str, Any]:
             "value": float(np.asarray(value)) if np.ndim(value) == 0 else None}
 
 
-def _numpy_rows(quick: bool) -> list[dict[str, Any]]:
+def _numpy_rows(mode: str) -> list[dict[str, Any]]:
     results = []
     for name in CASES:
-        command = [sys.executable, __file__, "--child", name] + (["--quick"] if quick else [])
+        command = [sys.executable, __file__, "--child", name, "--mode", mode]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"case {name} failed:\n{done.stderr[-3000:]}")
@@ -170,7 +188,7 @@ def _numpy_rows(quick: bool) -> list[dict[str, Any]]:
     return results
 
 
-def _dask_rows(quick: bool, values: dict[str, float] | None = None) -> list[dict[str, Any]]:
+def _dask_rows(mode: str, values: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """The same cases on a LocalCluster: each slice a task; the workers' peak resident sets measured.
 
     ``values``: the numpy runs' checked scalar results, reused as references (the grid's takes seconds)."""
@@ -183,7 +201,7 @@ def _dask_rows(quick: bool, values: dict[str, float] | None = None) -> list[dict
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                       silence_logs=40, memory_limit=GIB) as cluster, Client(cluster) as client:
         for name in CASES:
-            program, arrays, limit, reference = CASES[name](quick)
+            program, arrays, limit, reference = CASES[name](mode)
             if name == "8x":  # a task holds its operand blocks too: the limit is 1/8 of operands and plan together
                 limit = (limit * 8 + sum(value.nbytes for value in arrays.values())) / 8
             known = (values or {}).get(name)
@@ -223,10 +241,12 @@ def _slices(sliced: list[Any]) -> str:
     return "; ".join(f"[{','.join(labels)}] x{count} ({overhead:.2f}x FLOPs)" for labels, count, overhead in sliced)
 
 
-def run(repeat: int = 1, quick: bool = False, dask: bool = True) -> tuple[str, list[Row]]:
+def run(repeat: int = 1, quick: bool = False, dask: bool = True, full: bool = False) -> tuple[str, list[Row]]:
     """Markdown tables and combined-table rows (ratio: measured peak / limit, target 1)."""
     del repeat  # each case runs once: the point is the memory, and the biggest take seconds
-    numpy_results = _numpy_rows(quick)
+    mode = "quick" if quick else "full" if full else "default"
+    labels = _labels(mode)
+    numpy_results = _numpy_rows(mode)
     rows, table = [], []
     for result in numpy_results:
         measured = max(result["traced"], result["rss"])
@@ -234,7 +254,7 @@ def run(repeat: int = 1, quick: bool = False, dask: bool = True) -> tuple[str, l
                       _mib(result["traced"]), _mib(result["rss"]) if result["rss"] >= 0 else "n/a",
                       _slices(result["sliced"]), f"{result['flops'] / result['unsliced_flops']:.3f}",
                       f"{result['seconds']:.1f} s", f"{result['error']:.1e}"])
-        rows.append(Row("slicing", LABELS[result["case"]], _mib(measured), "the memory limit",
+        rows.append(Row("slicing", labels[result["case"]], _mib(measured), "the memory limit",
                         measured / result["limit"], 1.0))
         if result["case"] == "8x":
             rows.append(Row("slicing", "8x case: sliced FLOPs / unsliced FLOPs", f"{result['flops']:.3g}",
@@ -243,7 +263,7 @@ def run(repeat: int = 1, quick: bool = False, dask: bool = True) -> tuple[str, l
                                 "measured (tracemalloc)", "measured (RSS rise)", "sliced over", "FLOPs / unsliced",
                                 "time", "relative error"])
     if dask:
-        dask_results = _dask_rows(quick, {result["case"]: result["value"] for result in numpy_results
+        dask_results = _dask_rows(mode, {result["case"]: result["value"] for result in numpy_results
                                           if result["value"] is not None})
         dask_table = []
         for result in dask_results:
@@ -251,9 +271,9 @@ def run(repeat: int = 1, quick: bool = False, dask: bool = True) -> tuple[str, l
                                _mib(result["rss"]), f"{result['seconds']:.1f} s", f"{result['error']:.1e}"])
             # a worker holds its share of numpy inputs shipped in the graph too: only the 1 GiB cases, whose
             # inputs are small or made on the workers, compare its resident set with the limit
-            rows.append(Row("slicing", f"dask LocalCluster: {LABELS[result['case']]}", _mib(result["rss"]),
+            rows.append(Row("slicing", f"dask LocalCluster: {labels[result['case']]}", _mib(result["rss"]),
                             "the memory limit", result["rss"] / result["limit"],
-                            1.0 if result["limit"] >= GIB else None))
+                            1.0 if result["case"] != "8x" and mode != "quick" else None))
         text += ("\n\nOn a dask LocalCluster (2 worker processes x 1 thread, 1 GiB memory limit each; each slice a "
                  "task):\n\n") + format_table(
             dask_table, ["case", "limit", "sliced over", "plan peak (per task)", "largest worker peak RSS rise",
@@ -264,14 +284,16 @@ def run(repeat: int = 1, quick: bool = False, dask: bool = True) -> tuple[str, l
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test, seconds)")
+    parser.add_argument("--full", action="store_true", help="the issue's sizes: bond 19, 1.5M samples, 1 GiB")
+    parser.add_argument("--mode", choices=sorted(SIZES), help=argparse.SUPPRESS)
     parser.add_argument("--no-dask", action="store_true", help="skip the LocalCluster runs")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.quick)))
+        print(json.dumps(child(args.child, args.mode or ("quick" if args.quick else "default"))))
         return 0
     print(f"# Slicing\n\nMeasured {machine()}; load average {os.getloadavg()[0]:.1f} at the start.\n", flush=True)
-    text, rows = run(quick=args.quick, dask=not args.no_dask)
+    text, rows = run(quick=args.quick, dask=not args.no_dask, full=args.full)
     print(text)
     missed = [row for row in rows if row.met == "NO"]
     for row in missed:

@@ -371,6 +371,8 @@ class Source:
             computed_float = (isinstance(node.arg, Apply) and node.arg.other is None  # maximum(a, b) keeps ints
                               and FUNCTION_RULES[node.arg.func].promotes)
             return self.call(node.func, inner, promote=not computed_float), 4
+        if isinstance(node, AsFloat) and isinstance(node.arg, Size):
+            return self.count(self.size(node.arg.ref)), 4
         if isinstance(node, AsFloat):
             return self.as_float(self.node(node.arg)[0]), 4
         if isinstance(node, Pow):
@@ -435,6 +437,10 @@ class Source:
     def as_float(self, text: str) -> str:
         inputs = "".join(", " + self.vars[k] for k in range(len(self.lowered.inputs)))
         return f"{self.helper('as_input_float')}({text}{inputs})"
+
+    def count(self, size: str) -> str:
+        """An index's size as a 0-d value of the inputs' floating type (the integer type when they have none)."""
+        return self.as_float(f"{self.alias['np']}.asarray({size})")
 
     def scaled(self, text: str, scale: tuple[Node, ...]) -> str:
         for factor in scale:

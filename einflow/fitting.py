@@ -9,6 +9,10 @@ the memory alive at each and decides, for every step over the limit:
   ``logsumexp[k](...)``) is fused with its reduction and computed in chunks of an index the reduction
   keeps, so the full i x k x j array is never built; when no kept index will do, in chunks of a reduced
   index whose partial results combine (sum, mean, max, min, logsumexp);
+- any other **elementwise expression** (a sum that builds a large array, ``delta[p,r] A[q,s] + B[p,q,r,s]``)
+  is computed in chunks of one of its indices, each written into its block of the result; a surviving
+  delta (a **diagonal** array) that only this expression reads is made chunk by chunk inside the same loop,
+  so the full diagonal array never exists (numpy backend);
 - anything else, or a step whose result and the arrays alive with it already exceed the limit, cannot fit
   and is named in the refusal with the reason.
 
@@ -26,7 +30,19 @@ from typing import Any
 import opt_einsum as oe
 
 from einflow.slicing import SliceKernel, choose_slicing, slice_peak, slice_table
-from einflow.steps import Arg, Contract, Elementwise, Free, Lowered, Node, Reduce, Step, node_args, step_inputs
+from einflow.steps import (
+    Arg,
+    Contract,
+    Diagonal,
+    Elementwise,
+    Free,
+    Lowered,
+    Node,
+    Reduce,
+    Step,
+    node_args,
+    step_inputs,
+)
 
 __all__ = ["Fitting", "FittingRenderer", "fit", "NORMALISERS"]
 
@@ -58,11 +74,18 @@ class Fitting:
     fused: set[int] = field(default_factory=set)
     #: reduction register -> (the fused elementwise step, the position of the chunked index in its labels, chunks)
     chunks: dict[int, tuple[Elementwise, int, int]] = field(default_factory=dict)
+    #: elementwise register computed block by block into its whole result -> (the position of the chunked index
+    #: in its labels, chunks, the diagonal steps made chunk by chunk inside the loop)
+    pieces: dict[int, tuple[int, int, tuple[Diagonal, ...]]] = field(default_factory=dict)
     #: register -> why the step cannot be made to fit
     reasons: dict[int, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.budgets or self.chunks)
+        return bool(self.budgets or self.chunks or self.pieces)
+
+    def held(self) -> set[int]:
+        """Registers kept alive past their last step: the values of diagonals made block by block later."""
+        return {diagonal.arg for _, _, diagonals in self.pieces.values() for diagonal in diagonals}
 
 
 def _text_bytes(count: float) -> str:
@@ -154,6 +177,28 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
                 fitting.chunks[reduction.out] = (step, *chunking)
                 skipped.add(reduction.out)  # counted when its own step comes
                 continue
+            diagonals = _diagonals_read_by(steps, position, lowered.outputs) if backend == "numpy" else ()
+            alive = live - sum(allocations.get(d.out, 0) for d in diagonals)
+            room = limit - alive - made
+            # the diagonals' values stay alive through the loop (the model frees them after their diagonal)
+            room -= sum(allocations.get(d.arg, 0) for d in diagonals)
+            pieces = None if backend != "numpy" or reduction is not None else _pieces(
+                step, diagonals, renderer, allocations, made + extra, room - min(max(room, 0) / 10, HEADROOM))
+            if pieces is not None:
+                fitting.pieces[out] = (*pieces, diagonals)
+                for diagonal in diagonals:
+                    fitting.fused.add(diagonal.out)
+                    fitting.reasons.pop(diagonal.out, None)
+                live = alive + made
+                continue
+            if reduction is None and backend == "numpy" and room <= 0:
+                for diagonal in diagonals:  # the result itself is the obstacle, not the diagonal
+                    fitting.reasons.pop(diagonal.out, None)
+                fitting.reasons[out] = (
+                    f"slicing cannot help: the result of shape {renderer.shape[out]} ({_text_bytes(made)}) and the "
+                    f"arrays alive with it ({_text_bytes(alive)}) already exceed the limit")
+                live += made
+                continue
             fitting.reasons[out] = (
                 "slicing cannot help: only contractions, and elementwise expressions reduced right away (such as "
                 "max[k](A[i,k] + B[k,j]) or sum[i,j](exp(u[i] v[j]))), are computed in slices"
@@ -198,6 +243,52 @@ def _chunking(step: Elementwise, reduction: Reduce, renderer: Any, allocations: 
     return None if best is None else (best[2], best[1])
 
 
+def _diagonals_read_by(steps: tuple[Step, ...], position: int, outputs: tuple[int, ...]) -> tuple[Diagonal, ...]:
+    """The diagonal steps before ``steps[position]`` that only it reads (once), and that are not outputs."""
+    reader = steps[position]
+    assert isinstance(reader, Elementwise)
+    read = node_args(reader.expr)
+    found = []
+    for step in steps[:position]:
+        if isinstance(step, Diagonal) and step.out not in outputs and read.count(step.out) == 1 \
+                and sum(step_inputs(other).count(step.out) for other in steps) == 1:
+            found.append(step)
+    return tuple(found)
+
+
+def _pieces(step: Elementwise, diagonals: tuple[Diagonal, ...], renderer: Any, allocations: dict[int, int],
+            extra: int, room: float) -> tuple[int, int] | None:
+    """(position of the index to compute ``step`` in chunks of, number of chunks) or None when none fits.
+
+    Each chunk needs its share of the expression's result and temporaries (``extra``: a block's result is made,
+    then copied into the whole one) and of the diagonal arrays made inside the loop; an index on a diagonal of
+    one of them is not chunked (its chunk would cut the diagonal).
+    """
+    if room <= 0:
+        return None
+    shape = renderer.shape[step.out]
+    ranks = {register: len(renderer.shape.get(register, ())) for register in node_args(step.expr)}
+    per_chunkable = extra + sum(allocations.get(d.out, 0) for d in diagonals)
+    best: tuple[int, int] | None = None
+    for position, size in enumerate(shape):
+        if size <= 1:
+            continue
+        axes = _slice_axes(step.expr, position, ranks)
+        if axes is None or any(d.out not in axes or _on_diagonal(d, d.output[axes[d.out]]) for d in diagonals):
+            continue
+        block = int(room // (per_chunkable / size)) if per_chunkable else size
+        if block < 1:
+            continue
+        count = -(-size // min(block, size))
+        if count <= MAX_SLICES and (best is None or count < best[1]):
+            best = (position, count)
+    return best
+
+
+def _on_diagonal(step: Diagonal, label: str) -> bool:
+    return any(label in group and len(group) > 1 for group in step.groups)
+
+
 class FittingRenderer:
     """Renders sliced contractions and chunked reductions (mixed into the plan's specialising renderer)."""
 
@@ -208,8 +299,10 @@ class FittingRenderer:
         if isinstance(step, Contract) and step.out in self.fitting.budgets:
             text = self.contract(step)  # plans the path and the whole contraction's report
             return self.sliced_contract(step) or [f"{self.var(step.out)} = {text}"]
-        if isinstance(step, Elementwise) and step.out in self.fitting.fused:
+        if isinstance(step, (Elementwise, Diagonal)) and step.out in self.fitting.fused:
             return []
+        if isinstance(step, Elementwise) and step.out in self.fitting.pieces:
+            return self.chunked_elementwise(step)
         if isinstance(step, Reduce) and step.out in self.fitting.chunks:
             return self.chunked_reduce(step)
         return None
@@ -270,6 +363,62 @@ class FittingRenderer:
                  f"    {out}[{at}] {write} {kernel}({operands})"]
         lines += [f"{out} *= {self.node(factor)[0]}" for factor in step.scale]
         return lines
+
+    def chunked_elementwise(self: Any, step: Elementwise) -> list[str]:
+        """The expression computed in blocks of one index into its whole result; the diagonal arrays it reads
+        are made block by block in the loop (zeros, the values written on the diagonal's strided view)."""
+        position, count, diagonals = self.fitting.pieces[step.out]
+        shape = self.shape[step.out]
+        size = shape[position]
+        block = -(-size // count)
+        ranks = {register: len(self.shape.get(register, ())) for register in node_args(step.expr)}
+        axes = _slice_axes(step.expr, position, ranks) or {}
+        made = {diagonal.out: diagonal for diagonal in diagonals}
+        out, np_ = self.var(step.out), self.alias["np"]
+        start = self.fresh("_start")
+        lines = [f"{out} = {np_}.empty({shape!r}, dtype={str(self.dtype[step.out])!r})",
+                 f"for {start} in range(0, {size}, {block}):"]
+        cut = f"{start}:{start} + {block}"
+        saved = {register: self.vars.get(register) for register in axes}
+        try:
+            for register, axis in sorted(axes.items()):
+                view = self.fresh(f"_part{register}")
+                diagonal = made.get(register)
+                if diagonal is None:
+                    lines.append(f"    {view} = {self.var(register)}[{':, ' * axis}{cut}]")
+                else:
+                    lines += self.diagonal_block(diagonal, view, axis, start, block, size)
+                self.vars[register] = view
+            text = self.elementwise(step)
+        finally:
+            for register, name in saved.items():
+                if name is None:
+                    self.vars.pop(register, None)
+                else:
+                    self.vars[register] = name
+        lines.append(f"    {out}[{':, ' * position}{cut}] = {text}")
+        if diagonals:
+            lines.append(f"del {', '.join(dict.fromkeys(self.var(d.arg) for d in diagonals))}")
+        inside = self.transient.get(step.out, 0) + math.prod(shape) * self.itemsize(step.out) + sum(
+            math.prod(self.shape[d.out]) * self.itemsize(d.out) for d in diagonals)
+        held = sum(math.prod(self.shape[r]) * self.itemsize(r) for r in {d.arg for d in diagonals})
+        # one block of the result, the temporaries and each diagonal; the diagonals' values, kept for the loop
+        self.transient[step.out] = -(-inside * block // size) + held
+        return lines
+
+    def diagonal_block(self: Any, step: Diagonal, view: str, axis: int, start: str, block: int,
+                       size: int) -> list[str]:
+        """Lines making ``view``: the block ``start:start + block`` along ``axis`` of a diagonal step's array."""
+        np_ = self.alias["np"]
+        label = step.output[axis]
+        value = f"{self.var(step.arg)}[{':, ' * step.labels.index(label)}{start}:{start} + {block}]"
+        dims = [f"min({block}, {size} - {start})" if k == axis else str(n) for k, n in enumerate(self.shape[step.out])]
+        representative = {member: group[0] for group in step.groups for member in group}
+        letters = {name: oe.get_symbol(k) for k, name in enumerate(step.labels)}
+        spec = "".join(letters[representative.get(name, name)] for name in step.output)
+        spec += "->" + "".join(letters[name] for name in step.labels)
+        return [f"    {view} = {np_}.zeros(({', '.join(dims)},), dtype={self.var(step.arg)}.dtype)",
+                f"    {np_}.einsum({spec!r}, {view})[...] = {value}"]
 
     def chunked_reduce(self: Any, step: Reduce) -> list[str]:
         source, position, count = self.fitting.chunks[step.out]

@@ -186,19 +186,37 @@ def _broadcast(text: str, labels: str, result: str) -> str:
 
 
 def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-                     operands: Sequence[str], np_alias: str = "_np") -> tuple[str, int]:
+                     operands: Sequence[str], np_alias: str = "_np", scale: str | None = None) -> tuple[str, int]:
     """One Python expression computing ``equation`` (explicit ``->`` form) on the operand expressions ``operands``.
 
     Each pairwise step of opt_einsum's ``contraction_list`` becomes a ``numpy.dot``/``matmul``/``einsum`` call,
     nested so that intermediates are released as soon as the next step has read them. ``np_alias`` is numpy.
-    Returns the text and the most elements the contraction's own intermediates hold at once (the result
-    itself not counted).
+    ``scale`` (the text multiplying a value: ``" * c"``) multiplies the smallest of the operands, the
+    intermediates and the result, the first of them on a tie: one pass over the fewest elements
+    (``w[i] t[i] t[p] * (-1)`` scales the dot product, not the vector). Returns the text and the most
+    elements the contraction's own intermediates hold at once (the result itself not counted).
 
     >>> import opt_einsum as oe
     >>> _, info = oe.contract_path("ij,jk,k->i", (2, 3), (3, 4), (4,), shapes=True)
     >>> contraction_text("ij,jk,k->i", [(2, 3), (3, 4), (4,)], info.contraction_list, ["A", "B", "v"])
     ('_np.dot(A, _np.dot(B, v))', 3)
+    >>> _, info = oe.contract_path("i,i,p->p", (4,), (4,), (4,), shapes=True)
+    >>> contraction_text("i,i,p->p", [(4,), (4,), (4,)], info.contraction_list, ["w", "t", "s"], scale=" * c")
+    ('((_np.dot(t.reshape((1, 4)), w.reshape((4, 1))).reshape(()) * c) * s)', 1)
     """
+    if scale is None:
+        return _contraction_text(equation, shapes, contraction_list, operands, np_alias, None, None)
+    elements: list[int] = []
+    _contraction_text(equation, shapes, contraction_list, operands, np_alias, None, elements)
+    where = min(range(len(elements)), key=elements.__getitem__)
+    return _contraction_text(equation, shapes, contraction_list, operands, np_alias, (where, scale), None)
+
+
+def _contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
+                      operands: Sequence[str], np_alias: str, scale: tuple[int, str] | None,
+                      elements: list[int] | None) -> tuple[str, int]:
+    """:func:`contraction_text`; ``scale``: (node, multiplying text), the node numbered as ``elements`` lists them (the
+    operands, then each pairwise result); ``elements``: filled with each node's element count."""
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     sizes: dict[str, int] = {}
@@ -209,6 +227,11 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
     # an axis of size 1 against a longer one broadcasts: only einsum does that
     broadcast = any(size != sizes[label] for term, shape in zip(terms, shapes) for label, size in zip(term, shape))
     live: list[tuple[str, int, str]] = [(term, 0, text) for term, text in zip(terms, operands)]
+    if elements is not None:
+        elements.extend(math.prod(shape) for shape in shapes)
+    if scale is not None and scale[0] < len(live):
+        term, count, text = live[scale[0]]
+        live[scale[0]] = (term, count, f"({text}{scale[1]})")
     peak = 0
     for number, contraction in enumerate(contraction_list):
         positions, removed, einsum_text = contraction[0], frozenset(contraction[1]), contraction[2]
@@ -246,10 +269,14 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
             template = f"_np.einsum({spec!r}, " + ", ".join(f"{{{k}}}" for k in range(len(taken))) + ")"
             labels = result
         text = template.replace("_np.", np_alias + ".").format(*(operand for _, _, operand in taken))
-        elements = math.prod(sizes[c] for c in labels)
+        made = math.prod(sizes[c] for c in labels)
+        if elements is not None:
+            elements.append(made)
+        if scale is not None and scale[0] == len(terms) + number:
+            text = f"({text}{scale[1]})"
         in_use = sum(count for _, count, _ in live) + sum(count for _, count, _ in taken) + copied
-        peak = max(peak, in_use + (elements if not last else 0))
-        live.append((labels, elements, text))
+        peak = max(peak, in_use + (made if not last else 0))
+        live.append((labels, made, text))
     final, _, text = live[0]
     if final != output:
         text += f".transpose({tuple(final.index(c) for c in output)})"

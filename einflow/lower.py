@@ -190,6 +190,14 @@ class _Lowering:
         if statement.indices is None:
             return self.lower(statement.expr, frozenset(), frozenset())
         bound = frozenset(statement.indices)
+        shared = _shared_factor(top_level_terms(statement.expr), bound)
+        if shared is not None:
+            # `w[p] t[p] - w[i] t[i] t[p]` is computed as `t[p] (w[p] - sum[i](w[i] t[i]))`: one product by t
+            common, remainders = shared
+            inner = ir.Sum(tuple(ir.Reduce(tuple(sorted(extra)), rest) if extra else rest
+                                 for rest, extra in remainders))
+            return self.add([self.lower_product((common, inner), bound, frozenset(), statement.indices)],
+                            statement.indices)
         terms = []
         for term in top_level_terms(statement.expr):
             extra = frozenset(free_indices(term, bound)) - bound
@@ -329,12 +337,17 @@ class _Lowering:
         classes, missing, counted = eliminate_deltas([labels for _, labels in parts.operands], parts.deltas, summed,
                                                      output)
         parts.operands.extend((self.ones(label), [label]) for label in missing)
-        if counted and not parts.operands and not parts.scalars:
-            # deltas alone: one counted index stays a (summed) vector of ones, so the count gets their number type
-            parts.operands.append((self.ones(counted[0]), [counted[0]]))
-            counted = counted[1:]
         # a summed index that only counts multiplies the product by its size (contracting booleans would saturate)
         counts = [Size(self.sizes.get(label, -1)) for label in counted]
+        if counts and not parts.operands and not parts.scalars:
+            # deltas alone, all summed (`delta[j,j]`, mean's 1/n): their count, a number of the inputs' floating
+            # type, from the sizes alone (never a vector of ones summed)
+            factors: list[Node] = [AsFloat(counts[0]), *counts[1:]]
+            if not _is_unit(parts.coefficient):
+                factors.append(Number(_weak(parts.coefficient)))
+            expr = Mul(tuple(factors)) if len(factors) > 1 else factors[0]
+            value = self.elementwise(("count", expr, _number_types(expr)), expr, ())
+            return self.diagonal(value, output, classes)
         return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
 
     def ones(self, label: str) -> _Value:
@@ -409,7 +422,8 @@ class _Lowering:
     def presum(self, operands: list[tuple[_Value, list[str]]], output: list[str],
                scalars: list[_Value]) -> tuple[list[tuple[_Value, list[str]]], list[_Value]]:
         """An operand whose indices are all summed and occur nowhere else is summed on its own first: a scalar
-        factor (``sum[i](w[i] s[p])`` is ``sum(w) * s``, not an ``i,p->p`` outer product)."""
+        factor (``sum[i](w[i] s[p])`` is ``sum(w) * s``, not an ``i,p->p`` outer product); an operand's indices
+        that occur nowhere else are summed on it first too."""
         if len(operands) < 2:
             return operands, scalars
         kept: list[tuple[_Value, list[str]]] = []
@@ -418,9 +432,15 @@ class _Lowering:
             others = {label for k, (_, own) in enumerate(operands) if k != position for label in own}
             alone = (labels and len(set(labels)) == len(labels) and not set(labels) & (others | set(output))
                      and value.reg not in self.synthetic)
+            private = frozenset(labels) - others - set(output)
             if alone and (kept or position < len(operands) - 1):
                 reduced = self.sum_axes(_Value(value.reg, tuple(labels)), frozenset(labels))
                 scalars.append(_Value(reduced.reg, ()))
+            elif private and len(set(labels)) == len(labels) and value.reg not in self.synthetic:
+                # indices only this operand carries are summed on it first (`Y[r,c] t[r,s]`: the row sums of Y
+                # times t, a broadcast product, not an `rc,rs->rs` einsum)
+                reduced = self.sum_axes(_Value(value.reg, tuple(labels)), private)
+                kept.append((reduced, [label for label in labels if label not in private]))
             else:
                 kept.append((value, labels))
         return kept, scalars
@@ -496,6 +516,39 @@ def release(steps: list[Step], outputs: tuple[int, ...], inputs: int) -> list[St
         if k in dead:
             result.append(Free(step.statement, tuple(sorted(dead[k]))))
     return result
+
+
+def _shared_factor(terms: tuple[ir.Expr, ...], bound: frozenset[str]) -> tuple[
+        ir.Tensor, list[tuple[ir.Expr, frozenset[str]]]] | None:
+    """A tensor factor every top-level term of an explicit statement has, carrying target indices only (each
+    once), and each term without it with the indices that term sums; None when there is none.
+
+    The target's indices are never summed inside a term, so taking such a factor out of every term changes
+    no term's summation: ``sum_t f * rest_t`` is ``f * sum_t rest_t``.
+    """
+    if len(terms) < 2:
+        return None
+    lists = []
+    for term in terms:
+        if isinstance(term, ir.Tensor):
+            lists.append([term])
+        elif isinstance(term, ir.Product):
+            lists.append(list(term.factors))
+        else:
+            return None
+    for candidate in lists[0]:
+        if not (isinstance(candidate, ir.Tensor) and set(candidate.indices) <= bound
+                and len(set(candidate.indices)) == len(candidate.indices)):
+            continue
+        if all(candidate in factors for factors in lists[1:]):
+            remainders = []
+            for term, factors in zip(terms, lists):
+                rest = list(factors)
+                rest.remove(candidate)
+                extra = frozenset(free_indices(term, bound)) - bound
+                remainders.append((ir.product(*rest) if rest else ir.Num(1), extra))
+            return candidate, remainders
+    return None
 
 
 def lower(program: Any) -> Lowered:

@@ -354,6 +354,11 @@ class _Specialiser(FittingRenderer, Source):
             return text
         return self.astype(text, str(np.dtype(self.float_dtype)))
 
+    def count(self, size: str) -> str:
+        if self.float_dtype is not None and self.backend.name == "numpy":  # a numpy scalar, as a sum would give
+            return f"{self.alias['np']}.{np.dtype(self.float_dtype).name}({size})"
+        return super().count(size)
+
     def contract(self, step: Contract) -> str:
         letters = {label: oe.get_symbol(k) for k, label in
                    enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
@@ -383,22 +388,26 @@ class _Specialiser(FittingRenderer, Source):
                 if not isinstance(dtype, type) and np.dtype(dtype) != common:
                     operands[position] = f"{operands[position]}.astype({str(common)!r})"
         output_elements = math.prod(self.shape[step.out])
-        scale_first = None
-        if step.scale:
-            smallest = min(range(len(shapes)), key=lambda k: math.prod(shapes[k]))
-            if math.prod(shapes[smallest]) < output_elements:
-                scale_first = smallest
-                operands[smallest] = "(" + self.scaled(operands[smallest], step.scale) + ")"
+        scaled_inside = False
         itemsize = self.itemsize(step.out)
         if self.backend.name == "numpy":
-            text, internal = contraction_text(equation, shapes, info.contraction_list, operands, self.alias["np"])
+            # the scale multiplies the smallest operand, intermediate or result (the dot product in `w[i] t[i] t[p]`)
+            scale = self.scaled("", step.scale) if step.scale else None
+            text, internal = contraction_text(equation, shapes, info.contraction_list, operands, self.alias["np"],
+                                              scale)
+            scaled_inside = scale is not None
         else:
+            if step.scale:
+                smallest = min(range(len(shapes)), key=lambda k: math.prod(shapes[k]))
+                if math.prod(shapes[smallest]) < output_elements:
+                    scaled_inside = True
+                    operands[smallest] = "(" + self.scaled(operands[smallest], step.scale) + ")"
             name = self.fresh(f"_contract{step.out}")
             self.namespace[name] = oe.contract_expression(equation, *shapes, optimize=path)
             text = f"{name}({', '.join(operands)}, backend={self.backend.einsum_backend!r})"
             internal = max((math.prod(shape) for _, _, shape in pairwise[:-1]), default=0)
         self.transient[step.out] = internal * itemsize
-        if step.scale and scale_first is None:
+        if step.scale and not scaled_inside:
             text = self.scaled(text, step.scale)
         return text
 
@@ -507,7 +516,9 @@ class _Specialiser(FittingRenderer, Source):
 
     def step_lines(self, step: Step) -> list[str]:
         if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
-            big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES]
+            held = self.fitting.held()  # read later, inside a loop computing an expression in blocks
+            big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES
+                   and r not in held]
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
@@ -519,9 +530,18 @@ class _Specialiser(FittingRenderer, Source):
                 inline = self.normaliser_lines(step)
                 if inline is not None:
                     return inline
+            if isinstance(step, Reduce) and self.backend.name == "numpy" and (
+                    step.kind in ("max", "min") or step.kind == "mean" and self.floating_register(step.arg)):
+                # the array's own method, as the ``reduce`` helper would call it, without the call through it
+                return [f"{self.var(step.out)} = {self.var(step.arg)}.{step.kind}(axis={step.axes!r})"]
             return super().step_lines(step)
         finally:
             self.scale_dtype = None
+
+    def floating_register(self, register: int) -> bool:
+        """Whether a register holds a numpy array of a floating type (not a weak Python number)."""
+        dtype = self.dtype[register]
+        return not isinstance(dtype, type) and np.dtype(dtype).kind == "f"
 
     def normaliser_lines(self, step: Reduce) -> list[str] | None:
         """A max-shifted softmax / log_softmax / logsumexp written out for a non-empty float numpy array, as the
@@ -534,8 +554,15 @@ class _Specialiser(FittingRenderer, Source):
         np_, x, out = self.alias["np"], self.var(step.arg), self.var(step.out)
         shift, work = self.fresh("_shift"), self.fresh("_e")
         axes = repr(step.axes)
+        shape = self.shape[step.arg]
+        if math.prod(size for k, size in enumerate(shape) if k not in step.axes) == 1:
+            finite = self.fresh("_isfinite")  # one maximum: a Python test, a fifth of a ufunc call's cost
+            self.namespace[finite] = math.isfinite
+            test = f"{finite}({shift}.item())"
+        else:
+            test = f"{np_}.isfinite({shift}).all()"
         lines = [f"{shift} = {x}.max(axis={axes}, keepdims=True)",
-                 f"if not {np_}.isfinite({shift}).all():",
+                 f"if not {test}:",
                  f"    {shift} = {np_}.where({np_}.isfinite({shift}), {shift}, 0)",
                  f"{work} = {x} - {shift}"]
         if step.kind == "softmax":
@@ -649,7 +676,8 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
             why = f"the {backend.name} backend does not slice. "
         else:
             reasons = {**(fitting.reasons if fitting is not None else {}), **specialiser.unfit}
-            found = next(iter(reasons.values()), "slicing cannot lower the peak further")
+            # the reason of the step at the peak first (an earlier step may be over only for what comes later)
+            found = reasons.get(at) or next(iter(reasons.values()), "slicing cannot lower the peak further")
             why = found + ". "
         raise MemoryLimitError(
             f"the plan needs {_bytes(peak)} at its peak (while computing an array of shape {shape} in "
@@ -699,6 +727,11 @@ def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
         names = specialiser.paths[out][4]
         reported.sliced = tuple(names[label] for label in sliced.labels)
         reported.slices, reported.overhead = sliced.slices, sliced.overhead
+    for computed, (position, count, diagonals) in specialiser.fitting.pieces.items():
+        if out == computed:  # an expression computed in blocks into its whole result
+            reported.sliced, reported.slices = (step.labels[position],), count  # type: ignore[union-attr]
+        elif out in [diagonal.out for diagonal in diagonals]:  # a diagonal array made block by block
+            reported.chunked, reported.largest = True, -(-math.prod(reported.shape) // count)
     for reduced, (source, position, count) in specialiser.fitting.chunks.items():
         if out in (reduced, source.out):  # a fused expression and its reduction, chunk by chunk
             reported.sliced, reported.slices = (source.labels[position],), count

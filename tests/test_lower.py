@@ -154,3 +154,39 @@ def test_booleans_subtract_as_numbers() -> None:
     a, b = np.array([True, False, True]), np.array([False, False, True])
     assert ef.evaluate("y[i] = a[i] - b[i]", a=a, b=b).tolist() == [1, 0, 0]
     assert ef.evaluate("y[i] = a[i] - b[i]", a=a.astype(float), b=b).tolist() == [1.0, 0.0, 0.0]
+
+
+# ---------------------------------------------------------------- counts of deltas alone
+
+
+@pytest.mark.parametrize("text", [
+    "L = sum[i](w[i] (x[i] - mean[j](x[j])) / sqrt(mean[j]((x[j] - mean[k](x[k]))^2) + 0.00001))",
+    "L = sum[i](w[i] mean[j](x[j] x[i]))",
+])
+def test_mean_derivative_counts_by_size_not_by_a_ones_vector(text: str) -> None:
+    """mean's derivative carries 1/n (`delta[j,j]^-1`): n comes from the index's size, never from a vector of
+    ones built, cast and summed (a full array and three passes for one number)."""
+    x, w = RNG.normal(size=7), RNG.normal(size=7)
+    gradient = ef.grad(text, wrt="x")
+    assert "delta[" in gradient.text  # the count is there, written as a delta
+    steps = [step for step in lower(gradient).steps if not isinstance(step, Free)]
+    assert not [step for step in steps if type(step).__name__ == "Ones"]
+    assert "ones(" not in gradient.to_source("f")
+    # the value: central differences in float64
+    loss = ef.compile(text)
+    step = 1e-6
+    numeric = np.array([(loss(x=x + step * e, w=w) - loss(x=x - step * e, w=w)) / (2 * step) for e in np.eye(7)])
+    np.testing.assert_allclose(gradient(x=x, w=w), numeric, rtol=1e-6, atol=1e-8)
+    (plan,) = gradient._plans.values()
+    assert "ones(" not in plan.source
+
+
+@pytest.mark.parametrize("dtype, expected", [("float32", np.float32), ("float64", np.float64), ("int32", np.int64)])
+def test_count_of_deltas_alone_has_the_inputs_floating_type(dtype: str, expected: type) -> None:
+    """`n = delta[j,j]` (the size of j) is a number of the inputs' floating type, the integer type without one."""
+    program = ef.compile("size j = x\nn = delta[j,j]\nr = delta[j,j]^-1\nn, r")
+    x = np.arange(5).astype(dtype)
+    n, r = program(x=x)
+    assert n == 5 and np.asarray(n).dtype == expected
+    assert r == pytest.approx(0.2)
+    assert "ones(" not in next(iter(program._plans.values())).source

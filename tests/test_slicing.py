@@ -144,9 +144,12 @@ def test_refuses_when_the_output_itself_does_not_fit() -> None:
     assert "Slicing cannot help" in message and "(1000, 1000)" in message and "nothing was allocated" in message
 
 
-def test_refuses_an_intermediate_that_is_not_a_contraction_or_a_reduced_expression() -> None:
+def test_refuses_when_an_intermediate_statement_alone_exceeds_the_limit() -> None:
+    """E (2000 x 2000, 30.5 MiB) is a statement of its own, read twice later: no block of it is enough, so
+    a 1 MB limit is refused, naming the array that does not fit (elementwise work is chunked only into a
+    result that fits)."""
     u = np.ones(2000)
-    with pytest.raises(ef.MemoryLimitError, match="Slicing cannot help: only contractions"):
+    with pytest.raises(ef.MemoryLimitError, match=r"Slicing cannot help: the result of shape .*\(30\.5 MiB\)"):
         ef.compile("E[i,j] = exp(u[i] v[j])\ns = E[i,j] E[i,j] + 1")(u=u, v=u, memory_limit=MB)
 
 
@@ -264,3 +267,84 @@ def test_dask_sliced_sum_and_lazy_inputs() -> None:
                    memory_limit=400_000)
     assert isinstance(lazy, da.Array)
     np.testing.assert_allclose(lazy.compute(), expected, rtol=1e-10)
+
+
+def test_dask_slice_tasks_receive_only_their_blocks_of_each_operand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 item 2: each slice's task is handed its block of every operand (operands are rechunked to the
+    slices' blocks), never a whole operand, so no process holds more than one slice's worth of any of them."""
+    pytest.importorskip("dask")
+    from einflow import slicing
+
+    shapes = {"A": (100, 400), "B": (400, 400), "D": (400, 100)}
+    arrays = _arrays(shapes)
+    program = ef.compile("C[i,j] = A[i,k] B[k,l] D[l,j]")
+    limit = 300_000  # B alone is 1.28 MB: it cannot travel whole
+    report = program.plan(**shapes, backend="dask", memory_limit=limit)
+    (step,) = report.sliced
+    received: list[tuple[tuple[int, ...], ...]] = []
+    call = slicing.SliceKernel.__call__
+
+    def recording(self, *operands):  # noqa: ANN001, ANN202 - the kernel's own signature
+        received.append(tuple(np.shape(operand) for operand in operands))
+        assert tuple(tuple(shape) for shape in self.shapes) == received[-1]  # exactly the block the slice reads
+        return call(self, *operands)
+
+    monkeypatch.setattr(slicing.SliceKernel, "__call__", recording)
+    value = program(arrays, backend="dask", chunks=400, memory_limit=limit)  # chunks: whole operands at first
+    np.testing.assert_allclose(value, arrays["A"] @ arrays["B"] @ arrays["D"], rtol=1e-10)
+    assert len(received) == step.slices > 1
+    itemsize = 8
+    for position, name in enumerate("ABD"):
+        largest = max(math.prod(shapes_[position]) for shapes_ in received) * itemsize
+        whole = math.prod(shapes[name]) * itemsize
+        assert largest <= limit / 3, (name, largest)  # a third of the limit: a worker runs and readies tasks
+        if whole > limit / 3:
+            assert largest < whole  # an operand too big for a task is cut, never handed whole
+
+
+# ------------------------------------------------------------------ elementwise sums and diagonals in blocks
+def test_a_diagonal_plus_a_large_array_is_computed_in_blocks_under_the_limit() -> None:
+    """`delta[p,r] A[q,s] + B[p,q,r,s]`: unsliced, the diagonal array and the sum both exist (2x the output);
+    sliced, the sum is computed in blocks of an index off the diagonal, each block's diagonal made inside the
+    loop, so the measured peak stays under a limit two fifths above the output."""
+    n = 30
+    a, b = RNG.standard_normal((n, n)), RNG.standard_normal((n, n, n, n))
+    program = ef.compile("H[p,q,r,s] = delta[p,r] A[q,s] + B[p,q,r,s]")
+    output = b.nbytes  # 6.48 MB
+    limit = output * 7 // 5  # the plan predicts 8.42 MB: room for what tracemalloc sees beyond the model
+    report = program.plan(A=a, B=b, memory_limit=limit)
+    (step,) = report.sliced
+    assert step.kind == "add" and step.sliced in (("q",), ("s",)) and step.slices > 1
+    assert report.peak_bytes <= limit < program.plan(A=a, B=b).peak_bytes
+    program(A=a, B=b, memory_limit=limit)  # compiled outside the measurement
+    value, peak = _peak_of(lambda: program(A=a, B=b, memory_limit=limit))
+    _, unsliced_peak = _peak_of(lambda: program(A=a, B=b, memory_limit=None))
+    expected = np.einsum("pr,qs->pqrs", np.eye(n), a) + b
+    np.testing.assert_array_equal(value, expected)
+    assert unsliced_peak > limit  # the measurement sees the diagonal array the unsliced plan builds
+    assert peak <= limit, (peak, limit)
+    with pytest.raises(ef.MemoryLimitError, match=r"the result of shape \(30, 30, 30, 30\)"):
+        program(A=a, B=b, memory_limit=output * 0.9)  # the output itself does not fit: refused, saying why
+
+
+def test_the_softmax_regression_hessian_fits_by_computing_its_diagonal_term_in_blocks() -> None:
+    """The Hessian's statement `Y[r,c] (delta[s,v] X[r,u] - X[r,u] t1[r,v]) t1[r,s]` builds a diagonal array
+    as large as its result before multiplying; under a limit that holds the result but not both, it is
+    computed in blocks (it was refused: "a diagonal step is not sliced")."""
+    hessian = ef.hessian("Z[b,c] = X[b,f] W[f,c]\nL = -sum[b,c](Y[b,c] log_softmax[c](Z[b,c]))", wrt="W")
+    samples, features, classes = 150, 24, 16
+    x, w = RNG.standard_normal((samples, features)), RNG.standard_normal((features, classes))
+    y = np.eye(classes)[RNG.integers(0, classes, samples)]
+    largest = samples * classes * features * classes * 8  # the statement's result: 7.4 MB
+    limit = largest * 3 // 2
+    assert hessian.plan(X=x, W=w, Y=y).peak_bytes > limit
+    report = hessian.plan(X=x, W=w, Y=y, memory_limit=limit)
+    assert [step.kind for step in report.sliced] == ["product"]
+    hessian(X=x, W=w, Y=y, memory_limit=limit)
+    value, peak = _peak_of(lambda: hessian(X=x, W=w, Y=y, memory_limit=limit))
+    assert peak <= limit, (peak, limit)
+    p = np.exp(x @ w - (x @ w).max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    weights = y.sum(1)[:, None, None] * (np.einsum("bs,sv->bsv", p, np.eye(classes)) - np.einsum("bs,bv->bsv", p, p))
+    expected = np.einsum("bp,bu,bqv->pquv", x, x, weights)
+    np.testing.assert_allclose(value, expected, rtol=1e-10, atol=1e-10)
