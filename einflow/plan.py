@@ -468,9 +468,10 @@ class _Specialiser(FittingRenderer, Source):
         need, extra = _temporaries(step.expr)
         self.transient[step.out] = int(max(need - 1 + extra, 0) * elements * self.itemsize(step.out))
         self.expression_transient[step.out] = self.transient[step.out]
-        # (a step fused into a chunked reduction is rendered for one chunk there: one expression)
+        # (a step fused into a chunked reduction, or computed in chunks into its result, is rendered for one
+        # chunk there: one expression)
         if self.backend.name == "numpy" and elements >= BLOCK_ELEMENTS and _operations(step.expr, 1) >= 2 \
-                and step.out not in self.fitting.fused:
+                and step.out not in self.fitting.fused and step.out not in self.fitting.pieces:
             found = self.blocks_text(step)
             if found is not None:
                 return found
