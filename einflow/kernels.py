@@ -185,14 +185,34 @@ def _broadcast(text: str, labels: str, result: str) -> str:
     return text
 
 
+#: the torch spelling of the numpy calls the templates use: ``numpy.dot`` of 2-D and 1-D operands is
+#: ``matmul``, and products go through :mod:`einflow.backends.torch_ops` (``_ops``), which brings mixed
+#: dtypes to numpy's common type first; ``transpose`` with an axis order is ``permute``; ``.T`` and
+#: ``reshape`` are alike
+_TORCH_SPELLING = (("_np.dot(", "_ops.matmul("), ("_np.matmul(", "_ops.matmul("), ("_np.einsum(", "_ops.einsum("),
+                   (".transpose(", ".permute("))
+
+
+def _spelled(template: str, dialect: str, ops_alias: str) -> str:
+    """A template's numpy calls in the array module's ``dialect`` ("numpy" or "torch")."""
+    if dialect == "torch":
+        for numpy_text, torch_text in _TORCH_SPELLING:
+            template = template.replace(numpy_text, torch_text)
+        template = template.replace("_ops.", ops_alias + ".")
+    return template
+
+
 def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-                     operands: Sequence[str], np_alias: str = "_np") -> tuple[str, int]:
+                     operands: Sequence[str], np_alias: str = "_np", dialect: str = "numpy",
+                     ops_alias: str = "_ops") -> tuple[str, int]:
     """One Python expression computing ``equation`` (explicit ``->`` form) on the operand expressions ``operands``.
 
-    Each pairwise step of opt_einsum's ``contraction_list`` becomes a ``numpy.dot``/``matmul``/``einsum`` call,
-    nested so that intermediates are released as soon as the next step has read them. ``np_alias`` is numpy.
-    Returns the text and the most elements the contraction's own intermediates hold at once (the result
-    itself not counted).
+    Each pairwise step of opt_einsum's ``contraction_list`` becomes a ``numpy.dot``/``matmul``/``einsum`` call
+    (an elementwise product a multiplication), nested so that intermediates are released as soon as the
+    next step has read them. ``np_alias`` is the array module; ``dialect="torch"`` writes the same
+    steps for torch tensors: ``matmul`` and ``einsum`` of :mod:`einflow.backends.torch_ops` (``ops_alias``),
+    ``permute`` for ``transpose``. Returns the text and the most elements the contraction's own intermediates
+    hold at once (the result itself not counted).
 
     >>> import opt_einsum as oe
     >>> _, info = oe.contract_path("ij,jk,k->i", (2, 3), (3, 4), (4,), shapes=True)
@@ -245,14 +265,14 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
             spec = ",".join(operand_labels) + "->" + result
             template = f"_np.einsum({spec!r}, " + ", ".join(f"{{{k}}}" for k in range(len(taken))) + ")"
             labels = result
-        text = template.replace("_np.", np_alias + ".").format(*(operand for _, _, operand in taken))
+        text = _spelled(template, dialect, ops_alias).replace("_np.", np_alias + ".").format(*(operand for _, _, operand in taken))
         elements = math.prod(sizes[c] for c in labels)
         in_use = sum(count for _, count, _ in live) + sum(count for _, count, _ in taken) + copied
         peak = max(peak, in_use + (elements if not last else 0))
         live.append((labels, elements, text))
     final, _, text = live[0]
     if final != output:
-        text += f".transpose({tuple(final.index(c) for c in output)})"
+        text += _spelled(f".transpose({tuple(final.index(c) for c in output)})", dialect, ops_alias)
     return text, peak
 
 

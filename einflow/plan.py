@@ -10,6 +10,7 @@ peak memory of a run from the same steps. The report (``Program.plan``) lists th
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,6 +244,8 @@ class _Specialiser(FittingRenderer, Source):
         #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
         self.scale_dtype: Any = None
         self._generic: tuple[Source, dict[str, Any]] | None = None
+        #: the generated code's name for einflow.backends.torch_ops (torch contractions), once one needs it
+        self.ops_alias: str | None = None
         self.check(program, shapes, source)
 
     # ------------------------------------------------------------------ shapes and dtypes
@@ -374,7 +377,7 @@ class _Specialiser(FittingRenderer, Source):
             for position, register in enumerate(step.args):
                 dtype = self.dtype[register]
                 if not isinstance(dtype, type) and np.dtype(dtype) != common:
-                    operands[position] = f"{operands[position]}.astype({str(common)!r})"
+                    operands[position] = self.astype(operands[position], str(common))
         output_elements = math.prod(self.shape[step.out])
         scale_first = None
         if step.scale:
@@ -383,8 +386,14 @@ class _Specialiser(FittingRenderer, Source):
                 scale_first = smallest
                 operands[smallest] = "(" + self.scaled(operands[smallest], step.scale) + ")"
         itemsize = self.itemsize(step.out)
-        if self.backend.name == "numpy":
-            text, internal = contraction_text(equation, shapes, info.contraction_list, operands, self.alias["np"])
+        if self.backend.name == "numpy" or self.target == "torch":
+            # each pairwise step as a direct call: a GEMM-shaped one as dot / matmul on (transposed) views,
+            # an elementwise product as `*`, the rest einsum (torch: through einflow.backends.torch_ops)
+            if self.target == "torch" and self.ops_alias is None:
+                self.ops_alias = self.fresh("_ops")
+                self.namespace[self.ops_alias] = importlib.import_module(self.backend.einsum_backend)
+            text, internal = contraction_text(equation, shapes, info.contraction_list, operands, self.alias["np"],
+                                              dialect=self.target, ops_alias=self.ops_alias or "_ops")
         else:
             name = self.fresh(f"_contract{step.out}")
             self.namespace[name] = oe.contract_expression(equation, *shapes, optimize=path)
