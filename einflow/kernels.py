@@ -219,6 +219,15 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
     >>> contraction_text("ij,jk,k->i", [(2, 3), (3, 4), (4,)], info.contraction_list, ["A", "B", "v"])
     ('_np.dot(A, _np.dot(B, v))', 3)
     """
+    text, peak, _ = contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect, ops_alias)
+    return text, peak
+
+
+def contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
+                      operands: Sequence[str], np_alias: str = "_np", dialect: str = "numpy",
+                      ops_alias: str = "_ops") -> tuple[str, int, str]:
+    """:func:`contraction_text`, and the order (letters) the last step computes the result in: the text
+    views it in the output's order, and a result computed in another order is that order's transposed view."""
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     sizes: dict[str, int] = {}
@@ -273,7 +282,7 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
     final, _, text = live[0]
     if final != output:
         text += _spelled(f".transpose({tuple(final.index(c) for c in output)})", dialect, ops_alias)
-    return text, peak
+    return text, peak, final
 
 
 def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],

@@ -26,7 +26,7 @@ from einflow.errors import EinflowError, MemoryLimitError
 from einflow.fitting import Fitting, FittingRenderer, _text_bytes, fit
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
-from einflow.kernels import contraction_text
+from einflow.kernels import contraction_steps
 from einflow.lower import lower
 from einflow.paths import PathChoice, choose_path
 from einflow.slicing import Slicing
@@ -246,6 +246,9 @@ class _Specialiser(FittingRenderer, Source):
         self._generic: tuple[Source, dict[str, Any]] | None = None
         #: the generated code's name for einflow.backends.torch_ops (torch contractions), once one needs it
         self.ops_alias: str | None = None
+        #: register -> the order its axes are stored in, when that is not their order (a transposed view);
+        #: tracked for torch, where the contractions read operands in their stored order
+        self.orders: dict[int, tuple[int, ...]] = {}
         self.check(program, shapes, source)
 
     # ------------------------------------------------------------------ shapes and dtypes
@@ -353,9 +356,15 @@ class _Specialiser(FittingRenderer, Source):
     def contract(self, step: Contract) -> str:
         letters = {label: oe.get_symbol(k) for k, label in
                    enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
-        equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
+        # torch: each operand is taken in the axis order it is stored in (a transposed view is read as the
+        # contiguous array it views), so matrix products pick their operands' layouts and an elementwise
+        # product inside the contraction meets operands of one layout
+        orders = [self.stored_order(register) for register in step.args] if self.target == "torch" else \
+            [tuple(range(len(labels))) for labels in step.operands]
+        operand_labels = [tuple(labels[a] for a in order) for labels, order in zip(step.operands, orders)]
+        equation = ",".join("".join(letters[label] for label in labels) for labels in operand_labels)
         equation += "->" + "".join(letters[label] for label in step.output)
-        shapes = [self.shape[register] for register in step.args]
+        shapes = [tuple(self.shape[register][a] for a in order) for register, order in zip(step.args, orders)]
         path, info, self.path_choices[step.out] = choose_path(equation, shapes, self.optimize)
         names = {letter: label for label, letter in letters.items()}
         pairwise = []
@@ -368,7 +377,8 @@ class _Specialiser(FittingRenderer, Source):
             pairwise.append((readable, int(flops), tuple(info.size_dict[c] for c in result)))
         self.report[step.out] = (int(info.opt_cost), pairwise, int(info.largest_intermediate))
         self.paths[step.out] = (equation, shapes, path, info, names)
-        operands = [self.var(register) for register in step.args]
+        operands = [self.var(register) if order == tuple(range(len(order))) else f"{self.var(register)}.permute({order})"
+                    for register, order in zip(step.args, orders)]
         if len(step.args) > 2 or step.scale:
             # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
             # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);
@@ -392,8 +402,11 @@ class _Specialiser(FittingRenderer, Source):
             if self.target == "torch" and self.ops_alias is None:
                 self.ops_alias = self.fresh("_ops")
                 self.namespace[self.ops_alias] = importlib.import_module(self.backend.einsum_backend)
-            text, internal = contraction_text(equation, shapes, info.contraction_list, operands, self.alias["np"],
-                                              dialect=self.target, ops_alias=self.ops_alias or "_ops")
+            text, internal, final = contraction_steps(equation, shapes, info.contraction_list, operands,
+                                                      self.alias["np"], dialect=self.target,
+                                                      ops_alias=self.ops_alias or "_ops")
+            # the result is computed in the order ``final`` and viewed in the output's order
+            self.orders[step.out] = tuple(step.output.index(names[letter]) for letter in final)
         else:
             name = self.fresh(f"_contract{step.out}")
             self.namespace[name] = oe.contract_expression(equation, *shapes, optimize=path)
@@ -403,6 +416,33 @@ class _Specialiser(FittingRenderer, Source):
         if step.scale and scale_first is None:
             text = self.scaled(text, step.scale)
         return text
+
+    def stored_order(self, register: int) -> tuple[int, ...]:
+        """The order ``register``'s axes are stored in (major first): ``x.permute(order)`` is contiguous."""
+        return self.orders.get(register, tuple(range(len(self.shape[register]))))
+
+    def track_order(self, step: Step) -> None:
+        """Record the stored axis order of an elementwise result or a sum (contractions record their own).
+
+        torch lays an elementwise result out like its first operand of full rank; a sum keeps the order
+        of the axes it keeps.
+        """
+        if isinstance(step, Elementwise):
+            rank = len(step.labels)
+            for node in _args_in_order(step.expr):
+                axes = node.axes if node.axes is not None else tuple(range(len(self.shape[node.register])))
+                if len(self.shape[node.register]) != rank or None in axes or len(axes) != rank:
+                    continue
+                order = tuple(axes.index(a) for a in self.stored_order(node.register))
+                if order != tuple(range(rank)):
+                    self.orders[step.out] = order
+                return
+        elif isinstance(step, Reduce) and step.kind == "sum" and step.arg in self.orders:
+            kept = [a for a in self.orders[step.arg] if a not in step.axes]
+            positions = sorted(kept)
+            order = tuple(positions.index(a) for a in kept)
+            if order != tuple(range(len(order))):
+                self.orders[step.out] = order
 
     def scaled(self, text: str, scale: tuple[Node, ...]) -> str:
         """``text * (f1 * f2 * ...)``: scalar factors multiplied together first, then one pass over the array.
@@ -505,6 +545,8 @@ class _Specialiser(FittingRenderer, Source):
             return super().step_lines(step)
         finally:
             self.scale_dtype = None
+            if self.target == "torch":
+                self.track_order(step)
 
     def normaliser_lines(self, step: Reduce) -> list[str] | None:
         """A max-shifted softmax / log_softmax / logsumexp written out for a non-empty float numpy array, as the
@@ -538,6 +580,22 @@ class _Specialiser(FittingRenderer, Source):
         name = self.fresh(f"_diagonal{step.out}")
         self.namespace[name] = _diagonal_writer(self.backend, step, self.shape)
         return [f"{out} = {name}({self.var(step.arg)})"]
+
+
+def _args_in_order(node: Node) -> list[Arg]:
+    """The registers an expression reads, in the order its operations meet them."""
+    if isinstance(node, Arg):
+        return [node]
+    if isinstance(node, (Number, Size)):
+        return []
+    if isinstance(node, Apply):
+        return _args_in_order(node.arg) + ([] if node.other is None else _args_in_order(node.other))
+    if isinstance(node, AsFloat):
+        return _args_in_order(node.arg)
+    if isinstance(node, Pow):
+        return _args_in_order(node.base)
+    parts = _positive_first(node.terms) if isinstance(node, Add) else node.factors
+    return [arg for part in parts for arg in _args_in_order(part)]
 
 
 @functools.lru_cache(maxsize=1024)
