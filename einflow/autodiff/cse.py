@@ -258,7 +258,7 @@ def _path_cost(terms: list[list[str]], output: list[str]) -> int:
     equation = ",".join("".join(letters[i] for i in term) for term in terms)
     equation += "->" + "".join(letters[i] for i in output)
     shapes = [(_PLANNING_SIZE,) * len(term) for term in terms]
-    return int(oe.contract_path(equation, *shapes, shapes=True, optimize="greedy")[1].opt_cost)
+    return int(oe.contract_path(equation, *shapes, shapes=True, optimize="dp")[1].opt_cost)
 
 
 def _costs(product: ir.Product, summed: frozenset[str], subset: tuple[int, ...], keep: list[str]) -> tuple[int, int]:
