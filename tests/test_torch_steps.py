@@ -198,3 +198,22 @@ def test_random_programs_on_torch_equal_numpy(seed: int) -> None:
         a = torch.zeros_like(leaves[name]) if a is None else a
         np.testing.assert_allclose(a.detach().numpy(), np.broadcast_to(b, a.shape), rtol=1e-8, atol=1e-10,
                                    err_msg=f"d/d{name} of\n{text}")
+
+
+def test_repeated_backward_accumulates_the_fused_gradients() -> None:
+    # a loss's backward hands out the gradients computed with its value (a seed of 1 skips the scaling):
+    # accumulating them into .grad three times must give three times the gradient, never an aliased copy
+    data, params = _mlp_inputs()
+    program = ef.compile(MLP)
+    leaves = {name: value.clone().requires_grad_(True) for name, value in params.items()}
+    loss = program(data, N=7, **leaves)
+    loss.backward(retain_graph=True)
+    first = {name: leaf.grad.clone() for name, leaf in leaves.items()}
+    loss.backward(retain_graph=True)
+    (2 * loss).backward()
+    for name, leaf in leaves.items():
+        torch.testing.assert_close(leaf.grad, 4 * first[name], rtol=1e-12, atol=1e-12)
+    reference = {name: value.clone().requires_grad_(True) for name, value in params.items()}
+    _plain_mlp(data, reference).backward()
+    for name, leaf in reference.items():
+        torch.testing.assert_close(first[name], leaf.grad, rtol=1e-10, atol=1e-12)
