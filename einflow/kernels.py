@@ -274,7 +274,8 @@ def contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contract
             spec = ",".join(operand_labels) + "->" + result
             template = f"_np.einsum({spec!r}, " + ", ".join(f"{{{k}}}" for k in range(len(taken))) + ")"
             labels = result
-        text = _spelled(template, dialect, ops_alias).replace("_np.", np_alias + ".").format(*(operand for _, _, operand in taken))
+        template = _spelled(template, dialect, ops_alias)
+        text = template.replace("_np.", np_alias + ".").format(*(operand for _, _, operand in taken))
         elements = math.prod(sizes[c] for c in labels)
         in_use = sum(count for _, count, _ in live) + sum(count for _, count, _ in taken) + copied
         peak = max(peak, in_use + (elements if not last else 0))

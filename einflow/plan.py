@@ -377,8 +377,8 @@ class _Specialiser(FittingRenderer, Source):
             pairwise.append((readable, int(flops), tuple(info.size_dict[c] for c in result)))
         self.report[step.out] = (int(info.opt_cost), pairwise, int(info.largest_intermediate))
         self.paths[step.out] = (equation, shapes, path, info, names)
-        operands = [self.var(register) if order == tuple(range(len(order))) else f"{self.var(register)}.permute({order})"
-                    for register, order in zip(step.args, orders)]
+        operands = [self.var(register) if order == tuple(range(len(order)))
+                    else f"{self.var(register)}.permute({order})" for register, order in zip(step.args, orders)]
         if len(step.args) > 2 or step.scale:
             # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
             # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);

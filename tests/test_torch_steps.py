@@ -184,7 +184,8 @@ def test_random_programs_on_torch_equal_numpy(seed: int) -> None:
     expected = program(**arrays)
     tensors = {name: torch.from_numpy(value) for name, value in arrays.items()}
     got = program(**tensors)
-    for a, b in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+    pairs = zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,))
+    for a, b in pairs:
         assert isinstance(a, torch.Tensor)
         np.testing.assert_allclose(a.numpy(), np.asarray(b), rtol=1e-9, atol=1e-11, err_msg=text)
     if not case.scalar or isinstance(expected, tuple) or np.ndim(expected) or not case.wrt:

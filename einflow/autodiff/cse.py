@@ -320,13 +320,18 @@ def hoist_shared_products(statements: list[ir.Assign], fresh: Fresh, names: Fres
             if table is None:
                 updated.append(statement)
                 continue
-            expr = _map(statement.expr, lambda node, table=table: table.get(id(node)))
+            expr = _map(statement.expr, _lookup(table))
             updated.append(ir.Assign(statement.target, statement.indices, expr))
         if existing is None:
             at = min(occurrence.statement for occurrence in group)
             updated = updated[:at] + [ir.Assign(name, target_indices, body)] + updated[at:]
         statements = updated
     return statements
+
+
+def _lookup(table: dict[int, ir.Expr]) -> Callable[[ir.Expr], ir.Expr | None]:
+    """``_map``'s replacement: the node's entry in ``table`` (by identity), else None."""
+    return lambda node: table.get(id(node))
 
 
 def _whole_statement(occurrence: _Occurrence, statements: list[ir.Assign], internal: frozenset[int]) -> bool:
@@ -380,8 +385,8 @@ def _largest_shared(statements: list[ir.Assign]) -> tuple[list[_Occurrence], fro
             prints = {k: shapes.facts(product.factors[k])[0] for k in arrays}
             for size in range(2, len(arrays) + 1):
                 for subset in _combinations(arrays, size):
-                    key = tuple(sorted(prints[k] for k in subset))
-                    by_print.setdefault(key, []).append((position, node, product, summed, subset))
+                    signature = tuple(sorted(prints[k] for k in subset))
+                    by_print.setdefault(signature, []).append((position, node, product, summed, subset))
     candidates = [group for group in by_print.values() if len({(entry[0], id(entry[1])) for entry in group}) >= 2]
     candidates.sort(key=lambda group: -len(group[0][4]))
     for group in candidates:

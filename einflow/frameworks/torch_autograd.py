@@ -61,7 +61,7 @@ def call(program: Any, engine: Any, values: list[Any], optimize: Any, memory_lim
 
 def _is_one(cotangent: Any) -> bool:
     """Whether a 0-d CPU cotangent is exactly 1 (on other devices reading it would wait for the device)."""
-    return cotangent.device.type == "cpu" and cotangent.dim() == 0 and bool(cotangent == 1)
+    return cotangent.device.type == "cpu" and cotangent.dim() == 0 and cotangent.item() == 1
 
 
 class _Node:
