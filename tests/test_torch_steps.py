@@ -218,3 +218,16 @@ def test_repeated_backward_accumulates_the_fused_gradients() -> None:
     _plain_mlp(data, reference).backward()
     for name, leaf in reference.items():
         torch.testing.assert_close(first[name], leaf.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_a_product_of_mixed_integer_and_float_tensors_casts_with_torch() -> None:
+    # an elementwise product of three arrays computes in numpy's type of all of them (float32 here): the
+    # generated torch code casts with .to(), not numpy's .astype
+    program = ef.compile("y[i] = a[i] b[i] c[i]")
+    a = torch.tensor([100, -100, 7], dtype=torch.int8)
+    b = torch.tensor([300, 300, -2], dtype=torch.int16)
+    c = torch.tensor([0.5, 0.25, 1.0], dtype=torch.float32)
+    got = program(a=a, b=b, c=c)
+    assert got.dtype == torch.float32
+    expected = np.array([100, -100, 7], dtype=np.float32) * np.array([300, 300, -2], dtype=np.float32) * c.numpy()
+    np.testing.assert_array_equal(got.numpy(), expected)
