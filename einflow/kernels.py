@@ -219,15 +219,18 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
     >>> contraction_text("ij,jk,k->i", [(2, 3), (3, 4), (4,)], info.contraction_list, ["A", "B", "v"])
     ('_np.dot(A, _np.dot(B, v))', 3)
     """
-    text, peak, _ = contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect, ops_alias)
+    text, peak, _, _ = contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect, ops_alias)
     return text, peak
 
 
 def contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
                       operands: Sequence[str], np_alias: str = "_np", dialect: str = "numpy",
-                      ops_alias: str = "_ops") -> tuple[str, int, str]:
-    """:func:`contraction_text`, and the order (letters) the last step computes the result in: the text
-    views it in the output's order, and a result computed in another order is that order's transposed view."""
+                      ops_alias: str = "_ops", in_place: bool = False) -> tuple[str, int, str, bool]:
+    """:func:`contraction_text`, the order (letters) the last step computes the result in (the text views it
+    in the output's order: a result computed in another order is that order's transposed view), and whether
+    the result is an array the text itself made (a matrix product or a multiplication: it may be scaled in
+    place). ``in_place`` (torch, operands of one type): an elementwise product with an intermediate of an
+    earlier step multiplies that intermediate in place."""
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     sizes: dict[str, int] = {}
@@ -237,13 +240,14 @@ def contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contract
                 sizes[label] = size
     # an axis of size 1 against a longer one broadcasts: only einsum does that
     broadcast = any(size != sizes[label] for term, shape in zip(terms, shapes) for label, size in zip(term, shape))
-    live: list[tuple[str, int, str]] = [(term, 0, text) for term, text in zip(terms, operands)]
+    # (labels, elements, text, whether the text is an array this contraction made)
+    live: list[tuple[str, int, str, bool]] = [(term, 0, text, False) for term, text in zip(terms, operands)]
     peak = 0
     for number, contraction in enumerate(contraction_list):
         positions, removed, einsum_text = contraction[0], frozenset(contraction[1]), contraction[2]
         result = einsum_text.split("->")[1]
         taken = [live.pop(position) for position in positions]
-        operand_labels = [labels for labels, _, _ in taken]
+        operand_labels = [labels for labels, _, _, _ in taken]
         last = number == len(contraction_list) - 1
         blas = can_blas(operand_labels, result, removed) if len(taken) == 2 and not broadcast else False
         batch = _batch_indices(operand_labels, result, removed) if len(taken) == 2 and not broadcast else None
@@ -254,11 +258,21 @@ def contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contract
         outer = (len(taken) == 2 and not removed and not broadcast and not hadamard
                  and all(len(set(labels)) == len(labels) and set(labels) <= set(result) for labels in operand_labels)
                  and set(operand_labels[0]) | set(operand_labels[1]) == set(result))
+        fresh = True
         if hadamard:  # an elementwise product inside the contraction: a multiplication, not einsum
             first, second = operand_labels
-            template = "{0} * {1}" if first == second else \
-                f"{{0}} * {{1}}.transpose({tuple(second.index(c) for c in first)})"
-            template = f"({template})"
+            made = [made_here for _, _, _, made_here in taken]  # new arrays of earlier steps (not operands)
+            if in_place and dialect == "torch" and any(made):
+                if not made[0]:  # multiply the intermediate in place, the other factor in its axis order
+                    taken.reverse()
+                    operand_labels.reverse()
+                    first, second = operand_labels
+                template = "{0}.mul_({1})" if first == second else \
+                    f"{{0}}.mul_({{1}}.transpose({tuple(second.index(c) for c in first)}))"
+            else:
+                template = "{0} * {1}" if first == second else \
+                    f"{{0}} * {{1}}.transpose({tuple(second.index(c) for c in first)})"
+                template = f"({template})"
             labels = first
         elif outer:  # nothing summed (a scalar times an array, an outer product): a broadcast multiplication
             template = "(" + " * ".join(_broadcast(f"{{{k}}}", labels, result)
@@ -274,16 +288,17 @@ def contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contract
             spec = ",".join(operand_labels) + "->" + result
             template = f"_np.einsum({spec!r}, " + ", ".join(f"{{{k}}}" for k in range(len(taken))) + ")"
             labels = result
+            fresh = False  # einsum may return a view of its operand ("ii->i")
         template = _spelled(template, dialect, ops_alias)
-        text = template.replace("_np.", np_alias + ".").format(*(operand for _, _, operand in taken))
+        text = template.replace("_np.", np_alias + ".").format(*(operand for _, _, operand, _ in taken))
         elements = math.prod(sizes[c] for c in labels)
-        in_use = sum(count for _, count, _ in live) + sum(count for _, count, _ in taken) + copied
+        in_use = sum(count for _, count, _, _ in live) + sum(count for _, count, _, _ in taken) + copied
         peak = max(peak, in_use + (elements if not last else 0))
-        live.append((labels, elements, text))
-    final, _, text = live[0]
+        live.append((labels, elements, text, fresh))
+    final, _, text, fresh = live[0]
     if final != output:
         text += _spelled(f".transpose({tuple(final.index(c) for c in output)})", dialect, ops_alias)
-    return text, peak, final
+    return text, peak, final, fresh
 
 
 def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],

@@ -87,6 +87,8 @@ def test_training_step_gradients_equal_plain_torch(case: str) -> None:
     loss = program(data, N=count, **mine)
     reference = plain(data, theirs)
     torch.testing.assert_close(loss, reference, rtol=1e-12, atol=1e-12)
+    for name, value in {**data, **mine}.items():  # work done in place never touches an input
+        torch.testing.assert_close(value.detach(), {**data, **params}[name], rtol=0, atol=0)
     got = torch.autograd.grad(loss, list(mine.values()))
     expected = torch.autograd.grad(reference, list(theirs.values()))
     for a, b in zip(got, expected):
@@ -112,8 +114,10 @@ def test_mlp_training_step_source_has_one_product_per_matrix_product() -> None:
     # forward X W1 and t3 W2, backward: the adjoint (t1 W2^T), dL_dW1 (X^T a), dL_dW2 (t3^T t1): five GEMMs
     assert source.count(".matmul(") == 5, source
     assert "einsum" not in source and "_contract" not in source, source
-    # the elementwise product of the backward pass (1 - tanh^2 times the adjoint) is `*`
-    assert re.search(r"\) \* t\d", source), source
+    # the elementwise product of the backward pass (1 - tanh^2 times the adjoint) is a multiplication, done
+    # in place on the matrix product's new array, as are tanh of the pre-activation and 1 - tanh^2
+    assert re.search(r"\)\.mul_\(t\d", source), source
+    assert ").tanh_()" in source and ".neg_().add_(1)" in source, source
 
 
 def test_attention_backward_reads_the_forward_softmax_numerator() -> None:
@@ -146,7 +150,8 @@ def test_elementwise_product_inside_a_contraction_is_a_multiplication() -> None:
     torch.testing.assert_close(program(A=A, B=B, C=C, D=D), A * B.T * (C @ D))
     plan = next(p for key, p in program._plans.items() if key[0] == "torch")
     line = next(line for line in plan.source.splitlines() if line.strip().startswith("Z ="))
-    assert "einsum" not in line and line.count(".matmul(") == 1 and line.count(" * ") == 2, line
+    assert "einsum" not in line and line.count(".matmul(") == 1, line
+    assert line.count(" * ") + line.count(".mul_(") == 2, line
 
 
 def test_a_shared_matrix_product_is_not_formed_where_a_reader_contracts_a_vector() -> None:
@@ -231,3 +236,20 @@ def test_a_product_of_mixed_integer_and_float_tensors_casts_with_torch() -> None
     assert got.dtype == torch.float32
     expected = np.array([100, -100, 7], dtype=np.float32) * np.array([300, 300, -2], dtype=np.float32) * c.numpy()
     np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_work_in_place_keeps_torch_autograd_correct() -> None:
+    # a program with several results runs as torch code under autograd: the in-place steps (tanh of a
+    # sum, 1 - a product, a scaled matrix product, a product with an intermediate) must differentiate
+    program = ef.compile("a[i] = tanh(x[i] + y[i])\nb[i] = 1 - x[i] y[i]\nc[i] = 2 A[i,j] B[j,k] x[k] y[i]\na, b, c")
+    generator = torch.Generator().manual_seed(3)
+    inputs = tuple(torch.randn(*shape, generator=generator, dtype=torch.float64, requires_grad=True)
+                   for shape in ((3,), (3,), (3, 4), (4, 3)))
+
+    def f(x: torch.Tensor, y: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return program(x=x, y=y, A=A, B=B)
+
+    assert torch.autograd.gradcheck(f, inputs)
+    assert torch.autograd.gradgradcheck(f, inputs)
+    source = next(p.source for key, p in program._plans.items() if key[0] == "torch")
+    assert ".tanh_()" in source and ".neg_().add_(1)" in source and ".mul_(" in source, source
