@@ -8,6 +8,7 @@ whose fingerprint occurs more than once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from einflow import ir
@@ -210,8 +211,19 @@ class _Occurrence:
 
 
 def _free_indices(expr: ir.Expr) -> list[str]:
+    found = _FREE.get(id(expr))
+    if found is not None and found[0] is expr:
+        return found[1]
     bound = set(bound_inside(expr))
-    return [index for index in dict.fromkeys(_indices_of(expr)) if index not in bound]
+    free = [index for index in dict.fromkeys(_indices_of(expr)) if index not in bound]
+    if len(_FREE) > 65536:
+        _FREE.clear()
+    _FREE[id(expr)] = (expr, free)  # the node is kept with its entry, so its id stays its own
+    return free
+
+
+#: expression id -> (expression, its free indices): a memo that lives across derivations (bounded)
+_FREE: dict[int, tuple[ir.Expr, list[str]]] = {}
 
 
 def _indices_of(expr: ir.Expr) -> list[str]:
@@ -257,7 +269,14 @@ def _path_cost(terms: list[list[str]], output: list[str]) -> int:
         return 0
     equation = ",".join("".join(letters[i] for i in term) for term in terms)
     equation += "->" + "".join(letters[i] for i in output)
-    shapes = [(_PLANNING_SIZE,) * len(term) for term in terms]
+    return _equation_cost(equation)
+
+
+@functools.lru_cache(maxsize=4096)
+def _equation_cost(equation: str) -> int:
+    import opt_einsum as oe
+
+    shapes = [(_PLANNING_SIZE,) * len(term) for term in equation.split("->")[0].split(",")]
     return int(oe.contract_path(equation, *shapes, shapes=True, optimize="dp")[1].opt_cost)
 
 
@@ -284,8 +303,10 @@ def hoist_shared_products(statements: list[ir.Assign], fresh: Fresh, names: Fres
     than each product's own best order (counted with every index of one size), so a matrix product that
     one reader would contract with a vector first is not formed. The largest shared group goes first.
     """
+    memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Expr, list[str], ir.Product]] = {}
+    shapes = _Shapes()  # fingerprints by node identity: the nodes a pass leaves alone keep theirs
     for _ in range(32):
-        found = _largest_shared(statements)
+        found = _largest_shared(statements, memo, shapes)
         if found is None:
             return statements
         group, internal_positions, existing = found
@@ -369,11 +390,14 @@ def _replaced(occurrence: _Occurrence, name: str, keep: list[int], internal: fro
     return replaced
 
 
-def _largest_shared(statements: list[ir.Assign]) -> tuple[list[_Occurrence], frozenset[int], _Occurrence | None] | None:
+def _largest_shared(statements: list[ir.Assign],
+                    memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Expr, list[str], ir.Product]] | None = None,
+                    shapes: _Shapes | None = None,
+                    ) -> tuple[list[_Occurrence], frozenset[int], _Occurrence | None] | None:
     """The occurrences of the largest group of factors that two or more products share, the positions
     (in canonical order) of the indices the shared statement sums, and the occurrence that is a whole
     statement's right side if there is one; None when no group pays."""
-    shapes = _Shapes()
+    shapes = shapes if shapes is not None else _Shapes()
     by_print: dict[tuple[int, ...], list[tuple[int, ir.Expr, ir.Product, frozenset[str], tuple[int, ...]]]] = {}
     for position, statement in enumerate(statements):
         for node, product, summed in _products(statement.expr):
@@ -392,8 +416,16 @@ def _largest_shared(statements: list[ir.Assign]) -> tuple[list[_Occurrence], fro
     for group in candidates:
         by_key: dict[ir.Expr, list[_Occurrence]] = {}
         for position, node, product, summed, subset in group:
-            example = ir.Product(tuple(product.factors[k] for k in subset))
-            key, free = canonical_key(example)
+            # canonical keys are kept across passes (a product a pass leaves alone keeps its object;
+            # the product itself is kept in the memo so that its id is not reused)
+            cached = memo.get((id(product), subset)) if memo is not None else None
+            if cached is None:
+                example = ir.Product(tuple(product.factors[k] for k in subset))
+                key, free = canonical_key(example)
+                if memo is not None:
+                    memo[(id(product), subset)] = (key, free, product)
+            else:
+                key, free, _ = cached
             outside = {i for k, f in enumerate(product.factors) if k not in subset for i in _free_indices(f)}
             internal = frozenset(i for i in free if i in summed and i not in outside)
             by_key.setdefault(key, []).append(_Occurrence(position, node, subset, free, internal))
