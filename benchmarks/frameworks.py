@@ -1,6 +1,8 @@
 """einflow inside PyTorch and JAX: training steps and Hessians against the frameworks' own autodiff.
 
-    python benchmarks/frameworks.py        # about half a minute on 2 cores
+    python benchmarks/frameworks.py          # about half a minute on 2 cores
+    python benchmarks/frameworks.py --steps  # the torch training steps only
+    python benchmarks/frameworks.py --large  # the training steps, also at sizes where compute dominates
 
 1. A torch training step (forward, backward, SGD update) whose loss is an einflow program (backward:
    einflow's VJP program) against the same model in plain torch autograd: a two-layer MLP and a
@@ -60,11 +62,12 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
-def torch_steps(rows: list[tuple[str, str, str, str]]) -> None:
+def torch_steps(rows: list[tuple[str, str, str, str]], large: bool = False) -> None:
+    """MLP and attention training steps; ``large`` (``--large``) at sizes where compute dominates."""
     import torch
 
     torch.manual_seed(0)
-    n, i, h, o = 512, 256, 512, 16
+    n, i, h, o = (2048, 1024, 1024, 64) if large else (512, 256, 512, 16)
     data = {"X": torch.randn(n, i), "Y": torch.randn(n, o)}
     init = {"W1": torch.randn(i, h) / i ** 0.5, "b1": torch.zeros(h), "W2": torch.randn(h, o) / h ** 0.5}
     mlp = ef.compile(MLP)
@@ -75,7 +78,7 @@ def torch_steps(rows: list[tuple[str, str, str, str]]) -> None:
     def einflow_mlp(p: dict[str, Any]) -> Any:
         return mlp(data, N=n, **p)
 
-    x, c = 256, 64
+    x, c = (1024, 256) if large else (256, 64)
     adata = {"X": torch.randn(x, c) / 2, "T": torch.randn(x, c)}
     ainit = {name: torch.randn(c, c) / c for name in ("Wq", "Wk", "Wv")}
     attention = ef.compile(ATTENTION)
@@ -89,8 +92,8 @@ def torch_steps(rows: list[tuple[str, str, str, str]]) -> None:
     def einflow_attention(p: dict[str, Any]) -> Any:
         return attention(adata, N=x, **p)
 
-    for label, plain, mine, start in (("two-layer MLP 512x256x512x16", plain_mlp, einflow_mlp, init),
-                                      ("attention 256x64", plain_attention, einflow_attention, ainit)):
+    for label, plain, mine, start in ((f"two-layer MLP {n}x{i}x{h}x{o}", plain_mlp, einflow_mlp, init),
+                                      (f"attention {x}x{c}", plain_attention, einflow_attention, ainit)):
         params = {key: {k: v.clone().requires_grad_(True) for k, v in start.items()} for key in ("e", "t")}
         check_e, check_t = mine(params["e"]), plain(params["t"])
         grads_e = torch.autograd.grad(check_e, list(params["e"].values()))
@@ -108,7 +111,8 @@ def torch_steps(rows: list[tuple[str, str, str, str]]) -> None:
                         tensor -= 1e-3 * grad
             return run
 
-        times = interleaved({"einflow": step(mine, params["e"]), "torch": step(plain, params["t"])})
+        times = interleaved({"einflow": step(mine, params["e"]), "torch": step(plain, params["t"])},
+                            *((5, 1) if large else ()))
         rows.append((f"torch training step, {label}", ms(times["einflow"]), ms(times["torch"]),
                      f"{times['einflow'] / times['torch']:.2f}x"))
 
@@ -193,9 +197,14 @@ def main() -> None:
     torch.set_num_threads(1)
     rows: list[tuple[str, str, str, str]] = []
     start = time.perf_counter()
-    torch_steps(rows)
-    torch_second_order(rows)
-    jax_second_order(rows)
+    if "--steps" in sys.argv or "--large" in sys.argv:  # the training steps only (at the larger sizes too)
+        torch_steps(rows)
+        if "--large" in sys.argv:
+            torch_steps(rows, large=True)
+    else:
+        torch_steps(rows)
+        torch_second_order(rows)
+        jax_second_order(rows)
     print(f"Python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
           f"jax {jax.__version__}, {platform.machine()}; {time.perf_counter() - start:.0f} s")
     print("| case | einflow | framework | einflow / framework |")

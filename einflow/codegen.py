@@ -393,7 +393,7 @@ class Source:
         for position, factor in enumerate(node.factors):
             text, level = self.node(factor)
             if position in casts:
-                text, level = f"{text}.astype({casts[position]!r})", 4
+                text, level = self.astype(text if level >= 4 else f"({text})", casts[position]), 4
             factors.append(f"({text})" if level < 2 else text)
         return " * ".join(factors), 2
 

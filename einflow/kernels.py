@@ -185,15 +185,35 @@ def _broadcast(text: str, labels: str, result: str) -> str:
     return text
 
 
+#: the torch spelling of the numpy calls the templates use: ``numpy.dot`` of 2-D and 1-D operands is
+#: ``matmul``, and products go through :mod:`einflow.backends.torch_ops` (``_ops``), which brings mixed
+#: dtypes to numpy's common type first; ``transpose`` with an axis order is ``permute``; ``.T`` and
+#: ``reshape`` are alike
+_TORCH_SPELLING = (("_np.dot(", "_ops.matmul("), ("_np.matmul(", "_ops.matmul("), ("_np.einsum(", "_ops.einsum("),
+                   (".transpose(", ".permute("))
+
+
+def _spelled(template: str, dialect: str, ops_alias: str) -> str:
+    """A template's numpy calls in the array module's ``dialect`` ("numpy" or "torch")."""
+    if dialect == "torch":
+        for numpy_text, torch_text in _TORCH_SPELLING:
+            template = template.replace(numpy_text, torch_text)
+        template = template.replace("_ops.", ops_alias + ".")
+    return template
+
+
 def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-                     operands: Sequence[str], np_alias: str = "_np", scale: str | None = None) -> tuple[str, int]:
+                     operands: Sequence[str], np_alias: str = "_np", dialect: str = "numpy",
+                     ops_alias: str = "_ops", scale: str | None = None) -> tuple[str, int]:
     """One Python expression computing ``equation`` (explicit ``->`` form) on the operand expressions ``operands``.
 
-    Each pairwise step of opt_einsum's ``contraction_list`` becomes a ``numpy.dot``/``matmul``/``einsum`` call,
-    nested so that intermediates are released as soon as the next step has read them. ``np_alias`` is numpy.
-    ``scale`` (the text multiplying a value: ``" * c"``) multiplies the smallest of the operands, the
-    intermediates and the result, the first of them on a tie: one pass over the fewest elements
-    (``w[i] t[i] t[p] * (-1)`` scales the dot product, not the vector). Returns the text and the most
+    Each pairwise step of opt_einsum's ``contraction_list`` becomes a ``numpy.dot``/``matmul``/``einsum`` call
+    (an elementwise product a multiplication), nested so that intermediates are released as soon as the
+    next step has read them. ``np_alias`` is the array module; ``dialect="torch"`` writes the same
+    steps for torch tensors: ``matmul`` and ``einsum`` of :mod:`einflow.backends.torch_ops` (``ops_alias``),
+    ``permute`` for ``transpose``. ``scale`` (the text multiplying a value: ``" * c"``) multiplies the smallest
+    of the operands, the intermediates and the result, the first of them on a tie: one pass over the fewest
+    elements (``w[i] t[i] t[p] * (-1)`` scales the dot product, not the vector). Returns the text and the most
     elements the contraction's own intermediates hold at once (the result itself not counted).
 
     >>> import opt_einsum as oe
@@ -204,19 +224,37 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
     >>> contraction_text("i,i,p->p", [(4,), (4,), (4,)], info.contraction_list, ["w", "t", "s"], scale=" * c")
     ('((_np.dot(t.reshape((1, 4)), w.reshape((4, 1))).reshape(()) * c) * s)', 1)
     """
+    text, peak, _, _ = contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect, ops_alias,
+                                         scale=scale)
+    return text, peak
+
+
+def contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
+                      operands: Sequence[str], np_alias: str = "_np", dialect: str = "numpy",
+                      ops_alias: str = "_ops", in_place: bool = False,
+                      scale: str | None = None) -> tuple[str, int, str, bool]:
+    """:func:`contraction_text`, the order (letters) the last step computes the result in (the text views it
+    in the output's order: a result computed in another order is that order's transposed view), and whether
+    the result is an array the text itself made (a matrix product or a multiplication: it may be scaled in
+    place). ``in_place`` (torch, operands of one type): an elementwise product with an intermediate of an
+    earlier step multiplies that intermediate in place."""
     if scale is None:
-        return _contraction_text(equation, shapes, contraction_list, operands, np_alias, None, None)
+        return _contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect, ops_alias,
+                                  in_place, None, None)
     elements: list[int] = []
-    _contraction_text(equation, shapes, contraction_list, operands, np_alias, None, elements)
+    _contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect, ops_alias, in_place,
+                       None, elements)
     where = min(range(len(elements)), key=elements.__getitem__)
-    return _contraction_text(equation, shapes, contraction_list, operands, np_alias, (where, scale), None)
+    text, peak, final, _ = _contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect,
+                                              ops_alias, in_place, (where, scale), None)
+    return text, peak, final, False
 
 
-def _contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-                      operands: Sequence[str], np_alias: str, scale: tuple[int, str] | None,
-                      elements: list[int] | None) -> tuple[str, int]:
-    """:func:`contraction_text`; ``scale``: (node, multiplying text), the node numbered as ``elements`` lists them (the
-    operands, then each pairwise result); ``elements``: filled with each node's element count."""
+def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
+                       operands: Sequence[str], np_alias: str, dialect: str, ops_alias: str, in_place: bool,
+                       scale: tuple[int, str] | None, elements: list[int] | None) -> tuple[str, int, str, bool]:
+    """:func:`contraction_steps`; ``scale``: (node, multiplying text), the node numbered as ``elements`` lists
+    them (the operands, then each pairwise result); ``elements``: filled with each node's element count."""
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     sizes: dict[str, int] = {}
@@ -226,18 +264,19 @@ def _contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contract
                 sizes[label] = size
     # an axis of size 1 against a longer one broadcasts: only einsum does that
     broadcast = any(size != sizes[label] for term, shape in zip(terms, shapes) for label, size in zip(term, shape))
-    live: list[tuple[str, int, str]] = [(term, 0, text) for term, text in zip(terms, operands)]
+    # (labels, elements, text, whether the text is an array this contraction made)
+    live: list[tuple[str, int, str, bool]] = [(term, 0, text, False) for term, text in zip(terms, operands)]
     if elements is not None:
         elements.extend(math.prod(shape) for shape in shapes)
     if scale is not None and scale[0] < len(live):
-        term, count, text = live[scale[0]]
-        live[scale[0]] = (term, count, f"({text}{scale[1]})")
+        term, count, text, _ = live[scale[0]]
+        live[scale[0]] = (term, count, f"({text}{scale[1]})", False)
     peak = 0
     for number, contraction in enumerate(contraction_list):
         positions, removed, einsum_text = contraction[0], frozenset(contraction[1]), contraction[2]
         result = einsum_text.split("->")[1]
         taken = [live.pop(position) for position in positions]
-        operand_labels = [labels for labels, _, _ in taken]
+        operand_labels = [labels for labels, _, _, _ in taken]
         last = number == len(contraction_list) - 1
         blas = can_blas(operand_labels, result, removed) if len(taken) == 2 and not broadcast else False
         batch = _batch_indices(operand_labels, result, removed) if len(taken) == 2 and not broadcast else None
@@ -248,11 +287,21 @@ def _contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contract
         outer = (len(taken) == 2 and not removed and not broadcast and not hadamard
                  and all(len(set(labels)) == len(labels) and set(labels) <= set(result) for labels in operand_labels)
                  and set(operand_labels[0]) | set(operand_labels[1]) == set(result))
+        fresh = True
         if hadamard:  # an elementwise product inside the contraction: a multiplication, not einsum
             first, second = operand_labels
-            template = "{0} * {1}" if first == second else \
-                f"{{0}} * {{1}}.transpose({tuple(second.index(c) for c in first)})"
-            template = f"({template})"
+            made = [made_here for _, _, _, made_here in taken]  # new arrays of earlier steps (not operands)
+            if in_place and dialect == "torch" and any(made):
+                if not made[0]:  # multiply the intermediate in place, the other factor in its axis order
+                    taken.reverse()
+                    operand_labels.reverse()
+                    first, second = operand_labels
+                template = "{0}.mul_({1})" if first == second else \
+                    f"{{0}}.mul_({{1}}.transpose({tuple(second.index(c) for c in first)}))"
+            else:
+                template = "{0} * {1}" if first == second else \
+                    f"{{0}} * {{1}}.transpose({tuple(second.index(c) for c in first)})"
+                template = f"({template})"
             labels = first
         elif outer:  # nothing summed (a scalar times an array, an outer product): a broadcast multiplication
             template = "(" + " * ".join(_broadcast(f"{{{k}}}", labels, result)
@@ -268,19 +317,21 @@ def _contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contract
             spec = ",".join(operand_labels) + "->" + result
             template = f"_np.einsum({spec!r}, " + ", ".join(f"{{{k}}}" for k in range(len(taken))) + ")"
             labels = result
-        text = template.replace("_np.", np_alias + ".").format(*(operand for _, _, operand in taken))
-        made = math.prod(sizes[c] for c in labels)
+            fresh = False  # einsum may return a view of its operand ("ii->i")
+        template = _spelled(template, dialect, ops_alias)
+        text = template.replace("_np.", np_alias + ".").format(*(operand for _, _, operand, _ in taken))
+        size_made = math.prod(sizes[c] for c in labels)
         if elements is not None:
-            elements.append(made)
+            elements.append(size_made)
         if scale is not None and scale[0] == len(terms) + number:
-            text = f"({text}{scale[1]})"
-        in_use = sum(count for _, count, _ in live) + sum(count for _, count, _ in taken) + copied
-        peak = max(peak, in_use + (made if not last else 0))
-        live.append((labels, made, text))
-    final, _, text = live[0]
+            text, fresh = f"({text}{scale[1]})", False
+        in_use = sum(count for _, count, _, _ in live) + sum(count for _, count, _, _ in taken) + copied
+        peak = max(peak, in_use + (size_made if not last else 0))
+        live.append((labels, size_made, text, fresh))
+    final, _, text, fresh = live[0]
     if final != output:
-        text += f".transpose({tuple(final.index(c) for c in output)})"
-    return text, peak
+        text += _spelled(f".transpose({tuple(final.index(c) for c in output)})", dialect, ops_alias)
+    return text, peak, final, fresh
 
 
 def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],

@@ -10,6 +10,7 @@ peak memory of a run from the same steps. The report (``Program.plan``) lists th
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,12 +22,12 @@ from einflow import ir
 from einflow.backends.base import Backend
 from einflow.blocks import block_rows, render_kernel, run_blocks, threads_for
 from einflow.check import ProgramInfo
-from einflow.codegen import HELPER_KEYS, Source, kind_of
+from einflow.codegen import HELPER_KEYS, Source, _negated, _positive_first, kind_of
 from einflow.errors import EinflowError, MemoryLimitError
 from einflow.fitting import Fitting, FittingRenderer, _text_bytes, fit
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
-from einflow.kernels import contraction_text
+from einflow.kernels import contraction_steps
 from einflow.lower import lower
 from einflow.paths import PathChoice, choose_path
 from einflow.slicing import Slicing
@@ -250,6 +251,14 @@ class _Specialiser(FittingRenderer, Source):
         #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
         self.scale_dtype: Any = None
         self._generic: tuple[Source, dict[str, Any]] | None = None
+        #: the generated code's name for einflow.backends.torch_ops (torch contractions), once one needs it
+        self.ops_alias: str | None = None
+        #: register -> the order its axes are stored in, when that is not their order (a transposed view);
+        #: tracked for torch, where the contractions read operands in their stored order
+        self.orders: dict[int, tuple[int, ...]] = {}
+        #: torch: the step being rendered reads and makes arrays of one floating type, so work on an array the
+        #: step itself just made may be done in place (``(a + b).tanh_()``: one allocation fewer per pass)
+        self.in_place = False
         self.check(program, shapes, source)
 
     # ------------------------------------------------------------------ shapes and dtypes
@@ -362,9 +371,15 @@ class _Specialiser(FittingRenderer, Source):
     def contract(self, step: Contract) -> str:
         letters = {label: oe.get_symbol(k) for k, label in
                    enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
-        equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
+        # torch: each operand is taken in the axis order it is stored in (a transposed view is read as the
+        # contiguous array it views), so matrix products pick their operands' layouts and an elementwise
+        # product inside the contraction meets operands of one layout
+        orders = [self.stored_order(register) for register in step.args] if self.target == "torch" else \
+            [tuple(range(len(labels))) for labels in step.operands]
+        operand_labels = [tuple(labels[a] for a in order) for labels, order in zip(step.operands, orders)]
+        equation = ",".join("".join(letters[label] for label in labels) for labels in operand_labels)
         equation += "->" + "".join(letters[label] for label in step.output)
-        shapes = [self.shape[register] for register in step.args]
+        shapes = [tuple(self.shape[register][a] for a in order) for register, order in zip(step.args, orders)]
         path, info, self.path_choices[step.out] = choose_path(equation, shapes, self.optimize)
         names = {letter: label for label, letter in letters.items()}
         pairwise = []
@@ -377,7 +392,8 @@ class _Specialiser(FittingRenderer, Source):
             pairwise.append((readable, int(flops), tuple(info.size_dict[c] for c in result)))
         self.report[step.out] = (int(info.opt_cost), pairwise, int(info.largest_intermediate))
         self.paths[step.out] = (equation, shapes, path, info, names)
-        operands = [self.var(register) for register in step.args]
+        operands = [self.var(register) if order == tuple(range(len(order)))
+                    else f"{self.var(register)}.permute({order})" for register, order in zip(step.args, orders)]
         if len(step.args) > 2 or step.scale:
             # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
             # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);
@@ -386,16 +402,30 @@ class _Specialiser(FittingRenderer, Source):
             for position, register in enumerate(step.args):
                 dtype = self.dtype[register]
                 if not isinstance(dtype, type) and np.dtype(dtype) != common:
-                    operands[position] = f"{operands[position]}.astype({str(common)!r})"
+                    operands[position] = self.astype(operands[position], str(common))
         output_elements = math.prod(self.shape[step.out])
         scaled_inside = False
         itemsize = self.itemsize(step.out)
-        if self.backend.name == "numpy":
-            # the scale multiplies the smallest operand, intermediate or result (the dot product in `w[i] t[i] t[p]`)
-            scale = self.scaled("", step.scale) if step.scale else None
-            text, internal = contraction_text(equation, shapes, info.contraction_list, operands, self.alias["np"],
-                                              scale)
+        if self.backend.name == "numpy" or self.target == "torch":
+            # each pairwise step as a direct call: a GEMM-shaped one as dot / matmul on (transposed) views,
+            # an elementwise product as `*`, the rest einsum (torch: through einflow.backends.torch_ops)
+            if self.target == "torch" and self.ops_alias is None:
+                self.ops_alias = self.fresh("_ops")
+                self.namespace[self.ops_alias] = importlib.import_module(self.backend.einsum_backend)
+            # scale factors: numbers, and 0-d values that do not widen a floating array (torch keeps its type)
+            in_place = self.one_float_type(list(step.args), step.out) and all(
+                self.dtype[r] in (int, float) or not self.shape[r] and np.dtype(self.dtype[r]).kind in "biuf"
+                for factor in step.scale for r in node_args(factor))
+            # numpy: the scale multiplies the smallest operand, intermediate or result (the dot product in
+            # `w[i] t[i] t[p]`); torch scales the contraction's own new array in place (below)
+            scale = self.scaled("", step.scale) if step.scale and self.backend.name == "numpy" else None
+            text, internal, final, fresh = contraction_steps(equation, shapes, info.contraction_list, operands,
+                                                             self.alias["np"], dialect=self.target,
+                                                             ops_alias=self.ops_alias or "_ops", in_place=in_place,
+                                                             scale=scale)
             scaled_inside = scale is not None
+            # the result is computed in the order ``final`` and viewed in the output's order
+            self.orders[step.out] = tuple(step.output.index(names[letter]) for letter in final)
         else:
             if step.scale:
                 smallest = min(range(len(shapes)), key=lambda k: math.prod(shapes[k]))
@@ -408,8 +438,39 @@ class _Specialiser(FittingRenderer, Source):
             internal = max((math.prod(shape) for _, _, shape in pairwise[:-1]), default=0)
         self.transient[step.out] = internal * itemsize
         if step.scale and not scaled_inside:
+            scaled = self.scaled("{x}", step.scale)
+            if self.target == "torch" and fresh and in_place and scaled.startswith("{x} * "):
+                # the contraction's own new array, scaled in place
+                return f"{text}.mul_({scaled[len('{x} * '):]})"
             text = self.scaled(text, step.scale)
         return text
+
+    def stored_order(self, register: int) -> tuple[int, ...]:
+        """The order ``register``'s axes are stored in (major first): ``x.permute(order)`` is contiguous."""
+        return self.orders.get(register, tuple(range(len(self.shape[register]))))
+
+    def track_order(self, step: Step) -> None:
+        """Record the stored axis order of an elementwise result or a sum (contractions record their own).
+
+        torch lays an elementwise result out like its first operand of full rank; a sum keeps the order
+        of the axes it keeps.
+        """
+        if isinstance(step, Elementwise):
+            rank = len(step.labels)
+            for node in _args_in_order(step.expr):
+                axes = node.axes if node.axes is not None else tuple(range(len(self.shape[node.register])))
+                if len(self.shape[node.register]) != rank or None in axes or len(axes) != rank:
+                    continue
+                order = tuple(axes.index(a) for a in self.stored_order(node.register))
+                if order != tuple(range(rank)):
+                    self.orders[step.out] = order
+                return
+        elif isinstance(step, Reduce) and step.kind == "sum" and step.arg in self.orders:
+            kept = [a for a in self.orders[step.arg] if a not in step.axes]
+            positions = sorted(kept)
+            order = tuple(positions.index(a) for a in kept)
+            if order != tuple(range(len(order))):
+                self.orders[step.out] = order
 
     def scaled(self, text: str, scale: tuple[Node, ...]) -> str:
         """``text * (f1 * f2 * ...)``: scalar factors multiplied together first, then one pass over the array.
@@ -463,7 +524,46 @@ class _Specialiser(FittingRenderer, Source):
                 parts.extend(sample(register) for register in node_args(factor))
         return np.result_type(*parts)
 
+    def one_float_type(self, registers: list[int], out: int) -> bool:
+        """Whether the registers and ``out`` are arrays of one floating type (torch may then work in place)."""
+        dtype = self.dtype[out]
+        return self.target == "torch" and not isinstance(dtype, type) and np.dtype(dtype).kind == "f" and all(
+            self.dtype[r] == dtype for r in registers)
+
+    def node(self, node: Node) -> tuple[str, int]:
+        if self.in_place:
+            found = self.node_in_place(node)
+            if found is not None:
+                return found
+        return super().node(node)
+
+    def node_in_place(self, node: Node) -> tuple[str, int] | None:
+        """torch: a function of a sum or product, or ``c - product``, computed in place on the array the sum
+        or product just made (autograd allows it: those operations keep no output for their backward)."""
+        if isinstance(node, Apply) and node.other is None and _fresh(node.arg):
+            inner, _ = self.node(node.arg)
+            np_ = self.alias["np"]
+            if self.call(node.func, "{x}", promote=False) == f"{np_}.{node.func}({{x}})" and \
+                    hasattr(_torch_tensor_type(), f"{node.func}_"):
+                return f"({inner}).{node.func}_()", 4
+        if isinstance(node, Add) and len(node.terms) == 2:
+            numbers = [t for t in node.terms if isinstance(t, Number) and not isinstance(t.value, bool)]
+            others = [t for t in node.terms if not isinstance(t, Number)]
+            if len(numbers) == 1 and len(others) == 1:
+                negated = _negated(others[0])
+                if negated is not None and _fresh(negated) and not isinstance(negated, Add):
+                    inner, _ = self.node(negated)
+                    return f"({inner}).neg_().add_({self.number(numbers[0].value)})", 4
+        return None
+
     def elementwise(self, step: Elementwise) -> str:
+        self.in_place = self.one_float_type(node_args(step.expr), step.out)
+        try:
+            return self.elementwise_text(step)
+        finally:
+            self.in_place = False
+
+    def elementwise_text(self, step: Elementwise) -> str:
         elements = math.prod(self.shape[step.out])
         need, extra = _temporaries(step.expr)
         self.transient[step.out] = int(max(need - 1 + extra, 0) * elements * self.itemsize(step.out))
@@ -538,6 +638,8 @@ class _Specialiser(FittingRenderer, Source):
             return super().step_lines(step)
         finally:
             self.scale_dtype = None
+            if self.target == "torch":
+                self.track_order(step)
 
     def floating_register(self, register: int) -> bool:
         """Whether a register holds a numpy array of a floating type (not a weak Python number)."""
@@ -583,6 +685,38 @@ class _Specialiser(FittingRenderer, Source):
         name = self.fresh(f"_diagonal{step.out}")
         self.namespace[name] = _diagonal_writer(self.backend, step, self.shape)
         return [f"{out} = {name}({self.var(step.arg)})"]
+
+
+def _fresh(node: Node) -> bool:
+    """Whether torch computes ``node`` into a new array that nothing else holds (a sum or product of arrays)."""
+    if isinstance(node, Add):
+        return any(not isinstance(term, (Number, Size)) for term in node.terms)
+    if isinstance(node, Mul):
+        return len(node.factors) >= 2 and any(not isinstance(f, (Number, Size)) for f in node.factors)
+    return isinstance(node, Pow) and node.exponent == 2
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_tensor_type() -> Any:
+    import torch
+
+    return torch.Tensor
+
+
+def _args_in_order(node: Node) -> list[Arg]:
+    """The registers an expression reads, in the order its operations meet them."""
+    if isinstance(node, Arg):
+        return [node]
+    if isinstance(node, (Number, Size)):
+        return []
+    if isinstance(node, Apply):
+        return _args_in_order(node.arg) + ([] if node.other is None else _args_in_order(node.other))
+    if isinstance(node, AsFloat):
+        return _args_in_order(node.arg)
+    if isinstance(node, Pow):
+        return _args_in_order(node.base)
+    parts = _positive_first(node.terms) if isinstance(node, Add) else node.factors
+    return [arg for part in parts for arg in _args_in_order(part)]
 
 
 @functools.lru_cache(maxsize=1024)

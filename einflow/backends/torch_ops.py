@@ -1,9 +1,11 @@
 """The functions opt_einsum calls for contractions on torch tensors, with numpy's type promotion.
 
-``opt_einsum.contract_expression(...)(*tensors, backend="einflow.backends.torch_ops")`` imports this
-module and calls ``tensordot``, ``transpose`` and ``einsum`` from it. torch's own kernels refuse
-operands of different dtypes (a boolean delta's ones vector times a float tensor); here both
-operands are first brought to their common type.
+The generated torch code calls ``matmul`` and ``einsum`` from here for each pairwise step of a
+contraction (:func:`einflow.kernels.contraction_text` with ``dialect="torch"``);
+``opt_einsum.contract_expression(...)(*tensors, backend="einflow.backends.torch_ops")`` calls
+``tensordot``, ``transpose`` and ``einsum``. torch's own kernels refuse operands of different dtypes
+(a boolean delta's ones vector times a float tensor); here the operands are first brought to their
+common type (operands of one floating type go straight to torch).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["tensordot", "transpose", "einsum"]
+__all__ = ["tensordot", "transpose", "einsum", "matmul"]
 
 
 def _common(*operands: Any) -> list[Any]:
@@ -23,6 +25,14 @@ def _common(*operands: Any) -> list[Any]:
     if dtype == torch.bool:
         dtype = torch.int64
     return [operand if operand.dtype == dtype else operand.to(dtype) for operand in operands]
+
+
+def matmul(a: Any, b: Any) -> Any:
+    """``torch.matmul`` (numpy.dot of 2-D and 1-D operands), after bringing both to their common type."""
+    if a.dtype == b.dtype and a.dtype.is_floating_point:
+        return torch.matmul(a, b)
+    a, b = _common(a, b)
+    return torch.matmul(a, b)
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:

@@ -59,6 +59,11 @@ def call(program: Any, engine: Any, values: list[Any], optimize: Any, memory_lim
     return EinflowFunction.apply(_Node(program, plan, signature, optimize, memory_limit), *arrays)
 
 
+def _is_one(cotangent: Any) -> bool:
+    """Whether a 0-d CPU cotangent is exactly 1 (on other devices reading it would wait for the device)."""
+    return cotangent.device.type == "cpu" and cotangent.dim() == 0 and cotangent.item() == 1
+
+
 class _Node:
     """What the autograd node needs: the program, its plan for these inputs (and their signature), the options."""
 
@@ -114,7 +119,10 @@ class EinflowFunction(torch.autograd.Function):
         if not wanted:
             return (None,) * (len(arrays) + 1)
         if ctx.gradients is not None and not torch.is_grad_enabled():
-            # a scalar program's gradients, computed with its value: the VJP is cotangent * gradient
+            # a scalar program's gradients, computed with its value: the VJP is cotangent * gradient (a loss's
+            # own backward seeds it with 1: on the CPU, where reading it costs nothing, that skips a pass)
+            if _is_one(cotangent):
+                return (None, *(ctx.gradients.get(name) if name in wanted else None for name in names))
             return (None, *(None if name not in wanted else ctx.gradients[name] * cotangent for name in names))
         bound = dict(zip(names, arrays))
         # create_graph: one single-result VJP program per input, each an einflow node of its own (so the
