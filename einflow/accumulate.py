@@ -15,9 +15,11 @@ diagonal step's ``coefficient``.
 
 >>> from einflow.lower import lower
 >>> from einflow.program import compile
->>> steps = lower(compile("size p, q = x; h[p,q] = x[p] x[q] + 2 delta[p,q] x[p]")).steps
->>> [(type(step).__name__, getattr(step, "base", None) is not None) for step in steps if hasattr(step, "out")]
-[('Elementwise', False), ('Diagonal', True)]
+>>> steps = [step for step in lower(compile("h[p,q] = x[p] x[q] + 2 delta[p,q] x[p]")).steps if hasattr(step, "out")]
+>>> [type(step).__name__ for step in steps]
+['Elementwise', 'Elementwise', 'Diagonal']
+>>> steps[2].base == steps[0].out  # x[p] x[q], then 2 x[p] added on its diagonal
+True
 """
 
 from __future__ import annotations
