@@ -5,7 +5,8 @@ multiplication), sums align their terms by index name, surviving deltas become d
 work is numbered once (positional keys: ``x[i] y[i]`` and ``x[j] y[j]`` are one contraction). Three passes
 follow: :func:`fuse` inlines elementwise results read once into their reader,
 :func:`einflow.accumulate.accumulate_diagonals` adds the delta terms of a sum into the diagonal of its other
-terms (no zeroed array per term), :func:`release` frees each intermediate after its last use. Nothing here knows shapes (``einflow.plan`` specialises the steps).
+terms (no zeroed array per term), :func:`release` frees each intermediate after its last use. Nothing here
+knows shapes (``einflow.plan`` specialises the steps).
 
 >>> from einflow.program import compile
 >>> lowered = lower(compile("a = x[i] y[i]\\nb = x[j] y[j]\\na, b"))
