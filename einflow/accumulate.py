@@ -88,8 +88,8 @@ def accumulate_diagonals(steps: list[Step], protected: tuple[int, ...], ranks: d
             return axes  # type: ignore[return-value]
 
         rest, terms = _strip(step.expr, 1, candidate)
-        if not terms or rest is None or isinstance(rest, (Arg, Number)):
-            continue  # no delta term; or nothing computed for the others: nothing of the sum's own to add into
+        if not terms or not _computed(rest):
+            continue  # no delta term; or nothing computed for the others: no array of the sum's own to add into
         base = register_count
         register_count += 1
         chain: list[Step] = [Elementwise(step.statement, base, rest, step.labels, step.sizes)]
@@ -121,6 +121,11 @@ def accumulate_diagonals(steps: list[Step], protected: tuple[int, ...], ranks: d
             continue
         flat.extend(replaced.get(k, [step]))
     return flat, register_count
+
+
+def _computed(node: Node | None) -> bool:
+    """Whether evaluating ``node`` makes a new array (not an alias of a register, which must not be written)."""
+    return isinstance(node, (Add, Apply, Pow)) or isinstance(node, Mul) and len(node.factors) > 1
 
 
 def _strip(node: Node, coefficient: int | float, candidate) -> tuple[Node | None, list[_Found]]:  # noqa: ANN001
