@@ -158,6 +158,15 @@ def _strip(node: Node, coefficient: int | float, candidate) -> tuple[Node | None
             return node, []
         if inner is None:
             return None, found
+        if isinstance(inner, Mul):  # a sum left with one product: one product (``(a b -2) 2`` is ``a b -4``)
+            outer = [factor.value for factor in node.factors if isinstance(factor, Number)]
+            inner_numbers = [factor for factor in inner.factors if isinstance(factor, Number)]
+            if len(inner_numbers) == 1 and all(isinstance(value, int) for value in outer):
+                scale = inner_numbers[0].value
+                for value in outer:
+                    scale = exact_mul(scale, value)
+                return Mul(tuple(Number(_weak(scale)) if factor is inner_numbers[0] else factor
+                                 for factor in inner.factors)), found
         return Mul(tuple(inner if position == others[0] else factor for position, factor in enumerate(node.factors))), \
             found
     return node, []
