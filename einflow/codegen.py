@@ -16,6 +16,7 @@ import math
 import opt_einsum as oe
 
 from einflow.functions import FUNCTION_RULES
+from einflow.numbers import _is_unit
 from einflow.steps import (
     Add,
     Apply,
@@ -39,7 +40,8 @@ from einflow.steps import (
     node_args,
 )
 
-__all__ = ["Source", "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS", "kind_of"]
+__all__ = ["Source", "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS", "kind_of", "diagonal_spec",
+           "diagonal_view_labels"]
 
 #: function templates that differ on torch (``torch.maximum`` needs two tensors)
 TORCH_CALLS = {"relu": "{np}.clamp({x}, min=0)", "softplus": "{np}.logaddexp({np}.zeros_like({x}), {x})"}
@@ -206,14 +208,21 @@ JAX_HELPERS: dict[str, str] = {
     "diagonal": HELPERS["diagonal"].replace("out[tuple(index)] = value\n    return out",
                                              "return out.at[tuple(index)].set(value, unique_indices=True)"),
 }
+HELPERS["owned"] = '''def {owned}(base, shape, value, coefficient=1):
+    """``base`` as an array of ``shape`` and of its result type with ``value * coefficient``, for a diagonal to be
+    added into in place: ``base`` itself when it already is one (einflow computed it for that alone), else a copy."""
+    dtype = {np}.result_type(base, value, coefficient)
+    if {np}.shape(base) == tuple(shape) and {np}.result_type(base) == dtype:
+        return base
+    return {np}.broadcast_to({np}.asarray(base), shape).astype(dtype)'''
 HELPERS["device"] = '''def {device}(*inputs):
     """Where new arrays go (numpy: the host)."""
     return None'''
 HELPER_NEEDS = {"reciprocal": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",)}
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
-HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "diagonal", "device",
-               "erf", "reduce")
+HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "diagonal", "owned",
+               "device", "erf", "reduce")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -471,19 +480,45 @@ class Source:
             return f"{text}.sum(dim={axes!r})"
         return f"{text}.sum(axis={axes!r})"
 
+    def diagonal_value(self, step: Diagonal, full: bool = False) -> str:
+        """The value of a Diagonal step aligned with its view (``diagonal_view_labels``), times its coefficient;
+        ``full``: broadcast to the view's shape (for writers that index the diagonals)."""
+        value = self.var(step.arg)
+        labels = diagonal_view_labels(step)
+        if len(labels) > len(step.labels):
+            value += "[..., " + ", ".join(["None"] * (len(labels) - len(step.labels))) + "]"
+            if full:
+                sizes = tuple(step.sizes[step.output.index(label)] for label in labels)
+                value = f"{self.alias['np']}.broadcast_to({value}, {self.shape_text(sizes)})"
+        return self.scaled(value, () if _is_unit(step.coefficient) else (Number(step.coefficient),))
+
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
         value = self.var(step.arg)
+        scaled = self.diagonal_value(step)
         if self.target != "numpy":  # no strided writes: index the diagonals
             groups = tuple(tuple(step.output.index(m) for m in next((g for g in step.groups if label in g), (label,)))
-                           for label in step.labels)
-            return [f"{out} = {self.helper('diagonal')}({value}, {self.shape_text(step.sizes)}, {groups!r})"]
-        representative = {member: group[0] for group in step.groups for member in group}
-        letters = {label: oe.get_symbol(k) for k, label in enumerate(step.labels)}
-        spec = "".join(letters[representative.get(label, label)] for label in step.output)
-        spec += "->" + "".join(letters[label] for label in step.labels)
+                           for label in diagonal_view_labels(step))
+            written = f"{self.helper('diagonal')}({self.diagonal_value(step, True)}, {self.shape_text(step.sizes)}, " \
+                      f"{groups!r})"
+            return [f"{out} = {written}" if step.base is None else f"{out} = {self.var(step.base)} + {written}"]
         np_ = self.alias["np"]
-        return [f"{out} = {np_}.zeros({self.shape_text(step.sizes)}, dtype={value}.dtype)",
-                f"{np_}.einsum({spec!r}, {out})[...] = {value}"]
+        if step.base is None:
+            lines = []
+            if scaled != value:
+                value = self.fresh("_value")
+                lines.append(f"{value} = {scaled}")
+            lines += [f"{out} = {np_}.zeros({self.shape_text(step.sizes)}, dtype={value}.dtype)",
+                      f"{np_}.einsum({diagonal_spec(step)!r}, {out})[...] = {value}"]
+            return lines + ([f"del {value}"] if scaled != self.var(step.arg) else [])
+        owned = f"{self.helper('owned')}({self.var(step.base)}, {self.shape_text(step.sizes)}, {value}"
+        owned += ")" if _is_unit(step.coefficient) else f", {self.number(step.coefficient)})"
+        return [f"{out} = {owned}", *self.diagonal_add(step, out, scaled)]
+
+    def diagonal_add(self, step: Diagonal, out: str, value: str) -> list[str]:
+        """Lines adding ``value`` into the diagonal of ``out`` in place (numpy's strided view)."""
+        view = self.fresh("_diagonal")
+        return [f"{view} = {self.alias['np']}.einsum({diagonal_spec(step)!r}, {out})", f"{view} += {value}",
+                f"del {view}"]
 
     def step_lines(self, step: Step) -> list[str]:
         """The statement(s) computing one step."""
@@ -520,6 +555,8 @@ class Source:
             text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
         elif isinstance(step, Diagonal):
             text = "delta " + ", ".join("=".join(group) for group in step.groups)
+            if step.base is not None:
+                text = f"{self.var(step.base)} + {text}"
         elif isinstance(step, Elementwise):
             text = f"[{','.join(step.labels)}]"
         else:
@@ -549,6 +586,22 @@ class Source:
 
     def returned(self) -> list[str]:
         return [self.var(register) for register in self.lowered.outputs]
+
+
+def diagonal_view_labels(step: Diagonal) -> tuple[str, ...]:
+    """The axes of a Diagonal step's diagonal view: its value's, then those the value is broadcast along."""
+    representative = {member: group[0] for group in step.groups for member in group}
+    view = dict.fromkeys(representative.get(label, label) for label in step.output)
+    return step.labels + tuple(label for label in view if label not in step.labels)
+
+
+def diagonal_spec(step: Diagonal) -> str:
+    """The einsum equation whose result is the writable view of a Diagonal step's diagonal (its value's axes)."""
+    representative = {member: group[0] for group in step.groups for member in group}
+    labels = diagonal_view_labels(step)
+    letters = {label: oe.get_symbol(k) for k, label in enumerate(labels)}
+    return "".join(letters[representative.get(label, label)] for label in step.output) + "->" + \
+        "".join(letters[label] for label in labels)
 
 
 def _positive_first(terms: tuple[Node, ...]) -> tuple[Node, ...]:

@@ -2,9 +2,11 @@
 
 Products become one :class:`~einflow.steps.Contract` (or, without a summed index, an elementwise
 multiplication), sums align their terms by index name, surviving deltas become diagonal writes; equal
-work is numbered once (positional keys: ``x[i] y[i]`` and ``x[j] y[j]`` are one contraction). Two passes
-follow: :func:`fuse` inlines elementwise results read once into their reader, :func:`release` frees each
-intermediate after its last use. Nothing here knows shapes (``einflow.plan`` specialises the steps).
+work is numbered once (positional keys: ``x[i] y[i]`` and ``x[j] y[j]`` are one contraction). Three passes
+follow: :func:`fuse` inlines elementwise results read once into their reader,
+:func:`einflow.accumulate.accumulate_diagonals` adds the delta terms of a sum into the diagonal of its other
+terms (no zeroed array per term), :func:`release` frees each intermediate after its last use. Nothing here
+knows shapes (``einflow.plan`` specialises the steps).
 
 >>> from einflow.program import compile
 >>> lowered = lower(compile("a = x[i] y[i]\\nb = x[j] y[j]\\na, b"))
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from einflow import ir
+from einflow.accumulate import accumulate_diagonals
 from einflow.check import check_program, free_indices, top_level_terms
 from einflow.contraction import eliminate_deltas, product_output, split_product
 from einflow.functions import FUNCTION_RULES
@@ -500,6 +503,8 @@ def release(steps: list[Step], outputs: tuple[int, ...], inputs: int) -> list[St
             last[register] = k
         if isinstance(step, Elementwise) and isinstance(step.expr, Arg):
             view_of[step.out] = step.expr.register
+        elif isinstance(step, Diagonal) and step.base is not None:  # added into its base's array, in place
+            view_of[step.out] = step.base
     for register in outputs:
         last[register] = len(steps)
     for step in reversed(steps):  # views come after what they view: one backward pass suffices
@@ -567,9 +572,11 @@ def _lower(program: ir.ProgramIR) -> Lowered:
     # a register a statement binds to its target is never inlined away (a later statement, or the plan's
     # size check, reads it by name even when the lowering found it already computed by an earlier statement)
     bound = tuple(register for _, _, register in lowering.bindings if register is not None)
-    steps = release(fuse(lowering.steps, (*outputs, *bound), register_ranks), outputs, len(info.inputs))
+    steps = fuse(lowering.steps, (*outputs, *bound), register_ranks)
+    steps, count = accumulate_diagonals(steps, (*outputs, *bound), register_ranks, lowering.count)
+    steps = release(steps, outputs, len(info.inputs))
     names = tuple((register, name) for register, name in lowering.target_names.items()
                   if any(getattr(step, "out", None) == register for step in steps))
     return Lowered(info.inputs, ranks, tuple(steps), outputs, info.returns_tuple, statements, names,
-                   lowering.count, tuple(lowering.bindings))
+                   count, tuple(lowering.bindings))
 

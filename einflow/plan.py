@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -22,13 +22,14 @@ from einflow import ir
 from einflow.backends.base import Backend
 from einflow.blocks import block_rows, render_kernel, run_blocks, threads_for
 from einflow.check import ProgramInfo
-from einflow.codegen import HELPER_KEYS, Source, _negated, _positive_first, kind_of
+from einflow.codegen import HELPER_KEYS, Source, _negated, _positive_first, diagonal_view_labels, kind_of
 from einflow.errors import EinflowError, MemoryLimitError
 from einflow.fitting import Fitting, FittingRenderer, _text_bytes, fit
 from einflow.functions import FUNCTION_RULES
 from einflow.indices import declared_sizes, indices_in, statement_sizes
 from einflow.kernels import contraction_steps
 from einflow.lower import lower
+from einflow.numbers import _is_unit
 from einflow.paths import PathChoice, choose_path
 from einflow.slicing import Slicing
 from einflow.steps import (
@@ -64,6 +65,8 @@ TEMPORARIES: dict[str, float] = {name: rule.temporaries for name, rule in FUNCTI
 #: fused elementwise work on at least this many elements is computed block by block (numpy backend, float
 #: inputs, ``einflow.blocks``); smaller work is one numpy expression (a block's setup costs ~20 us)
 BLOCK_ELEMENTS = 1 << 16
+#: in fused elementwise work on at least this many elements, a product's small factors are multiplied first
+HOIST_ELEMENTS = 1 << 16
 #: intermediates of at least this many bytes are released (``del``) right after their last use
 RELEASE_BYTES = 1 << 16
 
@@ -248,6 +251,8 @@ class _Specialiser(FittingRenderer, Source):
         #: computes it chunk by chunk), whether or not the step runs block by block
         self.expression_transient: dict[int, int] = {}
         self.blocks_name: str | None = None
+        #: register -> the register whose array it updates in place (a diagonal added into its base)
+        self.updated: dict[int, int] = {}
         #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
         self.scale_dtype: Any = None
         self._generic: tuple[Source, dict[str, Any]] | None = None
@@ -311,7 +316,10 @@ class _Specialiser(FittingRenderer, Source):
         if isinstance(step, Constant):
             return np.asarray(step.value).dtype
         if isinstance(step, Diagonal):
-            return self.dtype[step.arg]
+            value = self.sample(step.arg)
+            if not _is_unit(step.coefficient):
+                value = value * step.coefficient
+            return np.result_type(value if step.base is None else self.sample(step.base) + value)
         generic, namespace = self.generic()
         namespace.update({f"_v{register}": self.sample(register) for register in step_inputs(step)})
         if isinstance(step, Elementwise):
@@ -565,6 +573,8 @@ class _Specialiser(FittingRenderer, Source):
 
     def elementwise_text(self, step: Elementwise) -> str:
         elements = math.prod(self.shape[step.out])
+        if elements >= HOIST_ELEMENTS:  # a large product's factors that vary along few axes multiplied first
+            step = replace(step, expr=_hoist(step.expr, self.shape[step.out], self.shape, {}))
         need, extra = _temporaries(step.expr)
         self.transient[step.out] = int(max(need - 1 + extra, 0) * elements * self.itemsize(step.out))
         self.expression_transient[step.out] = self.transient[step.out]
@@ -680,11 +690,26 @@ class _Specialiser(FittingRenderer, Source):
         return lines
 
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
+        value = self.diagonal_value(step)
+        if step.base is not None and self.backend.name == "numpy":
+            base = self.var(step.base)
+            made = next(made for made in self.lowered.steps if getattr(made, "out", None) == step.base)
+            full = not isinstance(made, Elementwise) or len(_axes_of(made.expr, len(made.labels), self.shape)) == \
+                len(made.labels)  # an elementwise base that some axis does not vary along is a broadcast shape
+            if full and self.shape[step.base] == self.shape[step.out] and self.dtype[step.base] == self.dtype[step.out]:
+                self.updated[step.out] = step.base  # the base is this step's alone: its diagonal is updated
+                first = f"{out} = {base}"
+            else:
+                first = f"{out} = {self.alias['np']}.broadcast_to({base}, {self.shape[step.out]!r})" \
+                        f".astype({str(self.dtype[step.out])!r})"
+            return [first, *self.diagonal_add(step, out, value)]
         if self.backend.name == "numpy" or self.target != "numpy":
             return super().diagonal(step, out)
         name = self.fresh(f"_diagonal{step.out}")
-        self.namespace[name] = _diagonal_writer(self.backend, step, self.shape)
-        return [f"{out} = {name}({self.var(step.arg)})"]
+        self.namespace[name] = _diagonal_writer(self.backend, replace(step, labels=diagonal_view_labels(step)),
+                                                self.shape[step.out])
+        written = f"{name}({self.diagonal_value(step, True)})"
+        return [f"{out} = {written}" if step.base is None else f"{out} = {self.var(step.base)} + {written}"]
 
 
 def _fresh(node: Node) -> bool:
@@ -724,10 +749,10 @@ def _compiled(text: str) -> Any:
     return compile(text, "<einflow dtype>", "eval")
 
 
-def _diagonal_writer(backend: Backend, step: Diagonal, shapes: dict[int, tuple[int, ...]]) -> Any:
-    """A surviving delta on backends without strided writes (or with their own): one function per step."""
-    full_shape = shapes[step.out]
-    view_shape = shapes[step.arg]
+def _diagonal_writer(backend: Backend, step: Diagonal, full_shape: tuple[int, ...]) -> Any:
+    """A surviving delta on backends without strided writes (or with their own): one function per step (its
+    ``labels``: the axes of the diagonal view, ``diagonal_view_labels``)."""
+    view_shape = tuple(full_shape[step.output.index(label)] for label in step.labels)
     groups = [tuple(step.output.index(m) for m in next((g for g in step.groups if label in g), (label,)))
               for label in step.labels]
     if not backend.strided_writes:
@@ -846,6 +871,8 @@ def _render(program: ir.ProgramIR, lowered: Lowered, shapes: dict[str, tuple[int
         size = specialiser.itemsize(out)
         if isinstance(step, Elementwise) and isinstance(step.expr, Arg):
             views[out] = step.expr.register
+        elif out in specialiser.updated:
+            views[out] = specialiser.updated[out]
         elif out not in specialiser.fitting.fused:  # a fused expression exists only chunk by chunk
             allocations[out] = math.prod(shape) * size
         report.append(_report_step(step, specialiser, lowered))
@@ -889,6 +916,9 @@ def _step_report(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
                         path=specialiser.path_choices.get(out))
     if isinstance(step, Reduce):
         return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
+    if isinstance(step, Diagonal) and step.base is not None:  # an addition into the diagonal only
+        flops = math.prod(shape[step.output.index(label)] for label in diagonal_view_labels(step))
+        return PlanStep(statement, kind, equation, flops, shape, size)
     if isinstance(step, Elementwise):
         flops = elements * max(1, _operations(step.expr))
         text = _describe(step.expr, step.labels, specialiser)
@@ -924,15 +954,74 @@ def _describe(node: Node, labels: tuple[str, ...], specialiser: _Specialiser) ->
                     _describe(f, labels, specialiser) for f in factors)
 
 
-def _operations(node: Node, call: int | None = None) -> int:
-    """Operations per element (a function counts its ``cost``, or ``call`` when given)."""
-    if isinstance(node, (Arg, Number, Size)):
+def _operations(node: Node, call: int | None = None, leaves: Any = ()) -> int:
+    """Operations per element (a function counts its ``cost``, or ``call`` when given; ``leaves``: nodes computed
+    apart, which count none)."""
+    if isinstance(node, (Arg, Number, Size)) or node in leaves:
         return 0
     if isinstance(node, Apply) and node.other is not None:
-        return 1 + _operations(node.arg, call) + _operations(node.other, call)
+        return 1 + _operations(node.arg, call, leaves) + _operations(node.other, call, leaves)
     if isinstance(node, Apply):
-        return (FUNCTION_RULES[node.func].cost if call is None else call) + _operations(node.arg, call)
+        return (FUNCTION_RULES[node.func].cost if call is None else call) + _operations(node.arg, call, leaves)
     if isinstance(node, (Pow, AsFloat)):
-        return 1 + _operations(node.base if isinstance(node, Pow) else node.arg, call)
+        return 1 + _operations(node.base if isinstance(node, Pow) else node.arg, call, leaves)
     parts = node.terms if isinstance(node, Add) else node.factors
-    return len(parts) - 1 + sum(_operations(part, call) for part in parts)
+    return len(parts) - 1 + sum(_operations(part, call, leaves) for part in parts)
+
+
+#: a product's factors that together vary along at most 1/HOIST_SHARE of its elements are multiplied first
+HOIST_SHARE = 8
+
+
+def _hoist(node: Node, shape: tuple[int, ...], shapes: dict[int, tuple[int, ...]], hoisted: dict[Node, int]) -> Node:
+    """``node`` (of ``shape``) with the factors of each product (under its sums) that vary along few of its axes
+    multiplied first, on their own smaller shape: ``A[p,v,w] x[q] c[p]`` is ``(x[q] c[p]) A[p,v,w]``, one pass over
+    the large result instead of two. The products moved first are recorded in ``hoisted`` (node -> elements)."""
+    if isinstance(node, Add):
+        return Add(tuple(_hoist(term, shape, shapes, hoisted) for term in node.terms))
+    if not isinstance(node, Mul):
+        return node
+    factors = [_hoist(factor, shape, shapes, hoisted) for factor in node.factors]
+    numbers = [factor for factor in factors if isinstance(factor, Number)]
+    arrays = [factor for factor in factors if not isinstance(factor, Number)]
+    covers = [_axes_of(factor, len(shape), shapes) for factor in arrays]
+
+    def elements(axes: set[int]) -> int:
+        return math.prod(shape[axis] for axis in axes)
+
+    full = elements(set().union(*covers))
+    order: list[int] = []
+    covered: set[int] = set()
+    while len(order) < len(arrays):  # greedily: the factor that widens the partial product least
+        best = min((k for k in range(len(arrays)) if k not in order),
+                   key=lambda k: (elements(covered | covers[k]), -elements(covers[k])))
+        if elements(covered | covers[best]) * HOIST_SHARE > full:
+            break
+        order.append(best)
+        covered |= covers[best]
+    if len(order) < 2:
+        return Mul(tuple(factors))
+    first = Mul((*(arrays[k] for k in order), *numbers))
+    hoisted[first] = elements(covered)
+    return Mul((first, *(factor for k, factor in enumerate(arrays) if k not in order)))
+
+
+def _axes_of(node: Node, rank: int, shapes: dict[int, tuple[int, ...]]) -> set[int]:
+    """The axes of an expression's result (of ``rank`` axes) along which it varies."""
+    if isinstance(node, Arg):
+        if node.axes is None:
+            return set(range(rank)) if shapes.get(node.register) else set()
+        return {position for position, axis in enumerate(node.axes) if axis is not None}
+    return {axis for register_node in _args_in(node) for axis in _axes_of(register_node, rank, shapes)}
+
+
+def _args_in(node: Node) -> list[Arg]:
+    if isinstance(node, Arg):
+        return [node]
+    if isinstance(node, (Number, Size)):
+        return []
+    if isinstance(node, Apply):
+        return _args_in(node.arg) + ([] if node.other is None else _args_in(node.other))
+    if isinstance(node, (AsFloat, Pow)):
+        return _args_in(node.arg if isinstance(node, AsFloat) else node.base)
+    return [arg for part in (node.terms if isinstance(node, Add) else node.factors) for arg in _args_in(part)]

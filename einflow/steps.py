@@ -6,7 +6,8 @@ Each step reads registers and writes one (inputs are registers ``0..n-1``, in th
 - :class:`Elementwise` a fused elementwise expression (a :data:`Node` tree) over aligned registers: sums,
   products without a summed index, functions, powers, scales;
 - :class:`Reduce`      a sum over some axes of one register;
-- :class:`Diagonal`    a surviving delta: the value written into the diagonal of a zeroed array;
+- :class:`Diagonal`    a surviving delta: the value written into the diagonal of a zeroed array, or added into
+  the diagonal of the sum's other terms (``base``, updated in place where it is the step's own array);
 - :class:`Ones`, :class:`Constant` arrays that deltas and constant results need;
 - :class:`Free`        registers released after their last use.
 
@@ -139,7 +140,9 @@ class Elementwise:
 
 @dataclass(frozen=True, slots=True)
 class Diagonal:
-    """``arg`` (axes ``labels``) written into a zeroed array with axes ``output``; each group shares a diagonal."""
+    """``arg`` (axes ``labels``) times ``coefficient`` written into a zeroed array with axes ``output``; each
+    group shares a diagonal. With a ``base`` (a register aligned with ``output``, computed for this step alone),
+    the value is added to the base's diagonal instead: ``base + delta ... arg`` without a zeroed array."""
 
     statement: int
     out: int
@@ -148,6 +151,8 @@ class Diagonal:
     output: tuple[str, ...]
     groups: tuple[tuple[str, ...], ...]
     sizes: tuple[SizeRef, ...]
+    base: int | None = None
+    coefficient: int | float = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +204,9 @@ def step_inputs(step: Step) -> list[int]:
         return [*step.args, *(r for factor in step.scale for r in node_args(factor))]
     if isinstance(step, Elementwise):
         return node_args(step.expr)
-    if isinstance(step, (Reduce, Diagonal)):
+    if isinstance(step, Diagonal):
+        return [step.arg] if step.base is None else [step.base, step.arg]
+    if isinstance(step, Reduce):
         return [step.arg]
     return []
 

@@ -437,6 +437,10 @@ def _largest_shared(statements: list[ir.Assign],
                                                           for o in chosen))
             if not _pays(chosen, internal_positions):
                 continue
+            if len({o.statement for o in chosen}) < 2:
+                # terms of one statement share it: left to that statement (a Hessian's mirrored dense terms
+                # stay in the one pass that adds its delta terms in place, with no array as large stored)
+                continue
             existing = next((o for o in chosen if _whole_statement(o, statements, internal_positions)), None)
             if existing is not None and existing.statement > min(o.statement for o in chosen):
                 continue  # computed by a statement that comes after a reader: left as it is
