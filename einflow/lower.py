@@ -541,6 +541,11 @@ def _shared_factor(terms: tuple[ir.Expr, ...], bound: frozenset[str]) -> tuple[
             lists.append(list(term.factors))
         else:
             return None
+    if any(isinstance(factor, ir.Delta) and {factor.first, factor.second} & bound for factors in lists
+           for factor in factors):
+        # a delta term stays a term of the sum: it is added onto the diagonal of the others (einflow.accumulate)
+        # rather than multiplied, as a zeroed array of the target's shape, by the factor taken out
+        return None
     for candidate in lists[0]:
         if not (isinstance(candidate, ir.Tensor) and set(candidate.indices) <= bound
                 and len(set(candidate.indices)) == len(candidate.indices)):

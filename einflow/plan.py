@@ -22,7 +22,15 @@ from einflow import ir
 from einflow.backends.base import Backend
 from einflow.blocks import block_rows, render_kernel, run_blocks, threads_for
 from einflow.check import ProgramInfo
-from einflow.codegen import HELPER_KEYS, Source, _negated, _positive_first, diagonal_view_labels, kind_of
+from einflow.codegen import (
+    HELPER_KEYS,
+    Source,
+    _negated,
+    _positive_first,
+    diagonal_spec,
+    diagonal_view_labels,
+    kind_of,
+)
 from einflow.errors import EinflowError, MemoryLimitError
 from einflow.fitting import Fitting, FittingRenderer, _text_bytes, fit
 from einflow.functions import FUNCTION_RULES
@@ -65,6 +73,8 @@ TEMPORARIES: dict[str, float] = {name: rule.temporaries for name, rule in FUNCTI
 #: fused elementwise work on at least this many elements is computed block by block (numpy backend, float
 #: inputs, ``einflow.blocks``); smaller work is one numpy expression (a block's setup costs ~20 us)
 BLOCK_ELEMENTS = 1 << 16
+#: a large diagonal view with an axis this short or shorter is added into slice by slice along that axis
+DIAGONAL_LOOP = 16
 #: in fused elementwise work on at least this many elements, a product's small factors are multiplied first
 HOIST_ELEMENTS = 1 << 16
 #: intermediates of at least this many bytes are released (``del``) right after their last use
@@ -688,6 +698,26 @@ class _Specialiser(FittingRenderer, Source):
                       f"{out} = ({np_}.log({work}.sum(axis={axes}, keepdims=True)) + {shift}).squeeze(axis={axes})"]
         lines.append(f"del {shift}, {work}")
         return lines
+
+    def diagonal_add(self, step: Diagonal, out: str, value: str) -> list[str]:
+        """Adding into a large diagonal view with a short axis goes slice by slice along that axis: numpy cannot
+        tell quickly that such a view (``H[p,q,r,q]``, strides of every size) does not overlap itself, and makes
+        a copy of it for ``+=`` (measured: a third of the pairwise-energy Hessian's size for ``q`` of size 3)."""
+        labels = diagonal_view_labels(step)
+        full = self.shape[step.out]
+        shape = tuple(full[step.output.index(label)] for label in labels)
+        if self.backend.name != "numpy" or len(shape) < 2 or math.prod(shape) < BLOCK_ELEMENTS \
+                or min(shape) > DIAGONAL_LOOP:
+            return super().diagonal_add(step, out, value)
+        axis = shape.index(min(shape))
+        np_ = self.alias["np"]
+        view, part, k = self.fresh("_diagonal"), self.fresh("_value"), self.fresh("_k")
+        cut = ":, " * axis + k
+        return [f"{view} = {np_}.einsum({diagonal_spec(step)!r}, {out})",
+                f"{part} = {np_}.broadcast_to({value}, {shape!r})",
+                f"for {k} in range({shape[axis]}):",
+                f"    {view}[{cut}] += {part}[{cut}]",
+                f"del {view}, {part}"]
 
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
         value = self.diagonal_value(step)
