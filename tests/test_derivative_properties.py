@@ -13,13 +13,20 @@ SMOOTH = ["exp", "tanh", "sigmoid", "sin", "cos", "softplus", "erf"]
 
 
 @st.composite
-def vector(draw, index: str, depth: int, names: list[str], counter: list[int]) -> str:
-    """An expression whose only free index is ``index`` (bound where it is used)."""
+def vector(draw, index: str, depth: int, names: list[str], counter: list[int], kinks: bool = False) -> str:
+    """An expression whose only free index is ``index`` (bound where it is used); ``kinks``: also max/min
+    reductions and maximum/minimum, differentiable away from ties."""
     leaves = [f"{name}[{index}]" for name in names]
     if depth <= 0:
         return draw(st.sampled_from(leaves + [f"A[{index},k{_next(counter)}] x[k{counter[0]}]"]))
-    choice = draw(st.integers(0, 11))
-    inner = lambda: draw(vector(index, depth - 1, names, counter))  # noqa: E731
+    choice = draw(st.integers(0, 13 if kinks else 11))
+    inner = lambda: draw(vector(index, depth - 1, names, counter, kinks))  # noqa: E731
+    if choice == 12:  # a piecewise reduction binding its index like sum
+        k = f"k{_next(counter)}"
+        kind = draw(st.sampled_from(["max", "min"]))
+        return f"{kind}[{k}](B[{index},{k}] ({draw(vector(k, depth - 1, names, counter, kinks))}))"
+    if choice == 13:
+        return f"{draw(st.sampled_from(['maximum', 'minimum']))}({inner()}, {inner()})"
     if choice == 0:
         return draw(st.sampled_from(leaves))
     if choice == 1:
@@ -38,13 +45,13 @@ def vector(draw, index: str, depth: int, names: list[str], counter: list[int]) -
         return f"{inner()} / (1 + ({inner()})^2)"
     if choice == 8:
         k = f"k{_next(counter)}"
-        return f"sum[{k}](B[{index},{k}] ({draw(vector(k, depth - 1, names, counter))}))"
+        return f"sum[{k}](B[{index},{k}] ({draw(vector(k, depth - 1, names, counter, kinks))}))"
     if choice == 10:  # a normaliser over the expression's own index
         return f"{draw(st.sampled_from(['softmax', 'log_softmax']))}[{index}]({inner()})"
     if choice == 11:  # a smooth reduction binding its index like sum
         k = f"k{_next(counter)}"
         kind = draw(st.sampled_from(["logsumexp", "mean"]))
-        return f"{kind}[{k}](B[{index},{k}] ({draw(vector(k, depth - 1, names, counter))}))"
+        return f"{kind}[{k}](B[{index},{k}] ({draw(vector(k, depth - 1, names, counter, kinks))}))"
     return f"log1p(({inner()})^2) + sqrt(1 + ({inner()})^2)"
 
 
@@ -54,17 +61,17 @@ def _next(counter: list[int]) -> int:
 
 
 @st.composite
-def programs(draw) -> str:
+def programs(draw, kinks: bool = False) -> str:
     counter = [0]
     names = ["x", "y"]
     statements = []
     for number in range(draw(st.integers(0, 2))):
         target = f"h{number}"
-        statements.append(f"{target}[i] = {draw(vector('i', 2, names, counter))}")
+        statements.append(f"{target}[i] = {draw(vector('i', 2, names, counter, kinks))}")
         names = names + [target]
     final = draw(st.integers(0, 2))
     if final == 0:
-        body = f"sum[i]({draw(vector('i', 2, names, counter))})"
+        body = f"sum[i]({draw(vector('i', 2, names, counter, kinks))})"
     elif final == 1:
         body = f"{draw(st.sampled_from(names))}[j] A[j,m] {draw(st.sampled_from(names))}[m]"
     else:
@@ -126,3 +133,25 @@ def test_hessian_matches_finite_differences_of_gradient(text, seed):
     assume(np.all(np.isfinite(reference)))
     np.testing.assert_allclose(H, reference, rtol=1e-4, atol=1e-5 * (1 + np.abs(reference).max()))
     np.testing.assert_allclose(H, H.T, rtol=1e-8, atol=1e-8 * (1 + np.abs(H).max()))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=programs(kinks=True), seed=st.integers(0, 2**16), wrt=st.sampled_from(["x", "A", "B", "y"]))
+def test_gradient_through_max_and_min_matches_finite_differences_away_from_ties(text, seed, wrt):
+    """max/min reductions and maximum/minimum: the gradient is the indicator of the winner. Points within a
+    finite-difference step of a tie (where two step sizes disagree) are skipped: there the derivative jumps."""
+    program = ef.compile(text)
+    assume(wrt in program.inputs)
+    rng = np.random.default_rng(seed)
+    shapes = {"x": (N,), "y": (N,), "A": (N, N), "B": (N, N), "s": ()}
+    values = {name: 0.5 * rng.normal(size=shapes[name]) for name in program.inputs}
+    value = float(program(values))
+    assume(np.isfinite(value) and abs(value) < 1e4)
+    reference = _finite_difference(program, values, wrt)
+    finer = _finite_difference(program, values, wrt, eps=1e-7)
+    assume(np.all(np.isfinite(reference)))
+    assume(np.allclose(reference, finer, rtol=1e-3, atol=1e-4 * (1 + np.abs(reference).max())))
+    gradient = ef.grad(program, wrt=wrt)
+    ours = gradient(values)
+    np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-5 * (1 + np.abs(reference).max()))
+    np.testing.assert_allclose(ef.compile(str(gradient))(values), ours, rtol=1e-12, atol=1e-12)
