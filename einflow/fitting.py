@@ -368,6 +368,19 @@ class FittingRenderer:
         lines += [f"{out} *= {self.node(factor)[0]}" for factor in step.scale]
         return lines
 
+    def chunk_text(self: Any, step: Elementwise, views: dict[int, str]) -> str:
+        """The expression of ``step`` for one chunk: the registers in ``views`` read through their chunk's name."""
+        saved = {register: self.vars.get(register) for register in views}
+        self.vars.update(views)
+        try:
+            return str(self.elementwise(step))
+        finally:
+            for register, name in saved.items():
+                if name is None:
+                    self.vars.pop(register, None)
+                else:
+                    self.vars[register] = name
+
     def chunked_elementwise(self: Any, step: Elementwise) -> list[str]:
         """The expression computed in blocks of one index into its whole result; the diagonal arrays it reads
         are made block by block in the loop (zeros, the values written on the diagonal's strided view)."""
@@ -383,23 +396,15 @@ class FittingRenderer:
         lines = [f"{out} = {np_}.empty({shape!r}, dtype={str(self.dtype[step.out])!r})",
                  f"for {start} in range(0, {size}, {block}):"]
         cut = f"{start}:{start} + {block}"
-        saved = {register: self.vars.get(register) for register in axes}
-        try:
-            for register, axis in sorted(axes.items()):
-                view = self.fresh(f"_part{register}")
-                diagonal = made.get(register)
-                if diagonal is None:
-                    lines.append(f"    {view} = {self.var(register)}[{':, ' * axis}{cut}]")
-                else:
-                    lines += self.diagonal_block(diagonal, view, axis, start, block, size)
-                self.vars[register] = view
-            text = self.elementwise(step)
-        finally:
-            for register, name in saved.items():
-                if name is None:
-                    self.vars.pop(register, None)
-                else:
-                    self.vars[register] = name
+        views = {}
+        for register, axis in sorted(axes.items()):
+            view = views[register] = self.fresh(f"_part{register}")
+            diagonal = made.get(register)
+            if diagonal is None:
+                lines.append(f"    {view} = {self.var(register)}[{':, ' * axis}{cut}]")
+            else:
+                lines += self.diagonal_block(diagonal, view, axis, start, block, size)
+        text = self.chunk_text(step, views)
         lines.append(f"    {out}[{':, ' * position}{cut}] = {text}")
         if diagonals:
             lines.append(f"del {', '.join(dict.fromkeys(self.var(d.arg) for d in diagonals))}")
@@ -435,19 +440,11 @@ class FittingRenderer:
         start, chunk = self.fresh("_start"), self.fresh(f"_chunk{step.out}")
         lines = [f"{out} = {np_}.empty({self.shape[step.out]!r}, dtype={str(self.dtype[step.out])!r})",
                  f"for {start} in range(0, {size}, {block}):"]
-        saved = {register: self.vars.get(register) for register in axes}
+        views = {}
         for register, axis in sorted(axes.items()):
-            view = self.fresh(f"_part{register}")
+            view = views[register] = self.fresh(f"_part{register}")
             lines.append(f"    {view} = {self.var(register)}[{':, ' * axis}{start}:{start} + {block}]")
-            self.vars[register] = view
-        try:
-            text = self.elementwise(source)
-        finally:
-            for register, name in saved.items():
-                if name is None:
-                    self.vars.pop(register, None)
-                else:
-                    self.vars[register] = name
+        text = self.chunk_text(source, views)
         elements = math.prod(self.shape[source.out])
         itemsize = self.itemsize(source.out)
         temporaries = (1 + REDUCE_TEMPORARIES.get(step.kind, 0)) * elements * itemsize

@@ -80,6 +80,16 @@ def programs(draw, kinks: bool = False) -> str:
     return "\n".join(statements)
 
 
+def _values(program: ef.Program, seed: int) -> dict:
+    """Random inputs of the test's shapes; examples whose value is not finite or very large are skipped."""
+    rng = np.random.default_rng(seed)
+    shapes = {"x": (N,), "y": (N,), "A": (N, N), "B": (N, N), "s": ()}
+    values = {name: 0.5 * rng.normal(size=shapes[name]) for name in program.inputs}
+    value = float(program(values))
+    assume(np.isfinite(value) and abs(value) < 1e4)
+    return values
+
+
 def _finite_difference(program: ef.Program, values: dict, wrt: str, eps: float = 1e-6) -> np.ndarray:
     base = values[wrt]
     out = np.zeros_like(base)
@@ -96,11 +106,7 @@ def _finite_difference(program: ef.Program, values: dict, wrt: str, eps: float =
 def test_gradient_matches_finite_differences(text, seed, wrt):
     program = ef.compile(text)
     assume(wrt in program.inputs)
-    rng = np.random.default_rng(seed)
-    shapes = {"x": (N,), "y": (N,), "A": (N, N), "B": (N, N), "s": ()}
-    values = {name: 0.5 * rng.normal(size=shapes[name]) for name in program.inputs}
-    value = float(program(values))
-    assume(np.isfinite(value) and abs(value) < 1e4)
+    values = _values(program, seed)
     gradient = ef.grad(program, wrt=wrt)
     ours = gradient(values)
     reference = _finite_difference(program, values, wrt)
@@ -115,11 +121,7 @@ def test_gradient_matches_finite_differences(text, seed, wrt):
 def test_hessian_matches_finite_differences_of_gradient(text, seed):
     program = ef.compile(text)
     assume("x" in program.inputs)
-    rng = np.random.default_rng(seed)
-    shapes = {"x": (N,), "y": (N,), "A": (N, N), "B": (N, N), "s": ()}
-    values = {name: 0.5 * rng.normal(size=shapes[name]) for name in program.inputs}
-    value = float(program(values))
-    assume(np.isfinite(value) and abs(value) < 1e4)
+    values = _values(program, seed)
     gradient = ef.grad(program, wrt="x")
     hessian = ef.hessian(program, wrt="x")
     H = hessian(values)
@@ -142,11 +144,7 @@ def test_gradient_through_max_and_min_matches_finite_differences_away_from_ties(
     finite-difference step of a tie (where two step sizes disagree) are skipped: there the derivative jumps."""
     program = ef.compile(text)
     assume(wrt in program.inputs)
-    rng = np.random.default_rng(seed)
-    shapes = {"x": (N,), "y": (N,), "A": (N, N), "B": (N, N), "s": ()}
-    values = {name: 0.5 * rng.normal(size=shapes[name]) for name in program.inputs}
-    value = float(program(values))
-    assume(np.isfinite(value) and abs(value) < 1e4)
+    values = _values(program, seed)
     reference = _finite_difference(program, values, wrt)
     finer = _finite_difference(program, values, wrt, eps=1e-7)
     assume(np.all(np.isfinite(reference)))
