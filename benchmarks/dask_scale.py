@@ -33,6 +33,12 @@ L = sum[s](log(1 + exp(-y[s] z[s])))
 CHAIN = "D[i,l] = A[i,j] B[j,k] C[k,l]"
 
 
+def _peak_rss_kib() -> int:
+    """This process image's peak resident memory in KiB (VmHWM)."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+
+
 class PeakRSS:
     """Samples this process's resident memory in a background thread; ``peak`` is the largest sample."""
 
@@ -85,8 +91,9 @@ def big_operand(client: Any, rows: int, cols: int, chunk_rows: int) -> list[list
     # an independent check with dask's own operations on the same (deterministic) operand
     reference = da.log1p(da.exp(-y * (X @ w))).sum().compute()
     error = abs(float(computed[0]) - float(reference)) / abs(float(reference))
-    # each worker's peak resident memory over its life (ru_maxrss is in KiB on Linux); (a) runs first
-    workers = client.run(lambda: __import__("resource").getrusage(__import__("resource").RUSAGE_SELF).ru_maxrss)
+    # each worker's peak resident memory over its life (VmHWM, KiB; getrusage's ru_maxrss would keep the peak of
+    # the process that started the worker across fork+exec); (a) runs first
+    workers = client.run(_peak_rss_kib)
     return [
         ["operand", f"X: {rows} x {cols} float64 = {gigabytes:.2f} GB, {X.npartitions} chunks of "
                     f"{chunk_rows} x {cols} ({X.nbytes / X.npartitions / 2**20:.0f} MiB), made by dask.array.random"],
