@@ -583,14 +583,18 @@ class _Specialiser(FittingRenderer, Source):
 
     def elementwise_text(self, step: Elementwise) -> str:
         elements = math.prod(self.shape[step.out])
+        hoisted: dict[Node, int] = {}
         if elements >= HOIST_ELEMENTS:  # a large product's factors that vary along few axes multiplied first
-            step = replace(step, expr=_hoist(step.expr, self.shape[step.out], self.shape, {}))
+            step = replace(step, expr=_hoist(step.expr, self.shape[step.out], self.shape, hoisted))
         need, extra = _temporaries(step.expr)
         self.transient[step.out] = int(max(need - 1 + extra, 0) * elements * self.itemsize(step.out))
         self.expression_transient[step.out] = self.transient[step.out]
         # (a step fused into a chunked reduction, or computed in chunks into its result, is rendered for one
         # chunk there: one expression)
-        if self.backend.name == "numpy" and elements >= BLOCK_ELEMENTS and _operations(step.expr, 1) >= 2 \
+        # (blocks pay where the one expression makes two or more passes over the result: the hoisted small
+        # products are not such passes, and in a block they would be spread to the block's whole size)
+        if self.backend.name == "numpy" and elements >= BLOCK_ELEMENTS \
+                and _operations(step.expr, 1, tuple(hoisted)) >= 2 \
                 and step.out not in self.fitting.fused and step.out not in self.fitting.pieces:
             found = self.blocks_text(step)
             if found is not None:

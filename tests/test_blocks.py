@@ -253,3 +253,18 @@ def test_no_pool_thread_keeps_an_operand_alive_after_the_call(small_blocks: None
         plan.run([A])
         del A
         assert alive() is None
+
+
+def test_an_outer_product_is_one_expression_and_a_function_of_it_runs_in_blocks() -> None:
+    """``A[p,v] x[q] x[w]``: multiplying the small factors first makes the one expression a single pass over the
+    result, and a kernel would spread them over whole blocks (two passes); a function on top still pays."""
+    A, x = RNG.normal(size=(20, 20)), RNG.normal(size=20)
+    outer = _plan("y[p,q,v,w] = A[p,v] x[q] x[w]", {"A": A, "x": x})
+    assert "_run_blocks(" not in outer.source
+    np.testing.assert_allclose(outer.run([A, x]), np.einsum("pv,q,w->pqvw", A, x, x), rtol=1e-14)
+    B = RNG.normal(size=(20, 20, 20, 20))
+    text = "y[p,q,v,w] = tanh(B[p,q,v,w]) + A[p,v] x[q] x[w]"
+    applied = _plan(text, {"B": B, "A": A, "x": x})
+    assert "_run_blocks(" in applied.source
+    np.testing.assert_allclose(applied.run([B, A, x]), np.tanh(B) + np.einsum("pv,q,w->pqvw", A, x, x),
+                               rtol=1e-13, atol=1e-15)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from einflow import ir
 from einflow.autodiff.cse import coefficients_out, hoist_repeated, hoist_shared_products, reuse_forward
+from einflow.autodiff.outer import factor_outer
 from einflow.autodiff.normal import Fresh, all_index_names, lift_deep_calls, readable, stem_of, tensor_names, to_normal
 from einflow.autodiff.rules import Leaf
 from einflow.autodiff.sizes import IndexSizes, activated, active
@@ -146,11 +147,14 @@ class _Setup:
                 needed |= {size.source for size in self.user_sizes  # type: ignore[misc]
                            if set(size.names) & stems and isinstance(size.source, str)}
         kept.reverse()
+        original = {s.target if s.target is not None else self.value: s
+                    for s in self.program.ir.statements if isinstance(s, ir.Assign)}
+        # a factor that only multiplies a derivative statement (the input behind a weight) is multiplied in
+        # by its readers, so intermediates keep the indices the result needs and no more
+        kept = factor_outer(kept, set(outputs), set(original), work.tensor_fresh, work.ranks)
         # groups of factors that several of the kept products share (an adjoint through a function, read by
         # the gradients of every input behind it) are computed once
         kept = hoist_shared_products(kept, work.fresh, work.tensor_fresh, work.ranks)
-        original = {s.target if s.target is not None else self.value: s
-                    for s in self.program.ir.statements if isinstance(s, ir.Assign)}
         unchanged = {s.target for s in forward if s in self._normal and s in kept and s.target in original}
         declared = set(self.declared) | set(work.size_of)
         pending_sizes = [s for s in self.program.ir.statements if isinstance(s, ir.SizeDecl)]
