@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from einflow import ir
 from einflow.autodiff.cse import coefficients_out, hoist_repeated, hoist_shared_products, reuse_forward
-from einflow.autodiff.outer import factor_outer
 from einflow.autodiff.normal import Fresh, all_index_names, lift_deep_calls, readable, stem_of, tensor_names, to_normal
+from einflow.autodiff.outer import factor_outer
 from einflow.autodiff.rules import Leaf
 from einflow.autodiff.sizes import IndexSizes, activated, active
 from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep, tangent_sweep, zeros
