@@ -126,3 +126,30 @@ def test_a_batch_keeps_its_input_inside() -> None:
 
     np.testing.assert_allclose(hessian(arrays), np.asarray(jax.hessian(loss)(jnp.asarray(arrays["W"]))),
                                rtol=1e-11, atol=1e-13)
+
+
+def test_a_statement_that_sizes_an_index_keeps_its_axes() -> None:
+    """Found by the differential run (seed 60029): ``t7[k,n] = s[k] t6[n]`` (a split of the user's product)
+    has the outer factor ``s[k]``, but ``size r2, s2 = t7`` reads sizes from its axes; taking it out made
+    the printed gradient fail its own check. Such statements keep their axes; derivative ones still shrink."""
+    text = ("S = (V[t2,r,m] x[t2] * Q[n,r] s[k] s[t2] e) v[j] x[m]\n"
+            "(-(S[p,c,hid] * (v[hid] v[p]) * x[c])) + (v[q] A[c,c] v[q] B[p,p] + e - g) - 2.5E+0")
+    rng = np.random.default_rng(3)
+    arrays = {"V": rng.normal(size=(3, 2, 3)), "x": rng.normal(size=3), "Q": rng.normal(size=(4, 2)),
+              "s": rng.normal(size=3), "e": 0.7, "v": rng.normal(size=4), "A": rng.normal(size=(2, 2)),
+              "B": rng.normal(size=(5, 5)), "g": 0.3}
+
+    def f(s, Q, x):  # noqa: ANN001, ANN202
+        a = {k: jnp.asarray(v) for k, v in arrays.items()}
+        S = jnp.einsum("trm,t,nr,k,t,j,m->nkj", a["V"], x, Q, s, s, a["v"], x) * a["e"]
+        return (-jnp.einsum("pch,h,p,c->", S, a["v"], a["v"], x)
+                + jnp.sum(a["v"] ** 2) * jnp.trace(a["A"]) * jnp.trace(a["B"]) + a["e"] - a["g"] - 2.5)
+
+    wrt = ["s", "Q", "x"]
+    gradient = ef.grad(text, wrt=wrt)
+    expected = jax.grad(f, argnums=(0, 1, 2))(*(jnp.asarray(arrays[n]) for n in wrt))
+    for got, want in zip(gradient(arrays), expected):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-10, atol=1e-12)
+    # the gradient of S, an outer product of vectors, is a vector times outer factors
+    df_dS = next(s for s in gradient.ir.statements if isinstance(s, ir.Assign) and s.target == "df_dS")
+    assert len(df_dS.indices) == 1

@@ -151,7 +151,10 @@ class _Setup:
                     for s in self.program.ir.statements if isinstance(s, ir.Assign)}
         # a factor that only multiplies a derivative statement (the input behind a weight) is multiplied in
         # by its readers, so intermediates keep the indices the result needs and no more
-        kept = factor_outer(kept, set(outputs), set(original), work.tensor_fresh, work.ranks)
+        # (the user's statements, the forward's and any statement an index reads its size from keep their axes)
+        fixed = set(original) | {s.target for s in forward} | self.sizes.tensors() | {
+            s.source for s in work.sizes if isinstance(s.source, str)}
+        kept = factor_outer(kept, set(outputs), fixed, work.tensor_fresh, work.ranks)
         # groups of factors that several of the kept products share (an adjoint through a function, read by
         # the gradients of every input behind it) are computed once
         kept = hoist_shared_products(kept, work.fresh, work.tensor_fresh, work.ranks)

@@ -91,6 +91,11 @@ class IndexSizes:
             found.append(node[1] if node[0] == "size" else (node[1], node[2]))
         return found
 
+    def tensors(self) -> set[str]:
+        """Names of the tensors whose axes give some index its size."""
+        return {node[1] for nodes in self._sources.values() for node in nodes  # type: ignore[index]
+                if isinstance(node, tuple) and node[0] == "axis"}
+
     # ------------------------------------------------------------------ building
     def add_program(self, statements: Iterable[ir.Statement], targets: dict[int, str]) -> None:
         """Tie the user's index names, statement by statement, to tensor axes, partners and declarations.
