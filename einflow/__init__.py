@@ -47,9 +47,10 @@ __all__ = [
     "get_default_backend",
 ]
 
-from einflow.autodiff import grad, hessian, hvp, jacobian, jvp, value_and_grad, vjp  # noqa: E402
+from einflow.autodiff import grad, hessian, hessian_diagonal, hvp, jacobian, jvp, laplacian, value_and_grad, vjp  # noqa: E402
 
-__all__ += ["grad", "jacobian", "hessian", "vjp", "jvp", "hvp", "value_and_grad"]
+__all__ += ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "vjp", "jvp", "hvp",
+            "value_and_grad"]
 
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]

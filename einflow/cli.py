@@ -26,7 +26,7 @@ examples:
   einflow plan 'y[i] = A[i,j] B[j,k] v[k]' --shape A=100x200 --shape B=200x300 --shape v=300
 """
 
-SUBCOMMANDS = ("run", "grad", "jacobian", "hessian", "jvp", "hvp", "plan")
+SUBCOMMANDS = ("run", "grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "jvp", "hvp", "plan")
 
 
 def _looks_like_a_file(text: str) -> bool:
@@ -225,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_run)
 
     for kind, what in (("grad", "gradient"), ("jacobian", "Jacobian"), ("hessian", "Hessian"),
+                       ("hessian_diagonal", "Hessian's diagonal"), ("laplacian", "Laplacian (the Hessian's trace)"),
                        ("jvp", "Jacobian-vector product"), ("hvp", "Hessian-vector product")):
         sub = commands.add_parser(kind, help=f"print the {what} program of TEXT")
         sub.add_argument("text", metavar="TEXT", help=text_help)

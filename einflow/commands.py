@@ -607,6 +607,18 @@ def _hessian(session: Session, rest: str) -> str:
     return _derive(session, "hessian", rest, ":hessian L wrt X")
 
 
+@_command("hessian_diagonal", ":hessian_diagonal L wrt X",
+          "print and evaluate the diagonal of the Hessian of scalar L (shape of X), without forming it")
+def _hessian_diagonal(session: Session, rest: str) -> str:
+    return _derive(session, "hessian_diagonal", rest, ":hessian_diagonal L wrt X")
+
+
+@_command("laplacian", ":laplacian L wrt X[, Y ...]",
+          "print and evaluate the Laplacian of scalar L (the Hessian's trace), without forming the Hessian")
+def _laplacian(session: Session, rest: str) -> str:
+    return _derive(session, "laplacian", rest, ":laplacian L wrt X[, Y ...]")
+
+
 def _along(session: Session, kind: str, rest: str, usage: str) -> str:
     """``:jvp Y wrt X along T`` / ``:hvp L wrt X along V``: T, V are bound tensors shaped like X."""
     left, _, right = rest.partition(" along ")

@@ -2,7 +2,8 @@
 
 Every place in einflow that orders a contraction asks :func:`choose_path`. With ``optimize="auto"`` (the
 default) a product of at most :data:`EXACT_OPERANDS` operands takes opt_einsum's exhaustive choice
-(``'optimal'`` up to 4 operands, ``'branch-all'`` up to 6), which costs microseconds. A larger product first
+(``'optimal'`` up to 4 operands, ``'branch-all'`` up to 6, or ``'greedy'`` where that is cheaper: 'optimal'
+misses some orders when operands repeat an index set), which costs microseconds. A larger product first
 takes opt_einsum's fast heuristic (``'branch-2'``, ``'branch-1'``, then ``'greedy'`` above 14 operands); when
 that path costs at least :data:`SEARCH_FLOPS`, a search runs for at most a time budget that grows with the
 work at stake (``flops / SEARCH_RATE`` seconds, between :data:`SEARCH_SECONDS_MIN` and
@@ -106,7 +107,16 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
     name = fast_choice(len(shapes))
     path, info = oe.contract_path(equation, *shapes, shapes=True, optimize=name)
     flops = int(info.opt_cost)
-    if len(shapes) <= EXACT_OPERANDS or flops < SEARCH_FLOPS:
+    if len(shapes) <= EXACT_OPERANDS:
+        # opt_einsum's 'optimal' can miss the best order when operands repeat an index set: for
+        # ``is,i,i,iv->sv`` it forms the 3-index ``isv`` (1.5x the FLOPs) where greedy multiplies the two
+        # vectors first; greedy costs tens of microseconds, and the cheaper path wins
+        greedy_path, greedy_info = oe.contract_path(equation, *shapes, shapes=True, optimize="greedy")
+        if int(greedy_info.opt_cost) < flops:
+            return greedy_path, greedy_info, PathChoice("greedy", time.perf_counter() - start,
+                                                        int(greedy_info.opt_cost), (name, flops))
+        return path, info, PathChoice(name, time.perf_counter() - start, flops)
+    if flops < SEARCH_FLOPS:
         return path, info, PathChoice(name, time.perf_counter() - start, flops)
     budget = _budget(flops)
     terms, output, sizes = _sizes(equation, shapes)

@@ -71,7 +71,7 @@ class EinflowCompleter(Completer):
             candidates = BACKENDS
         else:
             candidates = [*self.session.names(), *FUNCTIONS, *_KEYWORDS]
-            if command in ("grad", "jacobian", "hessian"):
+            if command in ("grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "jvp", "hvp"):
                 candidates.append("wrt")
         if not word:
             return

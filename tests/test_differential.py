@@ -66,11 +66,12 @@ ATOL = 1e-9  # times (1 + the largest reference entry)
 _REPLAY = os.environ.get("EINFLOW_DIFF_SEED")
 USE_JAX = os.environ.get("EINFLOW_DIFF_REFERENCE", "jets") == "jax"
 CHECKS = os.environ.get("EINFLOW_DIFF_CHECKS", "rotate")  # "all": every derivative check on every program
-SCALAR_CHECKS = ("grad", "value_and_grad", "hessian", "jacobian(forward)", "jacobian(reverse)", "vjp", "jvp", "hvp")
+SCALAR_CHECKS = ("grad", "value_and_grad", "hessian", "jacobian(forward)", "jacobian(reverse)", "vjp", "jvp", "hvp",
+                 "hessian_diagonal", "laplacian")
 TENSOR_CHECKS = ("jacobian(forward)", "jacobian(reverse)", "vjp", "jvp")
 # one check per program by default (the Hessian is the costliest, so it comes round less often)
 SCALAR_ROTATION = ("grad", "value_and_grad", "hessian", "jacobian(forward)", "grad", "jacobian(reverse)", "vjp",
-                   "jvp", "hvp")
+                   "jvp", "hvp", "hessian_diagonal", "laplacian")
 LIMIT = 1e6  # programs whose reference values exceed this are skipped (badly conditioned, not wrong)
 # sin/cos of an argument this large: the argument's own rounding (1e-13 relative after a few operations)
 # moves the value by more than the tolerance, so two correct evaluations need not agree
@@ -305,7 +306,7 @@ class _Checker:
             return (rotation[(self.case.seed // NETWORK_EVERY) % len(rotation)],)
         rotation = SCALAR_ROTATION if self.case.scalar else TENSOR_CHECKS
         chosen = rotation[self.case.seed % len(rotation)]
-        if chosen == "hessian" and len(self.case.text) > 130:
+        if chosen in ("hessian", "hessian_diagonal", "laplacian") and len(self.case.text) > 130:
             # einflow's Hessians of long programs can take many seconds to build (see diff_failures);
             # the default run keeps them to short programs, EINFLOW_DIFF_CHECKS=all takes every one
             chosen = "grad"
@@ -358,6 +359,21 @@ class _Checker:
                      lambda: [reference.value, *jac()], pair=True)
         if "hessian" in wanted:
             self.run("hessian", lambda: ef.hessian(text, wrt=wrt if many else wrt[0]), reference.hessian_blocks)
+
+        def diagonals() -> list[np.ndarray]:
+            blocks = list(reference.hessian_blocks())
+            found = []
+            for k, x in enumerate(wrt):
+                shape = np.shape(self.arrays[x])
+                size = int(np.prod(shape))
+                found.append(np.diagonal(np.reshape(blocks[k * len(wrt) + k], (size, size))).reshape(shape))
+            return found
+
+        if "hessian_diagonal" in wanted:
+            self.run("hessian_diagonal", lambda: ef.hessian_diagonal(text, wrt=wrt if many else wrt[0]), diagonals)
+        if "laplacian" in wanted:
+            self.run("laplacian", lambda: ef.laplacian(text, wrt=wrt if many else wrt[0]),
+                     lambda: [sum(np.sum(d) for d in diagonals())])
         for mode in ("forward", "reverse"):
             if f"jacobian({mode})" in wanted:
                 self.run(f"jacobian({mode})",
@@ -425,7 +441,7 @@ def _indent(program: Any) -> str:
 #: every NETWORK_EVERY-th seed also checks a tensor network (randprog.generate_network): products with
 #: several varying factors, whose gradients share adjoints along a pairwise tree
 NETWORK_EVERY = 8
-NETWORK_ROTATION = ("grad", "value_and_grad", "hessian", "hvp", "vjp", "jacobian(reverse)", "jvp")
+NETWORK_ROTATION = ("grad", "value_and_grad", "hessian", "hvp", "vjp", "jacobian(reverse)", "jvp", "hessian_diagonal")
 
 
 def check_seed(seed: int, verbose: bool = False) -> list[Failure]:

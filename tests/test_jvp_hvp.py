@@ -99,3 +99,68 @@ def test_repl_hvp_binds_the_product() -> None:
     assert "hvp_x[p] = v[p] t1[p]" in out
     expected = np.exp([0.5, -1.0, 2.0]) * [1.0, 2.0, 3.0]
     assert f"{expected[2]:.4f}"[:5] in out
+
+
+MLP3 = """h1[i] = tanh(W1[i,j] x[j])
+h2[i] = tanh(W2[i,j] h1[j])
+h3[i] = tanh(W3[i,j] h2[j])
+L = sum[i](h3[i]^2)"""
+
+
+def _mlp(W1, W2, W3, x):  # noqa: ANN001, ANN202
+    return jnp.sum(jnp.tanh(W3 @ jnp.tanh(W2 @ jnp.tanh(W1 @ x))) ** 2)
+
+
+def test_hessian_diagonal_and_laplacian_match_jax_without_forming_the_hessian() -> None:
+    n = 40
+    rng = np.random.default_rng(5)
+    arrays = {"x": rng.normal(size=n), **{f"W{k}": rng.normal(size=(n, n)) / 6 for k in (1, 2, 3)}}
+    full = np.asarray(jax.hessian(_mlp)(*(jnp.asarray(arrays[k]) for k in ("W1", "W2", "W3", "x")))).reshape(n * n,
+                                                                                                            n * n)
+    diagonal = ef.hessian_diagonal(MLP3, wrt="W1")
+    np.testing.assert_allclose(diagonal(arrays), np.diagonal(full).reshape(n, n), rtol=1e-10, atol=1e-12)
+    laplacian = ef.laplacian(MLP3, wrt="W1")
+    np.testing.assert_allclose(laplacian(arrays), np.trace(full), rtol=1e-10)
+    shapes = {k: v.shape for k, v in arrays.items()}
+    for program in (diagonal, laplacian):  # the Hessian has n^4 elements; nothing here is larger than n^2
+        assert program.plan(**shapes).largest_intermediate <= n * n, str(program.plan(**shapes))
+
+
+def test_hessian_diagonal_blocks_for_a_list_and_exact_zeros() -> None:
+    text = "f = sum[i](exp(A[i,j] x[j])) + s^3 + t x[i] x[i]"
+    rng = np.random.default_rng(6)
+    A, x = rng.normal(size=(4, 3)), rng.normal(size=3)
+    dx, ds, dt = ef.hessian_diagonal(text, wrt=["x", "s", "t"])(A=A, x=x, s=2.0, t=0.5)
+    np.testing.assert_allclose(dx, (A**2).T @ np.exp(A @ x) + 2 * 0.5, rtol=1e-12)
+    assert float(ds) == 12.0
+    assert float(dt) == 0.0  # f is linear in t
+    total = ef.laplacian(text, wrt=["x", "s", "t"])(A=A, x=x, s=2.0, t=0.5)
+    np.testing.assert_allclose(total, np.sum(dx) + 12.0, rtol=1e-12)
+    # a value linear in its input: the Laplacian is an exact zero, computed without reading the inputs
+    zero = ef.laplacian("f = A[i,j] x[j] y[i]", wrt="x")
+    assert float(zero(A=np.full((2, 2), np.nan), x=np.ones(2), y=np.ones(2))) == 0.0
+
+
+def test_pairwise_energy_laplacian_matches_jax() -> None:
+    text = "E = sum[i,j](exp(-sum[d]((x[i,d] - x[j,d])^2)))"
+    x = np.random.default_rng(7).normal(size=(30, 3))
+
+    def energy(x_):  # noqa: ANN001, ANN202
+        d = x_[:, None, :] - x_[None, :, :]
+        return jnp.sum(jnp.exp(-jnp.sum(d**2, axis=2)))
+
+    full = np.asarray(jax.hessian(energy)(jnp.asarray(x))).reshape(90, 90)
+    np.testing.assert_allclose(ef.hessian_diagonal(text, wrt="x")(x=x), np.diagonal(full).reshape(30, 3),
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ef.laplacian(text, wrt="x")(x=x), np.trace(full), rtol=1e-10)
+
+
+def test_cli_and_repl_diagonal_and_laplacian() -> None:
+    out = subprocess.run([sys.executable, "-m", "einflow.cli", "laplacian", "f = x[i] A[i,j] x[j]", "--wrt", "x"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "laplacian_f = 2 A[p,p]" in out
+    lines = ":set x [0.5, -1.0, 2.0]\nf = sum[i](exp(x[i]))\n:hessian_diagonal f wrt x\n:laplacian f wrt x\n"
+    out = subprocess.run([sys.executable, "-m", "einflow.cli"], input=lines, capture_output=True, text=True,
+                         check=True).stdout
+    assert "d2f_dx2_diag[p] =" in out and "laplacian_f =" in out
+    assert f"{np.exp(2.0):.4f}"[:5] in out and f"{np.exp([0.5, -1.0, 2.0]).sum():.4f}"[:5] in out

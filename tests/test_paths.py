@@ -79,6 +79,22 @@ def test_small_products_take_the_exact_path(count: int, name: str) -> None:
     assert info.opt_cost == exact.opt_cost
 
 
+def test_a_small_product_where_optimal_misses_takes_greedy() -> None:
+    """``W3[i,s] a[i] b[i] D[i,v]`` (from a Hessian): opt_einsum's 'optimal' forms ``isv`` first; the two
+    vectors multiplied first cost 2/3 of that, and no intermediate has three indices."""
+    shapes = [(48, 48), (48,), (48,), (48, 48)]
+    _, optimal = oe.contract_path("is,i,i,iv->sv", *shapes, shapes=True, optimize="optimal")
+    _, dp = oe.contract_path("is,i,i,iv->sv", *shapes, shapes=True, optimize="dp")
+    path, info, choice = choose_path("is,i,i,iv->sv", shapes)
+    assert info.opt_cost == dp.opt_cost <= optimal.opt_cost
+    if dp.opt_cost < optimal.opt_cost:  # opt_einsum 3.4's 'optimal'
+        assert choice.optimizer == "greedy" and choice.alternative == ("optimal", optimal.opt_cost)
+    assert max(info.size_list) == 48 * 48
+    rng = np.random.default_rng(0)
+    arrays = [rng.normal(size=shape) for shape in shapes]
+    np.testing.assert_allclose(ef.einsum("is,i,i,iv->sv", *arrays), np.einsum("is,i,i,iv->sv", *arrays), rtol=1e-12)
+
+
 def test_cheap_large_product_keeps_the_fast_path() -> None:
     # a ring of ten 4x4 matrices costs a few thousand FLOPs: searching could not pay for itself
     equation = ",".join(oe.get_symbol(k) + oe.get_symbol((k + 1) % 10) for k in range(10)) + "->"

@@ -15,9 +15,19 @@ from typing import Any, TypeVar
 
 from einflow import ir
 from einflow.autodiff.cse import coefficients_out, hoist_repeated, hoist_shared_products, reuse_forward
-from einflow.autodiff.normal import Fresh, all_index_names, lift_deep_calls, readable, stem_of, tensor_names, to_normal
+from einflow.autodiff.normal import (
+    Fresh,
+    all_index_names,
+    lift_deep_calls,
+    readable,
+    rename,
+    stem_of,
+    tensor_names,
+    to_normal,
+)
 from einflow.autodiff.outer import factor_outer
 from einflow.autodiff.rules import Leaf
+from einflow.autodiff.simplify import is_zero, simplify
 from einflow.autodiff.sizes import IndexSizes, activated, active
 from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep, tangent_sweep, zeros
 from einflow.check import check_name
@@ -26,7 +36,7 @@ from einflow.plan import indices_in
 from einflow.program import Program, compile
 from einflow.stable import stabilize_program
 
-__all__ = ["grad", "jacobian", "hessian", "vjp", "jvp", "hvp", "value_and_grad"]
+__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "vjp", "jvp", "hvp", "value_and_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -444,6 +454,93 @@ def hessian(p: str | Program, wrt: str | Sequence[str]) -> Program:
             work.statements.append(ir.Assign(name, statement.indices, statement.expr))
             outputs.append(name)
     return setup.assemble(outputs, as_tuple)
+
+
+def _diagonal(statement: ir.Assign, rank: int) -> ir.Assign:
+    """A second-derivative statement ``d[p,q,v,w]`` (first the gradient's axes, then the forward sweep's) read
+    on its diagonal, ``d[p,q,p,q]``: the second axes renamed to the first in the right side, which is then
+    computed directly (no statement holds the whole Hessian)."""
+    indices = statement.indices or ()
+    first, second = indices[:rank], indices[rank:]
+    assert len(second) == rank
+    expr = simplify(rename(statement.expr, dict(zip(second, first))))  # delta[p,p] is 1, x[p] - x[p] is 0
+    return ir.Assign(statement.target, first, expr)
+
+
+def _second_derivatives(p: str | Program, wrt: str | Sequence[str], what: str,
+                        ) -> tuple[_Setup, list[str], bool, dict[str, ir.Assign]]:
+    """The setup, ``wrt`` names, whether they were a list, and per name the statement of d2L/dX2 (gradient's
+    axes first), derived forward over reverse; the statements are not yet added to the work."""
+    program = _program(p)
+    names, as_tuple = _wrt_list(program, wrt, what)
+    setup = _Setup(program, what)
+    if setup.value_rank:
+        raise DerivativeError(f"{what} needs a scalar value, but '{setup.value}' has rank {setup.value_rank}")
+    work = setup.work
+    gradients = reverse_sweep(work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    through = [s.target for s in work.statements if s.target]
+    blocks = {}
+    for x in names:
+        results, fresh_axes = forward_sweep(work, x, through, [gradients[x]])
+        gradient_statement = work.target(gradients[x])
+        assert gradient_statement is not None
+        blocks[x] = results.get(gradients[x]) or _zero_derivative(gradient_statement, fresh_axes)
+    return setup, names, as_tuple, blocks
+
+
+@_deriving
+def hessian_diagonal(p: str | Program, wrt: str | Sequence[str]) -> Program:
+    """The diagonal of the Hessian of a scalar program, shaped like ``wrt`` (a list: one per input), without
+    forming the Hessian: the second-derivative statement is read on its diagonal, so its intermediates are
+    those of the Hessian's own statements.
+
+    >>> import numpy as np, einflow as ef
+    >>> d = ef.hessian_diagonal("f = sum[i](exp(A[i,j] x[j]))", wrt="x")
+    >>> print(d)
+    t1[i] = exp(A[i,j] x[j])
+    size p = x
+    d2f_dx2_diag[p] = A[i,p]^2 t1[i]
+    >>> d(A=np.array([[1.0, 2.0], [3.0, 0.0]]), x=np.zeros(2)).tolist()
+    [10.0, 4.0]
+    """
+    setup, names, as_tuple, blocks = _second_derivatives(p, wrt, "hessian_diagonal")
+    outputs = []
+    for x in names:
+        statement = _diagonal(blocks[x], setup.work.ranks[x])
+        name = setup.work.tensor_fresh.pick([f"d2{setup.value}_d{x}2_diag"], f"d2_{x}_diag")
+        setup.work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+        outputs.append(name)
+    return setup.assemble(outputs, as_tuple)
+
+
+@_deriving
+def laplacian(p: str | Program, wrt: str | Sequence[str]) -> Program:
+    """The Laplacian of a scalar program, the sum of its second derivatives by each element of ``wrt`` (a
+    list: by the elements of all of them), the trace of the Hessian without forming it.
+
+    >>> import numpy as np, einflow as ef
+    >>> lap = ef.laplacian("f = x[i] x[i] y + y^3", wrt=["x", "y"])
+    >>> print(lap)  # (delta[p,p] = 1 keeps the sum over x's elements)
+    size p = x
+    laplacian_f = 2 delta[p,p] y + 6 y
+    >>> float(lap(x=np.ones(3), y=2.0))  # 2 y per element of x, plus 6 y
+    24.0
+    """
+    setup, names, _, blocks = _second_derivatives(p, wrt, "laplacian")
+    terms = []
+    for x in names:
+        statement = _diagonal(blocks[x], setup.work.ranks[x])
+        if is_zero(statement.expr):
+            continue  # an input the value is linear in adds nothing
+        indices = statement.indices or ()
+        present = indices_in(statement.expr)
+        # a diagonal constant along an axis counts once per element: delta[p,p] (= 1) keeps the axis summed
+        body = ir.product(statement.expr, *(ir.Delta(i, i) for i in indices if i not in present))
+        terms.append(ir.Reduce(indices, body) if indices else body)
+    name = setup.work.tensor_fresh.pick([f"laplacian_{setup.value}"], "laplacian")
+    total = ir.Num(0) if not terms else terms[0] if len(terms) == 1 else ir.Sum(tuple(terms))
+    setup.work.statements.append(ir.Assign(name, (), total))
+    return setup.assemble([name], False)
 
 
 def _tangents(program: Program, setup: _Setup, names: list[str], tangent: str | Sequence[str] | None,
