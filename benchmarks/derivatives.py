@@ -173,6 +173,17 @@ L = sum[n](logsumexp[v](z[n,v]) - sum[v](Y[n,v] z[n,v]))"""
 
 def _mlp_hessian_hand(W1: np.ndarray, W2: np.ndarray, W3: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The 3-layer MLP Hessian by W1 written out: the Hessian by z1 = W1 x, then the outer product with x."""
+    hz = _mlp_hessian_by_z1(W1, W2, W3, x)
+    return hz[:, None, :, None] * x[None, :, None, None] * x[None, None, None, :]
+
+
+def _mlp_hessian_diagonal_hand(W1: np.ndarray, W2: np.ndarray, W3: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Its diagonal: H[p,q,p,q] = Hz[p,p] x[q]^2."""
+    return np.outer(np.diagonal(_mlp_hessian_by_z1(W1, W2, W3, x)), x * x)
+
+
+def _mlp_hessian_by_z1(W1: np.ndarray, W2: np.ndarray, W3: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The 3-layer MLP's Hessian by z1 = W1 x (a matrix)."""
     h1 = np.tanh(W1 @ x)
     h2 = np.tanh(W2 @ h1)
     h3 = np.tanh(W3 @ h2)
@@ -188,7 +199,7 @@ def _mlp_hessian_hand(W1: np.ndarray, W2: np.ndarray, W3: np.ndarray, x: np.ndar
     hz += -2 * (u.T * (c2 * h2 * a2)) @ u
     c1 = W2.T @ (c2 * a2)  # dL/dh1
     hz += np.diag(-2 * c1 * h1 * a1)
-    return hz[:, None, :, None] * x[None, :, None, None] * x[None, None, None, :]
+    return hz
 
 
 def _pairwise_hessian_hand(x: np.ndarray) -> np.ndarray:
@@ -316,6 +327,15 @@ def structure(repeat: int = 5, full: bool = False) -> tuple[str, list[list[str]]
         jax_fn = lambda c=compiled, a=jargs: jax.block_until_ready(c(*a))  # noqa: E731
     measure("3-layer tanh MLP Hessian by W1 (48 units)", hessian, ef.compile(MLP3), arrays,
             lambda a=arrays: _mlp_hessian_hand(a["W1"], a["W2"], a["W3"], a["x"]), jax_fn)
+    diagonal = ef.hessian_diagonal(MLP3, wrt="W1")
+    reference = _mlp_hessian_diagonal_hand(arrays["W1"], arrays["W2"], arrays["W3"], arrays["x"])
+    assert np.allclose(diagonal(arrays), reference, rtol=1e-8, atol=1e-10), "mlp diagonal"
+    jax_fn = None
+    if jax is not None:
+        diagonal_of = jax.jit(lambda *a: jnp.diagonal(jax.hessian(mlp)(*a).reshape(48 * 48, 48 * 48)).reshape(48, 48))
+        jax_fn = lambda c=diagonal_of, a=jargs: jax.block_until_ready(c(*a))  # noqa: E731
+    measure("same, Hessian diagonal only", diagonal, ef.compile(MLP3), arrays,
+            lambda a=arrays: _mlp_hessian_diagonal_hand(a["W1"], a["W2"], a["W3"], a["x"]), jax_fn)
     # pairwise energy Hessian
     n = 200  # jax.hessian builds n*3 tangents of n x n x 3 (15 GB at n=600)
     x = rng.normal(size=(n, 3))

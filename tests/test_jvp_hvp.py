@@ -164,3 +164,25 @@ def test_cli_and_repl_diagonal_and_laplacian() -> None:
                          check=True).stdout
     assert "d2f_dx2_diag[p] =" in out and "laplacian_f =" in out
     assert f"{np.exp(2.0):.4f}"[:5] in out and f"{np.exp([0.5, -1.0, 2.0]).sum():.4f}"[:5] in out
+
+
+NORMALISED = [  # the Hessian reads a normaliser with both of its axes; its diagonal must not merge them
+    ("L = sum[i,k](softmax[k](u[k] u[i]) c[k])",
+     lambda u, c: jnp.sum(jax.nn.softmax(u[None, :] * u[:, None], axis=1) * c[None, :])),
+    ("L = sum[i](logsumexp[k](u[k] u[i] c[k]))",
+     lambda u, c: jnp.sum(jax.scipy.special.logsumexp(u[None, :] * u[:, None] * c[None, :], axis=1))),
+    ("L = sum[i,k](log_softmax[k](u[k] + u[i]^2) c[k] u[i])",
+     lambda u, c: jnp.sum(jax.nn.log_softmax(u[None, :] + u[:, None] ** 2, axis=1) * c[None, :] * u[:, None])),
+]
+
+
+@pytest.mark.parametrize("text, function", NORMALISED, ids=[t for t, _ in NORMALISED])
+def test_hessian_diagonal_through_normalisers(text: str, function) -> None:  # noqa: ANN001
+    """Found by the differential run (seed 60463): renaming the Hessian's second axis ``q`` to its first ``p``
+    inside ``softmax[p](... u[q] ...)`` made it normalise over both; the normaliser now takes a new index and
+    picks it with a delta. Indices summed inside the statement get new names first for the same reason."""
+    rng = np.random.default_rng(8)
+    u, c = rng.normal(size=4), rng.normal(size=4)
+    expected = np.diagonal(np.asarray(jax.hessian(function)(jnp.asarray(u), jnp.asarray(c))))
+    np.testing.assert_allclose(ef.hessian_diagonal(text, wrt="u")(u=u, c=c), expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ef.laplacian(text, wrt="u")(u=u, c=c), np.sum(expected), rtol=1e-10, atol=1e-12)

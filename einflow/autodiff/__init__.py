@@ -21,6 +21,7 @@ from einflow.autodiff.normal import (
     lift_deep_calls,
     readable,
     rename,
+    rename_apart,
     stem_of,
     tensor_names,
     to_normal,
@@ -463,7 +464,8 @@ def _diagonal(statement: ir.Assign, rank: int) -> ir.Assign:
     indices = statement.indices or ()
     first, second = indices[:rank], indices[rank:]
     assert len(second) == rank
-    expr = simplify(rename(statement.expr, dict(zip(second, first))))  # delta[p,p] is 1, x[p] - x[p] is 0
+    # (indices bound inside get new names first, so that none of them is caught by the renaming)
+    expr = simplify(rename(rename_apart(statement.expr), dict(zip(second, first))))  # delta[p,p] = 1, x[p] - x[p] = 0
     return ir.Assign(statement.target, first, expr)
 
 
