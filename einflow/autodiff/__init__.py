@@ -301,15 +301,22 @@ def grad(p: str | Program, wrt: str | Sequence[str]) -> Program:
     >>> g(x=np.array([1.0, 2.0])).tolist()
     [2.0, 4.0]
     """
-    program = _program(p)
-    names, as_tuple = _wrt_list(program, wrt, "grad")
-    setup = _Setup(program, "grad")
-    if setup.value_rank:
-        raise DerivativeError(
-            f"grad needs a scalar value, but '{setup.value}' has rank {setup.value_rank}; use jacobian(...) for the "
-            "full derivative or vjp(..., cotangent=...) to contract it with a cotangent")
-    outputs = reverse_sweep(setup.work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    _, setup, names, as_tuple, outputs = _reverse(p, wrt, "grad", "; use jacobian(...) for the full derivative or "
+                                                  "vjp(..., cotangent=...) to contract it with a cotangent")
     return setup.assemble([outputs[x] for x in names], as_tuple)
+
+
+def _reverse(p: str | Program, wrt: str | Sequence[str], what: str, hint: str = "",
+             ) -> tuple[Program, _Setup, list[str], bool, dict[str, Any]]:
+    """The program, its setup, the ``wrt`` names, whether they were a list, and the gradient of the program's
+    scalar value by each (a reverse sweep); ``hint`` ends the error for a value that is not a scalar."""
+    program = _program(p)
+    names, as_tuple = _wrt_list(program, wrt, what)
+    setup = _Setup(program, what)
+    if setup.value_rank:
+        raise DerivativeError(f"{what} needs a scalar value, but '{setup.value}' has rank {setup.value_rank}{hint}")
+    gradients = reverse_sweep(setup.work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    return program, setup, names, as_tuple, gradients
 
 
 @_deriving
@@ -321,13 +328,7 @@ def value_and_grad(p: str | Program, wrt: str | Sequence[str]) -> Program:
     >>> float(value), gradient.tolist()
     (5.0, [2.0, 4.0])
     """
-    program = _program(p)
-    names, as_tuple = _wrt_list(program, wrt, "value_and_grad")
-    setup = _Setup(program, "value_and_grad")
-    if setup.value_rank:
-        raise DerivativeError(f"value_and_grad needs a scalar value, but '{setup.value}' has rank "
-                              f"{setup.value_rank}; use jacobian(...) or vjp(...)")
-    outputs = reverse_sweep(setup.work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    _, setup, names, as_tuple, outputs = _reverse(p, wrt, "value_and_grad", "; use jacobian(...) or vjp(...)")
     built = setup.assemble([setup.value] + [outputs[x] for x in names], True)
     return _ValueAndGrad(built, as_tuple)
 
@@ -435,25 +436,14 @@ def hessian(p: str | Program, wrt: str | Sequence[str]) -> Program:
     size q = x
     d2f_dx2[p,q] = 2 delta[p,q]
     """
-    program = _program(p)
-    names, as_tuple = _wrt_list(program, wrt, "hessian")
-    setup = _Setup(program, "hessian")
-    if setup.value_rank:
-        raise DerivativeError(f"hessian needs a scalar value, but '{setup.value}' has rank {setup.value_rank}")
+    setup, names, as_tuple, blocks = _second_derivatives(p, wrt, "hessian", every_pair=True)
     work = setup.work
-    gradients = reverse_sweep(work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
-    through = [s.target for s in work.statements if s.target]
     outputs = []
-    for first in names:
-        for second in names:
-            results, fresh_axes = forward_sweep(work, second, through, [gradients[first]])
-            block = f"d2{setup.value}_d{first}2" if first == second else f"d2{setup.value}_d{first}d{second}"
-            name = work.tensor_fresh.pick([block], f"d2_{first}_{second}")
-            gradient_statement = work.target(gradients[first])
-            assert gradient_statement is not None
-            statement = results.get(gradients[first]) or _zero_derivative(gradient_statement, fresh_axes)
-            work.statements.append(ir.Assign(name, statement.indices, statement.expr))
-            outputs.append(name)
+    for (first, second), statement in blocks.items():
+        block = f"d2{setup.value}_d{first}2" if first == second else f"d2{setup.value}_d{first}d{second}"
+        name = work.tensor_fresh.pick([block], f"d2_{first}_{second}")
+        work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+        outputs.append(name)
     return setup.assemble(outputs, as_tuple)
 
 
@@ -469,24 +459,21 @@ def _diagonal(statement: ir.Assign, rank: int) -> ir.Assign:
     return ir.Assign(statement.target, first, expr)
 
 
-def _second_derivatives(p: str | Program, wrt: str | Sequence[str], what: str,
-                        ) -> tuple[_Setup, list[str], bool, dict[str, ir.Assign]]:
-    """The setup, ``wrt`` names, whether they were a list, and per name the statement of d2L/dX2 (gradient's
-    axes first), derived forward over reverse; the statements are not yet added to the work."""
-    program = _program(p)
-    names, as_tuple = _wrt_list(program, wrt, what)
-    setup = _Setup(program, what)
-    if setup.value_rank:
-        raise DerivativeError(f"{what} needs a scalar value, but '{setup.value}' has rank {setup.value_rank}")
+def _second_derivatives(p: str | Program, wrt: str | Sequence[str], what: str, every_pair: bool = False,
+                        ) -> tuple[_Setup, list[str], bool, dict[tuple[str, str], ir.Assign]]:
+    """The setup, the ``wrt`` names, whether they were a list, and the second-derivative statements
+    d2L/dXdY (the gradient's axes first, by X; then Y's), derived forward over reverse, for every pair of
+    names in order (``every_pair``) or for (X, X) alone; the statements are not yet added to the work."""
+    _, setup, names, as_tuple, gradients = _reverse(p, wrt, what)
     work = setup.work
-    gradients = reverse_sweep(work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
     through = [s.target for s in work.statements if s.target]
     blocks = {}
-    for x in names:
-        results, fresh_axes = forward_sweep(work, x, through, [gradients[x]])
-        gradient_statement = work.target(gradients[x])
-        assert gradient_statement is not None
-        blocks[x] = results.get(gradients[x]) or _zero_derivative(gradient_statement, fresh_axes)
+    for first in names:
+        for second in names if every_pair else [first]:
+            results, fresh_axes = forward_sweep(work, second, through, [gradients[first]])
+            gradient_statement = work.target(gradients[first])
+            assert gradient_statement is not None
+            blocks[first, second] = results.get(gradients[first]) or _zero_derivative(gradient_statement, fresh_axes)
     return setup, names, as_tuple, blocks
 
 
@@ -508,7 +495,7 @@ def hessian_diagonal(p: str | Program, wrt: str | Sequence[str]) -> Program:
     setup, names, as_tuple, blocks = _second_derivatives(p, wrt, "hessian_diagonal")
     outputs = []
     for x in names:
-        statement = _diagonal(blocks[x], setup.work.ranks[x])
+        statement = _diagonal(blocks[x, x], setup.work.ranks[x])
         name = setup.work.tensor_fresh.pick([f"d2{setup.value}_d{x}2_diag"], f"d2_{x}_diag")
         setup.work.statements.append(ir.Assign(name, statement.indices, statement.expr))
         outputs.append(name)
@@ -531,7 +518,7 @@ def laplacian(p: str | Program, wrt: str | Sequence[str]) -> Program:
     setup, names, _, blocks = _second_derivatives(p, wrt, "laplacian")
     terms = []
     for x in names:
-        statement = _diagonal(blocks[x], setup.work.ranks[x])
+        statement = _diagonal(blocks[x, x], setup.work.ranks[x])
         if is_zero(statement.expr):
             continue  # an input the value is linear in adds nothing
         indices = statement.indices or ()
@@ -624,13 +611,8 @@ def hvp(p: str | Program, wrt: str | Sequence[str], tangent: str | Sequence[str]
     >>> h(A=np.array([[1.0, 2.0], [0.0, 1.0]]), x=np.zeros(2), v=np.array([1.0, 0.0])).tolist()
     [2.0, 2.0]
     """
-    program = _program(p)
-    names, as_tuple = _wrt_list(program, wrt, "hvp")
-    setup = _Setup(program, "hvp")
-    if setup.value_rank:
-        raise DerivativeError(f"hvp needs a scalar value, but '{setup.value}' has rank {setup.value_rank}")
+    program, setup, names, as_tuple, gradients = _reverse(p, wrt, "hvp")
     work = setup.work
-    gradients = reverse_sweep(work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
     seeds = _tangents(program, setup, names, tangent, as_tuple, "hvp")
     through = [s.target for s in work.statements if s.target]
     results = tangent_sweep(work, seeds, (), lambda t: f"hvp_{t}", through, [gradients[x] for x in names])
