@@ -28,7 +28,8 @@ from einflow.autodiff.normal import (
 )
 from einflow.autodiff.outer import factor_outer
 from einflow.autodiff.rules import Leaf
-from einflow.autodiff.simplify import is_zero, simplify
+from einflow.autodiff.simplify import is_zero
+from einflow.autodiff.simplify import simplify as simplified  # (the module keeps the name simplify here)
 from einflow.autodiff.sizes import IndexSizes, activated, active
 from einflow.autodiff.sweep import Work, forward_sweep, reverse_sweep, tangent_sweep, zeros
 from einflow.check import check_name
@@ -455,7 +456,7 @@ def _diagonal(statement: ir.Assign, rank: int) -> ir.Assign:
     first, second = indices[:rank], indices[rank:]
     assert len(second) == rank
     # (indices bound inside get new names first, so that none of them is caught by the renaming)
-    expr = simplify(rename(rename_apart(statement.expr), dict(zip(second, first))))  # delta[p,p] = 1, x[p] - x[p] = 0
+    expr = simplified(rename(rename_apart(statement.expr), dict(zip(second, first))))  # delta[p,p] = 1, x[p] - x[p] = 0
     return ir.Assign(statement.target, first, expr)
 
 
