@@ -186,3 +186,20 @@ def test_hessian_diagonal_through_normalisers(text: str, function) -> None:  # n
     expected = np.diagonal(np.asarray(jax.hessian(function)(jnp.asarray(u), jnp.asarray(c))))
     np.testing.assert_allclose(ef.hessian_diagonal(text, wrt="u")(u=u, c=c), expected, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(ef.laplacian(text, wrt="u")(u=u, c=c), np.sum(expected), rtol=1e-10, atol=1e-12)
+
+
+def test_the_tour_prints_the_hessian_its_diagonal_and_its_trace() -> None:
+    """examples/tour.ein, step 5b: the printed diagonal is the printed Hessian's, the Laplacian its trace."""
+    from pathlib import Path
+
+    tour = (Path(__file__).resolve().parent.parent / "examples" / "tour.ein").read_text()
+    out = subprocess.run([sys.executable, "-m", "einflow.cli", "--echo"], input=tour, capture_output=True,
+                         text=True, check=True).stdout
+
+    def printed(name: str) -> np.ndarray:
+        block = out.split(f"\n{name}: ", 1)[1].split("\n", 1)[1].split("\nein>", 1)[0]
+        return np.array([float(v) for v in block.replace("[", " ").replace("]", " ").split()])
+
+    hessian = printed("d2L_dw2").reshape(3, 3)
+    np.testing.assert_allclose(printed("d2L_dw2_diag"), np.diagonal(hessian), rtol=1e-7)
+    np.testing.assert_allclose(printed("laplacian_L"), [np.trace(hessian)], rtol=1e-7)
