@@ -203,3 +203,19 @@ def test_the_tour_prints_the_hessian_its_diagonal_and_its_trace() -> None:
     hessian = printed("d2L_dw2").reshape(3, 3)
     np.testing.assert_allclose(printed("d2L_dw2_diag"), np.diagonal(hessian), rtol=1e-7)
     np.testing.assert_allclose(printed("laplacian_L"), [np.trace(hessian)], rtol=1e-7)
+
+
+def test_hessian_diagonal_reads_a_joint_normaliser_on_its_diagonal() -> None:
+    """Found by the differential run (seed 110330): a normaliser over two indices read with both at one
+    index (``log_softmax[l,a]`` at l = a = p) was printed ``softmax[p,p]``; one of them now takes a new index
+    that a delta picks."""
+    text = "L = sum[l,a](log_softmax[l,a](x[a] W[l,a] + y[l] x[l]) y[a])"
+    rng = np.random.default_rng(9)
+    x, W, y = rng.normal(size=3), rng.normal(size=(3, 3)), rng.normal(size=3)
+
+    def loss(x_):  # noqa: ANN001, ANN202
+        z = x_[None, :] * W + (y * x_)[:, None]
+        return jnp.sum(jax.nn.log_softmax(z.ravel()).reshape(3, 3) * y[None, :])
+
+    expected = np.diagonal(np.asarray(jax.hessian(loss)(jnp.asarray(x))))
+    np.testing.assert_allclose(ef.hessian_diagonal(text, wrt="x")(x=x, W=W, y=y), expected, rtol=1e-10, atol=1e-12)

@@ -75,8 +75,13 @@ def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
     if isinstance(expr, ir.Normalize):
         renamed = tuple(mapping.get(i, i) for i in expr.indices)
         others = {mapping.get(i, i) for i in indices_in(expr.body) if i not in expr.indices}
-        # (also where the normaliser's own index stays and another index of the body is renamed to it)
-        clash = [(old, new) for old, new in zip(expr.indices, renamed) if new in others]
+        # (also where the normaliser's own index stays and another index of the body is renamed to it, and
+        # where two of its indices are renamed to one: softmax[l,a] read at l = a = r)
+        clash, seen = [], set()
+        for old, new in zip(expr.indices, renamed):
+            if new in others or new in seen:
+                clash.append((old, new))
+            seen.add(new)
         if not clash:
             return ir.Normalize(expr.kind, renamed, rename(expr.body, mapping))
         # softmax[k](e[q,k]) at k = q: normalise over a fresh k' and pick k' = q (renaming k to q would merge them)
