@@ -448,36 +448,48 @@ def _reduce(xp: Any, kind: str, value: Any, axes: tuple[int, ...]) -> Any:
     through the shift), the arg-max indicator with ties split equally as fixed weights."""
     if kind == "sum":
         return xp.sum(value, axis=axes)
-    raw = value.v if isinstance(value, Jet) else np.asarray(value)
+    raw, rp = _raw(value)
     count = int(np.prod([raw.shape[a] for a in axes]))
     if kind == "mean":
         return xp.sum(value, axis=axes) * (1.0 / count)
     if kind == "logsumexp":
-        shift = np.max(raw, axis=axes, keepdims=True)
-        return xp.log(xp.sum(xp.exp(value - shift), axis=axes)) + np.squeeze(shift, axis=axes)
-    extreme = (np.max if kind == "max" else np.min)(raw, axis=axes, keepdims=True)
+        _note_normalised(raw, rp)
+        shift = rp.max(raw, axis=axes, keepdims=True)
+        return xp.log(xp.sum(xp.exp(value - shift), axis=axes)) + rp.squeeze(shift, axis=axes)
+    extreme = (rp.max if kind == "max" else rp.min)(raw, axis=axes, keepdims=True)
     hits = (raw == extreme).astype(float)
-    weights = hits / np.sum(hits, axis=axes, keepdims=True)
+    weights = hits / rp.sum(hits, axis=axes, keepdims=True)
     return xp.sum(value * weights, axis=axes)
 
 
-def _raw(value: Any) -> np.ndarray:
-    return value.v if isinstance(value, Jet) else np.asarray(value)
+def _raw(value: Any) -> tuple[Any, Any]:
+    """The value no derivative flows through (a shift, an indicator) and the array module for it: numpy for
+    numbers and jets; under JAX's tracing (the ``EINFLOW_DIFF_REFERENCE=jax`` reference) a stopped-gradient
+    jax array and jax.numpy."""
+    if isinstance(value, Jet):
+        return value.v, np
+    if type(value).__module__.startswith("jax"):
+        import jax
+
+        return jax.lax.stop_gradient(value), jax.numpy
+    return np.asarray(value), np
 
 
 def _normalise(xp: Any, kind: str, value: Any, axes: tuple[int, ...]) -> Any:
     """softmax, log_softmax (max-shifted, no derivative through the shift) and the argmax/argmin indicator
     (ties split equally, constant) over ``axes``, keeping every axis."""
-    raw = _raw(value)
+    raw, rp = _raw(value)
+    _note_normalised(raw, rp)
     if kind in ("argmax", "argmin"):
-        extreme = (np.max if kind == "argmax" else np.min)(raw, axis=axes, keepdims=True)
-        close = np.abs(raw - extreme) <= 1e-9 * (1 + np.abs(extreme))
-        if np.any(np.sum(close, axis=axes) > 1):  # a tie, or nearly: rounding decides which entry wins
+        extreme = (rp.max if kind == "argmax" else rp.min)(raw, axis=axes, keepdims=True)
+        close = rp.abs(raw - extreme) <= 1e-9 * (1 + rp.abs(extreme))
+        # (a tie, or nearly: rounding decides which entry wins; seen on the numpy evaluation of the value)
+        if rp is np and np.any(np.sum(close, axis=axes) > 1):
             NEAR_TIE[0] = True
         hits = (raw == extreme).astype(float)
-        return xp.asarray(hits / np.sum(hits, axis=axes, keepdims=True))
+        return xp.asarray(hits / rp.sum(hits, axis=axes, keepdims=True))
     kept_shape = tuple(1 if k in axes else n for k, n in enumerate(raw.shape))
-    shifted = value - np.max(raw, axis=axes, keepdims=True)
+    shifted = value - rp.max(raw, axis=axes, keepdims=True)
     log_total = xp.reshape(xp.log(xp.sum(xp.exp(shifted), axis=axes)), kept_shape)
     log_softmax = shifted - log_total
     return log_softmax if kind == "log_softmax" else xp.exp(log_softmax)
@@ -485,7 +497,7 @@ def _normalise(xp: Any, kind: str, value: Any, axes: tuple[int, ...]) -> Any:
 
 def _extreme_of_two(function: str, left: Any, right: Any) -> Any:
     """maximum / minimum with the derivative of JAX: the larger (smaller) operand's, ties split equally."""
-    a, b = _raw(left), _raw(right)
+    (a, _), (b, _) = _raw(left), _raw(right)
     wins = (a > b) if function == "maximum" else (a < b)
     weight = wins.astype(float) + 0.5 * (a == b)
     return left * weight + right * (1.0 - weight)
@@ -494,6 +506,19 @@ def _extreme_of_two(function: str, left: Any, right: Any) -> Any:
 #: set when an argmax/argmin in the last evaluation had (nearly) tied entries: the indicator is discontinuous
 #: there, so two correct evaluations that round differently give different values
 NEAR_TIE = [False]
+
+#: the largest magnitude a softmax, log_softmax, logsumexp or argmax/argmin was applied to in the last numpy
+#: evaluation: with logits of a million, probabilities of 1e-60000 and derivatives that cancel terms of 1e9
+#: and more, two correct float64 second derivatives can differ in their third digit
+NORMALISED_ARGUMENT = [0.0]
+
+
+def _note_normalised(raw: Any, rp: Any) -> None:
+    if rp is np:
+        finite = np.abs(np.asarray(raw, dtype=float))
+        finite = finite[np.isfinite(finite)]
+        NORMALISED_ARGUMENT[0] = max(NORMALISED_ARGUMENT[0], float(finite.max(initial=0.0)))
+
 
 #: the largest magnitude a periodic function (sin, cos) was applied to in the last numpy evaluation: far out
 #: the function's value depends on the argument's last bits, so two correct evaluations need not agree
@@ -505,9 +530,14 @@ def _apply(xp: Any, name: str, x: Any) -> Any:
         finite = np.abs(np.asarray(x, dtype=float))
         finite = finite[np.isfinite(finite)]
         PERIODIC_ARGUMENT[0] = max(PERIODIC_ARGUMENT[0], float(finite.max(initial=0.0)))
+    on_jax = getattr(xp, "__name__", "") == "jax.numpy"  # the EINFLOW_DIFF_REFERENCE=jax reference
     if name == "softplus":
-        return xp.logaddexp(0.0, x) if xp is np else xp.softplus(x)
+        return xp.logaddexp(0.0, x) if xp is np or on_jax else xp.softplus(x)
     if name == "erf":
+        if on_jax:
+            import jax.scipy.special
+
+            return jax.scipy.special.erf(x)
         return np.vectorize(math.erf)(x) if xp is np else xp.erf(x)
     if name == "sigmoid":
         return 1.0 / (1.0 + xp.exp(-x))
