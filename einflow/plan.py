@@ -60,6 +60,7 @@ from einflow.steps import (
     Size,
     SizeRef,
     Step,
+    arg_nodes,
     node_args,
     step_inputs,
 )
@@ -1046,16 +1047,6 @@ def _axes_of(node: Node, rank: int, shapes: dict[int, tuple[int, ...]]) -> set[i
         if node.axes is None:
             return set(range(rank)) if shapes.get(node.register) else set()
         return {position for position, axis in enumerate(node.axes) if axis is not None}
-    return {axis for register_node in _args_in(node) for axis in _axes_of(register_node, rank, shapes)}
+    return {axis for register_node in arg_nodes(node) for axis in _axes_of(register_node, rank, shapes)}
 
 
-def _args_in(node: Node) -> list[Arg]:
-    if isinstance(node, Arg):
-        return [node]
-    if isinstance(node, (Number, Size)):
-        return []
-    if isinstance(node, Apply):
-        return _args_in(node.arg) + ([] if node.other is None else _args_in(node.other))
-    if isinstance(node, (AsFloat, Pow)):
-        return _args_in(node.arg if isinstance(node, AsFloat) else node.base)
-    return [arg for part in (node.terms if isinstance(node, Add) else node.factors) for arg in _args_in(part)]

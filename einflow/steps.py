@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Union
 
 __all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
-           "Contract", "Reduce", "Elementwise", "Diagonal", "Free", "Step", "Lowered", "step_inputs", "node_args",
+           "Contract", "Reduce", "Elementwise", "Diagonal", "Free", "Step", "Lowered", "step_inputs", "arg_nodes",
+           "node_args",
            "realign", "substitute"]
 
 #: an index's size: a literal (``size n = 10``) or ``(input register, axis)``
@@ -182,20 +183,25 @@ class Lowered:
     bindings: tuple[tuple[int, str, int | None], ...] = ()
 
 
-def node_args(node: Node) -> list[int]:
-    """Registers an expression reads, in order, with repeats."""
+def arg_nodes(node: Node) -> list[Arg]:
+    """The operands an expression reads, in order, with repeats."""
     if isinstance(node, Arg):
-        return [node.register]
+        return [node]
     if isinstance(node, (Number, Size)):
         return []
     if isinstance(node, Apply) and node.other is not None:
-        return node_args(node.arg) + node_args(node.other)
+        return arg_nodes(node.arg) + arg_nodes(node.other)
     if isinstance(node, (Apply, AsFloat)):
-        return node_args(node.arg)
+        return arg_nodes(node.arg)
     if isinstance(node, Pow):
-        return node_args(node.base)
+        return arg_nodes(node.base)
     parts = node.terms if isinstance(node, Add) else node.factors
-    return [register for part in parts for register in node_args(part)]
+    return [arg for part in parts for arg in arg_nodes(part)]
+
+
+def node_args(node: Node) -> list[int]:
+    """Registers an expression reads, in order, with repeats."""
+    return [arg.register for arg in arg_nodes(node)]
 
 
 def step_inputs(step: Step) -> list[int]:

@@ -25,15 +25,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import randprog  # noqa: E402
 
-MLP = "L = sum[n,o]((tanh(X[n,i] W1[i,h] + b1[h]) W2[h,o] - Y[n,o])^2) / N"
-ATTENTION = """
-Q[n,d] = X[n,c] Wq[c,d]
-K[m,d] = X[m,c] Wk[c,d]
-S[n,m] = exp(Q[n,d] K[m,d] / 8)
-Z[n] = sum[m](S[n,m])
-O[n,e] = S[n,m] X[m,c] Wv[c,e] / Z[n]
-L = sum[n,e]((O[n,e] - T[n,e])^2) / N
-"""
+# the training-step programs benchmarks/frameworks.py measures
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks"))
+from frameworks import ATTENTION, MLP  # noqa: E402
 
 
 def _mlp_inputs(dtype: torch.dtype = torch.float64) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
