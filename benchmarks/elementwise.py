@@ -1,7 +1,7 @@
 """Fused elementwise work: einflow against numpy and jax.jit on the same functions, and memory bandwidth.
 
 ``y[i,j] = tanh(A[i,j]) exp(B[i,j]) + sigmoid(A[i,j])`` at 2000x2000 (float64) is one fused step that
-einflow computes block by block on threads (``einflow.blocks``); the elementwise product and the
+einflow computes block by block on threads (``einflow.engine.blocks``); the elementwise product and the
 difference ``A - B C`` (issue #13) are one ufunc call or two. The bandwidth fraction is the time of a
 plain streaming ``A + B -> C`` (the same three arrays' worth of memory traffic) over the program's time.
 
@@ -33,7 +33,7 @@ from common import Row, format_table, machine, optional, ratio, seconds  # noqa:
 import einflow as ef  # noqa: E402
 
 try:
-    blocks = importlib.import_module("einflow.blocks")
+    blocks = importlib.import_module("einflow.engine.blocks")
 except ImportError:  # an einflow from before block evaluation, timed alike
     blocks = None
 

@@ -9,7 +9,7 @@ Cases (issue 15):
 - **Hessian**: the logistic-regression Hessian ``X[s,p] X[s,q] ...`` over 1.5 million samples (its
   weighted copy of X alone is 1.1 GiB), under a 1 GiB limit;
 - the same three on a dask LocalCluster (2 worker processes, 1 thread and a 1 GiB memory limit each):
-  each slice is a task, sized to a third of the limit (``einflow.fitting.TASKS_AT_ONCE``); the Hessian's
+  each slice is a task, sized to a third of the limit (``einflow.engine.fitting.TASKS_AT_ONCE``); the Hessian's
   samples are generated on the workers in chunks (a lazy dask input), so no process holds all of X. The
   8x case's numpy inputs travel in the graph, so its workers' resident sets hold them too (no target).
 

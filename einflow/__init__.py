@@ -5,8 +5,8 @@
 [1.0, 2.0]
 """
 
-from einflow.backends import get_default_backend, set_backend
-from einflow.errors import (
+from einflow.engine.backends import get_default_backend, set_backend
+from einflow.lang.errors import (
     ArgumentError,
     BackendError,
     DerivativeError,
@@ -47,7 +47,8 @@ __all__ = [
     "get_default_backend",
 ]
 
-from einflow.autodiff import grad, hessian, hessian_diagonal, hvp, jacobian, jvp, laplacian, value_and_grad, vjp  # noqa: E402
+import einflow.frameworks  # noqa: E402,F401 - registers Program's runners for torch tensors and jax arrays
+from einflow.derivatives import grad, hessian, hessian_diagonal, hvp, jacobian, jvp, laplacian, value_and_grad, vjp  # noqa: E402
 
 __all__ += ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "vjp", "jvp", "hvp",
             "value_and_grad"]
@@ -55,6 +56,6 @@ __all__ += ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "vjp
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
     """``%load_ext einflow`` in IPython or Jupyter: the ``%%einflow`` cell magic and friends (docs/notebook.md)."""
-    from einflow.notebook import load_ipython_extension as load
+    from einflow.shell.notebook import load_ipython_extension as load
 
     load(ipython)

@@ -4,7 +4,7 @@ Everything numpy's ``einsum`` accepts is accepted here with numpy's meaning: the
 sublist form, ``out=``, ``dtype=``, ``order=``, ``casting=`` and ``optimize=`` (False/True, ``'greedy'``,
 ``'optimal'``, a ``(name, memory_limit)`` tuple or an explicit ``['einsum_path', (0, 1), ...]`` path), plus
 opt_einsum's path algorithms (``'auto'``, the default; ``'dp'``, ``'branch-2'``, ... or a PathOptimizer).
-Mistakes raise einflow errors that are also the exception numpy raises (see einflow.errors).
+Mistakes raise einflow errors that are also the exception numpy raises (see einflow.lang.errors).
 
 How a call runs (docs/api.md has the full table):
 
@@ -13,7 +13,7 @@ How a call runs (docs/api.md has the full table):
 * one operand: numpy's own einsum does the work, so transposes and diagonals are views, as in numpy;
 * object arrays are handed to numpy.einsum unchanged;
 * otherwise every operand is cast once to the dtype numpy would compute in (``dtype=`` or the operands'
-  ``numpy.result_type``) and the path is run as direct BLAS/einsum steps (einflow.kernels), after the
+  ``numpy.result_type``) and the path is run as direct BLAS/einsum steps (einflow.engine.kernels), after the
   memory guard has checked the path's peak against the memory limit.
 """
 
@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
-from einflow.backends import get_backend, infer_backend
-from einflow.errors import ArgumentError, MemoryLimitError, PathError, ShapeError, SubscriptsError
-from einflow.kernels import compile_numpy
-from einflow.paths import choose_path
+from einflow.engine.backends import get_backend, infer_backend
+from einflow.engine.kernels import compile_numpy
+from einflow.engine.paths import choose_path
+from einflow.lang.errors import ArgumentError, MemoryLimitError, PathError, ShapeError, SubscriptsError
 
 __all__ = ["einsum", "einsum_path"]
 
@@ -327,7 +327,7 @@ def _numpy_kernel(equation: str, shapes: tuple[tuple[int, ...], ...], key: Any) 
 
 def _guard(equation: str, sizes: dict[str, int], peak_elements: int, itemsize: int) -> None:
     """einflow's memory guard (the limit Program calls use): refuse a call whose peak is over the limit."""
-    from einflow.plan import _bytes
+    from einflow.engine.plan import _bytes
     from einflow.program import default_memory_limit
 
     output = equation.split("->")[1]

@@ -6,22 +6,26 @@ import difflib
 import functools
 import operator
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from einflow import backends as _registry
-from einflow import ir
-from einflow.backends import get_backend, infer_backend
-from einflow.check import ProgramInfo, check_names, check_program
-from einflow.errors import ArgumentError, EinflowError, ShapeError, TensorNameError
-from einflow.grammar import parse
-from einflow.memory import default_memory_limit, memory_limit_bytes
-from einflow.plan import Plan, build_plan
+from einflow.engine import backends as _registry
+from einflow.engine.backends import get_backend, infer_backend
+from einflow.engine.memory import default_memory_limit, memory_limit_bytes
+from einflow.engine.plan import Plan, build_plan
+from einflow.lang import ir
+from einflow.lang.check import Checked, ProgramInfo, check_names, check_program
+from einflow.lang.errors import ArgumentError, EinflowError, ShapeError, TensorNameError
+from einflow.lang.grammar import parse
 from einflow.report import PlanReport
 
 __all__ = ["Program", "PlanCache", "PlanCacheInfo", "compile", "evaluate", "default_memory_limit"]
+
+#: backend name -> how a program runs on that framework's arrays, inside its autodiff (torch autograd, jax's
+#: custom_jvp): einflow.frameworks registers its runners here when einflow is imported
+FRAMEWORK_CALLS: dict[str, Callable[[Program, list[Any], str, Any, Any], Any]] = {}
 
 _CALL_OPTIONS = ("backend", "optimize", "memory_limit", "chunks", "slicing")
 _PLAN_OPTIONS = ("optimize", "backend", "itemsize", "memory_limit", "slicing")
@@ -141,6 +145,11 @@ class Program:
         return self.info.outputs
 
     @property
+    def checked(self) -> Checked:
+        """The checked program data (IR, text, what the checker learned) that derivations take and return."""
+        return Checked(self.ir, self.source, self.info)
+
+    @property
     def text(self) -> str:
         """The program as einflow text (re-parsable)."""
         return ir.format_program(self.ir)
@@ -243,10 +252,8 @@ class Program:
         """The general call: pick the backend, convert inputs once, plan (cached), run, convert results."""
         if name == "auto":
             name = infer_backend(values)
-        if name in ("torch", "jax"):  # tensors in, tensors out; autograd / custom_jvp (einflow.frameworks)
-            from einflow.frameworks import call
-
-            return call(self, values, name, optimize, memory_limit)
+        if name in FRAMEWORK_CALLS:  # tensors in, tensors out; autograd / custom_jvp (einflow.frameworks)
+            return FRAMEWORK_CALLS[name](self, values, name, optimize, memory_limit)
         engine: Any = get_backend(name)  # the dask backend adds chunks_for and check_client_memory
         lazy = name == "dask" and any(type(value).__module__.startswith("dask") for value in values)
         converted: dict[Any, Any] = {}

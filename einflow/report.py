@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass
 
-from einflow.paths import EXACT_OPERANDS
-from einflow.plan import PlanStep
+from einflow.engine.paths import EXACT_OPERANDS
+from einflow.engine.plan import PlanStep
 
 __all__ = ["PlanReport"]
 
@@ -108,6 +109,29 @@ class PlanReport:
         return str(self)
 
     def _repr_html_(self) -> str:  # Jupyter: the same report as an HTML table
-        from einflow.notebook import plan_report_html
+        return _html(self)
 
-        return plan_report_html(self)
+
+def _html(report: PlanReport) -> str:
+    """The plan report as an HTML table: one row per step (FLOPs, output shape, the step), then totals."""
+    cells = "padding:2px 8px;text-align:{}"
+    out = ['<div class="einflow-plan">',
+           f"<pre style='margin:0 0 4px 0'>{html.escape(report.program)}</pre>",
+           "<table><thead><tr>" + "".join(f"<th style='{cells.format(align)}'>{title}</th>" for title, align in
+                                          (("#", "right"), ("kind", "left"), ("FLOPs", "right"),
+                                           ("output shape", "left"), ("step", "left"))) + "</tr></thead><tbody>"]
+    current = None
+    for number, step in enumerate(report.steps, 1):
+        if step.statement != current:
+            current = step.statement
+            out.append(f"<tr><td colspan='5' style='{cells.format('left')}'><code>{html.escape(current)}</code>"
+                       "</td></tr>")
+        row = [str(number), step.kind, f"{step.flops:,}", str(tuple(step.shape)), step.equation]
+        aligns = ("right", "left", "right", "left", "left")
+        out.append("<tr>" + "".join(f"<td style='{cells.format(align)}'>{html.escape(text)}</td>"
+                                    for text, align in zip(row, aligns)) + "</tr>")
+    largest = max((max(step.largest, math.prod(step.shape)) for step in report.steps), default=0)
+    out.append("</tbody></table>")
+    out.append(f"<p>total FLOPs: {report.flops:,} &nbsp; contractions: {report.contractions} &nbsp; "
+               f"largest intermediate: {largest:,} elements ({report.largest_bytes:,} bytes)</p></div>")
+    return "\n".join(out)

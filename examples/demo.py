@@ -13,12 +13,12 @@ HERE = Path(__file__).resolve().parent
 
 
 def einflow_command() -> list[str]:
-    """The installed `einflow` console script (next to this Python), else `python -m einflow.cli`."""
+    """The installed `einflow` console script (next to this Python), else `python -m einflow.shell.cli`."""
     script = Path(sys.executable).with_name("einflow")
     if script.exists():
         return [str(script)]
     found = shutil.which("einflow")
-    return [found] if found else [sys.executable, "-m", "einflow.cli"]
+    return [found] if found else [sys.executable, "-m", "einflow.shell.cli"]
 
 
 def show(title: str, args: list[str], stdin: str | None = None) -> int:

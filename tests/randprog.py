@@ -1064,7 +1064,7 @@ def generate(seed: int) -> Case:
 def generate_network(seed: int) -> Case:
     """A tensor network with several varying factors: a ring, a chain or a random graph of 3-6 tensors.
 
-    These are the products whose gradients share adjoints along a pairwise tree (einflow/autodiff/tree.py):
+    These are the products whose gradients share adjoints along a pairwise tree (einflow/derive/tree.py):
     inputs are often read at several positions, an index may join three factors, the value may keep open
     indices, a factor may be a computed tensor (``P = tanh(X)``) and the product may feed a later statement.
     Deterministic in ``seed`` and drawn from its own stream (``generate`` is unchanged).

@@ -188,7 +188,7 @@ def test_set_backend_changes_the_default() -> None:
         assert isinstance(p(x=da.from_array(x)), np.float64)  # numpy by default now, even for dask inputs
     finally:
         ef.set_backend("auto")
-        ef.backends.get_backend("dask").configure(chunks="auto")
+        ef.engine.backends.get_backend("dask").configure(chunks="auto")
     assert isinstance(p(x=da.from_array(x)), da.Array)
 
 

@@ -1,4 +1,4 @@
-"""Large fused elementwise steps computed block by block on threads (einflow.blocks): same numbers, real speed-ups.
+"""Large fused elementwise steps computed block by block on threads (engine.blocks): same numbers, real speed-ups.
 
 The block form must give exactly the numbers of the one-expression form (the same ufuncs in the same
 order and dtype), which the function table's tests compare with numpy and closed forms; here both forms
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import einflow as ef
-import einflow.blocks as blocks
-import einflow.plan as plan_module
-from einflow.backends import get_backend
-from einflow.functions import FUNCTION_RULES
-from einflow.plan import build_plan
+import einflow.engine.blocks as blocks
+import einflow.engine.plan as plan_module
+from einflow.engine.backends import get_backend
+from einflow.engine.plan import build_plan
+from einflow.lang.functions import FUNCTION_RULES
 
 RNG = np.random.default_rng(7)
 EDGES = [0.0, -0.0, 5e-324, -5e-324, 1e-310, 1e-300, -1e-300, 1e-20, -1e-20, 1e-8, -1e-8, 0.5, -0.5, 1.0, -1.0,

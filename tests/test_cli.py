@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import einflow
-from einflow.cli import main
+from einflow.shell.cli import main
 
 EINFLOW = Path(sys.executable).with_name("einflow")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow.ir import FUNCTIONS
+from einflow.lang.ir import FUNCTIONS
 
 cupy = pytest.importorskip("cupy", reason="cupy is not installed (pip install 'einflow[cupy]')")
 try:

@@ -148,7 +148,7 @@ def test_chunks_option_and_per_tensor_chunks() -> None:
     p = ef.compile("y[i] = A[i,j] x[j]")
     A = np.arange(48.0).reshape(8, 6)
     x = np.ones(6)
-    backend = ef.backends.get_backend("dask")
+    backend = ef.engine.backends.get_backend("dask")
     assert backend.asarray(A, backend.chunks_for("A", {"A": (4, 3)})).chunks == ((4, 4), (3, 3))
     assert backend.asarray(x, backend.chunks_for("x", {"A": (4, 3)})).chunks == ((6,),)
     with dask.config.set(scheduler="sync"), CountComputes() as small:

@@ -10,7 +10,7 @@ EinflowError on a program the generator made (the generator only makes valid pro
 
 Every 8th seed also draws a tensor network (``randprog.generate_network``: rings, chains and random graphs
 whose products have several varying factors, so gradients go through the shared-adjoint split of
-``einflow/autodiff/tree.py``), with its own rotation of derivative checks.
+``einflow/derive/tree.py``), with its own rotation of derivative checks.
 
 By default each program gets one derivative check, by rotation over the seeds (the whole run then
 takes about 2.5 minutes of one core); the failure message gives the seed, the program, what was

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import einflow
-from einflow.errors import EinflowError
 from einflow.export import latex as latex_module
 from einflow.export import python as python_module
 from einflow.export import to_dot, to_latex, to_source
+from einflow.lang.errors import EinflowError
 
 # ---------------------------------------------------------------- corpus
 
@@ -319,7 +319,7 @@ def test_text_and_program_are_both_accepted() -> None:
 
 
 def test_elementwise_table_matches_the_language() -> None:
-    assert set(python_module._CALLS) == set(einflow.ir.FUNCTIONS)
+    assert set(python_module._CALLS) == set(einflow.lang.ir.FUNCTIONS)
 
 
 def test_docstring_examples() -> None:
@@ -360,7 +360,7 @@ def test_latex_exact(text: str, expected: str) -> None:
 
 
 def _tensors(expr: Any) -> list[Any]:
-    ir = einflow.ir
+    ir = einflow.lang.ir
     if isinstance(expr, ir.Tensor):
         return [expr]
     children = {ir.Product: "factors", ir.Sum: "terms"}
@@ -391,7 +391,7 @@ def test_latex_structure_over_corpus(key: str) -> None:
     rendered = to_latex(program)
     assert _balanced(rendered)
     assert rendered.count(r"\left") == rendered.count(r"\right")
-    assignments = [s for s in program.ir.statements if isinstance(s, einflow.ir.Assign)]
+    assignments = [s for s in program.ir.statements if isinstance(s, einflow.lang.ir.Assign)]
     assert rendered.count("=") == sum(1 for s in assignments if s.target is not None)
     assert ("aligned" in rendered) == (len(assignments) > 1)
     referenced = {node.name for s in assignments for node in _tensors(s.expr)}

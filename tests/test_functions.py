@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow.functions import FUNCTION_RULES
+from einflow.lang.functions import FUNCTION_RULES
 
 X = np.array([-3.0, -0.5, 0.0, 0.25, 2.0])
 POSITIVE = np.array([0.1, 0.5, 1.0, 4.0])

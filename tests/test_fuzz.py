@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow import ir
+from einflow.lang import ir
 
 _TOKENS = (
     # names: tensors, indices, and words that are reserved

@@ -15,8 +15,8 @@ import pytest
 
 import einflow as ef
 import einflow.program
-from einflow import ir
-from einflow.cli import main
+from einflow.lang import ir
+from einflow.shell.cli import main
 
 HUGE = "9" * 4301  # one digit more than Python reads into an int by default
 
@@ -248,7 +248,7 @@ def test_derivation_is_linear_in_the_program_size() -> None:
 
 
 def test_the_written_out_logistic_loss_is_finite_far_out() -> None:
-    # log(1 + exp(-m)) is evaluated as softplus(-m) (einflow/stable.py): finite where exp overflows
+    # log(1 + exp(-m)) is evaluated as softplus(-m) (einflow/lang/stable.py): finite where exp overflows
     assert ef.evaluate("L = log(1 + exp(-m))", m=-1000.0) == 1000.0
     value = ef.evaluate("L = log(1 + exp(-m))", m=np.float32(-200.0))
     assert value == np.float32(200.0) and value.dtype == np.float32

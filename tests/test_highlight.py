@@ -8,9 +8,9 @@ import pytest
 from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
 from pygments.token import Comment, Error, Keyword, Name, Number, Operator, String
 
-from einflow.grammar import parse
-from einflow.highlight import EinflowLexer
-from einflow.ir import FUNCTIONS
+from einflow.lang.grammar import parse
+from einflow.lang.ir import FUNCTIONS
+from einflow.shell.highlight import EinflowLexer
 
 PROGRAMS = [
     "C[i,j] = A[i,k] B[k,j]",
@@ -80,7 +80,7 @@ def test_registered_with_pygments() -> None:
 
 
 def test_the_default_style_uses_the_terminals_palette_and_styles_are_checked() -> None:
-    from einflow.highlight import DEFAULT_STYLE, EinflowStyle, get_style, style_names
+    from einflow.shell.highlight import DEFAULT_STYLE, EinflowStyle, get_style, style_names
 
     assert get_style(None) is EinflowStyle and get_style(DEFAULT_STYLE) is EinflowStyle
     assert get_style("none") is None
@@ -96,6 +96,6 @@ def test_commands_and_session_import_in_one_direction() -> None:
     import subprocess
     import sys
 
-    code = "import sys, einflow.commands; print('einflow.session' in sys.modules)"
+    code = "import sys, einflow.shell.commands; print('einflow.shell.session' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr  # the commands never need the session module

@@ -16,7 +16,7 @@ import pytest
 
 import einflow as ef
 from einflow.frameworks import jvp_program
-from einflow.functions import FUNCTION_RULES
+from einflow.lang.functions import FUNCTION_RULES
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_platforms", "cpu")

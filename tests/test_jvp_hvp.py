@@ -84,17 +84,17 @@ def test_tangent_names_are_checked() -> None:
 
 
 def test_cli_jvp_and_hvp() -> None:
-    out = subprocess.run([sys.executable, "-m", "einflow.cli", "hvp", "f = x[i] A[i,j] x[j]", "--wrt", "x",
+    out = subprocess.run([sys.executable, "-m", "einflow.shell.cli", "hvp", "f = x[i] A[i,j] x[j]", "--wrt", "x",
                           "--tangent", "v"], capture_output=True, text=True, check=True).stdout
     assert "hvp_x[p] = A[p,j] v[j] + A[i,p] v[i]" in out
-    out = subprocess.run([sys.executable, "-m", "einflow.cli", "jvp", "y[i] = tanh(W[i,j] x[j])", "--wrt", "x"],
+    out = subprocess.run([sys.executable, "-m", "einflow.shell.cli", "jvp", "y[i] = tanh(W[i,j] x[j])", "--wrt", "x"],
                          capture_output=True, text=True, check=True).stdout
     assert "jvp_y[i] = T[j] W[i,j] (1 - y[i]^2)" in out
 
 
 def test_repl_hvp_binds_the_product() -> None:
     lines = ":set x [0.5, -1.0, 2.0]\n:set v [1.0, 2.0, 3.0]\nf = sum[i](exp(x[i]))\n:hvp f wrt x along v\n"
-    out = subprocess.run([sys.executable, "-m", "einflow.cli"], input=lines, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "einflow.shell.cli"], input=lines, capture_output=True, text=True,
                          check=True).stdout
     assert "hvp_x[p] = v[p] t1[p]" in out
     expected = np.exp([0.5, -1.0, 2.0]) * [1.0, 2.0, 3.0]
@@ -156,11 +156,11 @@ def test_pairwise_energy_laplacian_matches_jax() -> None:
 
 
 def test_cli_and_repl_diagonal_and_laplacian() -> None:
-    out = subprocess.run([sys.executable, "-m", "einflow.cli", "laplacian", "f = x[i] A[i,j] x[j]", "--wrt", "x"],
+    out = subprocess.run([sys.executable, "-m", "einflow.shell.cli", "laplacian", "f = x[i] A[i,j] x[j]", "--wrt", "x"],
                          capture_output=True, text=True, check=True).stdout
     assert "laplacian_f = 2 A[p,p]" in out
     lines = ":set x [0.5, -1.0, 2.0]\nf = sum[i](exp(x[i]))\n:hessian_diagonal f wrt x\n:laplacian f wrt x\n"
-    out = subprocess.run([sys.executable, "-m", "einflow.cli"], input=lines, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "einflow.shell.cli"], input=lines, capture_output=True, text=True,
                          check=True).stdout
     assert "d2f_dx2_diag[p] =" in out and "laplacian_f =" in out
     assert f"{np.exp(2.0):.4f}"[:5] in out and f"{np.exp([0.5, -1.0, 2.0]).sum():.4f}"[:5] in out
@@ -193,7 +193,7 @@ def test_the_tour_prints_the_hessian_its_diagonal_and_its_trace() -> None:
     from pathlib import Path
 
     tour = (Path(__file__).resolve().parent.parent / "examples" / "tour.ein").read_text()
-    out = subprocess.run([sys.executable, "-m", "einflow.cli", "--echo"], input=tour, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "einflow.shell.cli", "--echo"], input=tour, capture_output=True,
                          text=True, check=True).stdout
 
     def printed(name: str) -> np.ndarray:

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow.backends import get_backend
-from einflow.lower import lower
-from einflow.plan import build_plan
-from einflow.steps import Diagonal
+from einflow.engine.backends import get_backend
+from einflow.engine.lower import lower
+from einflow.engine.plan import build_plan
+from einflow.engine.steps import Diagonal
 
 PAIRWISE = "E = sum[i,j](exp(-sum[d]((x[i,d] - x[j,d])^2)))"
 MLP3 = """h1[i] = tanh(W1[i,j] x[j])
@@ -61,7 +61,7 @@ def _mlp_hessian(W1: np.ndarray, W2: np.ndarray, W3: np.ndarray, x: np.ndarray, 
     return H
 
 
-def _plan(program: ef.Program, **shapes: tuple[int, ...]):  # noqa: ANN202 - einflow.plan.Plan
+def _plan(program: ef.Program, **shapes: tuple[int, ...]):  # noqa: ANN202 - einflow.engine.plan.Plan
     return build_plan(program.ir, program.info, shapes, 8, get_backend("numpy"))
 
 
@@ -195,8 +195,8 @@ def test_other_targets_add_delta_terms_alike(target: str) -> None:
 
 
 def test_small_factors_of_a_large_product_are_multiplied_first() -> None:
-    from einflow.plan import _hoist
-    from einflow.steps import Arg, Mul, Number
+    from einflow.engine.plan import _hoist
+    from einflow.engine.steps import Arg, Mul, Number
 
     # y[p,q,v,w] = A[p,v,w] x[q] c[p] * -2 (registers 0, 1, 2; result axes p,q,v,w)
     shapes = {0: (8, 8, 8), 1: (8,), 2: (8,)}

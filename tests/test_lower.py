@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow.backends import get_backend
-from einflow.contraction import eliminate_deltas, product_output, split_product
-from einflow.lower import lower
-from einflow.plan import build_plan
-from einflow.steps import Contract, Elementwise, Free
+from einflow.engine.backends import get_backend
+from einflow.engine.lower import lower
+from einflow.engine.plan import build_plan
+from einflow.engine.steps import Contract, Elementwise, Free
+from einflow.lang.contraction import eliminate_deltas, product_output, split_product
 
 RNG = np.random.default_rng(5)
 

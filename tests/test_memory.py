@@ -128,7 +128,7 @@ def test_dask_does_not_guard_chunked_intermediates() -> None:
 
 # ---------------------------------------------------------------------------------------------- the peak guard
 def test_memory_limit_values_are_sizes_or_errors() -> None:
-    from einflow.memory import available_memory, memory_limit_bytes
+    from einflow.engine.memory import available_memory, memory_limit_bytes
 
     assert memory_limit_bytes("1GB") == 10**9 and memory_limit_bytes("100 MiB") == 100 * 2**20
     assert 0 < memory_limit_bytes("default") <= available_memory()

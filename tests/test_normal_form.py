@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow import ir
-from einflow.autodiff.cse import hoist_repeated
-from einflow.autodiff.normal import Fresh, all_index_names, readable, to_normal
-from einflow.autodiff.sizes import IndexSizes, activated
-from einflow.grammar import parse
+from einflow.derive.cse import hoist_repeated
+from einflow.derive.normal import Fresh, all_index_names, readable, to_normal
+from einflow.derive.sizes import IndexSizes, activated
+from einflow.lang import ir
+from einflow.lang.grammar import parse
 
 # programs whose dummies are reused across scopes, traces, deltas and per-term reductions
 PROGRAMS = [

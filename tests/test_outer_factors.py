@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow import ir
+from einflow.lang import ir
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy

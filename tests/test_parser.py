@@ -12,9 +12,9 @@ from lark import Lark
 from lark.exceptions import GrammarError, LexError
 
 import einflow as ef
-from einflow import ir
-from einflow.grammar import parse, parse_expression
-from einflow.grammar.parser import build_parser
+from einflow.lang import ir
+from einflow.lang.grammar import parse, parse_expression
+from einflow.lang.grammar.parser import build_parser
 
 T = ir.Tensor
 N = ir.Num

@@ -1,4 +1,4 @@
-"""Path choice (einflow/paths.py): large networks planned well by default, small ones exactly, paths cached.
+"""Path choice (einflow/engine/paths.py): large networks planned well by default, small ones exactly, paths cached.
 
 References: opt_einsum's dynamic programming ('dp', exact for FLOPs) for path quality, numpy.einsum (on a
 path of its own) for values.
@@ -13,8 +13,8 @@ import opt_einsum as oe
 import pytest
 
 import einflow as ef
-from einflow import paths, subtrees
-from einflow.paths import choose_path
+from einflow.engine import paths, subtrees
+from einflow.engine.paths import choose_path
 
 
 def grid(side: int, bond: int) -> tuple[str, dict[str, tuple[int, ...]], str, list[tuple[int, ...]]]:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow import ir
-from einflow.grammar import parse
+from einflow.lang import ir
+from einflow.lang.grammar import parse
 
 RNG = np.random.default_rng(11)
 X = RNG.normal(size=4)

@@ -19,9 +19,9 @@ from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
 import einflow
-from einflow.commands import COMMANDS, atomic_write
-from einflow.repl import EinflowCompleter, history_path
-from einflow.session import Session, format_value, logical_lines, needs_more, run_lines
+from einflow.shell.commands import COMMANDS, atomic_write
+from einflow.shell.repl import EinflowCompleter, history_path
+from einflow.shell.session import Session, format_value, logical_lines, needs_more, run_lines
 
 EINFLOW = Path(sys.executable).with_name("einflow")
 
@@ -719,7 +719,7 @@ def test_a_killed_save_leaves_a_temporary_the_next_save_removes_and_sigterm_none
     target = tmp_path / "big.npy"
     writer = (
         "import sys, time\n"
-        "from einflow.commands import atomic_write\n"
+        "from einflow.shell.commands import atomic_write\n"
         "def write(stream):\n"
         "    stream.write(b'x' * 4096); stream.flush(); print('writing', flush=True); time.sleep(60)\n"
         f"atomic_write({str(target)!r}, write)\n"
@@ -844,7 +844,7 @@ def shell_steps(block: str) -> list[tuple[str, str]]:
 
 
 def test_every_command_line_transcript_in_docs_repl_md_is_what_the_command_prints() -> None:
-    from einflow.repl import BANNER
+    from einflow.shell.repl import BANNER
 
     blocks = transcripts(ROOT / "docs/repl.md", "$ einflow")
     assert len(blocks) >= 3
@@ -862,7 +862,7 @@ def test_every_command_line_transcript_in_docs_repl_md_is_what_the_command_print
 
 
 def test_the_repl_starts_with_the_banner_the_docs_show_and_a_private_history(tmp_path: Path) -> None:
-    from einflow.repl import BANNER
+    from einflow.shell.repl import BANNER
 
     child = spawn(tmp_path)
     assert BANNER in ready(child)
@@ -872,7 +872,7 @@ def test_the_repl_starts_with_the_banner_the_docs_show_and_a_private_history(tmp
 
 
 def test_every_command_is_documented_in_docs_repl_md() -> None:
-    from einflow.commands import unique_commands
+    from einflow.shell.commands import unique_commands
 
     page = (ROOT / "docs/repl.md").read_text()
     missing = [command.name for command in unique_commands() if f"`:{command.name}" not in page]

@@ -12,10 +12,10 @@ import opt_einsum
 import pytest
 
 import einflow as ef
-import einflow.plan
+import einflow.engine.plan
 import einflow.program
-from einflow import ir
-from einflow.grammar import parse_expression
+from einflow.lang import ir
+from einflow.lang.grammar import parse_expression
 
 RNG = np.random.default_rng(20240611)
 
@@ -408,9 +408,9 @@ def test_second_call_with_same_shapes_does_not_replan(monkeypatch: pytest.Monkey
         return wrapper
 
     monkeypatch.setattr(einflow.program, "build_plan", counting("build_plan", einflow.program.build_plan))
-    monkeypatch.setattr(einflow.plan, "build_plan", counting("build_plan", einflow.plan.build_plan))
+    monkeypatch.setattr(einflow.engine.plan, "build_plan", counting("build_plan", einflow.engine.plan.build_plan))
     monkeypatch.setattr(opt_einsum, "contract_path", counting("contract_path", opt_einsum.contract_path))
-    monkeypatch.setattr(einflow.plan.oe, "contract_path", counting("contract_path", opt_einsum.contract_path))
+    monkeypatch.setattr(einflow.engine.plan.oe, "contract_path", counting("contract_path", opt_einsum.contract_path))
     monkeypatch.setattr(einflow.program, "parse", counting("parse", einflow.program.parse))
     monkeypatch.setattr(einflow.program, "check_program", counting("check", einflow.program.check_program))
     again = {name: value.copy() for name, value in arrays.items()}

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow import ir
-from einflow.autodiff import simplify as simplifier
-from einflow.autodiff.canonical import bound_inside
-from einflow.autodiff.simplify import RULES, SimplifierLimitWarning, fired_rules, simplify
-from einflow.grammar.parser import parse_expression
-from einflow.plan import indices_in
+from einflow.derive import simplify as simplifier
+from einflow.derive.canonical import bound_inside
+from einflow.derive.simplify import RULES, SimplifierLimitWarning, fired_rules, simplify
+from einflow.engine.plan import indices_in
+from einflow.lang import ir
+from einflow.lang.grammar.parser import parse_expression
 
 SIZES = {"p": 3, "q": 3, "u": 3, "k": 4, "j": 2}
 DECLARATIONS = "\n".join(f"size {name} = {size}" for name, size in SIZES.items())

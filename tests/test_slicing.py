@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow.memory import cgroup_available, default_memory_limit
-from einflow.slicing import choose_slicing, slice_ranges
+from einflow.engine.memory import cgroup_available, default_memory_limit
+from einflow.engine.slicing import choose_slicing, slice_ranges
 
 MB = 10**6
 RNG = np.random.default_rng(7)
@@ -273,7 +273,7 @@ def test_dask_slice_tasks_receive_only_their_blocks_of_each_operand(monkeypatch:
     """Issue 15 item 2: each slice's task is handed its block of every operand (operands are rechunked to the
     slices' blocks), never a whole operand, so no process holds more than one slice's worth of any of them."""
     pytest.importorskip("dask")
-    from einflow import slicing
+    from einflow.engine import slicing
 
     shapes = {"A": (100, 400), "B": (400, 400), "D": (400, 100)}
     arrays = _arrays(shapes)

@@ -10,9 +10,9 @@ import opt_einsum as oe
 import pytest
 
 import einflow as ef
-from einflow.functions import FUNCTION_RULES
-from einflow.kernels import compile_numpy
-from einflow.plan import TEMPORARIES
+from einflow.engine.kernels import compile_numpy
+from einflow.engine.plan import TEMPORARIES
+from einflow.lang.functions import FUNCTION_RULES
 
 # tracemalloc sees every thread: threads left by earlier tests (dask) allocate up to a few hundred kB meanwhile
 SLACK = 1 << 20
@@ -226,7 +226,7 @@ def test_a_wrong_optimize_is_an_einflow_error(optimize: object) -> None:
 def test_nothing_summed_pairwise_steps_are_broadcast_multiplications() -> None:
     import opt_einsum as oe
 
-    from einflow.kernels import compile_numpy, contraction_text
+    from einflow.engine.kernels import compile_numpy, contraction_text
 
     rng = np.random.default_rng(0)
     for equation, shapes in [(",b->b", [(), (5,)]), ("a,b->ab", [(3,), (4,)]), ("ba,c->acb", [(2, 3), (4,)]),

@@ -15,7 +15,7 @@ import torch
 
 import einflow as ef
 from einflow.frameworks import function, value_and_grad_program, vjp_program
-from einflow.functions import FUNCTION_RULES
+from einflow.lang.functions import FUNCTION_RULES
 
 F64 = torch.float64
 

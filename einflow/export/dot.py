@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from einflow import ir
+from einflow.engine.backends import get_backend
+from einflow.engine.plan import build_plan
+from einflow.lang import ir
+from einflow.lang.check import as_checked
 
 __all__ = ["to_dot"]
 
@@ -35,14 +38,12 @@ def to_dot(program: Any, **shapes: Any) -> str:
       "x" -> "y";
     }
     """
-    from einflow.program import compile as compile_program
-
-    program = compile_program(program)
     flops: dict[str, int] = {}
     if shapes:
-        for step in program.plan(**shapes).steps:
+        for step in _plan_steps(program, shapes):
             flops[step.statement] = flops.get(step.statement, 0) + step.flops
-    outputs = set(program.outputs)
+    program = as_checked(program)
+    outputs = set(program.info.outputs)
     lines = ["digraph einflow {", "  rankdir=LR;", '  node [fontname="monospace"];']
     for name in program.inputs:
         lines.append(f"  {_quote(name)} [shape=ellipse];")
@@ -57,3 +58,12 @@ def to_dot(program: Any, **shapes: Any) -> str:
         lines.append(f"  {_quote(node)} [shape=box{border}, label={_quote(label)}];")
         edges.extend(f"  {_quote(source)} -> {_quote(node)};" for source in _references(statement.expr))
     return "\n".join(lines + edges + ["}"])
+
+
+def _plan_steps(program: Any, shapes: dict[str, Any]) -> Any:
+    """The plan's steps for these shapes: ``Program.plan`` for a program, the engine's plan for text."""
+    if hasattr(program, "plan"):
+        return program.plan(**shapes).steps
+    data = as_checked(program)
+    sized = {name: tuple(shapes[name]) for name in data.inputs}
+    return build_plan(data.ir, data.info, sized, 8, get_backend("numpy"), "auto", None, data.source).steps

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from einflow import ir
-from einflow.check import free_indices, product_operands, top_level_terms
-from einflow.contraction import product_output
-from einflow.functions import FUNCTION_RULES
+from einflow.lang import ir
+from einflow.lang.check import as_checked, free_indices, product_operands, top_level_terms
+from einflow.lang.contraction import product_output
+from einflow.lang.functions import FUNCTION_RULES
 
 __all__ = ["to_latex", "render_name", "render_expression"]
 
@@ -253,7 +253,7 @@ def _splits(name: str) -> list[tuple[str, str]]:
 def render_expression(expr: ir.Expr) -> str:
     """One expression in LaTeX, contractions made explicit.
 
-    >>> from einflow.grammar import parse_expression
+    >>> from einflow.lang.grammar import parse_expression
     >>> render_expression(parse_expression("A[i,k] B[k,j]"))
     '\\\\sum_{k} A_{ik} B_{kj}'
     """
@@ -274,9 +274,7 @@ def to_latex(program: Any) -> str:
     >>> print(ef.compile("size p = x\ndf_dx[p] = 2 x[p]").to_latex())
     \frac{\partial f}{\partial x_{p}} = 2 x_{p}
     """
-    from einflow.program import compile as compile_program
-
-    program = compile_program(program)
+    program = as_checked(program)
     info = program.info
     known = set(info.inputs) | set(info.targets)
     renderer = _Renderer(dict(info.ranks), known)

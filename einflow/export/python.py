@@ -1,7 +1,7 @@
 """Export a program as standalone Python source that needs only numpy and opt_einsum.
 
-The source is the lowered program (``einflow.lower``: the same steps the executor runs and the plan
-report lists) rendered without shapes by ``einflow.codegen``: one line per step, a comment with the
+The source is the lowered program (``einflow.engine.lower``: the same steps the executor runs and the plan
+report lists) rendered without shapes by ``einflow.engine.codegen``: one line per step, a comment with the
 einflow statement each block implements, contractions as ``opt_einsum.contract``.
 """
 
@@ -10,15 +10,16 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from einflow import ir
-from einflow.codegen import HELPER_KEYS, Source, usable
-from einflow.errors import EinflowError
-from einflow.functions import FUNCTION_RULES
-from einflow.lower import lower
+from einflow.engine.codegen import HELPER_KEYS, Source, usable
+from einflow.engine.lower import lower
+from einflow.lang import ir
+from einflow.lang.check import as_checked
+from einflow.lang.errors import EinflowError
+from einflow.lang.functions import FUNCTION_RULES
 
 __all__ = ["to_source"]
 
-# Elementwise functions as the generated code calls them (one row per function in einflow.functions)
+# Elementwise functions as the generated code calls them (one row per function in einflow.lang.functions)
 _CALLS: dict[str, str] = {name: rule.source for name, rule in FUNCTION_RULES.items()}
 
 
@@ -61,9 +62,8 @@ def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
     >>> namespace["matmul"](A=np.eye(2), B=np.ones((2, 3))).tolist()
     [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
     """
-    from einflow.program import compile as compile_program
-
-    program = compile_program(program)
+    grouped = getattr(program, "gradients_as_tuple", None)
+    program = as_checked(program)
     if not isinstance(name, str) or not usable(name) or name in dir(builtins):
         raise EinflowError(f"cannot name the generated function {name!r}: use a Python identifier that is not a "
                            "keyword or a builtin name")
@@ -87,8 +87,7 @@ def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
     body.extend(source.body())
     output = source.helper("output")
     returned = [f"{output}({value})" for value in source.returned()]
-    # value_and_grad programs group their gradients when called (einflow.autodiff's _ValueAndGrad)
-    grouped = getattr(program, "gradients_as_tuple", None)
+    # value_and_grad programs group their gradients when called (einflow.derivatives.ValueAndGrad)
     if lowered.returns_tuple and grouped is not None and len(returned) > 1:
         rest = _tuple(returned[1:]) if grouped else returned[1]
         body.append(f"    return ({returned[0]}, {rest})")

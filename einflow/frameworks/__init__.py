@@ -19,15 +19,13 @@ second derivatives work too.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from einflow.backends import get_backend
-from einflow.errors import DerivativeError, EinflowError
-from einflow.memory import memory_limit_bytes
+from einflow.engine.backends import get_backend
+from einflow.frameworks.programs import jvp_program, plan_for, value_and_grad_program, vjp_program
+from einflow.lang.errors import EinflowError
+from einflow.program import FRAMEWORK_CALLS, compile
 
 __all__ = ["call", "function", "vjp_program", "jvp_program", "value_and_grad_program", "plan_for"]
 
@@ -39,117 +37,6 @@ def call(program: Any, values: list[Any], name: str, optimize: Any, memory_limit
     else:
         from einflow.frameworks.jax_jvp import call as run
     return run(program, get_backend(name), values, optimize, memory_limit)
-
-
-def _optimize_key(optimize: Any) -> Any:
-    if isinstance(optimize, (str, bool)) or optimize is None:
-        return optimize
-    if isinstance(optimize, (list, tuple)):
-        return tuple(tuple(step) if isinstance(step, (list, tuple)) else step for step in optimize)
-    return ("object", id(optimize))
-
-
-def plan_for(program: Any, engine: Any, values: list[Any], signature: tuple[Any, ...], optimize: Any,
-             memory_limit: Any) -> Any:
-    """The program's plan for this signature (``(shape, numpy dtype or weak type, device)`` per input), cached.
-
-    The plan lives in the program's own plan cache, beside its numpy plans.
-    """
-    from einflow.plan import build_plan
-
-    key = (engine.name, _optimize_key(optimize), memory_limit, signature)
-    plan = program._plans.get(key)
-    if plan is not None:
-        return plan
-    shapes = {tensor: entry[0] for tensor, entry in zip(program.info.inputs, signature)}
-    dtypes = {tensor: entry[1] for tensor, entry in zip(program.info.inputs, signature)}
-    for tensor, dtype in dtypes.items():
-        if not isinstance(dtype, type) and np.dtype(dtype).kind not in "biufc":
-            raise EinflowError(f"tensor {tensor!r} has dtype {dtype}; einflow computes with numbers "
-                               "(bool, int, float or complex arrays)")
-    itemsize = max([8 if isinstance(d, type) else np.dtype(d).itemsize for d in dtypes.values()] or [8])
-    floats = [d for d in dtypes.values() if not isinstance(d, type) and np.dtype(d).kind == "f"]
-    plan = build_plan(program.ir, program.info, shapes, itemsize, engine, optimize,
-                      memory_limit_bytes(memory_limit), program.source,
-                      float_dtype=np.result_type(*floats) if floats else None, dtypes=dtypes)
-    program._plans[key] = plan
-    return plan
-
-
-def _fresh(program: Any, base: str) -> str:
-    taken = set(program.info.inputs) | set(program.info.targets)
-    name, number = base, 0
-    while name in taken:
-        number += 1
-        name = f"{base}{number}"
-    return name
-
-
-@functools.lru_cache(maxsize=512)
-def vjp_program(program: Any, wrt: tuple[str, ...]) -> tuple[Any, str]:
-    """(einflow.vjp of ``program`` for the inputs ``wrt``, the cotangent's name).
-
-    For one input the program returns its gradient, for several a tuple of gradients.
-
-    Derived once per program and set of inputs (cached); frameworks call it in their backward pass.
-
-    >>> import einflow as ef
-    >>> program, cotangent = vjp_program(ef.compile("y[i] = A[i,j] x[j]"), ("x",))
-    >>> cotangent, program.inputs
-    ('G', ('x', 'A', 'G'))
-    """
-    from einflow.autodiff import vjp
-
-    cotangent = _fresh(program, "G")
-    try:
-        # one input: a single-result program (callable through the framework's node again)
-        return vjp(program, wrt=wrt[0] if len(wrt) == 1 else list(wrt), cotangent=cotangent), cotangent
-    except DerivativeError:
-        raise
-    except EinflowError as error:  # pragma: no cover - a derivative einflow cannot take is a DerivativeError
-        raise DerivativeError(str(error)) from None
-
-
-@functools.lru_cache(maxsize=512)
-def jvp_program(program: Any, wrt: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
-    """(einflow.jvp of ``program`` along tangents of the inputs ``wrt``, the tangents' names).
-
-    The program is linear in the tangents (JAX transposes it for reverse mode). Derived once per
-    program and set of inputs (cached); jax's forward mode calls it.
-
-    >>> import einflow as ef
-    >>> program, tangents = jvp_program(ef.compile("y[i] = A[i,j] x[j]"), ("x",))
-    >>> tangents, program.inputs
-    (('T_x',), ('A', 'T_x'))
-    """
-    from einflow.autodiff import jvp
-
-    taken = set(program.info.inputs) | set(program.info.targets)
-    tangents: list[str] = []
-    for name in wrt:
-        tangent = _fresh(program, f"T_{name}")
-        while tangent in taken:
-            tangent += "_"
-        taken.add(tangent)
-        tangents.append(tangent)
-    try:
-        return jvp(program, wrt=list(wrt), tangent=tangents), tuple(tangents)
-    except DerivativeError:
-        raise
-    except EinflowError as error:  # pragma: no cover - a derivative einflow cannot take is a DerivativeError
-        raise DerivativeError(str(error)) from None
-
-
-@functools.lru_cache(maxsize=512)
-def value_and_grad_program(program: Any, wrt: tuple[str, ...]) -> Any:
-    """``einflow.value_and_grad(program, wrt)`` (a scalar program's value and gradients in one pass), cached.
-
-    A torch training step uses it: the forward pass computes the loss and its gradients with shared
-    work, the backward pass scales the gradients by the incoming (scalar) gradient.
-    """
-    from einflow.autodiff import value_and_grad
-
-    return value_and_grad(program, wrt=list(wrt))
 
 
 def function(program: Any, **options: Any) -> Callable[..., Any]:
@@ -164,9 +51,7 @@ def function(program: Any, **options: Any) -> Callable[..., Any]:
     >>> affine(torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4)).shape
     torch.Size([2, 4])
     """
-    from einflow.program import compile as compile_program
-
-    program = compile_program(program)
+    program = compile(program)
     names = program.info.inputs
 
     def apply(*arrays: Any, **named: Any) -> Any:
@@ -179,3 +64,6 @@ def function(program: Any, **options: Any) -> Callable[..., Any]:
     apply.__name__ = "einflow_function"
     apply.program = program  # type: ignore[attr-defined]
     return apply
+
+
+FRAMEWORK_CALLS.update(torch=call, jax=call)  # Program's calls on torch tensors and jax arrays come here

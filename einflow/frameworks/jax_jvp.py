@@ -18,8 +18,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from einflow.errors import BackendError
-from einflow.frameworks import jvp_program, plan_for
+from einflow.frameworks.programs import jvp_program, plan_for
+from einflow.lang.errors import BackendError
 
 __all__ = ["call"]
 

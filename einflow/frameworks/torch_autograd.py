@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from einflow.backends import get_backend
-from einflow.backends.torch_backend import numpy_dtype
-from einflow.errors import BackendError
-from einflow.frameworks import plan_for, value_and_grad_program, vjp_program
+from einflow.engine.backends import get_backend
+from einflow.engine.backends.torch_backend import numpy_dtype
+from einflow.frameworks.programs import plan_for, value_and_grad_program, vjp_program
+from einflow.lang.errors import BackendError
 
 __all__ = ["EinflowFunction", "call"]
 

@@ -1,0 +1,105 @@
+"""The derivative functions of the public API: einflow text or a Program in, a new Program out.
+
+``einflow.derive`` does the work on checked program data (IR -> IR); here the result becomes a
+``Program`` that accepts every array the source program's caller holds. The examples are in each
+function's docstring (shared with ``einflow.derive``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from einflow import derive
+from einflow.lang.check import Checked
+from einflow.program import Program, compile
+
+__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "vjp", "jvp", "hvp", "value_and_grad"]
+
+Wrt = str | Sequence[str]
+
+
+def _program(derived: Checked, source: Program) -> Program:
+    """``derived`` as a Program; the caller holds the source program's arrays, so it may pass them all."""
+    program = Program(derived.ir, derived.source, derived.info)
+    program.accepts = frozenset(source.inputs) | frozenset(source.info.targets) | source.accepts
+    return program
+
+
+def _documented(rule: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def attach(face: Callable[..., Any]) -> Callable[..., Any]:
+        face.__doc__ = rule.__doc__
+        return face
+
+    return attach
+
+
+@_documented(derive.grad)
+def grad(p: str | Program, wrt: Wrt) -> Program:
+    program = compile(p)
+    return _program(derive.grad(program.checked, wrt), program)
+
+
+@_documented(derive.jacobian)
+def jacobian(p: str | Program, wrt: Wrt, mode: str = "auto") -> Program:
+    program = compile(p)
+    return _program(derive.jacobian(program.checked, wrt, mode), program)
+
+
+@_documented(derive.hessian)
+def hessian(p: str | Program, wrt: Wrt) -> Program:
+    program = compile(p)
+    return _program(derive.hessian(program.checked, wrt), program)
+
+
+@_documented(derive.hessian_diagonal)
+def hessian_diagonal(p: str | Program, wrt: Wrt) -> Program:
+    program = compile(p)
+    return _program(derive.hessian_diagonal(program.checked, wrt), program)
+
+
+@_documented(derive.laplacian)
+def laplacian(p: str | Program, wrt: Wrt) -> Program:
+    program = compile(p)
+    return _program(derive.laplacian(program.checked, wrt), program)
+
+
+@_documented(derive.vjp)
+def vjp(p: str | Program, wrt: Wrt, cotangent: str = "G") -> Program:
+    program = compile(p)
+    return _program(derive.vjp(program.checked, wrt, cotangent), program)
+
+
+@_documented(derive.jvp)
+def jvp(p: str | Program, wrt: Wrt, tangent: str | Sequence[str] | None = None) -> Program:
+    program = compile(p)
+    return _program(derive.jvp(program.checked, wrt, tangent), program)
+
+
+@_documented(derive.hvp)
+def hvp(p: str | Program, wrt: Wrt, tangent: str | Sequence[str] | None = None) -> Program:
+    program = compile(p)
+    return _program(derive.hvp(program.checked, wrt, tangent), program)
+
+
+@_documented(derive.value_and_grad)
+def value_and_grad(p: str | Program, wrt: Wrt) -> Program:
+    program = compile(p)
+    derived = _program(derive.value_and_grad(program.checked, wrt), program)
+    return ValueAndGrad(derived, as_tuple=not isinstance(wrt, str))
+
+
+class ValueAndGrad(Program):
+    """A program whose call returns ``(value, gradient)``, or ``(value, (gradients...))`` for a list of ``wrt``."""
+
+    __slots__ = ("gradients_as_tuple",)
+
+    def __init__(self, program: Program, as_tuple: bool) -> None:
+        super().__init__(program.ir, program.source, program.info)
+        self.accepts = program.accepts
+        #: whether the gradients come as a tuple (``wrt`` was a list) or as one array
+        self.gradients_as_tuple = as_tuple
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        value, *gradients = super().__call__(*args, **kwargs)
+        return value, (tuple(gradients) if self.gradients_as_tuple else gradients[0])

@@ -1,0 +1,602 @@
+"""Symbolic derivatives, IR -> IR: a checked program in, a checked derivative program out.
+
+Gradients, Jacobians, Hessians, VJPs, JVPs and HVPs are new programs (``einflow.derivatives`` wraps them
+into ``Program`` objects for the public API).
+
+>>> from einflow.lang.check import checked
+>>> from einflow.lang.grammar import parse
+>>> from einflow.lang.ir import format_program
+>>> print(format_program(hessian(checked(parse("f = x[i] A[i,j] x[j]")), wrt="x").ir))
+size p = x
+size q = x
+d2f_dx2[p,q] = A[p,q] + A[q,p]
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from einflow.derive.cse import coefficients_out, hoist_repeated, hoist_shared_products, reuse_forward
+from einflow.derive.normal import (
+    Fresh,
+    all_index_names,
+    lift_deep_calls,
+    readable,
+    rename,
+    rename_apart,
+    stem_of,
+    tensor_names,
+    to_normal,
+)
+from einflow.derive.outer import factor_outer
+from einflow.derive.rules import Leaf
+from einflow.derive.simplify import is_zero
+from einflow.derive.simplify import simplify as simplified  # (the module keeps the name simplify here)
+from einflow.derive.sizes import IndexSizes, activated, active
+from einflow.derive.sweep import Work, forward_sweep, reverse_sweep, tangent_sweep, zeros
+from einflow.lang import ir
+from einflow.lang.check import Checked, check_name, checked
+from einflow.lang.errors import DerivativeError, EinflowError
+from einflow.lang.indices import indices_in
+from einflow.lang.stable import stabilize_program
+
+__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "vjp", "jvp", "hvp", "value_and_grad"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _deriving(function: _F) -> _F:
+    """Run a derivation with its own index-size registry (consulted by renaming and simplification)."""
+
+    @functools.wraps(function)
+    def derive(*args, **kwargs):  # type: ignore[no-untyped-def]
+        with activated(IndexSizes()):
+            return function(*args, **kwargs)
+
+    return derive  # type: ignore[return-value]
+
+
+def _wrt_list(program: Checked, wrt: str | Sequence[str], what: str) -> tuple[list[str], bool]:
+    if isinstance(wrt, str):
+        names = [wrt]
+    elif isinstance(wrt, (list, tuple)):
+        names = list(wrt)
+    else:
+        raise DerivativeError(f"{what}: wrt= must name an input or list input names, got {wrt!r} "
+                              f"(inputs: {', '.join(program.info.inputs) or 'none'})")
+    if not names:
+        raise DerivativeError(f"{what}: wrt= names no tensor")
+    for name in names:
+        if not isinstance(name, str):
+            raise DerivativeError(f"{what}: wrt= must be tensor names, got {name!r}")
+        if name not in program.info.inputs:
+            if name in program.info.targets:
+                raise DerivativeError(
+                    f"{what}: '{name}' is computed by the program, not an input; derivatives are taken with "
+                    f"respect to inputs ({', '.join(program.info.inputs)})")
+            raise DerivativeError(f"{what}: wrt='{name}' is not an input of the program (inputs: "
+                                  f"{', '.join(program.info.inputs) or 'none'})")
+    if len(set(names)) != len(names):
+        raise DerivativeError(f"{what}: wrt= names a tensor twice")
+    return names, not isinstance(wrt, str)
+
+
+class _Setup:
+    """A program in normal form, ready for sweeps."""
+
+    def __init__(self, program: Checked, what: str) -> None:
+        if program.info.returns_tuple:
+            raise DerivativeError(f"{what}: the program returns a tuple; differentiate one value at a time")
+        self.program = program
+        # new tensors (helpers, derivatives) avoid the user's index names too, so no name means two things
+        self.user_indices = all_index_names(program.ir)
+        self.tensor_names = Fresh(set(program.info.inputs) | set(program.info.targets) | self.user_indices)
+        last = len(program.ir.statements) - 1
+        statement = program.ir.statements[last]
+        assert isinstance(statement, ir.Assign)
+        self.value = statement.target or self.tensor_names.pick(["f", "L", "y"], "f")
+        self.bare_position = last if statement.target is None else None
+        names = {last: self.value}
+        sizes = active()
+        assert sizes is not None, "derivations run under @_deriving"
+        self.sizes = sizes
+        self.sizes.add_program(program.ir.statements, names)
+        # fresh indices avoid tensor names too, so a printed program never reads `v[v]`
+        fresh = Fresh(all_index_names(program.ir) | set(program.info.inputs) | set(program.info.targets) | {self.value},
+                      self.sizes)
+        ranks = dict(program.info.ranks)
+        # stable forms of written-out log-sum-exp, softplus, log-sigmoid are what gets differentiated
+        normal = lift_deep_calls(to_normal(stabilize_program(program.ir), fresh, names), fresh, self.tensor_names,
+                                 ranks)
+        ranks[self.value] = len(normal[-1].indices or ())
+        self.work = Work(normal, program.info.inputs, ranks, fresh, self.tensor_names, forward_count=len(normal))
+        self._normal = tuple(normal)  # the statements as normal form gave them (a split product is another)
+        self.user_sizes = [s for s in program.ir.statements if isinstance(s, ir.SizeDecl)]
+        self.declared = {n for s in self.user_sizes for n in s.names}
+
+    @property
+    def forward_count(self) -> int:
+        """How many of the work's statements compute the program's own values (split products included)."""
+        return self.work.forward_count
+
+    @property
+    def value_rank(self) -> int:
+        return self.work.ranks[self.value]
+
+    def assemble(self, outputs: list[str], returns_tuple: bool) -> Checked:
+        """The finished program: needed forward statements, shared helpers, derivative statements."""
+        work = self.work
+        forward = work.statements[: self.forward_count]
+        derived = reuse_forward(forward, work.statements[self.forward_count:])
+        # repeated sub-expressions (across the forward statements too) get one statement each; the forward
+        # statements are compared with coefficients outside sums, as the simplifier writes derivatives
+        read = set(outputs).union(*(tensor_names(s.expr) for s in derived))
+        for statement in reversed(forward):
+            if statement.target in read:
+                read |= tensor_names(statement.expr)
+        outside = [coefficients_out(s) if s.target in read else s for s in forward]
+        combined = hoist_repeated(outside + derived, work.fresh, work.tensor_fresh, work.ranks)
+        untouched = {moved: s for moved, s in zip(outside, forward) if moved is not s}
+        combined = [untouched.get(s, s) for s in combined]
+        targets = {s.target for s in combined}
+        size_position = {name: k for k, size in enumerate(work.sizes) for name in size.names}
+        needed = set(outputs)
+        kept: list[ir.Assign] = []
+        for statement in reversed(combined):
+            if statement.target in needed:
+                kept.append(statement)
+                needed |= tensor_names(statement.expr)
+                for index in _unsized(statement, set(work.size_of)):
+                    source = self._size_source(index, targets)
+                    if isinstance(source, tuple):
+                        needed.add(source[0])  # a size read from a tensor the program must then compute
+                # a size declaration a statement relies on reads its tensor too
+                mentioned = set(statement.indices or ()) | _indices(statement.expr)
+                needed |= {work.sizes[size_position[i]].source for i in mentioned if i in size_position}  # type: ignore[misc]
+                stems = {stem_of(index) for index in mentioned}
+                needed |= {size.source for size in self.user_sizes  # type: ignore[misc]
+                           if set(size.names) & stems and isinstance(size.source, str)}
+        kept.reverse()
+        original = {s.target if s.target is not None else self.value: s
+                    for s in self.program.ir.statements if isinstance(s, ir.Assign)}
+        # a factor that only multiplies a derivative statement (the input behind a weight) is multiplied in
+        # by its readers, so intermediates keep the indices the result needs and no more
+        # (the user's statements, the forward's and any statement an index reads its size from keep their axes)
+        fixed = set(original) | {s.target for s in forward} | self.sizes.tensors() | {
+            s.source for s in work.sizes if isinstance(s.source, str)}
+        kept = factor_outer(kept, set(outputs), fixed, work.tensor_fresh, work.ranks)
+        # groups of factors that several of the kept products share (an adjoint through a function, read by
+        # the gradients of every input behind it) are computed once
+        kept = hoist_shared_products(kept, work.fresh, work.tensor_fresh, work.ranks)
+        unchanged = {s.target for s in forward if s in self._normal and s in kept and s.target in original}
+        declared = set(self.declared) | set(work.size_of)
+        pending_sizes = [s for s in self.program.ir.statements if isinstance(s, ir.SizeDecl)]
+        positions = {s.target if s.target is not None else self.value: k
+                     for k, s in enumerate(self.program.ir.statements) if isinstance(s, ir.Assign)}
+        body: list[ir.Statement] = []
+        emitted_sizes: set[str] = set()
+        mentioned_stems = {stem_of(i) for s in kept for i in set(s.indices or ()) | _indices(s.expr)}
+        for statement in kept:
+            target = statement.target
+            if target not in original and pending_sizes:
+                # the user's declarations that derivative statements rely on come before them
+                body.extend(size for size in pending_sizes if set(size.names) & mentioned_stems)
+                pending_sizes = []
+            if target in original:
+                # the user's own size declarations stay before the statements that follow them
+                here = positions[target]
+                for size in list(pending_sizes):
+                    if self.program.ir.statements.index(size) < here:
+                        body.append(size)
+                        pending_sizes.remove(size)
+            if target in unchanged:
+                source = original[target]
+                body.append(ir.Assign(target, source.indices, source.expr))
+                continue
+            statement = _mark_missing_targets(statement)
+            pretty, mapping = readable(statement, declared, frozenset(self.declared),
+                                      work.tensor_fresh.taken - self.user_indices)
+            mentioned = set(pretty.indices or ()) | _indices(pretty.expr)
+            for position in sorted({size_position[i] for i in mentioned if i in size_position}):
+                size = work.sizes[position]
+                if size.names[0] not in emitted_sizes:
+                    body.append(size)
+                    emitted_sizes.update(size.names)
+            body.extend(self._size_unsized(pretty, mapping, declared, targets))
+            body.append(pretty)
+        if returns_tuple:
+            body.append(ir.Return(tuple(outputs)))
+        program_ir = ir.ProgramIR(tuple(body))
+        text = ir.format_program(program_ir)
+        try:
+            return checked(program_ir, text)
+        except EinflowError as error:  # pragma: no cover - a bug in einflow, not the user's
+            raise EinflowError(f"internal error: derivative program does not check:\n{text}\n{error}") from error
+
+    def _size_source(self, index: str, targets: set[str | None]) -> tuple[str, int] | int | None:
+        """Where a printed program reads ``index``'s size: an input's axis, else a literal, else a target's axis."""
+        sources = self.sizes.sources(index)
+        ranked = sorted(sources, key=lambda s: 0 if isinstance(s, tuple) and s[0] not in targets else
+                        1 if isinstance(s, int) else 2)
+        for source in ranked:
+            if isinstance(source, int) or source[0] in self.work.ranks or source[0] in targets:
+                return source
+        return None
+
+    def _size_unsized(self, statement: ir.Assign, mapping: dict[str, str], declared: set[str],
+                      targets: set[str | None]) -> list[ir.SizeDecl]:
+        """Size declarations for indices no tensor in ``statement`` gives a size to (traced to a source)."""
+        inverse = {new: old for old, new in mapping.items()}
+        decls = []
+        for index in _unsized(statement, declared):
+            source = self._size_source(inverse.get(index, index), targets)
+            if source is None:
+                continue  # a delta partner may still size it; the checker reports it otherwise
+            if isinstance(source, int):
+                declared.add(index)
+                decls.append(ir.SizeDecl((index,), source))
+                continue
+            tensor, axis = source
+            names = [self.work.fresh.index("z") for _ in range(self.work.ranks[tensor])]
+            names[axis] = index
+            declared.update(names)
+            decls.append(ir.SizeDecl(tuple(names), tensor))
+        return decls
+
+
+def _unsized(statement: ir.Assign, declared: set[str]) -> list[str]:
+    """The indices of ``statement`` that no tensor in it gives a size to (and no declaration in force)."""
+    sized = declared | _tensor_axis_indices(statement.expr)
+    return sorted(index for index in set(statement.indices or ()) | _indices(statement.expr) if index not in sized)
+
+
+def _tensor_axis_indices(expr: ir.Expr) -> set[str]:
+    """Indices that some tensor in ``expr`` gives a size to."""
+    return {index for node in ir.walk(expr) if isinstance(node, ir.Tensor) for index in node.indices}
+
+
+def _zero_derivative(of: ir.Assign, fresh_axes: tuple[str, ...]) -> ir.Assign:
+    """The derivative of ``of``'s target by an input it does not depend on: exact zeros of the right shape."""
+    indices = (of.indices or ()) + fresh_axes
+    assert of.target is not None
+    return ir.Assign(of.target, indices, zeros(indices))
+
+
+def _mark_missing_targets(statement: ir.Assign) -> ir.Assign:
+    """A target index the right side lost (a constant derivative) is kept by a delta[p,p] (= 1) factor."""
+    present = _indices(statement.expr)
+    missing = [i for i in statement.indices or () if i not in present]
+    if not missing:
+        return statement
+    markers = [ir.Delta(i, i) for i in missing]
+    expr = statement.expr
+    factors = markers if isinstance(expr, ir.Num) and expr.value == 1 else [expr, *markers]
+    return ir.Assign(statement.target, statement.indices, ir.product(*factors))
+
+
+def _indices(expr: ir.Expr) -> set[str]:
+    return set(indices_in(expr))
+
+
+def _gradient_names(setup: _Setup, wrt: list[str]) -> dict[str, str]:
+    names = {x: f"d{setup.value}_d{x}" for x in wrt}
+    names["value"] = setup.value
+    return names
+
+
+@_deriving
+def grad(program: Checked, wrt: str | Sequence[str]) -> Checked:
+    """The gradient of a scalar program, as a new program (a tuple of gradients when ``wrt`` is a list).
+
+    >>> import numpy as np, einflow as ef
+    >>> g = ef.grad("f = x[i] x[i]", wrt="x")
+    >>> print(g)
+    size p = x
+    df_dx[p] = 2 x[p]
+    >>> g(x=np.array([1.0, 2.0])).tolist()
+    [2.0, 4.0]
+    """
+    hint = "; use jacobian(...) for the full derivative or vjp(..., cotangent=...) to contract it with a cotangent"
+    _, setup, names, as_tuple, outputs = _reverse(program, wrt, "grad", hint)
+    return setup.assemble([outputs[x] for x in names], as_tuple)
+
+
+def _reverse(program: Checked, wrt: str | Sequence[str], what: str, hint: str = "",
+             ) -> tuple[Checked, _Setup, list[str], bool, dict[str, Any]]:
+    """The program, its setup, the ``wrt`` names, whether they were a list, and the gradient of the program's
+    scalar value by each (a reverse sweep); ``hint`` ends the error for a value that is not a scalar."""
+    names, as_tuple = _wrt_list(program, wrt, what)
+    setup = _Setup(program, what)
+    if setup.value_rank:
+        raise DerivativeError(f"{what} needs a scalar value, but '{setup.value}' has rank {setup.value_rank}{hint}")
+    gradients = reverse_sweep(setup.work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    return program, setup, names, as_tuple, gradients
+
+
+@_deriving
+def value_and_grad(program: Checked, wrt: str | Sequence[str]) -> Checked:
+    """One program computing the value and its gradient(s) with shared work; its call returns ``(value, grad)``.
+
+    >>> import numpy as np, einflow as ef
+    >>> value, gradient = ef.value_and_grad("f = x[i] x[i]", wrt="x")(x=np.array([1.0, 2.0]))
+    >>> float(value), gradient.tolist()
+    (5.0, [2.0, 4.0])
+    """
+    _, setup, names, _, outputs = _reverse(program, wrt, "value_and_grad", "; use jacobian(...) or vjp(...)")
+    return setup.assemble([setup.value] + [outputs[x] for x in names], True)
+
+
+@_deriving
+def vjp(program: Checked, wrt: str | Sequence[str], cotangent: str = "G") -> Checked:
+    """The cotangent ``cotangent`` (a new input with the value's shape) pulled back to ``wrt``.
+
+    >>> import numpy as np, einflow as ef
+    >>> v = ef.vjp("y[i] = A[i,j] x[j]", wrt="x", cotangent="g")
+    >>> print(v)
+    size p = x
+    vjp_x[p] = A[i,p] g[i]
+    """
+    names, as_tuple = _wrt_list(program, wrt, "vjp")
+    setup = _Setup(program, "vjp")
+    try:
+        check_name(cotangent, "a tensor name")
+    except EinflowError as error:
+        raise DerivativeError(f"vjp: cotangent= must be a tensor name: {error}") from None
+    if cotangent in program.info.inputs or cotangent in program.info.targets:
+        raise DerivativeError(f"vjp: cotangent name '{cotangent}' is already used by the program")
+    setup.tensor_names.take(cotangent)
+    output = setup.work.target(setup.value)
+    assert output is not None
+    setup.work.ranks[cotangent] = setup.value_rank
+    seed = ir.Tensor(cotangent, output.indices or ())
+    gradient_names = {x: f"vjp_{x}" for x in names}
+    gradient_names["value"] = setup.value
+    outputs = reverse_sweep(setup.work, setup.value, seed, names, gradient_names)
+    return setup.assemble([outputs[x] for x in names], as_tuple)
+
+
+@_deriving
+def jacobian(program: Checked, wrt: str | Sequence[str], mode: str = "auto") -> Checked:
+    """The full derivative: shape = value's shape + ``wrt``'s shape (a tuple for a list of ``wrt``).
+
+    ``mode``: ``"forward"`` carries tangents (the input's axes) through the statements, ``"reverse"``
+    carries adjoints (the value's axes); ``"auto"`` carries whichever has fewer axes.
+
+    >>> import einflow as ef
+    >>> print(ef.jacobian("y[i] = tanh(x[i])", wrt="x"))
+    y[i] = tanh(x[i])
+    size p = x
+    dy_dx[i,p] = delta[i,p] (1 - y[i]^2)
+    """
+    names, as_tuple = _wrt_list(program, wrt, "jacobian")
+    setup = _Setup(program, "jacobian")
+    work = setup.work
+    if mode == "auto":
+        # carry the smaller side through the program: the value's axes (reverse) or the input's (forward)
+        mode = "reverse" if setup.value_rank < min(work.ranks[x] for x in names) else "forward"
+    if mode not in ("forward", "reverse"):
+        raise DerivativeError(f"jacobian: mode={mode!r} not found, valid options are {{'auto', 'forward', 'reverse'}}")
+    if mode == "reverse":
+        value = work.target(setup.value)
+        assert value is not None
+        axes = work.fresh_indices(setup.value)
+        seed = ir.product(ir.Num(1), *(ir.Delta(t, o) for t, o in zip(value.indices or (), axes)))
+        gradient_names = {x: f"d{setup.value}_d{x}" for x in names}
+        gradient_names["value"] = setup.value
+        outputs_by = reverse_sweep(work, setup.value, seed, names, gradient_names, extra=axes)
+        return setup.assemble([outputs_by[x] for x in names], as_tuple)
+    forward_targets = [s.target for s in work.statements if s.target]
+    outputs = []
+    for x in names:
+        results, fresh_axes = forward_sweep(work, x, forward_targets, [setup.value])
+        name = work.tensor_fresh.pick([f"d{setup.value}_d{x}"], f"d_{x}")
+        value = work.target(setup.value)
+        assert value is not None
+        statement = results.get(setup.value) or _zero_derivative(value, fresh_axes)
+        work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+        outputs.append(name)
+    return setup.assemble(outputs, as_tuple)
+
+
+@_deriving
+def hessian(program: Checked, wrt: str | Sequence[str]) -> Checked:
+    """Second derivatives of a scalar program: shape = ``wrt``'s shape twice (blocks for a list of ``wrt``).
+
+    Forward-over-reverse: the gradient program's statements are differentiated forward.
+
+    >>> import einflow as ef
+    >>> print(ef.hessian("f = x[i] x[i]", wrt="x"))
+    size p = x
+    size q = x
+    d2f_dx2[p,q] = 2 delta[p,q]
+    """
+    setup, names, as_tuple, blocks = _second_derivatives(program, wrt, "hessian", every_pair=True)
+    work = setup.work
+    outputs = []
+    for (first, second), statement in blocks.items():
+        block = f"d2{setup.value}_d{first}2" if first == second else f"d2{setup.value}_d{first}d{second}"
+        name = work.tensor_fresh.pick([block], f"d2_{first}_{second}")
+        work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+        outputs.append(name)
+    return setup.assemble(outputs, as_tuple)
+
+
+def _diagonal(statement: ir.Assign, rank: int) -> ir.Assign:
+    """A second-derivative statement ``d[p,q,v,w]`` (first the gradient's axes, then the forward sweep's) read
+    on its diagonal, ``d[p,q,p,q]``: the second axes renamed to the first in the right side, which is then
+    computed directly (no statement holds the whole Hessian)."""
+    indices = statement.indices or ()
+    first, second = indices[:rank], indices[rank:]
+    assert len(second) == rank
+    # (indices bound inside get new names first, so that none of them is caught by the renaming)
+    expr = simplified(rename(rename_apart(statement.expr), dict(zip(second, first))))  # delta[p,p] = 1, x[p] - x[p] = 0
+    return ir.Assign(statement.target, first, expr)
+
+
+def _second_derivatives(program: Checked, wrt: str | Sequence[str], what: str, every_pair: bool = False,
+                        ) -> tuple[_Setup, list[str], bool, dict[tuple[str, str], ir.Assign]]:
+    """The setup, the ``wrt`` names, whether they were a list, and the second-derivative statements
+    d2L/dXdY (the gradient's axes first, by X; then Y's), derived forward over reverse, for every pair of
+    names in order (``every_pair``) or for (X, X) alone; the statements are not yet added to the work."""
+    _, setup, names, as_tuple, gradients = _reverse(program, wrt, what)
+    work = setup.work
+    through = [s.target for s in work.statements if s.target]
+    blocks = {}
+    for first in names:
+        for second in names if every_pair else [first]:
+            results, fresh_axes = forward_sweep(work, second, through, [gradients[first]])
+            gradient_statement = work.target(gradients[first])
+            assert gradient_statement is not None
+            blocks[first, second] = results.get(gradients[first]) or _zero_derivative(gradient_statement, fresh_axes)
+    return setup, names, as_tuple, blocks
+
+
+@_deriving
+def hessian_diagonal(program: Checked, wrt: str | Sequence[str]) -> Checked:
+    """The diagonal of the Hessian of a scalar program, shaped like ``wrt`` (a list: one per input), without
+    forming the Hessian: the second-derivative statement is read on its diagonal, so its intermediates are
+    those of the Hessian's own statements.
+
+    >>> import numpy as np, einflow as ef
+    >>> d = ef.hessian_diagonal("f = sum[i](exp(A[i,j] x[j]))", wrt="x")
+    >>> print(d)
+    t1[i] = exp(A[i,j] x[j])
+    size p = x
+    d2f_dx2_diag[p] = A[i,p]^2 t1[i]
+    >>> d(A=np.array([[1.0, 2.0], [3.0, 0.0]]), x=np.zeros(2)).tolist()
+    [10.0, 4.0]
+    """
+    setup, names, as_tuple, blocks = _second_derivatives(program, wrt, "hessian_diagonal")
+    outputs = []
+    for x in names:
+        statement = _diagonal(blocks[x, x], setup.work.ranks[x])
+        name = setup.work.tensor_fresh.pick([f"d2{setup.value}_d{x}2_diag"], f"d2_{x}_diag")
+        setup.work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+        outputs.append(name)
+    return setup.assemble(outputs, as_tuple)
+
+
+@_deriving
+def laplacian(program: Checked, wrt: str | Sequence[str]) -> Checked:
+    """The Laplacian of a scalar program, the sum of its second derivatives by each element of ``wrt`` (a
+    list: by the elements of all of them), the trace of the Hessian without forming it.
+
+    >>> import numpy as np, einflow as ef
+    >>> lap = ef.laplacian("f = x[i] x[i] y + y^3", wrt=["x", "y"])
+    >>> print(lap)  # (delta[p,p] = 1 keeps the sum over x's elements)
+    size p = x
+    laplacian_f = 2 delta[p,p] y + 6 y
+    >>> float(lap(x=np.ones(3), y=2.0))  # 2 y per element of x, plus 6 y
+    24.0
+    """
+    setup, names, _, blocks = _second_derivatives(program, wrt, "laplacian")
+    terms = []
+    for x in names:
+        statement = _diagonal(blocks[x, x], setup.work.ranks[x])
+        if is_zero(statement.expr):
+            continue  # an input the value is linear in adds nothing
+        indices = statement.indices or ()
+        present = indices_in(statement.expr)
+        # a diagonal constant along an axis counts once per element: delta[p,p] (= 1) keeps the axis summed
+        body = ir.product(statement.expr, *(ir.Delta(i, i) for i in indices if i not in present))
+        terms.append(ir.Reduce(indices, body) if indices else body)
+    name = setup.work.tensor_fresh.pick([f"laplacian_{setup.value}"], "laplacian")
+    total = ir.Num(0) if not terms else terms[0] if len(terms) == 1 else ir.Sum(tuple(terms))
+    setup.work.statements.append(ir.Assign(name, (), total))
+    return setup.assemble([name], False)
+
+
+def _tangents(program: Checked, setup: _Setup, names: list[str], tangent: str | Sequence[str] | None,
+              as_tuple: bool, what: str) -> dict[str, Leaf]:
+    """The tangent inputs (new tensors shaped like the ``wrt`` inputs) as seeds of a tangent sweep."""
+    if tangent is None:
+        chosen = ["T"] if not as_tuple else [f"T_{x}" for x in names]
+    elif isinstance(tangent, str):
+        if as_tuple:
+            raise DerivativeError(f"{what}: wrt= is a list, so tangent= must list one name per input, got {tangent!r}")
+        chosen = [tangent]
+    elif isinstance(tangent, (list, tuple)) and len(tangent) == len(names):
+        chosen = list(tangent)
+    else:
+        raise DerivativeError(f"{what}: tangent= must be a name (or one name per wrt input), got {tangent!r}")
+    for name in chosen:
+        try:
+            check_name(name, "a tensor name")
+        except EinflowError as error:
+            raise DerivativeError(f"{what}: tangent= must be tensor names: {error}") from None
+        if name in program.info.inputs or name in program.info.targets or chosen.count(name) > 1:
+            raise DerivativeError(f"{what}: tangent name '{name}' is already used by the program")
+    seeds: dict[str, Leaf] = {}
+    for x, name in zip(names, chosen):
+        setup.tensor_names.take(name)
+        setup.work.ranks[name] = setup.work.ranks[x]
+        for axis in range(setup.work.ranks[x]):
+            setup.sizes.union(("axis", name, axis), ("axis", x, axis))
+
+        def seed(node: ir.Tensor, name: str = name) -> ir.Expr:
+            return ir.Tensor(name, node.indices)
+
+        seeds[x] = seed
+    return seeds
+
+
+@_deriving
+def jvp(program: Checked, wrt: str | Sequence[str], tangent: str | Sequence[str] | None = None) -> Checked:
+    """The value's directional derivative along a tangent: ``sum over X of dvalue/dX . T`` (value's shape).
+
+    ``tangent`` names the new input(s) shaped like ``wrt`` (default ``T``, or ``T_X`` for each of a list).
+    Forward mode: tangents are carried through the statements; nothing larger than the program's own
+    values is built.
+
+    >>> import numpy as np, einflow as ef
+    >>> j = ef.jvp("y[i] = A[i,j] x[j]", wrt="x", tangent="t")
+    >>> print(j)
+    jvp_y[i] = A[i,j] t[j]
+    >>> j(A=np.eye(2), t=np.array([1.0, 2.0])).tolist()
+    [1.0, 2.0]
+    """
+    names, as_tuple = _wrt_list(program, wrt, "jvp")
+    setup = _Setup(program, "jvp")
+    work = setup.work
+    seeds = _tangents(program, setup, names, tangent, as_tuple, "jvp")
+    through = [s.target for s in work.statements if s.target]
+    results = tangent_sweep(work, seeds, (), lambda t: f"jvp_{t}", through, [setup.value])
+    value = work.target(setup.value)
+    assert value is not None
+    statement = results.get(setup.value) or _zero_derivative(value, ())
+    name = work.tensor_fresh.pick([f"jvp_{setup.value}"], "jvp")
+    work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+    return setup.assemble([name], False)
+
+
+@_deriving
+def hvp(program: Checked, wrt: str | Sequence[str], tangent: str | Sequence[str] | None = None) -> Checked:
+    """The Hessian of a scalar program times a tangent, ``sum over q of H[p,q] V[q]``, without forming H.
+
+    Forward over reverse: the gradient's statements are differentiated along the tangent, so the largest
+    intermediate is of the size of the program's own values (a list of ``wrt`` gives one block row each).
+
+    >>> import numpy as np, einflow as ef
+    >>> h = ef.hvp("f = x[i] A[i,j] x[j]", wrt="x", tangent="v")
+    >>> print(h)
+    size p = x
+    hvp_x[p] = A[p,j] v[j] + A[i,p] v[i]
+    >>> h(A=np.array([[1.0, 2.0], [0.0, 1.0]]), x=np.zeros(2), v=np.array([1.0, 0.0])).tolist()
+    [2.0, 2.0]
+    """
+    program, setup, names, as_tuple, gradients = _reverse(program, wrt, "hvp")
+    work = setup.work
+    seeds = _tangents(program, setup, names, tangent, as_tuple, "hvp")
+    through = [s.target for s in work.statements if s.target]
+    results = tangent_sweep(work, seeds, (), lambda t: f"hvp_{t}", through, [gradients[x] for x in names])
+    outputs = []
+    for x in names:
+        gradient = work.target(gradients[x])
+        assert gradient is not None
+        statement = results.get(gradients[x]) or _zero_derivative(gradient, ())
+        name = work.tensor_fresh.pick([f"hvp_{x}"], f"hvp_{x}_")
+        work.statements.append(ir.Assign(name, statement.indices, statement.expr))
+        outputs.append(name)
+    return setup.assemble(outputs, as_tuple)

@@ -1,0 +1,203 @@
+"""Reverse (adjoint) and forward (tangent) sweeps over normal-form statements."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from einflow.derive.canonical import bound_inside
+from einflow.derive.normal import Fresh, rename, tensor_names
+from einflow.derive.rules import Leaf, derivative, input_leaf
+from einflow.derive.simplify import simplify
+from einflow.derive.tree import split_products
+from einflow.lang import ir
+
+__all__ = ["Work", "reverse_sweep", "forward_sweep", "tangent_sweep", "zeros"]
+
+
+@dataclass
+class Work:
+    """A derivative program under construction, all in bound normal form."""
+
+    statements: list[ir.Assign]
+    inputs: tuple[str, ...]
+    ranks: dict[str, int]
+    fresh: Fresh
+    tensor_fresh: Fresh
+    sizes: list[ir.SizeDecl] = field(default_factory=list)
+    size_of: dict[str, tuple[str, int]] = field(default_factory=dict)  # index -> (tensor, axis)
+    forward_count: int = 0  # statements[:forward_count] compute the program's own values
+    partials: set[str] = field(default_factory=set)  # targets made by splitting a product along its tree
+
+    def target(self, name: str) -> ir.Assign | None:
+        for statement in self.statements:
+            if statement.target == name:
+                return statement
+        return None
+
+    def fresh_indices(self, tensor: str) -> tuple[str, ...]:
+        """Fresh indices for ``tensor``'s axes, declared with a size statement."""
+        rank = self.ranks[tensor]
+        pool = [*"pqrsuvwabcdeg"] + [f"{c}{n}" for n in range(2, 10) for c in "pqrsuvw"]
+        names = tuple(self.fresh.pick(pool, "p") for _ in range(rank))
+        if names:
+            self.sizes.append(ir.SizeDecl(names, tensor))
+            for axis, name in enumerate(names):
+                self.size_of[name] = (tensor, axis)
+                if self.fresh.sizes is not None:
+                    self.fresh.sizes.union(name, ("axis", tensor, axis))
+        return names
+
+    def depends(self, wrt: set[str]) -> set[str]:
+        """Targets whose value depends on any of ``wrt`` (plus ``wrt`` itself)."""
+        varying = set(wrt)
+        for statement in self.statements:
+            if tensor_names(statement.expr) & varying:
+                varying.add(statement.target)  # type: ignore[arg-type]
+        return varying
+
+
+def _fresh_copy(expr: ir.Expr, fresh: Fresh) -> ir.Expr:
+    """``expr`` with its internal dummy indices renamed apart (for inlining at a second place)."""
+    return rename(expr, {index: fresh.index(index) for index in bound_inside(expr)})
+
+
+def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_of: dict[str, str],
+                  extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Append adjoint statements computing the cotangent ``seed`` pulled back to each ``wrt`` input.
+
+    ``seed`` has the output's target indices free, plus ``extra`` indices that every adjoint carries
+    along (a reverse-mode Jacobian seeds with deltas and keeps the value's axes as ``extra``).
+    Returns wrt name -> adjoint statement name (its indices: ``extra`` then the input's axes).
+    """
+    varying = work.depends(set(wrt))
+    position = next(k for k, s in enumerate(work.statements) if s.target == output)
+    if position < work.forward_count:
+        # products with many varying factors: one statement per node of their pairwise tree (shared adjoints)
+        inserted = split_products(work.statements, position + 1, varying, work.fresh, work.tensor_fresh, work.ranks,
+                                  work.partials)
+        work.forward_count += inserted
+        position += inserted
+        varying = work.depends(set(wrt))
+    forward = work.statements[: position + 1]
+    adjoint_indices: dict[str, tuple[str, ...]] = {x: work.fresh_indices(x) for x in wrt}
+    contributions: dict[str, list[ir.Expr]] = {}
+    adjoint_of: dict[str, ir.Expr] = {output: seed}
+    emitted: list[ir.Assign] = []
+    for statement in reversed(forward):
+        target = statement.target
+        assert target is not None
+        if target != output:
+            parts = contributions.get(target)
+            if not parts:
+                continue
+            indices = adjoint_indices[target] + extra
+            if target in work.partials and len(parts) == 1 and isinstance(parts[0], ir.Tensor):
+                # the adjoint is another tensor read as it is (a split product's root): no copy statement
+                mapping = dict(zip(indices, (statement.indices or ()) + extra))
+                adjoint_of[target] = rename(parts[0], mapping)
+            else:
+                name = work.tensor_fresh.pick([f"d{name_of['value']}_d{target}"], f"d_{target}")
+                emitted.append(ir.Assign(name, indices, simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])))
+                work.ranks[name] = len(indices)
+                adjoint_of[target] = ir.Tensor(name, (statement.indices or ()) + extra)
+        cotangent = adjoint_of[target]
+        for read in sorted(tensor_names(statement.expr) & varying):
+            if read not in adjoint_indices:
+                adjoint_indices[read] = work.fresh_indices(read)
+            jac = derivative(statement.expr, input_leaf(read, adjoint_indices[read]))
+            if jac is None:
+                continue
+            pulled = ir.product(cotangent, jac)
+            if statement.indices:
+                pulled = ir.Reduce(statement.indices, pulled)
+            contribution = simplify(_fresh_copy(pulled, work.fresh))
+            if not (isinstance(contribution, ir.Num) and contribution.value == 0):
+                contributions.setdefault(read, []).append(contribution)
+    names: dict[str, str] = {}
+    for x in wrt:
+        name = work.tensor_fresh.pick([name_of[x]], f"d_{x}")
+        if x not in adjoint_indices:
+            adjoint_indices[x] = work.fresh_indices(x)
+        parts = contributions.get(x, [])
+        if parts:
+            body = simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])
+        else:
+            body = ir.Num(0)
+        if isinstance(body, ir.Num) and body.value == 0:
+            body = zeros(extra + adjoint_indices[x])
+        emitted.append(ir.Assign(name, extra + adjoint_indices[x], body))
+        names[x] = name
+    work.statements.extend(emitted)
+    return names
+
+
+def zeros(indices: tuple[str, ...]) -> ir.Expr:
+    """An exact zero over ``indices``: ``0 delta[p,p] ...`` reads no input (the deltas only give its shape)."""
+    return ir.product(ir.Num(0), *(ir.Delta(i, i) for i in indices)) if indices else ir.Num(0)
+
+
+def _contracts(expr: ir.Expr) -> bool:
+    """Does ``expr`` contract a product of three or more factors (a chain worth naming once)?"""
+    return any(isinstance(node, ir.Reduce) and node.kind == "sum" and isinstance(node.body, ir.Product)
+               and sum(not isinstance(f, ir.Num) for f in node.body.factors) >= 3 for node in ir.walk(expr))
+
+
+def forward_sweep(work: Work, wrt: str, through: list[str],
+                  outputs: list[str]) -> tuple[dict[str, ir.Assign], tuple[str, ...]]:
+    """Tangents of ``through`` statements with respect to input ``wrt`` (fresh trailing indices).
+
+    Returns (output name -> tangent statement, not yet appended, whose target indices are the output's
+    then the fresh ones; the fresh indices). An output missing from the dict does not depend on ``wrt``.
+    """
+    fresh_axes = work.fresh_indices(wrt)
+    results = tangent_sweep(work, {wrt: input_leaf(wrt, fresh_axes)}, fresh_axes, lambda t: f"d{t}_d{wrt}",
+                            through, outputs)
+    return results, fresh_axes
+
+
+def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], name_of: Callable[[str], str],
+                  through: list[str], outputs: list[str]) -> dict[str, ir.Assign]:
+    """Carry tangents forward through the ``through`` statements.
+
+    ``seeds`` give the tangent of each varying input's reference (deltas for a Jacobian, a tangent
+    tensor for a JVP); every tangent carries the extra ``axes``. Returns output name -> tangent statement
+    (not yet appended; target indices: the output's, then ``axes``); an output missing from the dict does
+    not vary. Simple tangents are inlined where used; others become statements named ``name_of(target)``.
+    """
+    tangents: dict[str, tuple[tuple[str, ...], ir.Expr]] = {}
+
+    def leaf(node: ir.Tensor) -> ir.Expr | None:
+        seed = seeds.get(node.name)
+        if seed is not None:
+            return seed(node)
+        found = tangents.get(node.name)
+        if found is None:
+            return None
+        indices, expr = found
+        copy = _fresh_copy(expr, work.fresh)
+        return rename(copy, dict(zip(indices, node.indices)))
+
+    results: dict[str, ir.Assign] = {}
+    for statement in list(work.statements):
+        if statement.target not in through:
+            continue
+        tangent = derivative(statement.expr, leaf)
+        if tangent is None:
+            continue
+        tangent = simplify(tangent)
+        indices = statement.indices or ()
+        if statement.target in outputs:
+            results[statement.target] = ir.Assign(statement.target, indices + axes, tangent)
+            continue
+        # keep simple tangents symbolic (inlined at each use); materialize the rest once: sums of terms,
+        # and contractions (inlining those repeats the chain: a deep network's statements would grow with depth)
+        if isinstance(tangent, ir.Sum) or _contracts(tangent):
+            assert statement.target is not None
+            name = work.tensor_fresh.pick([name_of(statement.target)], f"d_{statement.target}")
+            work.statements.append(ir.Assign(name, indices + axes, tangent))
+            work.ranks[name] = len(indices) + len(axes)
+            tangents[statement.target] = (indices + axes, ir.Tensor(name, indices + axes))
+        else:
+            tangents[statement.target] = (indices + axes, tangent)
+    return results

@@ -1,0 +1,1 @@
+"""The engine: IR -> steps -> specialised plan -> generated code -> arrays, on every backend."""

@@ -1,0 +1,627 @@
+"""Steps -> Python source: one straight-line function body, one line (or two) per step.
+
+:class:`Source` renders a :class:`einflow.engine.lower.Lowered` program without shapes: sizes are read off the
+inputs at run time and contractions call ``opt_einsum.contract``; this is what ``to_source`` exports.
+``einflow.engine.plan`` renders the same steps specialised for shapes, dtypes and a backend (literal sizes,
+contractions as direct BLAS calls, large fused elementwise work block by block) and compiles that text as
+the executor. ``_np`` is the array module in both.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import math
+
+import opt_einsum as oe
+
+from einflow.engine.steps import (
+    Add,
+    Apply,
+    Arg,
+    AsFloat,
+    Constant,
+    Contract,
+    Diagonal,
+    Elementwise,
+    Free,
+    Lowered,
+    Mul,
+    Node,
+    Number,
+    Ones,
+    Pow,
+    Reduce,
+    Size,
+    SizeRef,
+    Step,
+    node_args,
+)
+from einflow.lang.functions import FUNCTION_RULES
+from einflow.lang.numbers import _is_unit
+
+__all__ = ["Source", "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS", "kind_of", "diagonal_spec",
+           "diagonal_view_labels"]
+
+#: function templates that differ on torch (``torch.maximum`` needs two tensors)
+TORCH_CALLS = {"relu": "{np}.clamp({x}, min=0)", "softplus": "{np}.logaddexp({np}.zeros_like({x}), {x})"}
+
+# Private helpers the generated code may call; {np} and helper names are substituted.
+HELPERS: dict[str, str] = {
+    "output": '''def {output}(x):
+    """A value as einflow returns it: a 0-d result is a numpy scalar, as numpy's full reductions give."""
+    return x[()] if type(x).__module__ == "numpy" and getattr(x, "ndim", 1) == 0 else x''',
+    "input": '''def {input}(x):
+    """An input as einflow receives it: Python int/float stay weak scalars, the rest become arrays."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return x
+    return {np}.asarray(x)''',
+    "as_float": '''def {as_float}(x):
+    """Integer (and bool) values promoted to float64, as einflow does for negative or fractional powers."""
+    if {np}.result_type(x).kind in "biu":
+        return x.astype("float64") if hasattr(x, "astype") else float(x)
+    return x''',
+    "reciprocal": '''def {reciprocal}(x):
+    """x ** -1 with einflow's promotion of integers to float64."""
+    if isinstance(x, (int, float)):
+        return 1.0 / x if x != 0 else float({np}.copysign({np}.inf, x))
+    return {np}.reciprocal({as_float}(x))''',
+    "sigmoid": '''def {sigmoid}(x):
+    """1 / (1 + exp(-x)) without overflow, accurate in both tails (as einflow computes it).
+
+    With e = exp(-|x|) (never overflows): 1 / (1 + e) for x >= 0 and e / (1 + e) below, in one division.
+    """
+    e = {np}.exp({np}.copysign(x, -1))
+    numerator = {np}.maximum(e, x >= 0)
+    e += 1
+    numerator /= e
+    return numerator''',
+    "erf": '''def {erf}(x):
+    """The error function elementwise (math.erf per element; the argument's floating type kept)."""
+    import math
+    x = {as_float}({np}.asarray(x))
+    return {np}.asarray({np}.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)''',
+    "reduce": '''def {reduce}(kind, x, axis):
+    """A reduction or normaliser over axes, stable by construction (max-shifted exp)."""
+    if kind == "max":
+        return x.max(axis=axis)
+    if kind == "min":
+        return x.min(axis=axis)
+    if kind == "mean":
+        return {as_float}(x).mean(axis=axis)
+    if kind in ("argmax", "argmin"):
+        extreme = x.max(axis=axis, keepdims=True) if kind == "argmax" else x.min(axis=axis, keepdims=True)
+        hits = {as_float}(x == extreme)
+        return hits / hits.sum(axis=axis, keepdims=True)
+    x = {as_float}(x)
+    if x.size == 0:
+        shift = {np}.zeros_like(x.sum(axis=axis, keepdims=True))
+    else:
+        shift = x.max(axis=axis, keepdims=True)
+        shift = {np}.where({np}.isfinite(shift), shift, 0)
+    shifted = x - shift
+    e = {np}.exp(shifted)
+    total = e.sum(axis=axis, keepdims=True)
+    if kind == "softmax":
+        return e / total
+    if kind == "log_softmax":
+        return shifted - {np}.log(total)
+    return ({np}.log(total) + shift).squeeze(axis=axis)''',
+    "step": '''def {step}(x):
+    """1 where x > 0, else 0, in x's type."""
+    return {np}.greater(x, 0).astype({np}.result_type(x))''',
+    "as_input_float": '''def {as_input_float}(x, *inputs):
+    """Deltas alone: numbers of the inputs' floating type when they have one (as einflow does)."""
+    floats = [a.dtype for a in inputs if getattr(a, "dtype", None) is not None and a.dtype.kind == "f"]
+    return x.astype({np}.result_type(*floats)) if floats else x''',
+}
+HELPERS["diagonal"] = '''def {diagonal}(value, shape, groups):
+    """value written on the diagonals of a zero array of ``shape`` (groups[k]: the axes value's axis k runs along)."""
+    index = [None] * len(shape)
+    for k, axes in enumerate(groups):
+        positions = {np}.arange(value.shape[k]).reshape(tuple(-1 if j == k else 1 for j in range(value.ndim)))
+        for axis in axes:
+            index[axis] = positions
+    out = {np}.zeros(shape, dtype=value.dtype)
+    out[tuple(index)] = value
+    return out'''
+
+#: the same helpers for PyTorch tensors (``{np}`` is torch): dtypes have no ``kind``, tensors no ``astype``
+TORCH_HELPERS: dict[str, str] = {
+    "input": '''def {input}(x):
+    """An input as einflow receives it: Python int/float stay weak scalars, the rest become tensors."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return x
+    x = {np}.as_tensor(x)
+    return x.long() if x.dtype == {np}.bool else x''',
+    "as_float": '''def {as_float}(x):
+    """Integer (and bool) values promoted to float64, as einflow does for negative or fractional powers."""
+    if isinstance(x, (int, float)):
+        return float(x)
+    return x if x.is_floating_point() or x.is_complex() else x.to({np}.float64)''',
+    "reciprocal": '''def {reciprocal}(x):
+    """x ** -1 with einflow's promotion of integers to float64."""
+    if isinstance(x, (int, float)):
+        return 1.0 / x if x != 0 else float("inf") if str(float(x))[0] != "-" else float("-inf")
+    return {np}.reciprocal({as_float}(x))''',
+    "sigmoid": '''def {sigmoid}(x):
+    """1 / (1 + exp(-x)) without overflow, accurate in both tails (torch's own kernel)."""
+    if isinstance(x, (int, float)):
+        x = {np}.tensor(float(x), dtype={np}.float64)
+    return {np}.sigmoid(x)''',
+    "step": '''def {step}(x):
+    """1 where x > 0, else 0, in x's type."""
+    return (x > 0).to(x.dtype)''',
+    "as_input_float": '''def {as_input_float}(x, *inputs):
+    """Deltas alone: numbers of the inputs' floating type when they have one (as einflow does)."""
+    floats = [a.dtype for a in inputs if isinstance(a, {np}.Tensor) and a.is_floating_point()]
+    if not floats:
+        return x
+    dtype = floats[0]
+    for other in floats[1:]:
+        dtype = {np}.promote_types(dtype, other)
+    return x.to(dtype)''',
+    "diagonal": '''def {diagonal}(value, shape, groups):
+    """value written on the diagonals of a zero tensor of ``shape`` (groups[k]: the axes value's axis k runs along)."""
+    index = [None] * len(shape)
+    for k, axes in enumerate(groups):
+        positions = {np}.arange(value.shape[k], device=value.device)
+        positions = positions.reshape(tuple(-1 if j == k else 1 for j in range(value.ndim)))
+        for axis in axes:
+            index[axis] = positions
+    out = {np}.zeros(shape, dtype=value.dtype, device=value.device)
+    out[tuple(index)] = value
+    return out''',
+    "erf": '''def {erf}(x):
+    """The error function elementwise."""
+    return {np}.special.erf({as_float}(x))''',
+    "reduce": '''def {reduce}(kind, x, axis):
+    """A reduction or normaliser over axes, stable by construction (torch's logsumexp is max-shifted)."""
+    if kind == "max":
+        return {np}.amax(x, dim=axis)
+    if kind == "min":
+        return {np}.amin(x, dim=axis)
+    if kind == "mean":
+        return {as_float}(x).mean(dim=axis)
+    if kind in ("argmax", "argmin"):
+        extreme = {np}.amax(x, dim=axis, keepdim=True) if kind == "argmax" else {np}.amin(x, dim=axis, keepdim=True)
+        hits = {as_float}(x == extreme)
+        return hits / hits.sum(dim=axis, keepdim=True)
+    x = {as_float}(x)
+    total = {np}.logsumexp(x, dim=axis, keepdim=True)
+    if kind == "softmax":
+        return {np}.exp(x - total)
+    if kind == "log_softmax":
+        return x - total
+    return total.reshape([n for k, n in enumerate(x.shape) if k not in axis])''',
+    "device": '''def {device}(*inputs):
+    """Where new tensors go: the device of the first tensor input (the CPU when there is none)."""
+    return next((a.device for a in inputs if isinstance(a, {np}.Tensor)), None)''',
+}
+#: jax arrays are immutable: the diagonal is written with ``.at[...].set`` (its indices are unique, which
+#: also lets jax transpose the write: reverse mode through a JVP program with a surviving delta)
+JAX_HELPERS: dict[str, str] = {
+    "erf": '''def {erf}(x):
+    """The error function elementwise (jax's own, traceable and differentiable)."""
+    from jax.scipy.special import erf
+    return erf({as_float}(x))''',
+    "diagonal": HELPERS["diagonal"].replace("out[tuple(index)] = value\n    return out",
+                                             "return out.at[tuple(index)].set(value, unique_indices=True)"),
+}
+HELPERS["owned"] = '''def {owned}(base, shape, value, coefficient=1):
+    """``base`` as an array of ``shape`` and of its result type with ``value * coefficient``, for a diagonal to be
+    added into in place: ``base`` itself when it already is one (einflow computed it for that alone), else a copy."""
+    dtype = {np}.result_type(base, value, coefficient)
+    if {np}.shape(base) == tuple(shape) and {np}.result_type(base) == dtype:
+        return base
+    return {np}.broadcast_to({np}.asarray(base), shape).astype(dtype)'''
+HELPERS["device"] = '''def {device}(*inputs):
+    """Where new arrays go (numpy: the host)."""
+    return None'''
+HELPER_NEEDS = {"reciprocal": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",)}
+_BUILTINS = frozenset(dir(builtins))
+#: the helpers in the order generated code defines them
+HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "diagonal", "owned",
+               "device", "erf", "reduce")
+ALIASES = ("np", "oe", *HELPER_KEYS)
+#: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
+TARGETS = ("numpy", "torch", "jax")
+
+
+def usable(name: str) -> bool:
+    """Whether ``name`` can be a Python variable."""
+    return name.isidentifier() and not keyword.iskeyword(name) and name != "__debug__"
+
+
+def number_text(value: int | float, np_alias: str = "_np") -> str:
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        return repr(value)
+    if math.isnan(value):
+        return f"{np_alias}.nan"
+    if math.isinf(value):
+        return f"{np_alias}.inf" if value > 0 else f"-{np_alias}.inf"
+    return repr(float(value))
+
+
+def kind_of(step: Step) -> str:
+    """The report's name for a step."""
+    if isinstance(step, Contract):
+        return "contract"
+    if isinstance(step, Reduce):
+        return step.kind
+    if isinstance(step, Diagonal):
+        return "diagonal"
+    if isinstance(step, Ones):
+        return "ones"
+    if isinstance(step, Constant):
+        return "constant"
+    if isinstance(step, Free):
+        return "free"
+    expr = step.expr
+    if isinstance(expr, Arg):
+        return "transpose"
+    if isinstance(expr, Add):
+        return "add"
+    if isinstance(expr, Mul):
+        arrays = [f for f in expr.factors if isinstance(f, (Arg, AsFloat)) or not isinstance(f, (Number, Size))]
+        return "scale" if len(arrays) <= 1 or all(isinstance(f, (Number, Size, AsFloat)) for f in arrays) else "product"
+    return "elementwise"
+
+
+class Source:
+    """Render lowered steps as the body of a Python function (generic: no shapes known)."""
+
+    def __init__(self, lowered: Lowered, taken: set[str] | None = None, target: str = "numpy") -> None:
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}")
+        self.lowered = lowered
+        #: the array module the code is written for: "numpy" (also cupy and dask arrays), "torch" or "jax"
+        self.target = target
+        self.taken = set(taken or ()) | _BUILTINS
+        self.alias = {key: self.fresh("_" + key) for key in ALIASES}
+        self.used_helpers: set[str] = set()
+        self.vars: dict[int, str] = {}
+        self.parameters: list[str] = []
+        self.keyword_inputs: list[tuple[str, str]] = []
+        for register, name in enumerate(lowered.inputs):
+            if usable(name):
+                var = name
+                self.taken.add(name)
+                self.parameters.append(name)
+            else:
+                var = self.fresh(name + "_" if usable(name + "_") else "_input")
+                self.keyword_inputs.append((name, var))
+            self.vars[register] = var
+        self.named = dict(lowered.names)
+        self.used = set(self.vars.values()) | set(self.alias.values())
+        self.temp_count = 0
+        self.labels: dict[int, tuple[str, ...]] = {}
+        #: registers known to hold booleans (a specialised rendering knows them; a generic one does not)
+        self.booleans: set[int] = set()
+
+    # ------------------------------------------------------------------ names
+    def fresh(self, base: str) -> str:
+        candidate, number = base, 0
+        while candidate in self.taken or not usable(candidate):
+            number += 1
+            candidate = f"{base}_{number}"
+        self.taken.add(candidate)
+        return candidate
+
+    def var(self, register: int) -> str:
+        found = self.vars.get(register)
+        if found is None:
+            name = self.named.get(register)
+            if name is not None and usable(name) and name not in self.used:
+                self.taken.add(name)
+                found = name
+            else:
+                self.temp_count += 1
+                found = self.fresh(f"_t{self.temp_count}")
+            self.vars[register] = found
+            self.used.add(found)
+        return found
+
+    def helper(self, key: str) -> str:
+        self.used_helpers.add(key)
+        for need in HELPER_NEEDS.get(key, ()):
+            self.used_helpers.add(need)
+        return self.alias[key]
+
+    def helper_text(self, key: str) -> str:
+        own = TORCH_HELPERS if self.target == "torch" else JAX_HELPERS if self.target == "jax" else {}
+        return own.get(key, HELPERS[key]).format(**self.alias)
+
+    def device(self) -> str:
+        """Text of the device new tensors go to (torch only), from the inputs."""
+        inputs = ", ".join(self.vars[k] for k in range(len(self.lowered.inputs)))
+        return f"{self.helper('device')}({inputs})"
+
+    # ------------------------------------------------------------------ pieces
+    def number(self, value: int | float) -> str:
+        return number_text(value, self.alias["np"])
+
+    def size(self, ref: SizeRef) -> str:
+        if isinstance(ref, int):
+            return repr(ref)
+        return f"{self.vars[ref[0]]}.shape[{ref[1]}]"
+
+    def shape_text(self, refs: tuple[SizeRef, ...]) -> str:
+        inner = ", ".join(self.size(ref) for ref in refs)
+        return f"({inner},)" if len(refs) == 1 else f"({inner})"
+
+    def arg(self, node: Arg) -> str:
+        text = self.var(node.register)
+        if node.axes is None:
+            return text
+        present = [axis for axis in node.axes if axis is not None]
+        if present != list(range(len(present))):
+            text += f".{'permute' if self.target == 'torch' else 'transpose'}({tuple(present)!r})"
+        if None in node.axes:
+            text += "[" + ", ".join(":" if axis is not None else "None" for axis in node.axes) + "]"
+        return text
+
+    def node(self, node: Node) -> tuple[str, int]:
+        """(text, precedence): 1 sum, 2 product, 3 power, 4 atom."""
+        if isinstance(node, Arg):
+            return self.arg(node), 4
+        if isinstance(node, Number):
+            text = self.number(node.value)
+            return text, 1 if text.startswith("-") else 4
+        if isinstance(node, Size):
+            return self.size(node.ref), 4
+        if isinstance(node, Apply) and node.other is not None:
+            return f"{self.alias['np']}.{node.func}({self.node(node.arg)[0]}, {self.node(node.other)[0]})", 4
+        if isinstance(node, Apply):
+            inner = self.node(node.arg)[0]
+            # a promoting function's result is already floating: no second promotion around it
+            computed_float = (isinstance(node.arg, Apply) and node.arg.other is None  # maximum(a, b) keeps ints
+                              and FUNCTION_RULES[node.arg.func].promotes)
+            return self.call(node.func, inner, promote=not computed_float), 4
+        if isinstance(node, AsFloat) and isinstance(node.arg, Size):
+            return self.count(self.size(node.arg.ref)), 4
+        if isinstance(node, AsFloat):
+            return self.as_float(self.node(node.arg)[0]), 4
+        if isinstance(node, Pow):
+            return self.power(node), 4
+        if isinstance(node, Add):
+            pieces: list[str] = []
+            for position, term in enumerate(_positive_first(node.terms)):
+                negated = _negated(term) if position and self.subtractable(term) else None
+                if negated is not None:
+                    text, level = self.node(negated)
+                    pieces.append(" - " + (f"({text})" if level < 2 else text))
+                else:
+                    text, level = self.node(term)
+                    pieces.append((" + " if position else "") + (f"({text})" if level < 1 else text))
+            return "".join(pieces), 1
+        factors = []
+        casts = self.product_casts(node)
+        for position, factor in enumerate(node.factors):
+            text, level = self.node(factor)
+            if position in casts:
+                text, level = self.astype(text if level >= 4 else f"({text})", casts[position]), 4
+            factors.append(f"({text})" if level < 2 else text)
+        return " * ".join(factors), 2
+
+    def product_casts(self, node: Mul) -> dict[int, str]:
+        """Factors to cast to the product's common dtype (position -> dtype); unknown dtypes: none."""
+        return {}
+
+    def subtractable(self, term: Node) -> bool:
+        """Whether ``+ term`` may be written ``- (its negation)``: numpy refuses ``bool - bool`` (see ``booleans``)."""
+        return not self.booleans or not any(register in self.booleans for register in node_args(term))
+
+    def floating(self, x: str) -> str:
+        """``x`` promoted to float64 when it holds integers or booleans (the dtypes are not known here)."""
+        return f"{self.helper('as_float')}({x})"
+
+    def call(self, func: str, x: str, promote: bool = True) -> str:
+        rule = FUNCTION_RULES[func]
+        template = TORCH_CALLS.get(func, rule.source) if self.target == "torch" else rule.source
+        if rule.promotes and promote:
+            x = self.floating(x)
+        helpers = {key: self.helper(key) if "{" + key + "}" in template else "" for key in ("sigmoid", "step", "erf")}
+        return template.format(x=x, np=self.alias["np"], **helpers)
+
+    def power(self, node: Pow) -> str:
+        text, level = self.node(node.base)
+        atom = text if level >= 4 else f"({text})"
+        exponent = node.exponent
+        integral = isinstance(exponent, int) or float(exponent).is_integer()
+        np_ = self.alias["np"]
+        if exponent == 2:
+            return f"{atom} * {atom}" if isinstance(node.base, Arg) else f"{np_}.square({text})"
+        if exponent == -1:
+            return f"{self.helper('reciprocal')}({text})"
+        if exponent == 0.5:
+            return f"{np_}.sqrt({text})"
+        power = "pow" if self.target == "torch" else "power"
+        if not integral or exponent < 0:
+            return f"{np_}.{power}({self.helper('as_float')}({text}), {self.number(exponent)})"
+        return f"{np_}.{power}({text}, {self.number(exponent)})"
+
+    def as_float(self, text: str) -> str:
+        inputs = "".join(", " + self.vars[k] for k in range(len(self.lowered.inputs)))
+        return f"{self.helper('as_input_float')}({text}{inputs})"
+
+    def count(self, size: str) -> str:
+        """An index's size as a 0-d value of the inputs' floating type (the integer type when they have none)."""
+        return self.as_float(f"{self.alias['np']}.asarray({size})")
+
+    def scaled(self, text: str, scale: tuple[Node, ...]) -> str:
+        for factor in scale:
+            factor_text, level = self.node(factor)
+            text += " * " + (f"({factor_text})" if level < 2 else factor_text)
+        return text
+
+    # ------------------------------------------------------------------ steps
+    def contract(self, step: Contract) -> str:
+        letters = {label: oe.get_symbol(k) for k, label in
+                   enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
+        equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
+        equation += "->" + "".join(letters[label] for label in step.output)
+        args = "".join(", " + self.var(register) for register in step.args)
+        return self.scaled(f"{self.alias['oe']}.contract({equation!r}{args})", step.scale)
+
+    def elementwise(self, step: Elementwise) -> str:
+        return self.node(step.expr)[0]
+
+    def astype(self, text: str, dtype: str) -> str:
+        """``text`` (an array expression) converted to the numpy dtype named ``dtype``."""
+        if self.target == "torch":
+            return f"{text}.to({self.alias['np']}.{dtype})"
+        return f"{text}.astype({dtype!r})"
+
+    def reduce(self, text: str, axes: tuple[int, ...]) -> str:
+        if self.target == "torch" and axes:
+            return f"{text}.sum(dim={axes!r})"
+        return f"{text}.sum(axis={axes!r})"
+
+    def diagonal_value(self, step: Diagonal, full: bool = False) -> str:
+        """The value of a Diagonal step aligned with its view (``diagonal_view_labels``), times its coefficient;
+        ``full``: broadcast to the view's shape (for writers that index the diagonals)."""
+        value = self.var(step.arg)
+        labels = diagonal_view_labels(step)
+        if len(labels) > len(step.labels):
+            value += "[..., " + ", ".join(["None"] * (len(labels) - len(step.labels))) + "]"
+            if full:
+                sizes = tuple(step.sizes[step.output.index(label)] for label in labels)
+                value = f"{self.alias['np']}.broadcast_to({value}, {self.shape_text(sizes)})"
+        return self.scaled(value, () if _is_unit(step.coefficient) else (Number(step.coefficient),))
+
+    def diagonal(self, step: Diagonal, out: str) -> list[str]:
+        value = self.var(step.arg)
+        scaled = self.diagonal_value(step)
+        if self.target != "numpy":  # no strided writes: index the diagonals
+            groups = tuple(tuple(step.output.index(m) for m in next((g for g in step.groups if label in g), (label,)))
+                           for label in diagonal_view_labels(step))
+            written = f"{self.helper('diagonal')}({self.diagonal_value(step, True)}, {self.shape_text(step.sizes)}, " \
+                      f"{groups!r})"
+            return [f"{out} = {written}" if step.base is None else f"{out} = {self.var(step.base)} + {written}"]
+        np_ = self.alias["np"]
+        if step.base is None:
+            lines = []
+            if scaled != value:
+                value = self.fresh("_value")
+                lines.append(f"{value} = {scaled}")
+            lines += [f"{out} = {np_}.zeros({self.shape_text(step.sizes)}, dtype={value}.dtype)",
+                      f"{np_}.einsum({diagonal_spec(step)!r}, {out})[...] = {value}"]
+            return lines + ([f"del {value}"] if scaled != self.var(step.arg) else [])
+        owned = f"{self.helper('owned')}({self.var(step.base)}, {self.shape_text(step.sizes)}, {value}"
+        owned += ")" if _is_unit(step.coefficient) else f", {self.number(step.coefficient)})"
+        return [f"{out} = {owned}", *self.diagonal_add(step, out, scaled)]
+
+    def diagonal_add(self, step: Diagonal, out: str, value: str) -> list[str]:
+        """Lines adding ``value`` into the diagonal of ``out`` in place (numpy's strided view)."""
+        view = self.fresh("_diagonal")
+        return [f"{view} = {self.alias['np']}.einsum({diagonal_spec(step)!r}, {out})", f"{view} += {value}",
+                f"del {view}"]
+
+    def step_lines(self, step: Step) -> list[str]:
+        """The statement(s) computing one step."""
+        if isinstance(step, Free):
+            names = [self.vars[r] for r in step.registers if r in self.vars]
+            return [f"del {', '.join(names)}"] if names else []
+        out = self.var(step.out)
+        np_ = self.alias["np"]
+        if isinstance(step, Constant):
+            if self.target == "torch":  # a 0-d tensor (numpy's default types; 0-d tensors do not widen others)
+                dtype = "float64" if isinstance(step.value, float) else "int64"
+                return [f"{out} = {np_}.tensor({self.number(step.value)}, dtype={np_}.{dtype})"]
+            return [f"{out} = {np_}.asarray({self.number(step.value)})"]
+        if isinstance(step, Ones):
+            if self.target == "torch":
+                return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype={np_}.bool, device={self.device()})"]
+            return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype=\"bool\")"]
+        if isinstance(step, Contract):
+            return [f"{out} = {self.contract(step)}"]
+        if isinstance(step, Reduce) and step.kind == "sum":
+            return [f"{out} = {self.reduce(self.var(step.arg), step.axes)}"]
+        if isinstance(step, Reduce):
+            return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
+        if isinstance(step, Diagonal):
+            return self.diagonal(step, out)
+        return [f"{out} = {self.elementwise(step)}"]
+
+    def note(self, number: int, step: Step) -> str:
+        if isinstance(step, Contract):
+            text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
+        elif isinstance(step, Reduce):
+            kept = step.labels if step.kind in ("softmax", "log_softmax", "argmax", "argmin") else tuple(
+                label for k, label in enumerate(step.labels) if k not in step.axes)
+            text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
+        elif isinstance(step, Diagonal):
+            text = "delta " + ", ".join("=".join(group) for group in step.groups)
+            if step.base is not None:
+                text = f"{self.var(step.base)} + {text}"
+        elif isinstance(step, Elementwise):
+            text = f"[{','.join(step.labels)}]"
+        else:
+            text = ""
+        return f"[{number}] {kind_of(step)} {text}".rstrip()
+
+    def body(self) -> list[str]:
+        """The function body (4-space indented): a comment per statement, each step's lines."""
+        lines: list[str] = []
+        steps = self.lowered.steps
+        position = 0
+        number = 0
+        for statement, text in enumerate(self.lowered.statements):
+            lines.append(f"    # {text}")
+            while position < len(steps) and steps[position].statement == statement:
+                step = steps[position]
+                position += 1
+                rendered = self.step_lines(step)
+                if not rendered:
+                    continue
+                if not isinstance(step, Free):
+                    number += 1
+                    self.labels[step.out] = getattr(step, "labels", getattr(step, "output", ()))
+                    rendered[0] += f"  # {self.note(number, step)}"
+                lines.extend("    " + line for line in rendered)
+        return lines
+
+    def returned(self) -> list[str]:
+        return [self.var(register) for register in self.lowered.outputs]
+
+
+def diagonal_view_labels(step: Diagonal) -> tuple[str, ...]:
+    """The axes of a Diagonal step's diagonal view: its value's, then those the value is broadcast along."""
+    representative = {member: group[0] for group in step.groups for member in group}
+    view = dict.fromkeys(representative.get(label, label) for label in step.output)
+    return step.labels + tuple(label for label in view if label not in step.labels)
+
+
+def diagonal_spec(step: Diagonal) -> str:
+    """The einsum equation whose result is the writable view of a Diagonal step's diagonal (its value's axes)."""
+    representative = {member: group[0] for group in step.groups for member in group}
+    labels = diagonal_view_labels(step)
+    letters = {label: oe.get_symbol(k) for k, label in enumerate(labels)}
+    return "".join(letters[representative.get(label, label)] for label in step.output) + "->" + \
+        "".join(letters[label] for label in labels)
+
+
+def _positive_first(terms: tuple[Node, ...]) -> tuple[Node, ...]:
+    """Two terms with the negative one first are swapped (``1 - x``, not ``x * (-1) + 1``): exact in floats."""
+    if len(terms) == 2 and _negated(terms[0]) is not None and _negated(terms[1]) is None:
+        return terms[1], terms[0]
+    return terms
+
+
+def _negated(term: Node) -> Node | None:
+    """``term`` without its negative sign, when it is a product with a negative number (else None)."""
+    if isinstance(term, Number) and term.value < 0 and not isinstance(term.value, bool):
+        return Number(-term.value) if not (isinstance(term.value, int) and term.value == -(2**63)) else None
+    if isinstance(term, Mul):
+        numbers = [f for f in term.factors if isinstance(f, Number)]
+        if len(numbers) == 1 and not isinstance(numbers[0].value, bool) and numbers[0].value < 0:
+            value = numbers[0].value
+            rest = tuple(f for f in term.factors if f is not numbers[0])
+            if type(value) is int and value == -1 and rest:
+                return rest[0] if len(rest) == 1 else Mul(rest)
+            return Mul((*rest, Number(-value)))
+    return None
+

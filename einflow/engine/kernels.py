@@ -1,0 +1,356 @@
+"""Contractions compiled for numpy: opt_einsum's pairwise path run as direct BLAS or einsum calls.
+
+opt_einsum's ``ContractExpression`` re-reads every pairwise step's equation on each call and always
+multiplies in the axis order its path chose, which can make BLAS transpose both operands. Here each
+pairwise step is decided once: which operand goes first, in which order the summed axes are flattened,
+and whether an operand is passed as a transposed view, so that the call is ``numpy.dot`` on reshaped
+views (no copies when the layouts allow it) and, where they allow it, an untransposed GEMM.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from opt_einsum.blas import can_blas
+
+__all__ = ["compile_numpy", "contraction_text"]
+
+# relative extra cost of a transposed operand in a GEMM, and of copying one element (in units of one
+# multiply-add): measured on OpenBLAS, a transposed operand costs 10-15% more; a strided copy ~40 FMAs
+_TRANSPOSED = 0.15
+_COPY = 40.0
+
+
+def _left_layout(labels: str, free: str, summed: str) -> str:
+    """How an operand becomes the (M, K) left matrix: as is, as a transposed view, or by copying."""
+    if labels == free + summed:
+        return "N"
+    if labels == summed + free:
+        return "T"
+    return "copy"
+
+
+def _right_layout(labels: str, free: str, summed: str) -> str:
+    """How an operand becomes the (K, N) right matrix."""
+    if labels == summed + free:
+        return "N"
+    if labels == free + summed:
+        return "T"
+    return "copy"
+
+
+def _as_matrix(labels: str, rows: str, columns: str, layout: str, sizes: dict[str, int], vector: bool) -> str:
+    """Text turning an operand ``{x}`` with axes ``labels`` into a (rows, columns) matrix (or a vector)."""
+    row_count = math.prod(sizes[c] for c in rows)
+    column_count = math.prod(sizes[c] for c in columns)
+    if vector:  # one side has no free axes: a 1-D operand makes numpy.dot call GEMV
+        count = row_count * column_count
+        if labels == rows + columns:
+            return "{x}" if len(labels) == 1 else f"{{x}}.reshape({count})"
+        permutation = tuple(labels.index(c) for c in rows + columns)
+        return f"{{x}}.transpose({permutation}).reshape({count})"
+    if layout == "N":
+        if len(rows) == 1 and len(columns) == 1:
+            return "{x}"
+        return f"{{x}}.reshape(({row_count}, {column_count}))"
+    if layout == "T":
+        if len(rows) == 1 and len(columns) == 1:
+            return "{x}.T"
+        return f"{{x}}.reshape(({column_count}, {row_count})).T"
+    permutation = tuple(labels.index(c) for c in rows + columns)
+    return f"{{x}}.transpose({permutation}).reshape(({row_count}, {column_count}))"
+
+
+def _gemm(first: str, second: str, removed: frozenset[str], wanted: str | None,
+          sizes: dict[str, int]) -> tuple[str, str, int]:
+    """Plan one pairwise contraction as ``numpy.dot``: (text with ``{0}``/``{1}``, result labels, copies)."""
+    best: tuple[float, Any] | None = None
+    for order, (left, right) in (((0, 1), (first, second)), ((1, 0), (second, first))):
+        for summed in dict.fromkeys(("".join(c for c in first if c in removed),
+                                     "".join(c for c in second if c in removed))):
+            left_free = "".join(c for c in left if c not in removed)
+            right_free = "".join(c for c in right if c not in removed)
+            left_layout = _left_layout(left, left_free, summed)
+            right_layout = _right_layout(right, right_free, summed)
+            rows = math.prod(sizes[c] for c in left_free)
+            columns = math.prod(sizes[c] for c in right_free)
+            inner = math.prod(sizes[c] for c in summed)
+            cost = float(rows * columns * inner)
+            cost *= 1 + _TRANSPOSED * ((left_layout == "T" and bool(left_free))
+                                       + (right_layout == "T" and bool(right_free)))
+            copied = (rows * inner if left_layout == "copy" else 0) + (inner * columns if right_layout == "copy" else 0)
+            cost += _COPY * copied
+            if wanted is not None and left_free + right_free != wanted:
+                cost += 1  # a transposed result is free, but prefer the asked-for order on a tie
+            if best is None or cost < best[0]:
+                best = (cost, (order, left, right, left_free, right_free, summed, left_layout, right_layout,
+                               copied))
+    assert best is not None
+    order, left, right, left_free, right_free, summed, left_layout, right_layout, copied = best[1]
+    both_empty = not left_free and not right_free  # a full contraction: (1, K) @ (K, 1) keeps a 0-d result
+    prepare_left = _as_matrix(left, left_free, summed, left_layout, sizes, vector=not left_free and not both_empty)
+    prepare_right = _as_matrix(right, summed, right_free, right_layout, sizes,
+                               vector=not right_free and not both_empty)
+    left_slot, right_slot = ("{1}", "{0}") if order == (1, 0) else ("{0}", "{1}")
+    text = f"_np.dot({prepare_left.replace('{x}', left_slot)}, {prepare_right.replace('{x}', right_slot)})"
+    if len(left_free) > 1 or len(right_free) > 1 or both_empty:
+        text += f".reshape({tuple(sizes[c] for c in left_free + right_free)})"
+    return text, left_free + right_free, copied
+
+
+def _batch_layout(labels: str, batch: str, first: str, second: str) -> str:
+    """How an operand becomes a stack of (first, second) matrices: as is, transposed views, or by copying."""
+    if labels == batch + first + second:
+        return "N"
+    if labels == batch + second + first:
+        return "T"
+    return "copy"
+
+
+def _as_stack(labels: str, batch: str, rows: str, columns: str, layout: str, sizes: dict[str, int]) -> str:
+    """Text reshaping an operand ``{x}`` into a (batch, rows, columns) stack of matrices."""
+    stack, row_count, column_count = (math.prod(sizes[c] for c in part) for part in (batch, rows, columns))
+    if layout == "N":
+        return f"{{x}}.reshape(({stack}, {row_count}, {column_count}))"
+    if layout == "T":
+        return f"{{x}}.reshape(({stack}, {column_count}, {row_count})).transpose(0, 2, 1)"
+    permutation = tuple(labels.index(c) for c in batch + rows + columns)
+    return f"{{x}}.transpose({permutation}).reshape(({stack}, {row_count}, {column_count}))"
+
+
+def _batched(first: str, second: str, batch_labels: frozenset[str], removed: frozenset[str], wanted: str | None,
+             sizes: dict[str, int]) -> tuple[str, str, int]:
+    """A contraction with batch indices (kept, in both operands) as one ``numpy.matmul`` on matrix stacks."""
+    best: tuple[float, Any] | None = None
+    for order, (left, right) in (((0, 1), (first, second)), ((1, 0), (second, first))):
+        for batch in dict.fromkeys("".join(c for c in term if c in batch_labels) for term in (first, second)):
+            for summed in dict.fromkeys("".join(c for c in term if c in removed) for term in (first, second)):
+                left_free = "".join(c for c in left if c not in removed and c not in batch_labels)
+                right_free = "".join(c for c in right if c not in removed and c not in batch_labels)
+                left_layout = _batch_layout(left, batch, left_free, summed)
+                right_layout = _batch_layout(right, batch, summed, right_free)
+                stack, rows, columns, inner = (math.prod(sizes[c] for c in part)
+                                               for part in (batch, left_free, right_free, summed))
+                cost = float(stack * rows * columns * inner)
+                cost *= 1 + _TRANSPOSED * ((left_layout == "T") + (right_layout == "T"))
+                copied = stack * ((rows * inner if left_layout == "copy" else 0)
+                                  + (inner * columns if right_layout == "copy" else 0))
+                cost += _COPY * copied
+                if wanted is not None and batch + left_free + right_free != wanted:
+                    cost += 1
+                if best is None or cost < best[0]:
+                    best = (cost, (order, left, right, batch, left_free, right_free, summed, left_layout,
+                                   right_layout, copied))
+    assert best is not None
+    order, left, right, batch, left_free, right_free, summed, left_layout, right_layout, copied = best[1]
+    prepare_left = _as_stack(left, batch, left_free, summed, left_layout, sizes)
+    prepare_right = _as_stack(right, batch, summed, right_free, right_layout, sizes)
+    labels = batch + left_free + right_free
+    left_slot, right_slot = ("{1}", "{0}") if order == (1, 0) else ("{0}", "{1}")
+    text = (f"_np.matmul({prepare_left.replace('{x}', left_slot)}, {prepare_right.replace('{x}', right_slot)})"
+            f".reshape({tuple(sizes[c] for c in labels)})")
+    return text, labels, copied
+
+
+def _batch_indices(labels: list[str], result: str, removed: frozenset[str]) -> frozenset[str]:
+    """The batch indices of a two-operand step that matmul stacks can compute, or an empty set.
+
+    Each index must be summed (in both), kept in both (batch) or kept in one: no repeated index, none
+    summed inside one operand, and something must be summed (else it is an elementwise product).
+    """
+    first, second = labels
+    if len(set(first)) != len(first) or len(set(second)) != len(second) or not removed:
+        return frozenset()
+    batch = set(first) & set(second) & set(result)
+    for c in set(first) ^ set(second):
+        if c not in result:
+            return frozenset()
+    if not removed <= set(first) & set(second):
+        return frozenset()
+    return frozenset(batch)
+
+
+def _broadcast(text: str, labels: str, result: str) -> str:
+    """``text`` (axes ``labels``) transposed to ``result``'s order, with new axes where it lacks one."""
+    if not labels:
+        return text
+    present = [c for c in result if c in labels]
+    if present != list(labels):
+        text += f".transpose({tuple(labels.index(c) for c in present)})"
+    if len(present) < len(result):
+        text += "[" + ", ".join(":" if c in labels else "None" for c in result) + "]"
+    return text
+
+
+#: the torch spelling of the numpy calls the templates use: ``numpy.dot`` of 2-D and 1-D operands is
+#: ``matmul``, and products go through :mod:`einflow.engine.backends.torch_ops` (``_ops``), which brings mixed
+#: dtypes to numpy's common type first; ``transpose`` with an axis order is ``permute``; ``.T`` and
+#: ``reshape`` are alike
+_TORCH_SPELLING = (("_np.dot(", "_ops.matmul("), ("_np.matmul(", "_ops.matmul("), ("_np.einsum(", "_ops.einsum("),
+                   (".transpose(", ".permute("))
+
+
+def _spelled(template: str, dialect: str, ops_alias: str) -> str:
+    """A template's numpy calls in the array module's ``dialect`` ("numpy" or "torch")."""
+    if dialect == "torch":
+        for numpy_text, torch_text in _TORCH_SPELLING:
+            template = template.replace(numpy_text, torch_text)
+        template = template.replace("_ops.", ops_alias + ".")
+    return template
+
+
+def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
+                     operands: Sequence[str], np_alias: str = "_np", dialect: str = "numpy",
+                     ops_alias: str = "_ops", scale: str | None = None) -> tuple[str, int]:
+    """One Python expression computing ``equation`` (explicit ``->`` form) on the operand expressions ``operands``.
+
+    Each pairwise step of opt_einsum's ``contraction_list`` becomes a ``numpy.dot``/``matmul``/``einsum`` call
+    (an elementwise product a multiplication), nested so that intermediates are released as soon as the
+    next step has read them. ``np_alias`` is the array module; ``dialect="torch"`` writes the same
+    steps for torch tensors: ``matmul`` and ``einsum`` of :mod:`einflow.engine.backends.torch_ops` (``ops_alias``),
+    ``permute`` for ``transpose``. ``scale`` (the text multiplying a value: ``" * c"``) multiplies the smallest
+    of the operands, the intermediates and the result, the first of them on a tie: one pass over the fewest
+    elements (``w[i] t[i] t[p] * (-1)`` scales the dot product, not the vector). Returns the text and the most
+    elements the contraction's own intermediates hold at once (the result itself not counted).
+
+    >>> import opt_einsum as oe
+    >>> _, info = oe.contract_path("ij,jk,k->i", (2, 3), (3, 4), (4,), shapes=True)
+    >>> contraction_text("ij,jk,k->i", [(2, 3), (3, 4), (4,)], info.contraction_list, ["A", "B", "v"])
+    ('_np.dot(A, _np.dot(B, v))', 3)
+    >>> _, info = oe.contract_path("i,i,p->p", (4,), (4,), (4,), shapes=True)
+    >>> contraction_text("i,i,p->p", [(4,), (4,), (4,)], info.contraction_list, ["w", "t", "s"], scale=" * c")
+    ('((_np.dot(t.reshape((1, 4)), w.reshape((4, 1))).reshape(()) * c) * s)', 1)
+    """
+    text, peak, _, _ = contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect, ops_alias,
+                                         scale=scale)
+    return text, peak
+
+
+def contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
+                      operands: Sequence[str], np_alias: str = "_np", dialect: str = "numpy",
+                      ops_alias: str = "_ops", in_place: bool = False,
+                      scale: str | None = None) -> tuple[str, int, str, bool]:
+    """:func:`contraction_text`, the order (letters) the last step computes the result in (the text views it
+    in the output's order: a result computed in another order is that order's transposed view), and whether
+    the result is an array the text itself made (a matrix product or a multiplication: it may be scaled in
+    place). ``in_place`` (torch, operands of one type): an elementwise product with an intermediate of an
+    earlier step multiplies that intermediate in place."""
+    if scale is None:
+        return _contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect, ops_alias,
+                                  in_place, None, None)
+    elements: list[int] = []
+    _contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect, ops_alias, in_place,
+                       None, elements)
+    where = min(range(len(elements)), key=elements.__getitem__)
+    text, peak, final, _ = _contraction_steps(equation, shapes, contraction_list, operands, np_alias, dialect,
+                                              ops_alias, in_place, (where, scale), None)
+    return text, peak, final, False
+
+
+def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
+                       operands: Sequence[str], np_alias: str, dialect: str, ops_alias: str, in_place: bool,
+                       scale: tuple[int, str] | None, elements: list[int] | None) -> tuple[str, int, str, bool]:
+    """:func:`contraction_steps`; ``scale``: (node, multiplying text), the node numbered as ``elements`` lists
+    them (the operands, then each pairwise result); ``elements``: filled with each node's element count."""
+    inputs, output = equation.split("->")
+    terms = inputs.split(",")
+    sizes: dict[str, int] = {}
+    for term, shape in zip(terms, shapes):
+        for label, size in zip(term, shape):
+            if sizes.get(label, 1) == 1:
+                sizes[label] = size
+    # an axis of size 1 against a longer one broadcasts: only einsum does that
+    broadcast = any(size != sizes[label] for term, shape in zip(terms, shapes) for label, size in zip(term, shape))
+    # (labels, elements, text, whether the text is an array this contraction made)
+    live: list[tuple[str, int, str, bool]] = [(term, 0, text, False) for term, text in zip(terms, operands)]
+    if elements is not None:
+        elements.extend(math.prod(shape) for shape in shapes)
+    if scale is not None and scale[0] < len(live):
+        term, count, text, _ = live[scale[0]]
+        live[scale[0]] = (term, count, f"({text}{scale[1]})", False)
+    peak = 0
+    for number, contraction in enumerate(contraction_list):
+        positions, removed, einsum_text = contraction[0], frozenset(contraction[1]), contraction[2]
+        result = einsum_text.split("->")[1]
+        taken = [live.pop(position) for position in positions]
+        operand_labels = [labels for labels, _, _, _ in taken]
+        last = number == len(contraction_list) - 1
+        blas = can_blas(operand_labels, result, removed) if len(taken) == 2 and not broadcast else False
+        batch = _batch_indices(operand_labels, result, removed) if len(taken) == 2 and not broadcast else None
+        copied = 0
+        hadamard = (len(taken) == 2 and not removed and not broadcast
+                    and all(len(set(labels)) == len(labels) == len(result) and set(labels) == set(result)
+                            for labels in operand_labels))
+        outer = (len(taken) == 2 and not removed and not broadcast and not hadamard
+                 and all(len(set(labels)) == len(labels) and set(labels) <= set(result) for labels in operand_labels)
+                 and set(operand_labels[0]) | set(operand_labels[1]) == set(result))
+        fresh = True
+        if hadamard:  # an elementwise product inside the contraction: a multiplication, not einsum
+            first, second = operand_labels
+            made = [made_here for _, _, _, made_here in taken]  # new arrays of earlier steps (not operands)
+            if in_place and dialect == "torch" and any(made):
+                if not made[0]:  # multiply the intermediate in place, the other factor in its axis order
+                    taken.reverse()
+                    operand_labels.reverse()
+                    first, second = operand_labels
+                template = "{0}.mul_({1})" if first == second else \
+                    f"{{0}}.mul_({{1}}.transpose({tuple(second.index(c) for c in first)}))"
+            else:
+                template = "{0} * {1}" if first == second else \
+                    f"{{0}} * {{1}}.transpose({tuple(second.index(c) for c in first)})"
+                template = f"({template})"
+            labels = first
+        elif outer:  # nothing summed (a scalar times an array, an outer product): a broadcast multiplication
+            template = "(" + " * ".join(_broadcast(f"{{{k}}}", labels, result)
+                                        for k, labels in enumerate(operand_labels)) + ")"
+            labels = result
+        elif blas and "EINSUM" not in blas:
+            template, labels, copied = _gemm(operand_labels[0], operand_labels[1], removed,
+                                             output if last else None, sizes)
+        elif batch:
+            template, labels, copied = _batched(operand_labels[0], operand_labels[1], batch, removed,
+                                                output if last else None, sizes)
+        else:
+            spec = ",".join(operand_labels) + "->" + result
+            template = f"_np.einsum({spec!r}, " + ", ".join(f"{{{k}}}" for k in range(len(taken))) + ")"
+            labels = result
+            fresh = False  # einsum may return a view of its operand ("ii->i")
+        template = _spelled(template, dialect, ops_alias)
+        text = template.replace("_np.", np_alias + ".").format(*(operand for _, _, operand, _ in taken))
+        size_made = math.prod(sizes[c] for c in labels)
+        if elements is not None:
+            elements.append(size_made)
+        if scale is not None and scale[0] == len(terms) + number:
+            text, fresh = f"({text}{scale[1]})", False
+        in_use = sum(count for _, count, _, _ in live) + sum(count for _, count, _, _ in taken) + copied
+        peak = max(peak, in_use + (size_made if not last else 0))
+        live.append((labels, size_made, text, fresh))
+    final, _, text, fresh = live[0]
+    if final != output:
+        text += _spelled(f".transpose({tuple(final.index(c) for c in output)})", dialect, ops_alias)
+    return text, peak, final, fresh
+
+
+def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
+                  contraction_list: Sequence[tuple[Any, ...]]) -> tuple[Callable[..., Any], int]:
+    """Compile ``equation`` (explicit ``->`` form) along opt_einsum's ``contraction_list`` for these shapes.
+
+    Returns the function computing it (generated from :func:`contraction_text`) and the most elements its
+    own intermediates hold at once (the result itself not counted).
+
+    >>> import numpy as np
+    >>> import opt_einsum as oe
+    >>> _, info = oe.contract_path("ij,jk,k->i", (2, 3), (3, 4), (4,), shapes=True)
+    >>> contract, peak = compile_numpy("ij,jk,k->i", [(2, 3), (3, 4), (4,)], info.contraction_list)
+    >>> a, b, v = np.ones((2, 3)), np.ones((3, 4)), np.arange(4.0)
+    >>> contract(a, b, v).tolist(), peak
+    ([18.0, 18.0], 3)
+    """
+    names = [f"_a{k}" for k in range(len(shapes))]
+    text, peak = contraction_text(equation, shapes, contraction_list, names)
+    namespace: dict[str, Any] = {"_np": np}
+    exec(f"def _contract({', '.join(names)}):\n    return {text}\n", namespace)  # noqa: S102 - generated here
+    return namespace["_contract"], peak

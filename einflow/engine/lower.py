@@ -1,0 +1,587 @@
+"""IR -> Steps: the one lowering. A checked program becomes a flat tuple of plain-data steps (einflow.engine.steps).
+
+Products become one :class:`~einflow.engine.steps.Contract` (or, without a summed index, an elementwise
+multiplication), sums align their terms by index name, surviving deltas become diagonal writes; equal
+work is numbered once (positional keys: ``x[i] y[i]`` and ``x[j] y[j]`` are one contraction). Three passes
+follow: :func:`fuse` inlines elementwise results read once into their reader,
+:func:`einflow.engine.accumulate.accumulate_diagonals` adds the delta terms of a sum into the diagonal of its other
+terms (no zeroed array per term), :func:`release` frees each intermediate after its last use. Nothing here
+knows shapes (``einflow.engine.plan`` specialises the steps).
+
+>>> from einflow.program import compile
+>>> lowered = lower(compile("a = x[i] y[i]\\nb = x[j] y[j]\\na, b"))
+>>> [type(step).__name__ for step in lowered.steps], lowered.outputs
+(['Contract'], (2, 2))
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from einflow.engine.accumulate import accumulate_diagonals
+from einflow.engine.steps import (
+    Add,
+    Apply,
+    Arg,
+    AsFloat,
+    Constant,
+    Contract,
+    Diagonal,
+    Elementwise,
+    Free,
+    Lowered,
+    Mul,
+    Node,
+    Number,
+    Ones,
+    Pow,
+    Reduce,
+    Size,
+    SizeRef,
+    Step,
+    node_args,
+    step_inputs,
+    substitute,
+)
+from einflow.lang import ir
+from einflow.lang.check import check_program, free_indices, top_level_terms
+from einflow.lang.contraction import eliminate_deltas, product_output, split_product
+from einflow.lang.functions import FUNCTION_RULES
+from einflow.lang.indices import indices_in, join_partners, size_links
+from einflow.lang.numbers import _fold_power, _is_unit, _weak, exact_add
+from einflow.lang.stable import stabilize_program
+
+__all__ = ["lower", "fuse", "release"]
+
+
+def _fold(func: str, value: int | float) -> int | float:
+    with np.errstate(all="ignore"):
+        folded = FUNCTION_RULES[func].value(np, np.asarray(value))
+    return folded.item() if hasattr(folded, "item") else folded
+
+
+def _align(labels: tuple[str, ...], order: tuple[str, ...]) -> tuple[int | None, ...] | None:
+    """Axes taking a register with ``labels`` to ``order`` (None when it already is in that order)."""
+    if not labels or labels == order:
+        return None
+    return tuple(labels.index(label) if label in labels else None for label in order)
+
+
+def _number_types(node: Node) -> tuple[type, ...]:
+    """The types of an expression's numbers: keys must tell ``x * 2`` from ``x * 2.0`` (1 == 1.0 in Python)."""
+    if isinstance(node, Number):
+        return (type(node.value),)
+    if isinstance(node, (Arg, Size)):
+        return ()
+    if isinstance(node, (Apply, AsFloat)):
+        return _number_types(node.arg)
+    if isinstance(node, Pow):
+        return (*_number_types(node.base), type(node.exponent))
+    parts = node.terms if isinstance(node, Add) else node.factors
+    return tuple(t for part in parts for t in _number_types(part))
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    """A lowered value: a register with axis labels, or a compile-time number."""
+
+    reg: int | None
+    labels: tuple[str, ...] = ()
+    const: int | float | None = None
+
+
+class _Lowering:
+    def __init__(self, program: ir.ProgramIR, inputs: tuple[str, ...], ranks: tuple[int, ...]) -> None:
+        self.program = program
+        self.steps: list[Step] = []
+        self.count = len(inputs)
+        self.names: dict[str, _Value] = {name: _Value(k) for k, name in enumerate(inputs)}
+        self.register_sizes: dict[int, tuple[SizeRef, ...]] = {
+            k: tuple((k, axis) for axis in range(rank)) for k, rank in enumerate(ranks)}
+        self.numbering: dict[Any, int] = {}
+        self.memo: dict[Any, _Value] = {}
+        self.declared: dict[str, SizeRef] = {}
+        self.sizes: dict[str, SizeRef] = {}
+        self.synthetic: set[int] = set()
+        self.statement = 0
+        self.target_names: dict[int, str] = {}
+        self.bindings: list[tuple[int, str, int | None]] = []
+
+    # ------------------------------------------------------------------ registers
+    def emit(self, key: Any, make: Any, labels: tuple[str, ...]) -> _Value:
+        """Append the step ``make(register)`` unless an equal one (by ``key``) exists; its value has ``labels``."""
+        register = self.numbering.get(key)
+        if register is None:
+            register = self.count
+            self.count += 1
+            step = make(register)
+            self.steps.append(step)
+            self.register_sizes[register] = getattr(step, "sizes", ())
+            self.numbering[key] = register
+        return _Value(register, labels)
+
+    def sizes_of(self, labels: tuple[str, ...]) -> tuple[SizeRef, ...]:
+        return tuple(self.sizes.get(label, -1) for label in labels)  # -1: none; specialising says so
+
+    # ------------------------------------------------------------------ sizes
+    def note_sizes(self, statement: ir.Assign) -> None:
+        """Where each index of the statement gets its size (the checks are einflow.lang.indices.statement_sizes)."""
+        sizes: dict[str, SizeRef] = {}
+        tensors, partners = size_links(statement.expr)
+        for node in tensors:
+            value = self.names[node.name]
+            if value.reg is not None:
+                known = self.register_sizes[value.reg]
+                for axis, index in enumerate(node.indices):
+                    if axis < len(known):
+                        sizes.setdefault(index, known[axis])
+        for index, source in self.declared.items():
+            sizes.setdefault(index, source)
+        self.sizes = join_partners(sizes, partners)
+
+    def declare(self, statement: ir.SizeDecl) -> None:
+        if isinstance(statement.source, int):
+            for name in statement.names:
+                self.declared[name] = statement.source
+            return
+        value = self.names[statement.source]
+        known = self.register_sizes.get(value.reg, ()) if value.reg is not None else ()
+        for axis, name in enumerate(statement.names):
+            self.declared[name] = known[axis] if axis < len(known) else 1
+
+    # ------------------------------------------------------------------ program
+    def run(self, returns_tuple: bool) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        outputs: list[int] = []
+        texts: list[str] = []
+        final: _Value | None = None
+        for number, statement in enumerate(self.program.statements):
+            self.statement = number
+            texts.append(ir.format_statement(statement))
+            if isinstance(statement, ir.SizeDecl):
+                self.declare(statement)
+                continue
+            if isinstance(statement, ir.Return):
+                outputs.extend(self.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
+                continue
+            self.note_sizes(statement)
+            first_new = self.count
+            value = self.lower_statement(statement)
+            if statement.target is not None:
+                self.names[statement.target] = value
+                self.bindings.append((number, statement.target, value.reg))
+                if value.reg is not None and value.reg >= first_new:
+                    self.target_names.setdefault(value.reg, statement.target)
+            final = value
+        if not returns_tuple:
+            assert final is not None
+            outputs.append(self.materialize(final).reg)  # type: ignore[arg-type]
+        return tuple(outputs), tuple(texts)
+
+    def materialize(self, value: _Value) -> _Value:
+        if value.const is None:
+            return value
+        constant = _weak(value.const)  # type: ignore[arg-type]
+        return self.emit(("const", type(constant), constant),
+                         lambda out: Constant(self.statement, out, constant), ())
+
+    def lower_statement(self, statement: ir.Assign) -> _Value:
+        if statement.indices is None:
+            return self.lower(statement.expr, frozenset(), frozenset())
+        bound = frozenset(statement.indices)
+        shared = _shared_factor(top_level_terms(statement.expr), bound)
+        if shared is not None:
+            # `w[p] t[p] - w[i] t[i] t[p]` is computed as `t[p] (w[p] - sum[i](w[i] t[i]))`: one product by t
+            common, remainders = shared
+            inner = ir.Sum(tuple(ir.Reduce(tuple(sorted(extra)), rest) if extra else rest
+                                 for rest, extra in remainders))
+            return self.add([self.lower_product((common, inner), bound, frozenset(), statement.indices)],
+                            statement.indices)
+        terms = []
+        for term in top_level_terms(statement.expr):
+            extra = frozenset(free_indices(term, bound)) - bound
+            if isinstance(term, (ir.Product, ir.Tensor, ir.Delta)):
+                # a product term is produced directly in the target's axis order (no transpose after)
+                factors = term.factors if isinstance(term, ir.Product) else (term,)
+                terms.append(self.lower_product(factors, bound, extra, statement.indices))
+            else:
+                terms.append(self.lower(term, bound, extra))
+        return self.add(terms, statement.indices)
+
+    # ------------------------------------------------------------------ expressions
+    def lower(self, expr: ir.Expr, bound: frozenset[str], reduce: frozenset[str]) -> _Value:
+        if isinstance(expr, ir.Num):
+            return _Value(None, (), expr.value)  # exact while folding; _weak where it is used
+        if isinstance(expr, (ir.Tensor, ir.Delta)):
+            return self.lower_product((expr,), bound, reduce)
+        if isinstance(expr, ir.Product):
+            return self.lower_product(expr.factors, bound, reduce)
+        mentioned = indices_in(expr)
+        key = (expr, bound & mentioned, reduce, tuple(sorted((i, self.sizes.get(i)) for i in mentioned)))
+        found = self.memo.get(key)
+        if found is not None:
+            return found
+        if isinstance(expr, ir.Reduce) and expr.kind == "sum":
+            inner = frozenset(expr.indices)
+            value = self.lower(expr.body, bound | inner, reduce | inner)
+        elif isinstance(expr, ir.Reduce):
+            inner = frozenset(expr.indices)
+            body = self.lower(expr.body, bound | inner, frozenset())
+            value = self.sum_axes(self.reduce_axes(expr.kind, body, inner), reduce)
+        elif isinstance(expr, ir.Normalize):
+            body = self.lower(expr.body, bound, frozenset())
+            value = self.sum_axes(self.reduce_axes(expr.kind, body, frozenset(expr.indices)), reduce)
+        elif isinstance(expr, ir.Binary):
+            order = free_indices(expr, bound)
+            left = self.lower(expr.left, bound, frozenset())
+            right = self.lower(expr.right, bound, frozenset())
+            value = self.sum_axes(self.binary(expr.func, left, right, order), reduce)
+        elif isinstance(expr, ir.Sum):
+            order = free_indices(expr, bound)
+            value = self.add([self.lower(term, bound, frozenset()) for term in expr.terms], order)
+            value = self.sum_axes(value, reduce)
+        elif isinstance(expr, ir.Call):
+            value = self.apply(expr.func, self.lower(expr.arg, bound, frozenset()))
+            value = self.sum_axes(value, reduce)
+        elif isinstance(expr, ir.Power):
+            value = self.power(self.lower(expr.base, bound, frozenset()), expr.exponent)
+            value = self.sum_axes(value, reduce)
+        else:  # pragma: no cover
+            raise TypeError(expr)
+        self.memo[key] = value
+        return value
+
+    def elementwise(self, key: Any, expr: Node, labels: tuple[str, ...]) -> _Value:
+        sizes = self.sizes_of(labels)
+        return self.emit(key, lambda out: Elementwise(self.statement, out, expr, labels, sizes), labels)
+
+    def apply(self, func: str, arg: _Value) -> _Value:
+        if arg.reg is None:
+            return _Value(None, (), _fold(func, _weak(arg.const)))  # type: ignore[arg-type]
+        # keys are positional: the same register may carry other names (`tanh(y[i])` and `tanh(y[l])`)
+        value = self.elementwise(("apply", func, arg.reg), Apply(func, Arg(arg.reg)), arg.labels)
+        return _Value(value.reg, arg.labels)
+
+    def binary(self, func: str, left: _Value, right: _Value, order: tuple[str, ...]) -> _Value:
+        if left.reg is None and right.reg is None:
+            pick = max if func == "maximum" else min
+            return _Value(None, (), _weak(pick(left.const, right.const)))  # type: ignore[type-var]
+        parts = [Number(_weak(v.const)) if v.reg is None else Arg(v.reg, _align(v.labels, order))  # type: ignore
+                 for v in (left, right)]
+        expr = Apply(func, parts[0], parts[1])
+        return self.elementwise(("binary", expr, self.sizes_of(order)), expr, order)
+
+    def reduce_axes(self, kind: str, value: _Value, over: frozenset[str]) -> _Value:
+        """A non-sum reduction (the axes ``over`` go away) or a normaliser (they stay) of a lowered value."""
+        normalise = kind in ir.NORMALISERS
+        if value.reg is None:  # a constant body cannot carry the indices (the checker requires them): unreachable
+            raise AssertionError("a reduction of a constant")
+        axes = tuple(position for position, label in enumerate(value.labels) if label in over)
+        labels = value.labels if normalise else tuple(label for label in value.labels if label not in over)
+        sizes = self.sizes_of(labels)
+        reg = value.reg
+        return self.emit((kind, reg, axes, sizes),
+                         lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes, kind), labels)
+
+    def power(self, base: _Value, exponent: int | float) -> _Value:
+        if base.reg is None:
+            return _Value(None, (), _fold_power(base.const, exponent))  # type: ignore[arg-type]
+        if exponent == 1:
+            return base
+        value = self.elementwise(("pow", exponent, type(exponent), base.reg), Pow(Arg(base.reg), exponent),
+                                 base.labels)
+        return _Value(value.reg, base.labels)
+
+    def sum_axes(self, value: _Value, reduce: frozenset[str]) -> _Value:
+        axes = tuple(position for position, label in enumerate(value.labels) if label in reduce)
+        if not axes or value.reg is None:
+            return value
+        labels = tuple(label for label in value.labels if label not in reduce)
+        sizes = self.sizes_of(labels)
+        reg = value.reg
+        return self.emit(("sum", reg, axes),
+                         lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes), labels)
+
+    def add(self, terms: list[_Value], order: tuple[str, ...]) -> _Value:
+        constant: int | float = 0
+        arrays: list[_Value] = []
+        for term in terms:
+            if term.reg is None:
+                constant = exact_add(constant, term.const)  # type: ignore[arg-type]
+            else:
+                arrays.append(term)
+        if not arrays:
+            return _Value(None, (), constant)
+        order = tuple(order)
+        has_constant = constant != 0 or isinstance(constant, float)  # + 0.0 still promotes integer arrays
+        args = [Arg(term.reg, _align(term.labels, order)) for term in arrays]  # type: ignore[arg-type]
+        if len(args) == 1 and not has_constant:
+            if args[0].axes is None:
+                return _Value(arrays[0].reg, order)
+            return self.aligned(args[0], order)
+        expr = Add((*args, Number(_weak(constant)))) if has_constant else Add(tuple(args))
+        # positional: the same sum under other index names (`1 - h[b,i]^2`, `1 - h[w,i]^2`) is computed once
+        return self.elementwise(("add", expr, _number_types(expr)), expr, order)
+
+    def aligned(self, arg: Arg, order: tuple[str, ...]) -> _Value:
+        """A register transposed (a view): one step, so that the report and the code show it."""
+        return self.elementwise(("align", arg), arg, order)
+
+    # ------------------------------------------------------------------ products
+    def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
+                      preferred: tuple[str, ...] = ()) -> _Value:
+        parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
+                              lambda value: value.const if value.reg is None else None, lambda value: value.labels)
+        output, summed = product_output(parts.sequence, bound, reduce, preferred)
+        classes, missing, counted = eliminate_deltas([labels for _, labels in parts.operands], parts.deltas, summed,
+                                                     output)
+        parts.operands.extend((self.ones(label), [label]) for label in missing)
+        # a summed index that only counts multiplies the product by its size (contracting booleans would saturate)
+        counts = [Size(self.sizes.get(label, -1)) for label in counted]
+        if counts and not parts.operands and not parts.scalars:
+            # deltas alone, all summed (`delta[j,j]`, mean's 1/n): their count, a number of the inputs' floating
+            # type, from the sizes alone (never a vector of ones summed)
+            factors: list[Node] = [AsFloat(counts[0]), *counts[1:]]
+            if not _is_unit(parts.coefficient):
+                factors.append(Number(_weak(parts.coefficient)))
+            expr = Mul(tuple(factors)) if len(factors) > 1 else factors[0]
+            value = self.elementwise(("count", expr, _number_types(expr)), expr, ())
+            return self.diagonal(value, output, classes)
+        return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
+
+    def ones(self, label: str) -> _Value:
+        size = self.sizes.get(label, -1)
+        value = self.emit(("ones", size), lambda out: Ones(self.statement, out, size), (label,))
+        self.register_sizes[value.reg] = (size,)  # type: ignore[index]
+        self.synthetic.add(value.reg)  # type: ignore[arg-type]
+        return value
+
+    def contract(self, operands: list[tuple[_Value, list[str]]], output: list[str], classes: dict[str, list[str]],
+                 coefficient: int | float, scalars: list[_Value], counts: list[Size]) -> _Value:
+        operands, scalars = self.presum(operands, output, scalars)
+        partners = {member for rep, members in classes.items() for member in members if member != rep}
+        inner = tuple(label for label in output if label not in partners)
+        scale: list[Node] = [Arg(s.reg) for s in scalars] + counts  # type: ignore[arg-type]
+        if not _is_unit(coefficient):
+            scale.append(Number(_weak(coefficient)))
+        if not operands:
+            if not scalars:
+                return self.diagonal(_Value(None, (), coefficient), output, classes)
+            if len(scale) == 1 and isinstance(scale[0], Arg):
+                return self.diagonal(_Value(scale[0].register, ()), output, classes)
+            product = Mul(tuple(scale))
+            value = self.elementwise(("mul", product, _number_types(product)), product, ())
+            return self.diagonal(value, output, classes)
+        if not scalars and all(value.reg in self.synthetic for value, _ in operands):
+            # deltas alone are booleans: in the inputs' floating type (scaled even by the int 1: numbers, not bools)
+            value, labels = operands[0]
+            expr = Mul((AsFloat(Arg(value.reg)), Number(_weak(coefficient)), *counts))  # type: ignore[arg-type]
+            operands[0] = (self.elementwise(("mul", expr, _number_types(expr)), expr, value.labels), labels)
+            scale = []
+        keys = [tuple(labels) for _, labels in operands]
+        everything = [label for labels in keys for label in labels]
+        repeated = any(len(set(labels)) != len(labels) for labels in keys)
+        summed = set(everything) - set(inner)
+        if not repeated and not summed:
+            # an elementwise product (outer products included): broadcasting, never einsum
+            factors = [Arg(value.reg, _align(labels, inner)) for (value, _), labels in zip(operands, keys)]
+            if len(factors) == 1 and not scale:
+                if factors[0].axes is None:
+                    result = _Value(operands[0][0].reg, inner)
+                else:
+                    result = self.aligned(factors[0], inner)  # type: ignore[arg-type]
+            else:
+                expr = Mul((*factors, *scale))  # type: ignore[arg-type]
+                result = self.elementwise(("mul", expr, _number_types(expr)), expr, inner)
+            return self.diagonal(result, output, classes)
+        if len(operands) == 1 and not repeated:
+            value, labels = operands[0]
+            keep = tuple(label for label in keys[0] if label in inner)
+            axes = tuple(position for position, label in enumerate(keys[0]) if label not in inner)
+            reduced = self.sum_axes(_Value(value.reg, keys[0]), frozenset(keys[0][a] for a in axes))
+            reduced = _Value(reduced.reg, keep)
+            expr: Node = Arg(reduced.reg, _align(keep, inner))  # type: ignore[arg-type]
+            if scale:
+                expr = Mul((expr, *scale))
+            elif expr.axes is None:  # type: ignore[union-attr]
+                return self.diagonal(_Value(reduced.reg, inner), output, classes)
+            return self.diagonal(self.elementwise(("mul", expr, _number_types(expr)), expr, inner), output,
+                                 classes)
+        args = tuple(value.reg for value, _ in operands)
+        sizes = self.sizes_of(inner)
+        # positional: the same contraction under other index names is computed once
+        letters = {label: chr(97 + k) for k, label in enumerate(dict.fromkeys(everything))}
+        equation = (tuple("".join(letters[label] for label in labels) for labels in keys),
+                    "".join(letters[label] for label in inner))
+        key = ("contract", equation, args, tuple(scale), _number_types(Mul(tuple(scale))))
+        result = self.emit(key, lambda out: Contract(  # type: ignore[arg-type]
+            self.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)
+        return self.diagonal(result, output, classes)
+
+    def presum(self, operands: list[tuple[_Value, list[str]]], output: list[str],
+               scalars: list[_Value]) -> tuple[list[tuple[_Value, list[str]]], list[_Value]]:
+        """An operand whose indices are all summed and occur nowhere else is summed on its own first: a scalar
+        factor (``sum[i](w[i] s[p])`` is ``sum(w) * s``, not an ``i,p->p`` outer product); an operand's indices
+        that occur nowhere else are summed on it first too."""
+        if len(operands) < 2:
+            return operands, scalars
+        kept: list[tuple[_Value, list[str]]] = []
+        scalars = list(scalars)
+        for position, (value, labels) in enumerate(operands):
+            others = {label for k, (_, own) in enumerate(operands) if k != position for label in own}
+            alone = (labels and len(set(labels)) == len(labels) and not set(labels) & (others | set(output))
+                     and value.reg not in self.synthetic)
+            private = frozenset(labels) - others - set(output)
+            if alone and (kept or position < len(operands) - 1):
+                reduced = self.sum_axes(_Value(value.reg, tuple(labels)), frozenset(labels))
+                scalars.append(_Value(reduced.reg, ()))
+            elif private and len(set(labels)) == len(labels) and value.reg not in self.synthetic:
+                # indices only this operand carries are summed on it first (`Y[r,c] t[r,s]`: the row sums of Y
+                # times t, a broadcast product, not an `rc,rs->rs` einsum)
+                reduced = self.sum_axes(_Value(value.reg, tuple(labels)), private)
+                kept.append((reduced, [label for label in labels if label not in private]))
+            else:
+                kept.append((value, labels))
+        return kept, scalars
+
+    def diagonal(self, value: _Value, output: list[str], classes: dict[str, list[str]]) -> _Value:
+        if not classes:
+            return value
+        value = self.materialize(value)
+        full = tuple(output)
+        groups = tuple(tuple(members) for members in classes.values())
+        sizes = self.sizes_of(full)
+        reg, labels = value.reg, value.labels
+        return self.emit(("diag", reg, labels, full, groups, sizes), lambda out: Diagonal(
+            self.statement, out, reg, labels, full, groups, sizes), full)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- passes after lowering
+def fuse(steps: list[Step], outputs: tuple[int, ...], ranks: dict[int, int]) -> list[Step]:
+    """Inline an elementwise result read once, by an elementwise step of the same statement, into its reader.
+
+    The fused expression is evaluated in one line (or block by block, ``einflow.engine.blocks``).
+    """
+    uses: Counter[int] = Counter()
+    for step in steps:
+        uses.update(step_inputs(step))
+    uses.update(outputs)
+    uses.update(outputs)  # an output is never inlined
+    readers: dict[int, int] = {}
+    for k, step in enumerate(steps):
+        for register in step_inputs(step):
+            readers[register] = k
+    result: list[Step | None] = list(steps)
+    for k in range(len(steps)):
+        current = result[k]
+        if not isinstance(current, Elementwise) or uses[current.out] != 1:
+            continue
+        reader_position = readers.get(current.out)
+        if reader_position is None:
+            continue
+        reader = result[reader_position]
+        if not isinstance(reader, Elementwise) or reader.statement != current.statement:
+            continue
+        result[reader_position] = replace(reader, expr=substitute(reader.expr, current.out, current.expr, ranks))
+        for register in node_args(current.expr):
+            readers[register] = reader_position
+        result[k] = None
+    return [step for step in result if step is not None]
+
+
+def release(steps: list[Step], outputs: tuple[int, ...], inputs: int) -> list[Step]:
+    """Insert :class:`Free` steps: each intermediate is released after its last use (a view after its viewer's)."""
+    last: dict[int, int] = {}
+    view_of: dict[int, int] = {}
+    for k, step in enumerate(steps):
+        last.setdefault(step.out, k)  # type: ignore[union-attr]
+        for register in step_inputs(step):
+            last[register] = k
+        if isinstance(step, Elementwise) and isinstance(step.expr, Arg):
+            view_of[step.out] = step.expr.register
+        elif isinstance(step, Diagonal) and step.base is not None:  # added into its base's array, in place
+            view_of[step.out] = step.base
+    for register in outputs:
+        last[register] = len(steps)
+    for step in reversed(steps):  # views come after what they view: one backward pass suffices
+        base = view_of.get(step.out)  # type: ignore[union-attr]
+        if base is not None:
+            last[base] = max(last[base], last[step.out])  # type: ignore[union-attr]
+    dead: dict[int, list[int]] = {}
+    for register, k in last.items():
+        if register >= inputs and k < len(steps):
+            dead.setdefault(k, []).append(register)
+    result: list[Step] = []
+    for k, step in enumerate(steps):
+        result.append(step)
+        if k in dead:
+            result.append(Free(step.statement, tuple(sorted(dead[k]))))
+    return result
+
+
+def _shared_factor(terms: tuple[ir.Expr, ...], bound: frozenset[str]) -> tuple[
+        ir.Tensor, list[tuple[ir.Expr, frozenset[str]]]] | None:
+    """A tensor factor every top-level term of an explicit statement has, carrying target indices only (each
+    once), and each term without it with the indices that term sums; None when there is none.
+
+    The target's indices are never summed inside a term, so taking such a factor out of every term changes
+    no term's summation: ``sum_t f * rest_t`` is ``f * sum_t rest_t``.
+    """
+    if len(terms) < 2:
+        return None
+    lists = []
+    for term in terms:
+        if isinstance(term, ir.Tensor):
+            lists.append([term])
+        elif isinstance(term, ir.Product):
+            lists.append(list(term.factors))
+        else:
+            return None
+    if any(isinstance(factor, ir.Delta) and {factor.first, factor.second} & bound for factors in lists
+           for factor in factors):
+        # a delta term stays a term of the sum: it is added onto the diagonal of the others (einflow.engine.accumulate)
+        # rather than multiplied, as a zeroed array of the target's shape, by the factor taken out
+        return None
+    for candidate in lists[0]:
+        if not (isinstance(candidate, ir.Tensor) and set(candidate.indices) <= bound
+                and len(set(candidate.indices)) == len(candidate.indices)):
+            continue
+        if all(candidate in factors for factors in lists[1:]):
+            remainders = []
+            for term, factors in zip(terms, lists):
+                rest = list(factors)
+                rest.remove(candidate)
+                extra = frozenset(free_indices(term, bound)) - bound
+                remainders.append((ir.product(*rest) if rest else ir.Num(1), extra))
+            return candidate, remainders
+    return None
+
+
+def lower(program: Any) -> Lowered:
+    """Lower a compiled program (an ``einflow.Program`` or its checked IR) to steps, fused and freed."""
+    return _lower(program if isinstance(program, ir.ProgramIR) else program.ir)
+
+
+@functools.lru_cache(maxsize=256)
+def _lower(program: ir.ProgramIR) -> Lowered:
+    program = stabilize_program(program)  # written-out log-sum-exp, softplus, log-sigmoid: their stable forms
+    info = check_program(program)
+    ranks = tuple(info.ranks.get(name, 0) for name in info.inputs)
+    lowering = _Lowering(program, info.inputs, ranks)
+    outputs, statements = lowering.run(info.returns_tuple)
+    register_ranks = {register: len(sizes) for register, sizes in lowering.register_sizes.items()}
+    # a register a statement binds to its target is never inlined away (a later statement, or the plan's
+    # size check, reads it by name even when the lowering found it already computed by an earlier statement)
+    bound = tuple(register for _, _, register in lowering.bindings if register is not None)
+    steps = fuse(lowering.steps, (*outputs, *bound), register_ranks)
+    steps, count = accumulate_diagonals(steps, (*outputs, *bound), register_ranks, lowering.count)
+    steps = release(steps, outputs, len(info.inputs))
+    names = tuple((register, name) for register, name in lowering.target_names.items()
+                  if any(getattr(step, "out", None) == register for step in steps))
+    return Lowered(info.inputs, ranks, tuple(steps), outputs, info.returns_tuple, statements, names,
+                   count, tuple(lowering.bindings))
+

@@ -1,0 +1,193 @@
+"""Contraction paths: which pairwise order each product runs in, chosen once per (equation, shapes, optimize).
+
+Every place in einflow that orders a contraction asks :func:`choose_path`. With ``optimize="auto"`` (the
+default) a product of at most :data:`EXACT_OPERANDS` operands takes opt_einsum's exhaustive choice
+(``'optimal'`` up to 4 operands, ``'branch-all'`` up to 6, or ``'greedy'`` where that is cheaper: 'optimal'
+misses some orders when operands repeat an index set), which costs microseconds. A larger product first
+takes opt_einsum's fast heuristic (``'branch-2'``, ``'branch-1'``, then ``'greedy'`` above 14 operands); when
+that path costs at least :data:`SEARCH_FLOPS`, a search runs for at most a time budget that grows with the
+work at stake (``flops / SEARCH_RATE`` seconds, between :data:`SEARCH_SECONDS_MIN` and
+:data:`SEARCH_SECONDS_MAX`): a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising
+FLOPs, :data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials) proposes a path, its subtrees and the
+fast path's are re-solved exactly (:mod:`einflow.engine.subtrees`), and the cheapest path wins. The search stops
+early when the trials are done and a pass over the tree finds nothing cheaper; the minimum trials and one
+refinement pass of each tree run even past the budget, so that a loaded machine gets the same quality.
+Any other ``optimize=`` value (an opt_einsum algorithm's name, ``True``/``False``, a ``PathOptimizer``, an
+explicit path) is opt_einsum's, unchanged.
+
+Paths are cached by (equation, shapes, optimize) when ``optimize`` is a name or an explicit path, so a
+second plan of the same product costs a dictionary look-up. docs/benchmarks.md ("Large networks") compares
+the default with opt_einsum's ``'dp'`` and cotengra's hyper-optimiser on grids, rings, MPS and random
+regular graphs.
+
+>>> path, info, choice = choose_path("ij,jk,k->i", [(20, 30), (30, 40), (40,)])
+>>> path
+[(1, 2), (0, 1)]
+>>> choice.optimizer
+'optimal'
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import opt_einsum as oe
+
+from einflow.engine.subtrees import refine, tree_flops
+
+__all__ = ["PathChoice", "choose_path", "EXACT_OPERANDS", "SEARCH_FLOPS", "SEARCH_REPEATS", "SEARCH_RATE",
+           "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_MIN_TRIALS", "fast_choice"]
+
+#: products of at most this many operands take opt_einsum's exhaustive path ('optimal', 'branch-all')
+EXACT_OPERANDS = 6
+#: a larger product whose fast path costs fewer FLOPs than this keeps it (it runs in well under a millisecond)
+SEARCH_FLOPS = 1e6
+#: random-greedy trials of the search (seeded by trial number: the same trials find the same path): at
+#: most SEARCH_REPEATS within the budget, at least SEARCH_MIN_TRIALS whatever the time
+SEARCH_REPEATS = 32
+SEARCH_MIN_TRIALS = 8
+#: the search's time budget is the fast path's FLOPs divided by this rate, clamped to the bounds below
+SEARCH_RATE = 1e7
+SEARCH_SECONDS_MIN = 0.25
+SEARCH_SECONDS_MAX = 1.0
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """How a product's path was chosen: the optimizer that found it, the seconds spent, what it beat.
+
+    ``alternative`` is the fast path's optimizer and FLOPs when a search replaced it (else None).
+    """
+
+    optimizer: str
+    seconds: float
+    flops: int
+    alternative: tuple[str, int] | None = None
+
+    def describe(self) -> str:
+        """One line for the plan report, e.g. ``path: random-greedy in 0.12 s (greedy: 10.7x the FLOPs)``."""
+        text = f"path: {self.optimizer} in {self.seconds:.3g} s"
+        if self.alternative is not None:
+            name, flops = self.alternative
+            text += f" ({name}: {flops / max(self.flops, 1):.3g}x the FLOPs)"
+        return text
+
+
+def fast_choice(operands: int) -> str:
+    """The opt_einsum algorithm that opt_einsum's ``'auto'`` uses for ``operands`` operands."""
+    if operands <= 4:
+        return "optimal"
+    if operands <= 6:
+        return "branch-all"
+    if operands <= 8:
+        return "branch-2"
+    return "branch-1" if operands <= 14 else "greedy"
+
+
+def _budget(flops: float) -> float:
+    return min(SEARCH_SECONDS_MAX, max(SEARCH_SECONDS_MIN, flops / SEARCH_RATE))
+
+
+def _sizes(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[list[str], str, dict[str, int]]:
+    inputs, output = equation.split("->")
+    terms = inputs.split(",")
+    sizes: dict[str, int] = {}
+    for term, shape in zip(terms, shapes):
+        for letter, size in zip(term, shape):
+            sizes[letter] = max(sizes.get(letter, 1), size)
+    return terms, output, sizes
+
+
+def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any, PathChoice]:
+    start = time.perf_counter()
+    name = fast_choice(len(shapes))
+    path, info = oe.contract_path(equation, *shapes, shapes=True, optimize=name)
+    flops = int(info.opt_cost)
+    if len(shapes) <= EXACT_OPERANDS:
+        # opt_einsum's 'optimal' can miss the best order when operands repeat an index set: for
+        # ``is,i,i,iv->sv`` it forms the 3-index ``isv`` (1.5x the FLOPs) where greedy multiplies the two
+        # vectors first; greedy costs tens of microseconds, and the cheaper path wins
+        greedy_path, greedy_info = oe.contract_path(equation, *shapes, shapes=True, optimize="greedy")
+        if int(greedy_info.opt_cost) < flops:
+            return greedy_path, greedy_info, PathChoice("greedy", time.perf_counter() - start,
+                                                        int(greedy_info.opt_cost), (name, flops))
+        return path, info, PathChoice(name, time.perf_counter() - start, flops)
+    if flops < SEARCH_FLOPS:
+        return path, info, PathChoice(name, time.perf_counter() - start, flops)
+    budget = _budget(flops)
+    terms, output, sizes = _sizes(equation, shapes)
+    # three candidates besides the fast path: random-greedy's best, it refined, and the fast path refined.
+    # At least SEARCH_MIN_TRIALS trials and one refinement pass each run whatever the clock says, so the
+    # result does not hinge on the machine's load; the rest stops at the budget.
+    candidates = [(flops, 0, path, name)]
+    search = oe.RandomGreedy(max_repeats=SEARCH_MIN_TRIALS, minimize="flops")
+    found = search([set(term) for term in terms], set(output), sizes)
+    left = start + budget / 3 - time.perf_counter()
+    if left > 0 and SEARCH_REPEATS > SEARCH_MIN_TRIALS:
+        search.max_repeats, search.max_time = SEARCH_REPEATS - SEARCH_MIN_TRIALS, left
+        found = search([set(term) for term in terms], set(output), sizes)
+    trials = f"random-greedy ({len(search.costs)} trials)"
+    candidates.append((tree_flops(terms, output, sizes, found), 1, found, trials))
+    refined = refine(terms, output, sizes, found, deadline=start + 2 * budget / 3)
+    candidates.append((tree_flops(terms, output, sizes, refined), 2, refined, f"{trials} + subtree refinement"))
+    refined = refine(terms, output, sizes, path, deadline=start + budget)
+    candidates.append((tree_flops(terms, output, sizes, refined), 3, refined, f"{name} + subtree refinement"))
+    best, _, best_path, best_name = min(candidates)
+    if best >= flops:
+        return path, info, PathChoice(f"{name} (searched: found no cheaper path)", time.perf_counter() - start,
+                                      flops)
+    best_path, best_info = oe.contract_path(equation, *shapes, shapes=True, optimize=best_path)
+    return best_path, best_info, PathChoice(best_name, time.perf_counter() - start, int(best_info.opt_cost),
+                                            (name, flops))
+
+
+def _named(equation: str, shapes: tuple[tuple[int, ...], ...], optimize: Any) -> tuple[Any, Any, PathChoice]:
+    if optimize == "auto":
+        return _auto(equation, shapes)
+    start = time.perf_counter()
+    path, info = oe.contract_path(equation, *shapes, shapes=True, optimize=optimize)
+    if isinstance(optimize, str):
+        name = optimize
+    else:
+        name = "none (one einsum)" if optimize is False else "explicit path"
+    return path, info, PathChoice(name, time.perf_counter() - start, int(info.opt_cost))
+
+
+_cached = functools.lru_cache(maxsize=4096)(_named)
+
+
+def _key(optimize: Any) -> Any:
+    """A hashable form of ``optimize`` for the cache, or None when it must not be cached (an optimizer object)."""
+    if isinstance(optimize, (str, bool)):
+        return optimize
+    if isinstance(optimize, (list, tuple)) and all(isinstance(step, (list, tuple)) for step in optimize):
+        return tuple(tuple(step) for step in optimize)
+    return None
+
+
+def choose_path(equation: str, shapes: Sequence[Sequence[int]], optimize: Any = "auto"
+                ) -> tuple[Any, Any, PathChoice]:
+    """``(path, PathInfo, PathChoice)`` for an einsum ``equation`` on operands of these ``shapes``.
+
+    ``optimize`` is einflow's ``"auto"`` (the default, also meant by True and None; see the module text) or
+    any other value opt_einsum's ``contract_path`` takes. A ``PathOptimizer`` object runs each time (it may
+    keep state); names and explicit paths are cached.
+
+    >>> _, info, choice = choose_path("ab,bc,cd,de,ef,fg,gh,hi->ai", [(8, 8)] * 8)
+    >>> choice.optimizer, int(info.opt_cost) == choice.flops
+    ('branch-2', True)
+    """
+    shapes = tuple(tuple(int(size) for size in shape) for shape in shapes)
+    if optimize is True or optimize is None:  # "optimise it": the default
+        optimize = "auto"
+    key = _key(optimize)
+    if key is None:
+        start = time.perf_counter()
+        path, info = oe.contract_path(equation, *shapes, shapes=True, optimize=optimize)
+        name = getattr(optimize, "__name__", type(optimize).__name__)
+        return path, info, PathChoice(name, time.perf_counter() - start, int(info.opt_cost))
+    return _cached(equation, shapes, key)

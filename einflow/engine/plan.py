@@ -1,0 +1,1052 @@
+"""Steps -> Plan: the lowered steps specialised for input shapes, dtypes and a backend, compiled once.
+
+For one (program, backend, shapes, dtypes) signature the specialisation checks every statement's index
+sizes, gives each register its shape and dtype, plans each contraction pairwise (opt_einsum), renders
+the steps as one straight-line Python function (:mod:`einflow.engine.codegen`; contractions as direct BLAS
+calls on numpy, large fused elementwise work block by block on threads, ``einflow.engine.blocks``) and predicts the
+peak memory of a run from the same steps. The report (``Program.plan``) lists the same steps.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import opt_einsum as oe
+
+from einflow.engine.backends.base import Backend
+from einflow.engine.blocks import block_rows, render_kernel, run_blocks, threads_for
+from einflow.engine.codegen import (
+    HELPER_KEYS,
+    Source,
+    _negated,
+    _positive_first,
+    diagonal_spec,
+    diagonal_view_labels,
+    kind_of,
+)
+from einflow.engine.fitting import Fitting, FittingRenderer, _text_bytes, fit
+from einflow.engine.kernels import contraction_steps
+from einflow.engine.lower import lower
+from einflow.engine.paths import PathChoice, choose_path
+from einflow.engine.slicing import Slicing
+from einflow.engine.steps import (
+    Add,
+    Apply,
+    Arg,
+    AsFloat,
+    Constant,
+    Contract,
+    Diagonal,
+    Elementwise,
+    Free,
+    Lowered,
+    Mul,
+    Node,
+    Number,
+    Ones,
+    Pow,
+    Reduce,
+    Size,
+    SizeRef,
+    Step,
+    arg_nodes,
+    node_args,
+    step_inputs,
+)
+from einflow.lang import ir
+from einflow.lang.check import ProgramInfo
+from einflow.lang.errors import EinflowError, MemoryLimitError
+from einflow.lang.functions import FUNCTION_RULES
+from einflow.lang.indices import declared_sizes, indices_in, statement_sizes
+from einflow.lang.numbers import _is_unit
+
+__all__ = ["Plan", "PlanStep", "build_plan", "indices_in", "TEMPORARIES"]
+
+# temporaries (in arrays of the argument's size, float64) that functions.py's value rules build besides
+# their result; tests/test_speed_features.py measures them
+TEMPORARIES: dict[str, float] = {name: rule.temporaries for name, rule in FUNCTION_RULES.items() if rule.temporaries}
+
+#: fused elementwise work on at least this many elements is computed block by block (numpy backend, float
+#: inputs, ``einflow.engine.blocks``); smaller work is one numpy expression (a block's setup costs ~20 us)
+BLOCK_ELEMENTS = 1 << 16
+#: a large diagonal view with an axis this short or shorter is added into slice by slice along that axis
+DIAGONAL_LOOP = 16
+#: in fused elementwise work on at least this many elements, a product's small factors are multiplied first
+HOIST_ELEMENTS = 1 << 16
+#: intermediates of at least this many bytes are released (``del``) right after their last use
+RELEASE_BYTES = 1 << 16
+
+
+@dataclass
+class PlanStep:
+    """One line of the plan report (one lowered step, specialised)."""
+
+    statement: str
+    kind: str
+    equation: str
+    flops: int
+    shape: tuple[int, ...]
+    itemsize: int
+    pairwise: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
+    largest: int = 0  # elements of the largest intermediate inside this step
+    path: PathChoice | None = None  # how a contraction's path was chosen (optimizer, seconds)
+    #: the indices this step is sliced over to fit the memory limit (empty: run whole)
+    sliced: tuple[str, ...] = ()
+    #: how many slices (blocks of the sliced indices' values) the step runs, one after another
+    slices: int = 1
+    #: FLOPs of all slices over the FLOPs of the step run whole
+    overhead: float = 1.0
+    #: the step's array exists only chunk by chunk (an expression fused into the reduction that reads it)
+    chunked: bool = False
+
+    @property
+    def bytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+
+@dataclass
+class Plan:
+    """A program specialised for one signature: its steps, the generated function, the memory it needs."""
+
+    lowered: Lowered
+    backend: Backend
+    steps: list[PlanStep]
+    output_shapes: tuple[tuple[int, ...], ...]
+    returns_tuple: bool
+    #: the generated function's source (``function`` runs it)
+    source: str
+    function: Any
+    #: bytes each step's result allocates (by register); views are in ``views`` instead
+    allocations: dict[int, int] = field(default_factory=dict)
+    #: register -> the register whose memory it shares (a transposed view)
+    views: dict[int, int] = field(default_factory=dict)
+    #: bytes alive only while a register is computed (intermediates inside a contraction or an expression)
+    transients: dict[int, int] = field(default_factory=dict)
+    #: what callers derive from this plan once and reuse (the torch bridge keeps its fused gradient plan here)
+    derived: dict[Any, Any] = field(default_factory=dict)
+
+    @property
+    def peak_bytes(self) -> int:
+        """Predicted peak of the memory one run allocates: results and the intermediates alive at once.
+
+        Each intermediate is released after its last use (a view keeps the array it views); inputs are
+        the caller's and not counted.
+        """
+        return _peak(self.lowered.steps, self.allocations, self.transients)[0]
+
+    def run(self, values: list[Any]) -> Any:
+        try:
+            return self.function(*values)
+        except (OverflowError, TypeError) as error:
+            # numpy refusing a dtype (`-x` for uint8 x, sign of booleans) is the user's to fix, not a crash
+            if not isinstance(error, OverflowError) and "ufunc" not in f"{type(error).__name__} {error}".lower() \
+                    and "not supported" not in str(error):
+                raise
+            raise EinflowError(f"cannot compute this program for inputs of these dtypes: {error}; cast the inputs "
+                               "(e.g. to float64) first") from None
+
+
+def _peak(steps: tuple[Step, ...], allocations: dict[int, int], transients: dict[int, int]) -> tuple[int, int]:
+    """(peak bytes, the register being made at the peak)."""
+    live = peak = 0
+    at = -1
+    for step in steps:
+        if isinstance(step, Free):
+            live -= sum(allocations.get(register, 0) for register in step.registers)
+            continue
+        made = allocations.get(step.out, 0)
+        if live + made + transients.get(step.out, 0) > peak:
+            peak, at = live + made + transients.get(step.out, 0), step.out
+        live += made
+    return peak, at
+
+
+def _in_common_dtype(run: Any, count: int, coefficient: int | float | None) -> Any:
+    """``run`` on its first ``count`` arguments, each cast to numpy's result type of all arguments.
+
+    The arguments after ``count`` (scalars multiplied in later) and the weak ``coefficient`` only take part
+    in the type; Python numbers stay weak, as in numpy.
+    """
+    weak = () if coefficient is None else (coefficient,)
+
+    def typed(*values: Any) -> Any:
+        arrays = values[:count]
+        common = np.result_type(*[getattr(value, "dtype", value) for value in values], *weak)
+        if all(getattr(array, "dtype", common) == common for array in arrays):
+            return run(*arrays)
+        return run(*[array.astype(common) if getattr(array, "dtype", common) != common else array
+                     for array in arrays])
+
+    return typed
+
+
+_bytes = _text_bytes  # one formatter of byte counts (einflow.engine.fitting's)
+
+
+def _check_optimize(optimize: Any) -> None:
+    """``optimize=``: an opt_einsum path algorithm's name, True/False/None, a PathOptimizer or path function."""
+    if optimize is None or isinstance(optimize, bool) or callable(optimize):
+        return
+    if isinstance(optimize, str):
+        try:
+            oe.paths.get_path_fn(optimize)
+        except KeyError:
+            names = ", ".join(repr(name) for name in sorted(oe.paths._PATH_OPTIONS))
+            raise EinflowError(f"optimize={optimize!r} is not a path algorithm; valid options are {names}, "
+                               "True/False, or an opt_einsum PathOptimizer") from None
+        return
+    if isinstance(optimize, (list, tuple)) and all(isinstance(step, (list, tuple)) for step in optimize):
+        return  # an explicit contraction path
+    raise EinflowError(f"optimize= must be a path algorithm's name (e.g. 'greedy', 'dp', 'optimal'), True/False, "
+                       f"or an opt_einsum PathOptimizer, not {type(optimize).__name__}")
+
+
+def _temporaries(node: Node) -> tuple[int, float]:
+    """(arrays needed to evaluate ``node`` with ufuncs, counting the result; extra temporaries of functions)."""
+    if isinstance(node, (Arg, Number, Size)):
+        return 0, 0.0
+    if isinstance(node, Apply) and node.other is not None:
+        return _temporaries(Add((node.arg, node.other)))
+    if isinstance(node, (Apply, AsFloat, Pow)):
+        inner, extra = _temporaries(node.base if isinstance(node, Pow) else node.arg)
+        own = FUNCTION_RULES[node.func].temporaries if isinstance(node, Apply) else 0.0
+        return max(inner, 1), max(extra, own + inner)
+    parts = node.terms if isinstance(node, Add) else node.factors
+    need = 0
+    extra = 0.0
+    for position, part in enumerate(parts):
+        count, more = _temporaries(part)
+        # earlier partial results stay alive while this operand is computed
+        need = max(need, count + (1 if position > 1 else 0), 1)
+        extra = max(extra, more)
+    return need, extra
+
+
+#: backends whose generated code can loop over slices writing into a preallocated output
+SLICING_BACKENDS = ("numpy", "cupy", "dask")
+
+
+class _Specialiser(FittingRenderer, Source):
+    """Renders the steps for one signature: literal sizes, planned contractions, fused elementwise engines."""
+
+    def __init__(self, lowered: Lowered, program: ir.ProgramIR, shapes: dict[str, tuple[int, ...]],
+                 dtypes: dict[str, Any], backend: Backend, optimize: Any, source: str | None,
+                 float_dtype: Any, fitting: Fitting | None = None) -> None:
+        super().__init__(lowered, _taken(lowered), getattr(backend, "target", "numpy"))
+        #: what to slice or compute in chunks to fit the memory limit (decided from a first rendering)
+        self.fitting = fitting if fitting is not None else Fitting()
+        #: register -> the slicing its contraction runs with
+        self.sliced: dict[int, Slicing] = {}
+        #: register -> why slicing could not make it fit
+        self.unfit: dict[int, str] = {}
+        #: register -> (equation, operand shapes, path, PathInfo, letter -> index name) of its contraction
+        self.paths: dict[int, tuple[str, list[tuple[int, ...]], Any, Any, dict[str, str]]] = {}
+        self.backend = backend
+        self.optimize = optimize
+        self.float_dtype = float_dtype
+        self.shape: dict[int, tuple[int, ...]] = {k: tuple(shapes[name]) for k, name in enumerate(lowered.inputs)}
+        self.dtype: dict[int, Any] = {k: dtypes[name] for k, name in enumerate(lowered.inputs)}
+        self.booleans.update(k for k, dtype in self.dtype.items() if dtype == np.dtype(bool))
+        self.namespace: dict[str, Any] = {}
+        self.report: dict[int, tuple[int, list[tuple[str, int, tuple[int, ...]]], int]] = {}
+        self.path_choices: dict[int, PathChoice] = {}
+        self.transient: dict[int, int] = {}
+        #: kernels of the steps computed block by block (``einflow.engine.blocks``), defined before the function
+        self.kernels: list[str] = []
+        #: register -> the temporaries of its elementwise step as one expression (as a chunked reduction
+        #: computes it chunk by chunk), whether or not the step runs block by block
+        self.expression_transient: dict[int, int] = {}
+        self.blocks_name: str | None = None
+        #: register -> the register whose array it updates in place (a diagonal added into its base)
+        self.updated: dict[int, int] = {}
+        #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
+        self.scale_dtype: Any = None
+        self._generic: tuple[Source, dict[str, Any]] | None = None
+        #: the generated code's name for einflow.engine.backends.torch_ops (torch contractions), once one needs it
+        self.ops_alias: str | None = None
+        #: register -> the order its axes are stored in, when that is not their order (a transposed view);
+        #: tracked for torch, where the contractions read operands in their stored order
+        self.orders: dict[int, tuple[int, ...]] = {}
+        #: torch: the step being rendered reads and makes arrays of one floating type, so work on an array the
+        #: step itself just made may be done in place (``(a + b).tanh_()``: one allocation fewer per pass)
+        self.in_place = False
+        self.check(program, shapes, source)
+
+    # ------------------------------------------------------------------ shapes and dtypes
+    def check(self, program: ir.ProgramIR, shapes: dict[str, tuple[int, ...]], source: str | None) -> None:
+        """Every statement's sizes agree (ShapeError otherwise); each register gets its shape and dtype."""
+        tensors = dict(shapes)
+        declared: dict[str, tuple[int, str]] = {}
+        bindings = {statement: (target, register) for statement, target, register in self.lowered.bindings}
+        steps = list(self.lowered.steps)
+        position = 0
+        for number, statement in enumerate(program.statements):
+            if isinstance(statement, ir.SizeDecl):
+                declared.update(declared_sizes(statement, tensors, source))
+            elif isinstance(statement, ir.Assign):
+                statement_sizes(statement, tensors, declared, source)
+            while position < len(steps) and steps[position].statement == number:
+                self.specialise(steps[position])
+                position += 1
+            if number in bindings:
+                target, register = bindings[number]
+                tensors[target] = self.shape[register] if register is not None else ()
+
+    def resolve(self, ref: SizeRef) -> int:
+        return ref if isinstance(ref, int) else self.shape[ref[0]][ref[1]]
+
+    def specialise(self, step: Step) -> None:
+        if isinstance(step, Free):
+            return
+        if isinstance(step, Ones):
+            self.shape[step.out] = (self.resolve(step.size),)
+        elif isinstance(step, Constant):
+            self.shape[step.out] = ()
+        else:
+            self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)
+        self.dtype[step.out] = self.dtype_of(step)
+        if self.dtype[step.out] == np.dtype(bool):
+            self.booleans.add(step.out)
+
+
+    def sample(self, register: int) -> Any:
+        dtype = self.dtype[register]
+        if isinstance(dtype, type):  # a weak Python number
+            return dtype(1)
+        return np.ones((1,) * len(self.shape[register]), dtype=dtype)
+
+    def dtype_of(self, step: Step) -> Any:
+        """The result dtype, from running the step's generic code on one-element arrays of the input dtypes."""
+        if isinstance(step, Ones):
+            return np.dtype(bool)
+        if isinstance(step, Constant):
+            return np.asarray(step.value).dtype
+        if isinstance(step, Diagonal):
+            value = self.sample(step.arg)
+            if not _is_unit(step.coefficient):
+                value = value * step.coefficient
+            return np.result_type(value if step.base is None else self.sample(step.base) + value)
+        generic, namespace = self.generic()
+        namespace.update({f"_v{register}": self.sample(register) for register in step_inputs(step)})
+        if isinstance(step, Elementwise):
+            text = generic.elementwise(step)
+        elif isinstance(step, Contract):  # einsum's type is its operands' (bools stay bools), then the scale's
+            namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
+            text = generic.scaled("_contracted", step.scale)
+        else:
+            return self.sample(step.arg).sum(axis=step.axes).dtype
+        with np.errstate(all="ignore"):
+            try:
+                value = eval(_compiled(text), namespace)  # noqa: S307 - text generated here from plain data
+            except (TypeError, OverflowError) as error:
+                raise EinflowError(f"cannot compute this program for inputs of these dtypes: {error}; cast the "
+                                   "inputs (e.g. to float64) first") from None
+        if type(value) in (int, float):  # weak Python numbers in, a weak number out (1 / N for N=4 is 0.25)
+            return type(value)
+        return np.asarray(value).dtype
+
+    def generic(self) -> tuple[Source, dict[str, Any]]:
+        """A shape-free renderer whose variables are ``_v<register>``, and a namespace to evaluate its text in."""
+        if self._generic is None:
+            generic = Source(self.lowered, _taken(self.lowered))
+            generic.vars = {register: f"_v{register}" for register in range(self.lowered.register_count)}
+            generic.booleans = self.booleans  # the same set: both renderings write subtractions alike
+            namespace = _helpers(generic, np)
+            namespace[generic.alias["oe"]] = oe
+            namespace.update({f"_v{k}": self.sample(k) for k in range(len(self.lowered.inputs))})
+            self._generic = (generic, namespace)
+        return self._generic
+
+    def itemsize(self, register: int) -> int:
+        dtype = self.dtype[register]
+        return 8 if isinstance(dtype, type) else np.dtype(dtype).itemsize
+
+    # ------------------------------------------------------------------ rendering
+    def size(self, ref: SizeRef) -> str:
+        return repr(self.resolve(ref))
+
+    def floating(self, x: str) -> str:
+        # promotion is needed only when some input holds integers or booleans (a weak int included)
+        if all(dtype is float or (not isinstance(dtype, type) and np.dtype(dtype).kind in "fc")
+               for dtype in (self.dtype[k] for k in range(len(self.lowered.inputs)))):
+            return x
+        return super().floating(x)
+
+    def as_float(self, text: str) -> str:
+        if self.float_dtype is None:
+            return text
+        return self.astype(text, str(np.dtype(self.float_dtype)))
+
+    def count(self, size: str) -> str:
+        if self.float_dtype is not None and self.backend.name == "numpy":  # a numpy scalar, as a sum would give
+            return f"{self.alias['np']}.{np.dtype(self.float_dtype).name}({size})"
+        return super().count(size)
+
+    def contract(self, step: Contract) -> str:
+        letters = {label: oe.get_symbol(k) for k, label in
+                   enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
+        # torch: each operand is taken in the axis order it is stored in (a transposed view is read as the
+        # contiguous array it views), so matrix products pick their operands' layouts and an elementwise
+        # product inside the contraction meets operands of one layout
+        orders = [self.stored_order(register) for register in step.args] if self.target == "torch" else \
+            [tuple(range(len(labels))) for labels in step.operands]
+        operand_labels = [tuple(labels[a] for a in order) for labels, order in zip(step.operands, orders)]
+        equation = ",".join("".join(letters[label] for label in labels) for labels in operand_labels)
+        equation += "->" + "".join(letters[label] for label in step.output)
+        shapes = [tuple(self.shape[register][a] for a in order) for register, order in zip(step.args, orders)]
+        path, info, self.path_choices[step.out] = choose_path(equation, shapes, self.optimize)
+        names = {letter: label for label, letter in letters.items()}
+        pairwise = []
+        for contraction in info.contraction_list:
+            inds, removed, einsum_str = contraction[:3]
+            inputs, result = einsum_str.split("->")
+            flops = oe.helpers.flop_count(set(inputs.replace(",", "")), bool(removed), len(inds), info.size_dict)
+            readable = ",".join("[" + ",".join(names[c] for c in part) + "]" for part in inputs.split(","))
+            readable += " -> [" + ",".join(names[c] for c in result) + "]"
+            pairwise.append((readable, int(flops), tuple(info.size_dict[c] for c in result)))
+        self.report[step.out] = (int(info.opt_cost), pairwise, int(info.largest_intermediate))
+        self.paths[step.out] = (equation, shapes, path, info, names)
+        operands = [self.var(register) if order == tuple(range(len(order)))
+                    else f"{self.var(register)}.permute({order})" for register, order in zip(step.args, orders)]
+        if len(step.args) > 2 or step.scale:
+            # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
+            # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);
+            # two arrays alone already promote like numpy
+            common = self.common_dtype(step)
+            for position, register in enumerate(step.args):
+                dtype = self.dtype[register]
+                if not isinstance(dtype, type) and np.dtype(dtype) != common:
+                    operands[position] = self.astype(operands[position], str(common))
+        output_elements = math.prod(self.shape[step.out])
+        scaled_inside = False
+        itemsize = self.itemsize(step.out)
+        if self.backend.name == "numpy" or self.target == "torch":
+            # each pairwise step as a direct call: a GEMM-shaped one as dot / matmul on (transposed) views,
+            # an elementwise product as `*`, the rest einsum (torch: through einflow.engine.backends.torch_ops)
+            if self.target == "torch" and self.ops_alias is None:
+                self.ops_alias = self.fresh("_ops")
+                self.namespace[self.ops_alias] = importlib.import_module(self.backend.einsum_backend)
+            # scale factors: numbers, and 0-d values that do not widen a floating array (torch keeps its type)
+            in_place = self.one_float_type(list(step.args), step.out) and all(
+                self.dtype[r] in (int, float) or not self.shape[r] and np.dtype(self.dtype[r]).kind in "biuf"
+                for factor in step.scale for r in node_args(factor))
+            # numpy: the scale multiplies the smallest operand, intermediate or result (the dot product in
+            # `w[i] t[i] t[p]`); torch scales the contraction's own new array in place (below)
+            scale = self.scaled("", step.scale) if step.scale and self.backend.name == "numpy" else None
+            text, internal, final, fresh = contraction_steps(equation, shapes, info.contraction_list, operands,
+                                                             self.alias["np"], dialect=self.target,
+                                                             ops_alias=self.ops_alias or "_ops", in_place=in_place,
+                                                             scale=scale)
+            scaled_inside = scale is not None
+            # the result is computed in the order ``final`` and viewed in the output's order
+            self.orders[step.out] = tuple(step.output.index(names[letter]) for letter in final)
+        else:
+            if step.scale:
+                smallest = min(range(len(shapes)), key=lambda k: math.prod(shapes[k]))
+                if math.prod(shapes[smallest]) < output_elements:
+                    scaled_inside = True
+                    operands[smallest] = "(" + self.scaled(operands[smallest], step.scale) + ")"
+            name = self.fresh(f"_contract{step.out}")
+            self.namespace[name] = oe.contract_expression(equation, *shapes, optimize=path)
+            text = f"{name}({', '.join(operands)}, backend={self.backend.einsum_backend!r})"
+            internal = max((math.prod(shape) for _, _, shape in pairwise[:-1]), default=0)
+        self.transient[step.out] = internal * itemsize
+        if step.scale and not scaled_inside:
+            scaled = self.scaled("{x}", step.scale)
+            if self.target == "torch" and fresh and in_place and scaled.startswith("{x} * "):
+                # the contraction's own new array, scaled in place
+                return f"{text}.mul_({scaled[len('{x} * '):]})"
+            text = self.scaled(text, step.scale)
+        return text
+
+    def stored_order(self, register: int) -> tuple[int, ...]:
+        """The order ``register``'s axes are stored in (major first): ``x.permute(order)`` is contiguous."""
+        return self.orders.get(register, tuple(range(len(self.shape[register]))))
+
+    def track_order(self, step: Step) -> None:
+        """Record the stored axis order of an elementwise result or a sum (contractions record their own).
+
+        torch lays an elementwise result out like its first operand of full rank; a sum keeps the order
+        of the axes it keeps.
+        """
+        if isinstance(step, Elementwise):
+            rank = len(step.labels)
+            for node in _args_in_order(step.expr):
+                axes = node.axes if node.axes is not None else tuple(range(len(self.shape[node.register])))
+                if len(self.shape[node.register]) != rank or None in axes or len(axes) != rank:
+                    continue
+                order = tuple(axes.index(a) for a in self.stored_order(node.register))
+                if order != tuple(range(rank)):
+                    self.orders[step.out] = order
+                return
+        elif isinstance(step, Reduce) and step.kind == "sum" and step.arg in self.orders:
+            kept = [a for a in self.orders[step.arg] if a not in step.axes]
+            positions = sorted(kept)
+            order = tuple(positions.index(a) for a in kept)
+            if order != tuple(range(len(order))):
+                self.orders[step.out] = order
+
+    def scaled(self, text: str, scale: tuple[Node, ...]) -> str:
+        """``text * (f1 * f2 * ...)``: scalar factors multiplied together first, then one pass over the array.
+
+        Only when that gives numpy's type of ``text * f1 * f2 ...`` (the contraction's result type, a
+        floating one): every factor a number, a size or a 0-d register of that type. Otherwise one
+        multiplication per factor.
+        """
+        dtype = self.scale_dtype
+        if dtype is None or len(scale) < 2 or np.dtype(dtype).kind != "f" or not all(
+                isinstance(f, (Number, Size)) and not isinstance(getattr(f, "value", 0), bool)
+                or isinstance(f, Arg) and not self.shape.get(f.register) and self.dtype.get(f.register) == dtype
+                for f in scale):
+            return super().scaled(text, scale)
+        factors = []
+        for factor in scale:
+            factor_text, level = self.node(factor)
+            factors.append(f"({factor_text})" if level < 2 else factor_text)
+        return f"{text} * ({' * '.join(factors)})"
+
+    def product_casts(self, node: Mul) -> dict[int, str]:
+        # an elementwise product of arrays computes in numpy's result type of all of them (as one einsum
+        # would): `a * b * c` with int16, uint16, float32 is float32, not int32 * float32 = float64
+        arrays = [(k, f) for k, f in enumerate(node.factors) if isinstance(f, Arg)]
+        if len(arrays) < 3 or not all(isinstance(f, (Arg, Number, Size)) for f in node.factors):
+            return {}
+        parts: list[Any] = []
+        for factor in node.factors:
+            if isinstance(factor, Arg):
+                dtype = self.dtype[factor.register]
+                parts.append(dtype(1) if isinstance(dtype, type) else np.dtype(dtype))
+            else:
+                parts.append(factor.value if isinstance(factor, Number) else 1)
+        common = np.result_type(*parts)
+        return {k: str(common) for k, f in arrays if not isinstance(self.dtype[f.register], type)
+                and np.dtype(self.dtype[f.register]) != common}
+
+    def common_dtype(self, step: Contract) -> np.dtype:
+        """numpy's result type of a contraction's arrays and scale factors (Python numbers stay weak)."""
+        def sample(register: int) -> Any:
+            dtype = self.dtype[register]
+            return dtype(1) if isinstance(dtype, type) else np.dtype(dtype)
+
+        parts: list[Any] = [sample(register) for register in step.args]
+        for factor in step.scale:
+            if isinstance(factor, Number):
+                parts.append(factor.value)
+            elif isinstance(factor, Size):
+                parts.append(1)
+            else:
+                parts.extend(sample(register) for register in node_args(factor))
+        return np.result_type(*parts)
+
+    def one_float_type(self, registers: list[int], out: int) -> bool:
+        """Whether the registers and ``out`` are arrays of one floating type (torch may then work in place)."""
+        dtype = self.dtype[out]
+        return self.target == "torch" and not isinstance(dtype, type) and np.dtype(dtype).kind == "f" and all(
+            self.dtype[r] == dtype for r in registers)
+
+    def node(self, node: Node) -> tuple[str, int]:
+        if self.in_place:
+            found = self.node_in_place(node)
+            if found is not None:
+                return found
+        return super().node(node)
+
+    def node_in_place(self, node: Node) -> tuple[str, int] | None:
+        """torch: a function of a sum or product, or ``c - product``, computed in place on the array the sum
+        or product just made (autograd allows it: those operations keep no output for their backward)."""
+        if isinstance(node, Apply) and node.other is None and _fresh(node.arg):
+            inner, _ = self.node(node.arg)
+            np_ = self.alias["np"]
+            if self.call(node.func, "{x}", promote=False) == f"{np_}.{node.func}({{x}})" and \
+                    hasattr(_torch_tensor_type(), f"{node.func}_"):
+                return f"({inner}).{node.func}_()", 4
+        if isinstance(node, Add) and len(node.terms) == 2:
+            numbers = [t for t in node.terms if isinstance(t, Number) and not isinstance(t.value, bool)]
+            others = [t for t in node.terms if not isinstance(t, Number)]
+            if len(numbers) == 1 and len(others) == 1:
+                negated = _negated(others[0])
+                if negated is not None and _fresh(negated) and not isinstance(negated, Add):
+                    inner, _ = self.node(negated)
+                    return f"({inner}).neg_().add_({self.number(numbers[0].value)})", 4
+        return None
+
+    def elementwise(self, step: Elementwise) -> str:
+        self.in_place = self.one_float_type(node_args(step.expr), step.out)
+        try:
+            return self.elementwise_text(step)
+        finally:
+            self.in_place = False
+
+    def elementwise_text(self, step: Elementwise) -> str:
+        elements = math.prod(self.shape[step.out])
+        hoisted: dict[Node, int] = {}
+        if elements >= HOIST_ELEMENTS:  # a large product's factors that vary along few axes multiplied first
+            step = replace(step, expr=_hoist(step.expr, self.shape[step.out], self.shape, hoisted))
+        need, extra = _temporaries(step.expr)
+        self.transient[step.out] = int(max(need - 1 + extra, 0) * elements * self.itemsize(step.out))
+        self.expression_transient[step.out] = self.transient[step.out]
+        # (a step fused into a chunked reduction, or computed in chunks into its result, is rendered for one
+        # chunk there: one expression)
+        # (blocks pay where the one expression makes two or more passes over the result: the hoisted small
+        # products are not such passes, and in a block they would be spread to the block's whole size)
+        if self.backend.name == "numpy" and elements >= BLOCK_ELEMENTS \
+                and _operations(step.expr, 1, tuple(hoisted)) >= 2 \
+                and step.out not in self.fitting.fused and step.out not in self.fitting.pieces:
+            found = self.blocks_text(step)
+            if found is not None:
+                return found
+        return super().elementwise(step)
+
+    def blocks_text(self, step: Elementwise) -> str | None:
+        """The step computed block by block (``einflow.engine.blocks``), or None when it cannot be computed alike:
+        the result and every array operand of one floating type (Python numbers besides), each operand
+        carrying the result's first axis whole, of size 1, or not at all."""
+        shape = self.shape[step.out]
+        dtype = self.dtype[step.out]
+        if not shape or isinstance(dtype, type) or np.dtype(dtype) not in (np.dtype("float32"), np.dtype("float64")):
+            return None
+        name = self.fresh(f"_kernel{step.out}")
+        kernel = render_kernel(name, step.expr, self.alias["np"], self.number, self.size)
+        if kernel is None:
+            return None
+        operands, sliced = [], []
+        for arg in kernel.operands:
+            own = self.dtype[arg.register]
+            rank = len(self.shape[arg.register])
+            if isinstance(own, type) and own in (int, float) and not rank:
+                sliced.append(False)  # a Python number: weak, as in the one-expression form
+            elif isinstance(own, type) or np.dtype(own) != np.dtype(dtype):
+                return None
+            else:
+                axis = (0 if rank == len(shape) else None) if arg.axes is None else arg.axes[0]
+                length = 1 if axis is None or not rank else self.shape[arg.register][axis]
+                if length not in (1, shape[0]):
+                    return None
+                sliced.append(length == shape[0] and axis is not None and rank > 0)
+            operands.append(self.arg(arg))
+        rows = block_rows(shape, self.itemsize(step.out))
+        threads = threads_for(shape, rows)
+        self.transient[step.out] = threads * kernel.buffers * rows * math.prod(shape[1:]) * self.itemsize(step.out)
+        self.kernels.append(kernel.text)
+        if self.blocks_name is None:
+            self.blocks_name = self.fresh("_run_blocks")
+            self.namespace[self.blocks_name] = run_blocks
+        listed = ", ".join(operands) + ("," if len(operands) == 1 else "")
+        return (f"{self.blocks_name}({name}, ({listed}), {tuple(sliced)!r}, {shape!r}, {str(np.dtype(dtype))!r}, "
+                f"{rows}, {kernel.buffers})")
+
+    def step_lines(self, step: Step) -> list[str]:
+        if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
+            held = self.fitting.held()  # read later, inside a loop computing an expression in blocks
+            big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES
+                   and r not in held]
+            return super().step_lines(Free(step.statement, tuple(big))) if big else []
+        # a contraction's scale factors are grouped when that keeps its type (``scaled``)
+        self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
+        try:
+            fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.engine.fitting)
+            if fitted is not None:
+                return fitted
+            if isinstance(step, Reduce) and step.kind in ("softmax", "log_softmax", "logsumexp"):
+                inline = self.normaliser_lines(step)
+                if inline is not None:
+                    return inline
+            if isinstance(step, Reduce) and self.backend.name == "numpy" and (
+                    step.kind in ("max", "min") or step.kind == "mean" and self.floating_register(step.arg)):
+                # the array's own method, as the ``reduce`` helper would call it, without the call through it
+                return [f"{self.var(step.out)} = {self.var(step.arg)}.{step.kind}(axis={step.axes!r})"]
+            return super().step_lines(step)
+        finally:
+            self.scale_dtype = None
+            if self.target == "torch":
+                self.track_order(step)
+
+    def floating_register(self, register: int) -> bool:
+        """Whether a register holds a numpy array of a floating type (not a weak Python number)."""
+        dtype = self.dtype[register]
+        return not isinstance(dtype, type) and np.dtype(dtype).kind == "f"
+
+    def normaliser_lines(self, step: Reduce) -> list[str] | None:
+        """A max-shifted softmax / log_softmax / logsumexp written out for a non-empty float numpy array, as the
+        ``reduce`` helper computes it (a non-finite maximum shifts by 0) but without its generic checks, and
+        with the exponentials taken in place; None elsewhere (the helper is called)."""
+        dtype = self.dtype[step.arg]
+        if self.backend.name != "numpy" or isinstance(dtype, type) or np.dtype(dtype).kind != "f" \
+                or not math.prod(self.shape[step.arg]):
+            return None
+        np_, x, out = self.alias["np"], self.var(step.arg), self.var(step.out)
+        shift, work = self.fresh("_shift"), self.fresh("_e")
+        axes = repr(step.axes)
+        shape = self.shape[step.arg]
+        if math.prod(size for k, size in enumerate(shape) if k not in step.axes) == 1:
+            finite = self.fresh("_isfinite")  # one maximum: a Python test, a fifth of a ufunc call's cost
+            self.namespace[finite] = math.isfinite
+            test = f"{finite}({shift}.item())"
+        else:
+            test = f"{np_}.isfinite({shift}).all()"
+        lines = [f"{shift} = {x}.max(axis={axes}, keepdims=True)",
+                 f"if not {test}:",
+                 f"    {shift} = {np_}.where({np_}.isfinite({shift}), {shift}, 0)",
+                 f"{work} = {x} - {shift}"]
+        if step.kind == "softmax":
+            lines += [f"{np_}.exp({work}, out={work})", f"{work} /= {work}.sum(axis={axes}, keepdims=True)",
+                      f"{out} = {work}"]
+        elif step.kind == "log_softmax":
+            lines += [f"{work} -= {np_}.log({np_}.exp({work}).sum(axis={axes}, keepdims=True))", f"{out} = {work}"]
+        else:
+            lines += [f"{np_}.exp({work}, out={work})",
+                      f"{out} = ({np_}.log({work}.sum(axis={axes}, keepdims=True)) + {shift}).squeeze(axis={axes})"]
+        lines.append(f"del {shift}, {work}")
+        return lines
+
+    def diagonal_add(self, step: Diagonal, out: str, value: str) -> list[str]:
+        """Adding into a large diagonal view with a short axis goes slice by slice along that axis: numpy cannot
+        tell quickly that such a view (``H[p,q,r,q]``, strides of every size) does not overlap itself, and makes
+        a copy of it for ``+=`` (measured: a third of the pairwise-energy Hessian's size for ``q`` of size 3)."""
+        labels = diagonal_view_labels(step)
+        full = self.shape[step.out]
+        shape = tuple(full[step.output.index(label)] for label in labels)
+        if self.backend.name != "numpy" or len(shape) < 2 or math.prod(shape) < BLOCK_ELEMENTS \
+                or min(shape) > DIAGONAL_LOOP:
+            return super().diagonal_add(step, out, value)
+        axis = shape.index(min(shape))
+        np_ = self.alias["np"]
+        view, part, k = self.fresh("_diagonal"), self.fresh("_value"), self.fresh("_k")
+        cut = ":, " * axis + k
+        return [f"{view} = {np_}.einsum({diagonal_spec(step)!r}, {out})",
+                f"{part} = {np_}.broadcast_to({value}, {shape!r})",
+                f"for {k} in range({shape[axis]}):",
+                f"    {view}[{cut}] += {part}[{cut}]",
+                f"del {view}, {part}"]
+
+    def diagonal(self, step: Diagonal, out: str) -> list[str]:
+        value = self.diagonal_value(step)
+        if step.base is not None and self.backend.name == "numpy":
+            base = self.var(step.base)
+            made = next(made for made in self.lowered.steps if getattr(made, "out", None) == step.base)
+            full = not isinstance(made, Elementwise) or len(_axes_of(made.expr, len(made.labels), self.shape)) == \
+                len(made.labels)  # an elementwise base that some axis does not vary along is a broadcast shape
+            if full and self.shape[step.base] == self.shape[step.out] and self.dtype[step.base] == self.dtype[step.out]:
+                self.updated[step.out] = step.base  # the base is this step's alone: its diagonal is updated
+                first = f"{out} = {base}"
+            else:
+                first = f"{out} = {self.alias['np']}.broadcast_to({base}, {self.shape[step.out]!r})" \
+                        f".astype({str(self.dtype[step.out])!r})"
+            return [first, *self.diagonal_add(step, out, value)]
+        if self.backend.name == "numpy" or self.target != "numpy":
+            return super().diagonal(step, out)
+        name = self.fresh(f"_diagonal{step.out}")
+        self.namespace[name] = _diagonal_writer(self.backend, replace(step, labels=diagonal_view_labels(step)),
+                                                self.shape[step.out])
+        written = f"{name}({self.diagonal_value(step, True)})"
+        return [f"{out} = {written}" if step.base is None else f"{out} = {self.var(step.base)} + {written}"]
+
+
+def _fresh(node: Node) -> bool:
+    """Whether torch computes ``node`` into a new array that nothing else holds (a sum or product of arrays)."""
+    if isinstance(node, Add):
+        return any(not isinstance(term, (Number, Size)) for term in node.terms)
+    if isinstance(node, Mul):
+        return len(node.factors) >= 2 and any(not isinstance(f, (Number, Size)) for f in node.factors)
+    return isinstance(node, Pow) and node.exponent == 2
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_tensor_type() -> Any:
+    import torch
+
+    return torch.Tensor
+
+
+def _args_in_order(node: Node) -> list[Arg]:
+    """The registers an expression reads, in the order its operations meet them."""
+    if isinstance(node, Arg):
+        return [node]
+    if isinstance(node, (Number, Size)):
+        return []
+    if isinstance(node, Apply):
+        return _args_in_order(node.arg) + ([] if node.other is None else _args_in_order(node.other))
+    if isinstance(node, AsFloat):
+        return _args_in_order(node.arg)
+    if isinstance(node, Pow):
+        return _args_in_order(node.base)
+    parts = _positive_first(node.terms) if isinstance(node, Add) else node.factors
+    return [arg for part in parts for arg in _args_in_order(part)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(text: str) -> Any:
+    return compile(text, "<einflow dtype>", "eval")
+
+
+def _diagonal_writer(backend: Backend, step: Diagonal, full_shape: tuple[int, ...]) -> Any:
+    """A surviving delta on backends without strided writes (or with their own): one function per step (its
+    ``labels``: the axes of the diagonal view, ``diagonal_view_labels``)."""
+    view_shape = tuple(full_shape[step.output.index(label)] for label in step.labels)
+    groups = [tuple(step.output.index(m) for m in next((g for g in step.groups if label in g), (label,)))
+              for label in step.labels]
+    if not backend.strided_writes:
+        letters = {label: oe.get_symbol(k) for k, label in enumerate(dict.fromkeys((*step.labels, *step.output)))}
+        eyes = [(group[0], member) for group in step.groups for member in group[1:]]
+        spec = "".join(letters[label] for label in step.labels)
+        spec += "".join("," + letters[a] + letters[b] for a, b in eyes)
+        spec += "->" + "".join(letters[label] for label in step.output)
+        sizes = [full_shape[step.output.index(b)] for _, b in eyes]
+
+        def write(value: Any) -> Any:
+            return backend.xp.einsum(spec, value, *(backend.eye(size, bool) for size in sizes))
+
+        return write
+
+    def write_strided(value: Any) -> Any:
+        out = backend.zeros(full_shape, value.dtype)
+        strides = tuple(sum(out.strides[k] for k in group) for group in groups)
+        backend.diagonal_view(out, view_shape, strides)[...] = value
+        return out
+
+    return write_strided
+
+
+_HELPER_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def _helpers(source: Source, xp: Any) -> dict[str, Any]:
+    """The generated code's helper functions under the renderer's names, on the array module ``xp`` (cached)."""
+    key = (tuple(sorted(source.alias.items())), xp.__name__, source.target)
+    found = _HELPER_CACHE.get(key)
+    if found is None:
+        found = {source.alias["np"]: xp}
+        for name in HELPER_KEYS:
+            exec(source.helper_text(name), found)  # noqa: S102 - our own helper text
+        if len(_HELPER_CACHE) < 64:
+            _HELPER_CACHE[key] = found
+    return dict(found)
+
+
+def _taken(lowered: Lowered) -> set[str]:
+    return set(lowered.inputs) | {name for _, name in lowered.names}
+
+
+def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple[int, ...]], itemsize: int,
+               backend: Backend, optimize: Any = "auto", memory_limit: float | None = None,
+               source: str | None = None, float_dtype: Any = None, dtypes: dict[str, Any] | None = None,
+               slicing: bool = True) -> Plan:
+    """Specialise a checked program's steps for concrete input shapes (and dtypes) on a backend.
+
+    Over ``memory_limit`` (bytes), contractions are sliced and elementwise expressions reduced right away
+    are computed in chunks (``einflow.engine.fitting``) unless ``slicing`` is False; a plan that still does not
+    fit raises MemoryLimitError before anything is allocated.
+
+    ``float_dtype`` (the inputs' floating type, if any) is the type of products made of deltas alone,
+    so that a Hessian like ``2 delta[p,q]`` has the type of the ``x`` it was taken for. Without
+    ``dtypes``, inputs are taken as arrays of ``itemsize``-byte floats.
+    """
+    _check_optimize(optimize)
+    lowered = lower(program)
+    if dtypes is None:
+        default = np.dtype(f"f{itemsize}") if itemsize in (2, 4, 8) else np.dtype("float64")
+        dtypes = {name: default for name in info.inputs}
+    specialiser, plan = _render(program, lowered, shapes, dtypes, backend, optimize, source, float_dtype, None)
+    if memory_limit is None:
+        return plan
+    peak, at = _peak(lowered.steps, plan.allocations, plan.transients)
+    fitting = None
+    if slicing and backend.name in SLICING_BACKENDS and (peak > memory_limit or backend.name == "dask"):
+        fitting = fit(lowered, specialiser, plan.allocations, plan.transients, memory_limit, backend.name)
+        if fitting:
+            specialiser, plan = _render(program, lowered, shapes, dtypes, backend, optimize, source, float_dtype,
+                                        fitting)
+            peak, at = _peak(lowered.steps, plan.allocations, plan.transients)
+    if peak > memory_limit and backend.name != "dask":
+        statement = next((s.statement for s in lowered.steps if getattr(s, "out", None) == at), 0)
+        shape = specialiser.shape.get(at, ())
+        if not slicing:
+            why = "slicing is off (slicing=False). "
+        elif backend.name not in SLICING_BACKENDS:
+            why = f"the {backend.name} backend does not slice. "
+        else:
+            reasons = {**(fitting.reasons if fitting is not None else {}), **specialiser.unfit}
+            # the reason of the step at the peak first (an earlier step may be over only for what comes later)
+            found = reasons.get(at) or next(iter(reasons.values()), "slicing cannot lower the peak further")
+            why = found + ". "
+        raise MemoryLimitError(
+            f"the plan needs {_bytes(peak)} at its peak (while computing an array of shape {shape} in "
+            f"statement '{lowered.statements[statement]}'), over the memory limit of {_bytes(memory_limit)}; "
+            f"nothing was allocated. {why[0].upper()}{why[1:]}Use backend='dask' to compute in chunks, try "
+            "another optimize= choice, raise memory_limit=, or shrink the problem")
+    return plan
+
+
+def _render(program: ir.ProgramIR, lowered: Lowered, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, Any],
+            backend: Backend, optimize: Any, source: str | None, float_dtype: Any,
+            fitting: Fitting | None) -> tuple[_Specialiser, Plan]:
+    """Render and compile the steps (sliced and chunked as ``fitting`` says), with the memory each allocates."""
+    specialiser = _Specialiser(lowered, program, shapes, dtypes, backend, optimize, source, float_dtype, fitting)
+    body = specialiser.body()  # renders every step: contraction paths, transients
+    outputs = specialiser.returned()
+    result = ", ".join(outputs) + ("," if len(outputs) == 1 else "") if lowered.returns_tuple else outputs[0]
+    parameters = ", ".join(specialiser.vars[k] for k in range(len(lowered.inputs)))
+    kernels = [line for kernel in specialiser.kernels for line in (kernel, "")]
+    text = "\n".join([*kernels, f"def _run({parameters}):", *body, f"    return {result}", ""])
+    namespace = {**_helpers(specialiser, backend.xp), **specialiser.namespace, specialiser.alias["oe"]: oe}
+    exec(compile(text, "<einflow plan>", "exec"), namespace)  # noqa: S102 - generated here from plain data
+    allocations: dict[int, int] = {}
+    views: dict[int, int] = {}
+    report: list[PlanStep] = []
+    for step in lowered.steps:
+        if isinstance(step, Free):
+            continue
+        out = step.out
+        shape = specialiser.shape[out]
+        size = specialiser.itemsize(out)
+        if isinstance(step, Elementwise) and isinstance(step.expr, Arg):
+            views[out] = step.expr.register
+        elif out in specialiser.updated:
+            views[out] = specialiser.updated[out]
+        elif out not in specialiser.fitting.fused:  # a fused expression exists only chunk by chunk
+            allocations[out] = math.prod(shape) * size
+        report.append(_report_step(step, specialiser, lowered))
+    plan = Plan(lowered, backend, report, tuple(specialiser.shape[o] for o in lowered.outputs),
+                lowered.returns_tuple, text, namespace["_run"], allocations, views, specialiser.transient)
+    return specialiser, plan
+
+
+def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> PlanStep:
+    reported = _step_report(step, specialiser, lowered)
+    out = step.out  # type: ignore[union-attr]
+    sliced = specialiser.sliced.get(out)
+    if sliced is not None:
+        names = specialiser.paths[out][4]
+        reported.sliced = tuple(names[label] for label in sliced.labels)
+        reported.slices, reported.overhead = sliced.slices, sliced.overhead
+    for computed, (position, count, diagonals) in specialiser.fitting.pieces.items():
+        if out == computed:  # an expression computed in blocks into its whole result
+            reported.sliced, reported.slices = (step.labels[position],), count  # type: ignore[union-attr]
+        elif out in [diagonal.out for diagonal in diagonals]:  # a diagonal array made block by block
+            reported.chunked, reported.largest = True, -(-math.prod(reported.shape) // count)
+    for reduced, (source, position, count) in specialiser.fitting.chunks.items():
+        if out in (reduced, source.out):  # a fused expression and its reduction, chunk by chunk
+            reported.sliced, reported.slices = (source.labels[position],), count
+            if out == source.out:
+                reported.chunked, reported.largest = True, -(-math.prod(reported.shape) // count)
+    return reported
+
+
+def _step_report(step: Step, specialiser: _Specialiser, lowered: Lowered) -> PlanStep:
+    out = step.out  # type: ignore[union-attr]
+    shape = specialiser.shape[out]
+    elements = math.prod(shape)
+    statement = lowered.statements[step.statement]
+    size = specialiser.itemsize(out)
+    kind = kind_of(step)
+    equation = specialiser.note(0, step).split(" ", 2)[2] if len(specialiser.note(0, step).split(" ", 2)) > 2 else ""
+    if isinstance(step, Contract):
+        flops, pairwise, largest = specialiser.report[out]
+        return PlanStep(statement, kind, equation, flops, shape, size, pairwise, largest,
+                        path=specialiser.path_choices.get(out))
+    if isinstance(step, Reduce):
+        return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
+    if isinstance(step, Diagonal) and step.base is not None:  # an addition into the diagonal only
+        flops = math.prod(shape[step.output.index(label)] for label in diagonal_view_labels(step))
+        return PlanStep(statement, kind, equation, flops, shape, size)
+    if isinstance(step, Elementwise):
+        flops = elements * max(1, _operations(step.expr))
+        text = _describe(step.expr, step.labels, specialiser)
+        return PlanStep(statement, kind, text, flops, shape, size)
+    return PlanStep(statement, kind, equation, elements, shape, size)
+
+
+def _describe(node: Node, labels: tuple[str, ...], specialiser: _Specialiser) -> str:
+    """An elementwise expression in einflow-like text: ``tanh(A[i,j]) exp(B[i,j]) + sigmoid(A[i,j])``."""
+    if isinstance(node, Arg):
+        rank = len(specialiser.shape[node.register])
+        axes = node.axes if node.axes is not None else tuple(range(rank)) if rank else ()
+        own = [label for _, label in sorted((axis, labels[k]) for k, axis in enumerate(axes) if axis is not None)]
+        name = specialiser.var(node.register)
+        return f"{name}[{','.join(own)}]" if own else name
+    if isinstance(node, Number):
+        return repr(node.value)
+    if isinstance(node, Size):
+        return repr(specialiser.resolve(node.ref))
+    if isinstance(node, Apply) and node.other is not None:
+        return f"{node.func}({_describe(node.arg, labels, specialiser)}, {_describe(node.other, labels, specialiser)})"
+    if isinstance(node, Apply):
+        return f"{node.func}({_describe(node.arg, labels, specialiser)})"
+    if isinstance(node, AsFloat):
+        return _describe(node.arg, labels, specialiser)
+    if isinstance(node, Pow):
+        base = _describe(node.base, labels, specialiser)
+        return f"({base})^{node.exponent}" if " " in base else f"{base}^{node.exponent}"
+    if isinstance(node, Add):
+        return " + ".join(_describe(term, labels, specialiser) for term in node.terms)
+    factors = sorted(node.factors, key=lambda factor: not isinstance(factor, Number))  # the number first
+    return " ".join(f"({_describe(f, labels, specialiser)})" if isinstance(f, Add) else
+                    _describe(f, labels, specialiser) for f in factors)
+
+
+def _operations(node: Node, call: int | None = None, leaves: Any = ()) -> int:
+    """Operations per element (a function counts its ``cost``, or ``call`` when given; ``leaves``: nodes computed
+    apart, which count none)."""
+    if isinstance(node, (Arg, Number, Size)) or node in leaves:
+        return 0
+    if isinstance(node, Apply) and node.other is not None:
+        return 1 + _operations(node.arg, call, leaves) + _operations(node.other, call, leaves)
+    if isinstance(node, Apply):
+        return (FUNCTION_RULES[node.func].cost if call is None else call) + _operations(node.arg, call, leaves)
+    if isinstance(node, (Pow, AsFloat)):
+        return 1 + _operations(node.base if isinstance(node, Pow) else node.arg, call, leaves)
+    parts = node.terms if isinstance(node, Add) else node.factors
+    return len(parts) - 1 + sum(_operations(part, call, leaves) for part in parts)
+
+
+#: a product's factors that together vary along at most 1/HOIST_SHARE of its elements are multiplied first
+HOIST_SHARE = 8
+
+
+def _hoist(node: Node, shape: tuple[int, ...], shapes: dict[int, tuple[int, ...]], hoisted: dict[Node, int]) -> Node:
+    """``node`` (of ``shape``) with the factors of each product (under its sums) that vary along few of its axes
+    multiplied first, on their own smaller shape: ``A[p,v,w] x[q] c[p]`` is ``(x[q] c[p]) A[p,v,w]``, one pass over
+    the large result instead of two. The products moved first are recorded in ``hoisted`` (node -> elements)."""
+    if isinstance(node, Add):
+        return Add(tuple(_hoist(term, shape, shapes, hoisted) for term in node.terms))
+    if not isinstance(node, Mul):
+        return node
+    factors = [_hoist(factor, shape, shapes, hoisted) for factor in node.factors]
+    numbers = [factor for factor in factors if isinstance(factor, Number)]
+    arrays = [factor for factor in factors if not isinstance(factor, Number)]
+    covers = [_axes_of(factor, len(shape), shapes) for factor in arrays]
+
+    def elements(axes: set[int]) -> int:
+        return math.prod(shape[axis] for axis in axes)
+
+    full = elements(set().union(*covers))
+    order: list[int] = []
+    covered: set[int] = set()
+    while len(order) < len(arrays):  # greedily: the factor that widens the partial product least
+        best = min((k for k in range(len(arrays)) if k not in order),
+                   key=lambda k: (elements(covered | covers[k]), -elements(covers[k])))
+        if elements(covered | covers[best]) * HOIST_SHARE > full:
+            break
+        order.append(best)
+        covered |= covers[best]
+    if len(order) < 2:
+        return Mul(tuple(factors))
+    first = Mul((*(arrays[k] for k in order), *numbers))
+    hoisted[first] = elements(covered)
+    return Mul((first, *(factor for k, factor in enumerate(arrays) if k not in order)))
+
+
+def _axes_of(node: Node, rank: int, shapes: dict[int, tuple[int, ...]]) -> set[int]:
+    """The axes of an expression's result (of ``rank`` axes) along which it varies."""
+    if isinstance(node, Arg):
+        if node.axes is None:
+            return set(range(rank)) if shapes.get(node.register) else set()
+        return {position for position, axis in enumerate(node.axes) if axis is not None}
+    return {axis for register_node in arg_nodes(node) for axis in _axes_of(register_node, rank, shapes)}
+
+

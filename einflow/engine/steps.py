@@ -1,0 +1,259 @@
+"""The plain data between the lowering and everything that reads it: steps, and the expressions inside them.
+
+Each step reads registers and writes one (inputs are registers ``0..n-1``, in the program's input order):
+
+- :class:`Contract`    a product that sums an index (or repeats one): one einsum, planned pairwise later;
+- :class:`Elementwise` a fused elementwise expression (a :data:`Node` tree) over aligned registers: sums,
+  products without a summed index, functions, powers, scales;
+- :class:`Reduce`      a sum over some axes of one register;
+- :class:`Diagonal`    a surviving delta: the value written into the diagonal of a zeroed array, or added into
+  the diagonal of the sum's other terms (``base``, updated in place where it is the step's own array);
+- :class:`Ones`, :class:`Constant` arrays that deltas and constant results need;
+- :class:`Free`        registers released after their last use.
+
+Nothing here knows shapes: an index's size is a :data:`SizeRef`, the literal of a ``size`` declaration or
+an axis of an input. ``einflow.engine.lower`` makes these; ``einflow.engine.plan``, ``einflow.engine.codegen`` and
+``einflow.export.python`` read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+__all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
+           "Contract", "Reduce", "Elementwise", "Diagonal", "Free", "Step", "Lowered", "step_inputs", "arg_nodes",
+           "node_args",
+           "realign", "substitute"]
+
+#: an index's size: a literal (``size n = 10``) or ``(input register, axis)``
+SizeRef = Union[int, tuple[int, int]]
+
+
+# ---------------------------------------------------------------- elementwise expressions
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """A register, aligned: ``axes[k]`` is the register's axis at position k, or None for a broadcast axis."""
+
+    register: int
+    axes: tuple[int | None, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    value: int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """An elementwise function of ``einflow.lang.functions`` (``other``: the second argument of maximum/minimum)."""
+
+    func: str
+    arg: Node
+    other: Node | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pow:
+    base: Node
+    exponent: int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Add:
+    terms: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Mul:
+    factors: tuple[Node, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    """An index's size as a number: a summed delta index that nothing else carries counts it."""
+
+    ref: SizeRef
+
+
+@dataclass(frozen=True, slots=True)
+class AsFloat:
+    """Deltas alone are booleans: numbers of the inputs' floating type (when they have one)."""
+
+    arg: Node
+
+
+Node = Union[Arg, Number, Size, Apply, Pow, Add, Mul, AsFloat]
+
+
+# ---------------------------------------------------------------- steps
+@dataclass(frozen=True, slots=True)
+class Constant:
+    statement: int
+    out: int
+    value: int | float
+
+
+@dataclass(frozen=True, slots=True)
+class Ones:
+    """A boolean vector of ones (a delta's index that no operand carries any more)."""
+
+    statement: int
+    out: int
+    size: SizeRef
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """``einsum`` of ``args`` (labels ``operands``) into ``output``, multiplied by the ``scale`` factors."""
+
+    statement: int
+    out: int
+    args: tuple[int, ...]
+    operands: tuple[tuple[str, ...], ...]
+    output: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]
+    scale: tuple[Node, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """A reduction of ``arg`` over ``axes`` (``kind``: sum, max, min, mean, logsumexp), or a normaliser
+    (softmax, log_softmax, argmax, argmin) over ``axes`` that keeps every axis (then ``sizes`` are the argument's)."""
+
+    statement: int
+    out: int
+    arg: int
+    labels: tuple[str, ...]
+    axes: tuple[int, ...]
+    sizes: tuple[SizeRef, ...]
+    kind: str = "sum"
+
+
+@dataclass(frozen=True, slots=True)
+class Elementwise:
+    statement: int
+    out: int
+    expr: Node
+    labels: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Diagonal:
+    """``arg`` (axes ``labels``) times ``coefficient`` written into a zeroed array with axes ``output``; each
+    group shares a diagonal. With a ``base`` (a register aligned with ``output``, computed for this step alone),
+    the value is added to the base's diagonal instead: ``base + delta ... arg`` without a zeroed array."""
+
+    statement: int
+    out: int
+    arg: int
+    labels: tuple[str, ...]
+    output: tuple[str, ...]
+    groups: tuple[tuple[str, ...], ...]
+    sizes: tuple[SizeRef, ...]
+    base: int | None = None
+    coefficient: int | float = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    statement: int
+    registers: tuple[int, ...]
+
+
+Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Free]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A lowered program: its steps and where its values are."""
+
+    inputs: tuple[str, ...]
+    ranks: tuple[int, ...]
+    steps: tuple[Step, ...]
+    outputs: tuple[int, ...]
+    returns_tuple: bool
+    #: each statement's einflow text (a step's ``statement`` is a position here)
+    statements: tuple[str, ...]
+    #: register -> the target name of the statement that made it
+    names: tuple[tuple[int, str], ...]
+    register_count: int
+    #: (statement, target, register or None for a number) for each assignment with a target
+    bindings: tuple[tuple[int, str, int | None], ...] = ()
+
+
+def arg_nodes(node: Node) -> list[Arg]:
+    """The operands an expression reads, in order, with repeats."""
+    if isinstance(node, Arg):
+        return [node]
+    if isinstance(node, (Number, Size)):
+        return []
+    if isinstance(node, Apply) and node.other is not None:
+        return arg_nodes(node.arg) + arg_nodes(node.other)
+    if isinstance(node, (Apply, AsFloat)):
+        return arg_nodes(node.arg)
+    if isinstance(node, Pow):
+        return arg_nodes(node.base)
+    parts = node.terms if isinstance(node, Add) else node.factors
+    return [arg for part in parts for arg in arg_nodes(part)]
+
+
+def node_args(node: Node) -> list[int]:
+    """Registers an expression reads, in order, with repeats."""
+    return [arg.register for arg in arg_nodes(node)]
+
+
+def step_inputs(step: Step) -> list[int]:
+    """Registers a step reads (with repeats)."""
+    if isinstance(step, Contract):
+        return [*step.args, *(r for factor in step.scale for r in node_args(factor))]
+    if isinstance(step, Elementwise):
+        return node_args(step.expr)
+    if isinstance(step, Diagonal):
+        return [step.arg] if step.base is None else [step.base, step.arg]
+    if isinstance(step, Reduce):
+        return [step.arg]
+    return []
+
+
+def realign(node: Node, axes: tuple[int | None, ...] | None, ranks: dict[int, int]) -> Node:
+    """``node`` with its result's axes rearranged by ``axes``, pushed down to its registers (``ranks``: theirs)."""
+    if axes is None:
+        return node
+    if isinstance(node, Arg):
+        if node.axes is None and not ranks.get(node.register):
+            return node  # a 0-d value broadcasts as it is
+        if node.axes is None:
+            return Arg(node.register, axes)
+        return Arg(node.register, tuple(None if a is None else node.axes[a] for a in axes))
+    if isinstance(node, (Number, Size)):
+        return node
+    if isinstance(node, Apply):
+        return Apply(node.func, realign(node.arg, axes, ranks),
+                     None if node.other is None else realign(node.other, axes, ranks))
+    if isinstance(node, AsFloat):
+        return AsFloat(realign(node.arg, axes, ranks))
+    if isinstance(node, Pow):
+        return Pow(realign(node.base, axes, ranks), node.exponent)
+    if isinstance(node, Add):
+        return Add(tuple(realign(term, axes, ranks) for term in node.terms))
+    return Mul(tuple(realign(factor, axes, ranks) for factor in node.factors))
+
+
+def substitute(node: Node, register: int, replacement: Node, ranks: dict[int, int]) -> Node:
+    """``node`` with the register replaced by an expression (aligned as the register was)."""
+    if isinstance(node, Arg):
+        return realign(replacement, node.axes, ranks) if node.register == register else node
+    if isinstance(node, (Number, Size)):
+        return node
+    if isinstance(node, Apply):
+        return Apply(node.func, substitute(node.arg, register, replacement, ranks),
+                     None if node.other is None else substitute(node.other, register, replacement, ranks))
+    if isinstance(node, AsFloat):
+        return AsFloat(substitute(node.arg, register, replacement, ranks))
+    if isinstance(node, Pow):
+        return Pow(substitute(node.base, register, replacement, ranks), node.exponent)
+    if isinstance(node, Add):
+        return Add(tuple(substitute(term, register, replacement, ranks) for term in node.terms))
+    return Mul(tuple(substitute(factor, register, replacement, ranks) for factor in node.factors))

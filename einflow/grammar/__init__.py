@@ -1,7 +1,0 @@
-"""Text -> IR: the Lark LALR parser for einflow, with friendly ParseErrors."""
-
-from __future__ import annotations
-
-from einflow.grammar.parser import parse, parse_expression
-
-__all__ = ["parse", "parse_expression"]

@@ -1,0 +1,400 @@
+"""Build the Lark parser once and transform its trees into IR nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import math
+import re
+import unicodedata
+from collections.abc import Iterator
+from typing import Any
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from einflow.lang import ir
+from einflow.lang.errors import ParseError, source_line
+
+__all__ = ["parse", "parse_expression", "build_parser"]
+
+_OPENERS = {"LPAR", "LSQB"}
+_MAX_SIZE = 2**63
+_CLOSERS = {"RPAR", "RSQB"}
+
+
+class _BracketNewlines:
+    """Post-lexer: newlines inside ( ) or [ ] are plain white space."""
+
+    always_accept = ("_NL",)
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        depth = 0
+        for token in stream:
+            if token.type in _OPENERS:
+                depth += 1
+            elif token.type in _CLOSERS:
+                depth = max(depth - 1, 0)
+            elif token.type == "_NL" and depth > 0:
+                continue
+            yield token
+
+
+@functools.cache
+def build_parser(strict: bool = False) -> Lark:
+    """The LALR parser (built once; ``strict=True`` makes Lark reject any grammar conflict)."""
+    return Lark.open_from_package(
+        "einflow.lang.grammar",
+        "einflow.lark",
+        parser="lalr",
+        propagate_positions=True,
+        postlex=_BracketNewlines(),
+        maybe_placeholders=False,
+        strict=strict,
+        # the built parser is cached on disk: building it (with Lark's regex checks) costs ~1 s per process
+        cache=not strict,
+    )
+
+
+def _span(meta_or_token: Any) -> ir.Span | None:
+    line = getattr(meta_or_token, "line", None)
+    if line is None:
+        return None
+    return ir.Span(line, meta_or_token.column, getattr(meta_or_token, "end_line", 0) or 0,
+                   getattr(meta_or_token, "end_column", 0) or 0)
+
+
+# Python refuses to read integers of more than 4300 digits (sys.get_int_max_str_digits); such a literal is far
+# beyond float range, where every integer literal ends up anyway (inf, as numbers.py folds it)
+_MAX_INT_DIGITS = 4000
+
+
+def _number(token: Token) -> int | float:
+    text = str(token)
+    if any(c in text for c in ".eE"):
+        return float(text)
+    digits = text.lstrip("0") or "0"
+    if len(digits) > _MAX_INT_DIGITS:
+        return math.inf
+    return int(digits)
+
+
+def _negated(expr: ir.Expr, sign: Token) -> ir.Expr:
+    """``-expr``; a node the negation builds points at the sign, so errors about it have a position."""
+    negated = ir.negate(expr)
+    if negated is not expr and getattr(negated, "span", None) is None:
+        negated = dataclasses.replace(negated, span=getattr(expr, "span", None) or _span(sign))
+    return negated
+
+
+class _Paren:
+    """Marks a parenthesized expression while building products (removed afterwards)."""
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr: ir.Expr) -> None:
+        self.expr = expr
+
+
+def _unparen(value: Any) -> ir.Expr:
+    return value.expr if isinstance(value, _Paren) else value
+
+
+class _ToIR(Transformer):
+    """Lark tree -> IR. Products flatten through parentheses; sums keep parenthesized terms whole."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__()
+        self.source = source
+
+    def _name(self, token: Token, role: str) -> str:
+        """The token's text; a reserved word (function name, sum, delta, size) is rejected as a name."""
+        text = str(token)
+        if text in ir.RESERVED:
+            hint = ""
+            if role != "a tensor name":
+                pass
+            elif text in ir.CALLABLE:
+                hint = f" (it is a function: write {text}(...) with no space before '(')"
+            elif text in ir.REDUCTIONS or text in ir.NORMALISERS:
+                hint = f" (write {text}[k](...) with no space before '[')"
+            raise ParseError(f"'{text}' is a reserved word and cannot be used as {role}{hint}", token.line or 1,
+                             token.column or 1, _line_of(self.source, token.line or 1))
+        return text
+
+    # ---- statements
+    def start(self, items: list[Any]) -> ir.ProgramIR:
+        return ir.ProgramIR(tuple(items))
+
+    @v_args(meta=True)
+    def assign_indexed(self, meta: Any, items: list[Any]) -> ir.Assign:
+        name, indices, expr = items
+        return ir.Assign(self._name(name, "a tensor name"), indices, _unparen(expr), span=_span(meta))
+
+    @v_args(meta=True)
+    def assign_implicit(self, meta: Any, items: list[Any]) -> ir.Assign:
+        name, expr = items
+        return ir.Assign(self._name(name, "a tensor name"), None, _unparen(expr), span=_span(meta))
+
+    @v_args(meta=True)
+    def bare(self, meta: Any, items: list[Any]) -> ir.Assign:
+        return ir.Assign(None, None, _unparen(items[0]), span=_span(meta))
+
+    @v_args(meta=True)
+    def size_decl(self, meta: Any, items: list[Token]) -> ir.SizeDecl:
+        *names, source = items
+        if source.type == "NUMBER":
+            text = str(source)
+            where = (source.line, source.column, _line_of(self.source, source.line))
+            if not text.isdigit():
+                raise ParseError("a literal size must be a non-negative integer", *where)
+            digits = text.lstrip("0") or "0"
+            if len(digits) > 19 or int(digits) >= _MAX_SIZE:
+                raise ParseError(f"a literal size must be below 2**63 (arrays index with int64); this one has "
+                                 f"{len(digits)} digits", *where)
+            value = int(digits)
+            src: str | int = value
+        else:
+            src = self._name(source, "a tensor name")
+        return ir.SizeDecl(tuple(self._name(n, "an index name") for n in names), src, span=_span(meta))
+
+    @v_args(meta=True)
+    def return_line(self, meta: Any, items: list[Token]) -> ir.Return:
+        return ir.Return(tuple(self._name(n, "a tensor name") for n in items), span=_span(meta))
+
+    def index_list(self, items: list[Token]) -> tuple[str, ...]:
+        return tuple(self._name(t, "an index name") for t in items)
+
+    # ---- expressions
+    @v_args(meta=True)
+    def sum(self, meta: Any, items: list[Any]) -> ir.Expr:
+        if len(items) == 1:
+            return items[0]
+        terms = [_unparen(items[0])]
+        for sign, term in zip(items[1::2], items[2::2]):
+            term = _unparen(term)
+            terms.append(_negated(term, sign) if sign == "-" else term)
+        return ir.Sum(tuple(terms), span=_span(meta))
+
+    @v_args(meta=True)
+    def product(self, meta: Any, items: list[Any]) -> Any:
+        if len(items) == 1:
+            return items[0]
+        factors: list[ir.Expr] = [_unparen(items[0])]
+        position = 1
+        while position < len(items):
+            item = items[position]
+            if isinstance(item, Token) and item.type == "MULOP":
+                operand = _unparen(items[position + 1])
+                factors.append(operand if item == "*" else ir.Power(operand, -1, span=_span(item)))
+                position += 2
+            else:
+                factors.append(_unparen(item))
+                position += 1
+        built = ir.product(*factors)
+        if isinstance(built, ir.Product):
+            built = ir.Product(built.factors, span=_span(meta))
+        return built
+
+    def signed(self, items: list[Any]) -> ir.Expr:
+        sign, operand = items
+        operand = _unparen(operand)
+        return _negated(operand, sign) if sign == "-" else operand
+
+    @v_args(meta=True)
+    def power(self, meta: Any, items: list[Any]) -> ir.Power:
+        base, _op, exponent = items
+        return ir.Power(_unparen(base), exponent, span=_span(meta))
+
+    def exponent(self, items: list[Token]) -> int | float:
+        value = _number(items[-1])
+        return -value if len(items) == 2 and items[0] == "-" else value
+
+    def number(self, items: list[Token]) -> ir.Num:
+        return ir.Num(_number(items[0]), span=_span(items[0]))
+
+    @v_args(meta=True)
+    def tensor(self, meta: Any, items: list[Any]) -> ir.Tensor:
+        return ir.Tensor(self._name(items[0], "a tensor name"), items[1], span=_span(meta))
+
+    def scalar(self, items: list[Token]) -> ir.Tensor:
+        return ir.Tensor(self._name(items[0], "a tensor name"), (), span=_span(items[0]))
+
+    @v_args(meta=True)
+    def call(self, meta: Any, items: list[Any]) -> ir.Expr:
+        token, *args = items
+        name = str(token)
+        args = [_unparen(a) for a in args]
+        where = (token.line or 1, token.column or 1, _line_of(self.source, token.line or 1))
+        if name in ir.REDUCTIONS or name in ir.NORMALISERS:
+            raise ParseError(f"'{name}' needs the indices it works over: write {name}[k](...)", *where)
+        if name not in ir.CALLABLE:
+            raise ParseError(unknown_function_message(name), *where)
+        wanted = 2 if name in ir.BINARY_FUNCTIONS else 1
+        if len(args) != wanted:
+            raise ParseError(f"'{name}' takes {wanted} argument{'s' if wanted > 1 else ''}, not {len(args)}", *where)
+        if wanted == 2:
+            return ir.Binary(name, args[0], args[1], span=_span(meta))
+        return ir.Call(name, args[0], span=_span(meta))
+
+    @v_args(meta=True)
+    def reduce(self, meta: Any, items: list[Any]) -> ir.Expr:
+        kind = str(items[0])
+        if kind in ir.NORMALISERS:
+            return ir.Normalize(kind, items[1], _unparen(items[2]), span=_span(meta))
+        return ir.Reduce(items[1], _unparen(items[2]), kind, span=_span(meta))
+
+    @v_args(meta=True)
+    def delta(self, meta: Any, items: list[Token]) -> ir.Delta:
+        return ir.Delta(self._name(items[0], "an index name"), self._name(items[1], "an index name"),
+                        span=_span(meta))
+
+    def paren(self, items: list[Any]) -> _Paren:
+        inner = _unparen(items[0])
+        # A parenthesized product is the same product; a parenthesized sum stays one term.
+        return _Paren(inner)
+
+
+def unknown_function_message(name: str) -> str:
+    """``unknown function 'exq'; did you mean 'exp'?`` (the closest known names, when any are close).
+
+    >>> unknown_function_message("exq")
+    "unknown function 'exq'; did you mean 'exp'?"
+    """
+    known = sorted(ir.CALLABLE | set(ir.REDUCTIONS) | set(ir.NORMALISERS))
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    message = f"unknown function '{name}'"
+    if close:
+        message += "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+    else:
+        message += f" (known: {', '.join(sorted(ir.CALLABLE))}; a name followed by '(' is a call: write "\
+                   f"'{name} (...)' with a space or '{name} * (...)' to multiply)"
+    return message
+
+
+def _line_of(source: str, line: int) -> str:
+    return source_line(source, line)
+
+
+_TOKEN_WORDS = {
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "COMMA": "','",
+    "EQUAL": "'='",
+    "SIGN": "'+' or '-'",
+    "MULOP": "'*' or '/'",
+    "POW": "'^'",
+    "_NL": "a new line",
+    "SEMICOLON": "';'",
+    "REDUCER": "a reduction",
+    "CALLNAME": "a function",
+    "DELTA": "'delta'",
+    "SIZE": "'size'",
+    "$END": "the end of the input",
+}
+
+
+def _describe_expected(expected: set[str]) -> str:
+    names = set(expected)
+    if "SEMICOLON" not in names:
+        names.discard("_NL")  # the bracket post-lexer makes Lark list a new line everywhere; it ends statements only
+    words: list[str] = []
+    if names & {"NAME", "NUMBER", "LPAR", "REDUCER", "CALLNAME", "DELTA", "SIGN"} and len(names) > 4:
+        words.append("an expression")
+        names -= {"NAME", "NUMBER", "LPAR", "REDUCER", "CALLNAME", "DELTA", "SIGN"}
+        names = {n for n in names if not n.isupper() or n in _TOKEN_WORDS}
+        names -= {"EXP", "LOG", "LOG1P", "SQRT", "SIN", "COS", "TANH", "SIGMOID", "ABS", "RELU", "STEP"}
+    for name in sorted(names):
+        if name in {"EXP", "LOG", "LOG1P", "SQRT", "SIN", "COS", "TANH", "SIGMOID", "ABS", "RELU", "STEP"}:
+            continue
+        words.append(_TOKEN_WORDS.get(name, f"'{name.lower()}'"))
+    if not words:
+        return "something else"
+    if len(words) == 1:
+        return words[0]
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _friendly(error: UnexpectedInput, source: str) -> ParseError:
+    line = getattr(error, "line", 0) or 1
+    column = getattr(error, "column", 0) or 1
+    source_line = _line_of(source, line)
+    if isinstance(error, UnexpectedCharacters):
+        char = error.char
+        if char.isprintable() and not char.isspace():
+            message = f"unexpected character {char!r}" + ("" if char.isascii() else f" (U+{ord(char):04X})")
+        else:  # a line break Python knows but the language does not, or a control character: name it
+            message = f"unexpected character U+{ord(char):04X} ({unicodedata.name(char, 'a control character')})"
+    elif isinstance(error, UnexpectedToken):
+        token = error.token
+        expected = _describe_expected(set(error.expected))
+        if token.type == "$END":
+            line = source.rstrip("\r\n").count("\n") + 1  # the last line with text, as the user sees it
+            source_line = _line_of(source, line)
+            column = len(source_line) + 1
+            message = f"unexpected end of input, expected {expected}"
+        elif token.type == "_NL":
+            message = f"unexpected end of line, expected {expected}"
+            column = len(source_line) + 1 if column > len(source_line) else column
+        else:
+            text = str(token)
+            if token.type == "NUMBER" and "NUMBER" not in error.expected:
+                message = (f"unexpected number {text!r}: a number cannot follow a factor without '*'"
+                           if error.expected & {"MULOP", "SIGN"}
+                           else f"unexpected number {text!r}, expected {expected}")
+            else:
+                message = f"unexpected {text!r}, expected {expected}"
+            before = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", source_line[:column - 1])
+            if before and before.group(1) in ir.RESERVED and error.expected <= {"LPAR", "LSQB", "_NL"}:
+                message += f" ('{before.group(1)}' is a reserved word and cannot be used as a name)"
+    elif isinstance(error, UnexpectedEOF):
+        message = "unexpected end of input"
+    else:  # pragma: no cover - Lark has no other kinds
+        message = str(error)
+    return ParseError(message, line, column, source_line)
+
+
+def _too_deep(source: str) -> ParseError:
+    return ParseError("the expression is nested too deeply (parentheses or function calls inside one another); "
+                      "split it into several statements", 1, 1, _line_of(source, 1))
+
+
+@functools.lru_cache(maxsize=512)
+def parse(text: str) -> ir.ProgramIR:
+    """Parse einflow source into a ProgramIR (cached by text).
+
+    >>> str(parse("C[i,j] = A[i,k] B[k,j]"))
+    'C[i,j] = A[i,k] B[k,j]'
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"einflow source must be a string, not {type(text).__name__}")
+    try:
+        tree = build_parser().parse(text)
+        program = _ToIR(text).transform(tree)
+    except UnexpectedInput as error:
+        raise _friendly(error, text) from None
+    except VisitError as error:
+        if isinstance(error.orig_exc, ParseError):
+            raise error.orig_exc from None
+        if isinstance(error.orig_exc, RecursionError):
+            raise _too_deep(text) from None
+        raise
+    except RecursionError:
+        raise _too_deep(text) from None
+    if not program.statements:
+        raise ParseError("empty program: write at least one statement", 1, 1, _line_of(text, 1))
+    return program
+
+
+def parse_expression(text: str) -> ir.Expr:
+    """Parse a single bare expression."""
+    program = parse(text)
+    statement = program.statements[0]
+    if len(program.statements) != 1 or not isinstance(statement, ir.Assign) or statement.target is not None:
+        raise ParseError("expected a single expression", 1, 1, _line_of(text, 1))
+    return statement.expr

@@ -1,0 +1,161 @@
+"""Index sizes: which indices an expression mentions, and where each index of a statement gets its size.
+
+A statement's index takes its size from the tensor axes it labels, from a ``size`` declaration, or from
+a delta partner (``delta[i,j]`` joins ``i`` and ``j``: equal sizes). This module owns those rules:
+:func:`size_links` finds the tensor axes and delta partners of an expression, and :func:`join_partners`
+propagates sizes across partners. The lowering (``einflow.engine.lower``) uses them with symbolic sizes (which
+array's axis to read), the specialisation (``einflow.engine.plan``) with numbers, where :func:`statement_sizes`
+also reports every disagreement as a ``ShapeError`` that points at the source, and the derivation's
+size registry (``einflow.derive.sizes``) with classes of equal size.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from einflow.lang import ir
+from einflow.lang.errors import ShapeError, TensorNameError, located
+
+__all__ = ["indices_in", "size_links", "join_partners", "statement_sizes", "declared_sizes"]
+
+T = TypeVar("T")
+
+
+@functools.lru_cache(maxsize=4096)
+def indices_in(expr: ir.Expr) -> frozenset[str]:
+    """Every index name occurring anywhere in ``expr``.
+
+    >>> sorted(indices_in(ir.Product((ir.Tensor("A", ("i", "k")), ir.Delta("k", "j")))))
+    ['i', 'j', 'k']
+    """
+    if isinstance(expr, ir.Tensor):
+        return frozenset(expr.indices)
+    if isinstance(expr, ir.Delta):
+        return frozenset((expr.first, expr.second))
+    found = frozenset().union(*(indices_in(child) for child in ir.children(expr)))
+    return found | frozenset(expr.indices) if isinstance(expr, (ir.Reduce, ir.Normalize)) else found
+
+
+def size_links(expr: ir.Expr) -> tuple[list[ir.Tensor], list[tuple[str, str, ir.Delta]]]:
+    """Where the indices of ``expr`` get their sizes: its tensor references (each index the size of the
+    axis it labels) and its delta partners ``(first, second, delta)``, both in source order.
+
+    >>> tensors, partners = size_links(ir.Product((ir.Tensor("A", ("i", "k")), ir.Delta("k", "j"))))
+    >>> [t.name for t in tensors], [(first, second) for first, second, _ in partners]
+    (['A'], [('k', 'j')])
+    """
+    tensors: list[ir.Tensor] = []
+    partners: list[tuple[str, str, ir.Delta]] = []
+    for node in ir.walk(expr):
+        if isinstance(node, ir.Tensor):
+            tensors.append(node)
+        elif isinstance(node, ir.Delta):
+            partners.append((node.first, node.second, node))
+    return tensors, partners
+
+
+def join_partners(found: dict[str, T], partners: Iterable[tuple[str, str, Any]],
+                  note: Callable[[str, T, str, Any], None] | None = None,
+                  clash: Callable[[str, str, Any], None] | None = None) -> dict[str, T]:
+    """Give each delta partner the size its other index has, until nothing changes (``found`` is updated).
+
+    ``note(index, size, where, node)`` records a size (default: store it); ``clash(first, second, node)``
+    is told about partners whose sizes differ (default: ignored).
+
+    >>> join_partners({"i": 3}, [("i", "j", None), ("j", "k", None)])
+    {'i': 3, 'j': 3, 'k': 3}
+    """
+    def store(index: str, size: T, where: str, node: Any) -> None:
+        found[index] = size
+
+    record = note or store
+    partners = list(partners)
+    changed = True
+    while changed:
+        changed = False
+        for first, second, node in partners:
+            if first in found and second not in found:
+                record(second, found[first], f"delta[{first},{second}] (partner of '{first}')", node)
+                changed = True
+            elif second in found and first not in found:
+                record(first, found[second], f"delta[{first},{second}] (partner of '{second}')", node)
+                changed = True
+            elif clash is not None and first in found and second in found and found[first] != found[second]:
+                clash(first, second, node)
+    return found
+
+
+def _bound_shape(tensor: str, rank: int, shapes: Mapping[str, tuple[int, ...]], span: Any, source: str | None,
+                 wrong_rank: str, after: str = "") -> tuple[int, ...]:
+    """``tensor``'s shape; an unbound tensor or a rank other than ``rank`` is an error (``wrong_rank``
+    starts that message, the shape and ``after`` end it)."""
+    shape = shapes.get(tensor)
+    if shape is None:
+        raise TensorNameError(located(f"tensor '{tensor}' is not bound", span, source))
+    if len(shape) != rank:
+        raise ShapeError(located(f"{wrong_rank} {len(shape)} (shape {tuple(shape)}){after}", span, source))
+    return tuple(shape)
+
+
+def declared_sizes(statement: ir.SizeDecl, shapes: Mapping[str, tuple[int, ...]],
+                   source: str | None) -> dict[str, tuple[int, str]]:
+    """The sizes a ``size`` declaration gives, each with where it comes from (for messages)."""
+    if isinstance(statement.source, int):
+        return {name: (statement.source, f"'size {name} = {statement.source}'") for name in statement.names}
+    shape = _bound_shape(statement.source, len(statement.names), shapes, statement.span, source,
+                         f"size declaration names {len(statement.names)} indices but '{statement.source}' has rank")
+    return {name: (size, f"'size' of {statement.source} (axis {axis})")
+            for axis, (name, size) in enumerate(zip(statement.names, shape))}
+
+
+def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
+                    declared: Mapping[str, tuple[int, str]], source: str | None) -> dict[str, int]:
+    """Each index of ``statement`` with its size; a ``ShapeError`` names the first disagreement.
+
+    ``shapes``: every bound tensor's shape; ``declared``: sizes from earlier ``size`` declarations.
+    """
+    found: dict[str, tuple[int, str]] = {}
+    mentioned: dict[str, None] = {}
+
+    def note(index: str, size: int, where: str, node: Any) -> None:
+        known = found.get(index)
+        if known is None:
+            found[index] = (size, where)
+        elif known[0] != size:
+            raise ShapeError(located(
+                f"index '{index}' has size {known[0]} in {known[1]} but size {size} in {where}",
+                getattr(node, "span", None), source))
+
+    tensors, partners = size_links(statement.expr)
+    for node in tensors:  # source order: the first use is reported first
+        shape = _bound_shape(node.name, len(node.indices), shapes, node.span, source, f"tensor '{node.name}' has rank",
+                             f" but is used with {len(node.indices)} indices")
+        for axis, (index, size) in enumerate(zip(node.indices, shape)):
+            mentioned.setdefault(index, None)
+            note(index, size, f"{node.name} (axis {axis})", node)
+    for first, second, _ in partners:
+        mentioned.setdefault(first, None)
+        mentioned.setdefault(second, None)
+    for index in statement.indices or ():
+        mentioned.setdefault(index, None)
+    for index in mentioned:
+        if index in declared:
+            size, where = declared[index]
+            note(index, size, where, statement)
+
+    def clash(first: str, second: str, node: Any) -> None:
+        raise ShapeError(located(
+            f"delta[{first},{second}] joins index '{first}' of size {found[first][0]} ({found[first][1]}) with "
+            f"index '{second}' of size {found[second][0]} ({found[second][1]})", node.span, source))
+
+    sizes = {index: size for index, (size, _) in found.items()}
+    join_partners(sizes, partners, lambda index, size, where, node: (note(index, size, where, node),
+                                                                     sizes.__setitem__(index, size)), clash)
+    for index in mentioned:
+        if index not in found:
+            raise ShapeError(located(
+                f"index '{index}' has no size: it is not an axis of any tensor; declare it with "
+                f"'size {index} = ...'", statement.span, source))
+    return {index: size for index, (size, _) in found.items()}

@@ -1,0 +1,1 @@
+"""The `einflow` command: session, commands, REPL, CLI, notebook magics, highlighting."""

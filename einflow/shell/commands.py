@@ -1,0 +1,698 @@
+"""The session's ``:commands``: data in and out, derivatives through history, plans, timing, help."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import difflib
+import math
+import os
+import re
+import shlex
+import signal
+import stat
+import tempfile
+import threading
+import timeit
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from einflow.lang.errors import EinflowError, MemoryLimitError
+from einflow.lang.grammar import parse
+from einflow.shell.replies import Reply, SessionError, check_name, format_bytes, format_value, parse_bytes, to_numpy
+
+if TYPE_CHECKING:  # annotations only: the session imports this module, never the other way round
+    from einflow.program import Program
+    from einflow.report import PlanReport
+    from einflow.shell.session import Session
+
+__all__ = ["COMMANDS", "Command", "run_command", "unique_commands", "atomic_write", "save_arrays", "load_arrays",
+           "remove_stale_temporaries", "program_of", "parse_wrt", "derivative_program", "bind_derivative",
+           "plan_report"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``:command``: how to call it, what it does, and the function that runs it."""
+
+    name: str
+    usage: str
+    summary: str
+    run: Callable[[Session, str], str | Reply]
+    section: str = ""
+    aliases: tuple[str, ...] = ()
+
+
+# The one table of commands: :help, Tab completion and the docs test all read it (in registration order).
+COMMANDS: dict[str, Command] = {}
+_section = ""
+
+
+def _begin_section(title: str) -> None:
+    """Commands registered from here on are listed under ``title`` in :help."""
+    global _section
+    _section = title
+
+
+def _command(name: str, usage: str, summary: str, aliases: tuple[str, ...] = ()) -> Callable[..., Any]:
+    def register(function: Callable[[Session, str], str | Reply]) -> Callable[[Session, str], str | Reply]:
+        command = Command(name, usage, summary, function, _section, aliases)
+        for alias in (name, *aliases):
+            COMMANDS[alias] = command
+        return function
+
+    return register
+
+
+def unique_commands() -> list[Command]:
+    """Each command once (aliases folded), in the order they were registered."""
+    return list({id(command): command for command in COMMANDS.values()}.values())
+
+
+def run_command(session: Session, text: str) -> Reply:
+    """Run ``:name args``; unknown names get a suggestion."""
+    word, _, rest = text[1:].strip().partition(" ")
+    command = COMMANDS.get(word)
+    if command is None:
+        close = difflib.get_close_matches(word, COMMANDS, n=1)
+        hint = f"; did you mean :{close[0]}?" if close else ""
+        raise SessionError(f"unknown command ':{word}'{hint} (:help lists the commands)")
+    result = command.run(session, rest.strip())
+    return result if isinstance(result, Reply) else Reply(result)
+
+
+def _words(rest: str, usage: str, minimum: int = 1) -> list[str]:
+    words = shlex.split(rest)
+    if len(words) < minimum:
+        raise SessionError(f"usage: {usage}")
+    return words
+
+
+def _check_numeric(name: str, array: np.ndarray) -> np.ndarray:
+    if array.dtype.kind not in "biufc":
+        raise SessionError(f"{name}: expected numbers, got an array of dtype {array.dtype}")
+    return array
+
+
+# ---------------------------------------------------------------- data in
+_begin_section("data in")
+
+
+_SET_TAKES = ("write numbers or (nested) lists of numbers, no names or calls; for an array of a shape use "
+              ":zeros, :ones, :randn, :rand or :load")
+
+
+@_command("set", ":set NAME LITERAL", "bind a Python literal: :set x [1.0, 2.0]  (numbers, nested lists)")
+def _set(session: Session, rest: str) -> str:
+    name, _, literal = rest.partition(" ")
+    if not literal.strip():
+        raise SessionError("usage: :set NAME LITERAL   e.g. :set A [[1.0, 2.0], [3.0, 4.0]]")
+    check_name(name)
+    try:
+        value = ast.literal_eval(literal.strip())
+    except SyntaxError as error:
+        raise SessionError(f"cannot read {literal.strip()!r} as a Python literal ({error.msg}); "
+                           f"{_SET_TAKES}") from None
+    except (ValueError, TypeError, MemoryError, RecursionError):
+        raise SessionError(f"cannot read {literal.strip()!r} as a Python literal: {_SET_TAKES}") from None
+    try:
+        array = np.asarray(value)
+    except ValueError as error:  # ragged lists
+        raise SessionError(f"cannot make an array from {literal.strip()!r}: {error}") from None
+    _check_numeric(name, array)
+    notes = session.bind(name, array, f":set {literal.strip()}")
+    return "\n".join([format_value(name, array, session.width), *notes])
+
+
+def _fill(kind: str) -> Callable[[Session, str], str]:
+    def fill(session: Session, rest: str) -> str:
+        name, *dims = _words(rest, f":{kind} NAME d1 d2 ...")
+        check_name(name)
+        try:
+            shape = tuple(int(d) for d in dims)
+        except ValueError:
+            raise SessionError(f"sizes must be whole numbers: :{kind} {rest}") from None
+        if any(d < 0 for d in shape):
+            raise SessionError(f"sizes must not be negative: :{kind} {rest}")
+        session.guard(shape, np.dtype(np.float64).itemsize, f":{kind} {rest}")
+        makers = {
+            "randn": lambda: session.rng.standard_normal(shape),
+            "rand": lambda: session.rng.random(shape),
+            "zeros": lambda: np.zeros(shape),
+            "ones": lambda: np.ones(shape),
+        }
+        array = makers[kind]()
+        notes = session.bind(name, array, f":{kind} {' '.join(dims)}".rstrip())
+        return "\n".join([format_value(name, array, session.width), *notes])
+
+    return fill
+
+
+_command("randn", ":randn NAME d1 d2 ...", "standard normal samples of that shape")(_fill("randn"))
+_command("rand", ":rand NAME d1 d2 ...", "uniform samples in [0, 1) of that shape")(_fill("rand"))
+_command("zeros", ":zeros NAME d1 d2 ...", "an array of zeros")(_fill("zeros"))
+_command("ones", ":ones NAME d1 d2 ...", "an array of ones")(_fill("ones"))
+
+
+@_command("seed", ":seed N", "seed the generator used by :randn and :rand")
+def _seed(session: Session, rest: str) -> str:
+    try:
+        session.rng = np.random.default_rng(int(rest))
+    except ValueError:
+        raise SessionError("usage: :seed N   (a non-negative whole number)") from None
+    return ""
+
+
+def _open_regular(path: str) -> IO[bytes]:
+    """Open a file for reading, refusing anything that is not a regular file (a FIFO would block, a device
+    would never end)."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens without blocking
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise SessionError(f"{path} is {kind}; only regular .npy and .npz files are read")
+    return os.fdopen(descriptor, "rb")
+
+
+def _npy_header(stream: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Read a .npy header: the declared shape and dtype (the stream is left at the start of the data)."""
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+    else:
+        raise SessionError(f"{where}: .npy format version {version} is not supported (1.0 and 2.0 are)")
+    if dtype.hasobject:
+        raise SessionError(f"{where} holds Python objects (a pickle; allow_pickle is always off): only arrays of "
+                           "numbers are loaded")
+    return tuple(shape), dtype
+
+
+def _declared_bytes(open_member: Callable[[], Any], where: str, stored: int) -> int:
+    """The bytes one array's header declares, checked against the ``stored`` bytes before any data is read."""
+    with open_member() as stream:
+        shape, dtype = _npy_header(stream, where)
+        declared = math.prod(shape) * dtype.itemsize
+        data = stored - stream.tell()
+        if declared > data:
+            raise SessionError(f"{where} declares an array of shape {shape} {dtype} ({format_bytes(declared)}) "
+                               f"but holds only {format_bytes(max(data, 0))} of data: the file is truncated or "
+                               "its header is wrong; nothing was read")
+    return declared
+
+
+def load_arrays(path: str, names: list[str] | None = None, limit: int | None = None) -> dict[str, np.ndarray]:
+    """Arrays from a .npy file (one, under its file stem) or a .npz file (all, or the ``names`` given).
+
+    Before any data is read, each array's header (its shape and dtype) is checked against the bytes the
+    file really holds and the total against ``limit`` (bytes; ``MemoryLimitError`` when over). Pickled
+    objects and non-regular files (FIFOs, devices, folders) are refused.
+    """
+    path = os.path.expanduser(path)
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with _open_regular(path) as handle:
+            if path.endswith(".npz"):
+                with zipfile.ZipFile(handle) as archive:
+                    members = {info.filename[:-4]: info for info in archive.infolist()
+                               if info.filename.endswith(".npy")}
+                    keys = names or list(members)
+                    missing = [key for key in keys if key not in members]
+                    if missing:
+                        raise SessionError(f"{path} has no array {missing[0]!r} (it holds {', '.join(members)})")
+                    total = 0
+                    for key in keys:
+                        info = members[key]
+                        total += _declared_bytes(lambda info=info: archive.open(info), f"{path}[{key}]",
+                                                 info.file_size)
+                    _check_limit(path, total, limit)
+                    for key in keys:
+                        with archive.open(members[key]) as member:
+                            arrays[key] = np.lib.format.read_array(member, allow_pickle=False)
+            else:
+                size = os.fstat(handle.fileno()).st_size
+                declared = _declared_bytes(lambda: contextlib.nullcontext(handle), path, size)
+                _check_limit(path, declared, limit)
+                handle.seek(0)
+                stem = os.path.splitext(os.path.basename(path))[0]
+                arrays[names[0] if names else stem] = np.lib.format.read_array(handle, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError) as error:
+        raise SessionError(f"{path} is not a valid {os.path.splitext(path)[1] or '.npy'} file ({error})") from None
+    except ValueError as error:
+        if isinstance(error, EinflowError):
+            raise
+        raise SessionError(f"{path} is not a valid .npy/.npz file ({error})") from None
+    for key, array in arrays.items():
+        check_name(key)
+        _check_numeric(key, array)
+    return arrays
+
+
+def _check_limit(path: str, needed: int, limit: int | None) -> None:
+    if limit is not None and needed > limit:
+        raise MemoryLimitError(f"{path} holds {format_bytes(needed)} of arrays, over the memory limit of "
+                               f"{format_bytes(limit)}; nothing was read")
+
+
+@_command("load", ":load NAME FILE.npy | :load FILE.npz [NAME ...]", "read arrays (.npy one, .npz all or some)")
+def _load(session: Session, rest: str) -> str:
+    words = _words(rest, ":load NAME FILE.npy  or  :load FILE.npz [NAME ...]")
+    files = [word for word in words if word.endswith((".npz", ".npy"))]
+    if len(files) != 1:
+        raise SessionError("usage: :load NAME FILE.npy  or  :load FILE.npz [NAME ...]")
+    names = [word for word in words if word != files[0]]
+    if files[0].endswith(".npy") and len(names) > 1:
+        raise SessionError("a .npy file holds one array: :load NAME FILE.npy")
+    arrays = load_arrays(files[0], names or None, session.limit_bytes())
+    notes = session.bind_many(arrays, f":load {files[0]}")
+    lines = [f"{name}: {array.shape} {array.dtype}  (from {files[0]})" for name, array in arrays.items()]
+    return "\n".join(lines + notes)
+
+
+# ---------------------------------------------------------------- data out
+_begin_section("data out")
+
+
+TEMPORARY_MARK = ".einflow-save-"
+
+
+def _temporary_prefix(target: str) -> str:
+    return f".{os.path.basename(target)}{TEMPORARY_MARK}"
+
+
+def remove_stale_temporaries(target: str) -> list[str]:
+    """Delete temporary files that a killed save of ``target`` left behind; return their paths.
+
+    A temporary's name holds the id of the process writing it; one whose process no longer runs is stale.
+    """
+    folder, prefix = os.path.dirname(target), _temporary_prefix(target)
+    removed: list[str] = []
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return removed
+    for entry in entries:
+        if not (entry.startswith(prefix) and entry.endswith(".tmp")):
+            continue
+        pid_text = entry[len(prefix):].split("-", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _running(int(pid_text)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, entry))
+            removed.append(os.path.join(folder, entry))
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """While a file is written, SIGTERM raises SystemExit (so the temporary is removed on the way out), when
+    this is the main thread and nobody else handles SIGTERM."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def leave(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
+    """Write a file through a temporary file in the same folder and ``os.replace`` it into place.
+
+    A reader (or a crash) never sees a half-written file; an existing file is replaced only on success and
+    keeps its permission bits (a new file gets the umask's). A symbolic link is written *through*: the
+    file it points to is replaced and the link stays. Temporaries left by a killed save (their process is
+    gone) are removed by the next save of the same file.
+    """
+    target = os.path.realpath(os.path.expanduser(path))
+    try:
+        existing = os.stat(target)
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        raise SessionError(f"{path} exists and is not a regular file; choose another name")
+    remove_stale_temporaries(target)
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f"{_temporary_prefix(target)}{os.getpid()}-", suffix=".tmp",
+                                             dir=os.path.dirname(target))
+    except OSError as error:
+        raise type(error)(error.errno, f"cannot write {path}: {error.strerror}") from None
+    try:
+        with _terminate_cleanly(), os.fdopen(handle, "wb") as stream:
+            write(stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        if existing is not None:
+            mode = stat.S_IMODE(existing.st_mode)
+        else:
+            mask = os.umask(0)
+            os.umask(mask)
+            mode = 0o666 & ~mask
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def save_arrays(path: str, arrays: dict[str, Any]) -> None:
+    """Save atomically: one array to ``.npy``, or named arrays to ``.npz`` (any names, no pickles)."""
+    host = {name: to_numpy(value) for name, value in arrays.items()}
+    if path.endswith(".npz"):
+        def write(stream: IO[bytes]) -> None:
+            with zipfile.ZipFile(stream, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+                for name, array in host.items():
+                    with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                        np.lib.format.write_array(member, array, allow_pickle=False)
+    else:
+        if len(host) != 1:
+            raise SessionError("a .npy file holds exactly one array; use a .npz file for several")
+        (array,) = host.values()
+
+        def write(stream: IO[bytes]) -> None:
+            np.lib.format.write_array(stream, array, allow_pickle=False)
+
+    atomic_write(path, write)
+
+
+@_command("save", ":save NAME FILE.npy | :save FILE.npz [NAME ...]", "write arrays atomically (.npz: all bound)")
+def _save(session: Session, rest: str) -> str:
+    words = _words(rest, ":save NAME FILE.npy  or  :save FILE.npz [NAME ...]")
+    files = [word for word in words if word.endswith((".npz", ".npy"))]
+    if len(files) != 1:
+        raise SessionError("usage: :save NAME FILE.npy  or  :save FILE.npz [NAME ...]  (name the file .npy/.npz)")
+    path = files[0]
+    names = [word for word in words if word != path]
+    if path.endswith(".npz") and not names:
+        names = list(session.values)
+        if not names:
+            raise SessionError("nothing to save: no tensor is bound")
+    if path.endswith(".npy") and len(names) != 1:
+        raise SessionError("usage: :save NAME FILE.npy  (one array per .npy file)")
+    arrays = {name: session.lookup(name) for name in names}
+    save_arrays(path, arrays)
+    return f"saved {', '.join(names)} to {path}"
+
+
+# ---------------------------------------------------------------- looking around
+_begin_section("the session")
+
+
+@_command("vars", ":vars", "list bound tensors: name, shape, dtype, and what defined them")
+def _vars(session: Session, rest: str) -> str:
+    rows = [("name", "shape", "dtype", "defined by")]
+    for name in session.names():
+        if name in session.values:
+            array = session.values[name]
+            shape, dtype = str(tuple(np.shape(array))), str(getattr(array, "dtype", type(array).__name__))
+        else:
+            shape, dtype = "stale", "-"
+        definition = session.definitions.get(name)
+        origin = definition.text if definition is not None else session.origins.get(name, "")
+        rows.append((name, shape, dtype, origin))
+    if len(rows) == 1:
+        return "no tensors bound (bind some with :set, :randn, :load, or a statement)"
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    lines = [f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}".rstrip()
+             for row in rows]
+    declarations = list(dict.fromkeys(session.sizes.values()))
+    if declarations:
+        from einflow.lang.ir import format_statement
+
+        lines.append("sizes: " + "; ".join(format_statement(decl) for decl in declarations))
+    return "\n".join(lines)
+
+
+@_command("backend", ":backend [NAME]", "show or choose the backend: numpy, dask, cupy, auto")
+def _backend(session: Session, rest: str) -> str:
+    from einflow.engine.backends import get_backend, get_default_backend
+
+    if not rest:
+        return f"backend: {session.backend or get_default_backend()}"
+    if rest != "auto":
+        get_backend(rest)  # the API's own message for an unknown or missing backend (choices, how to install)
+    session.backend = rest
+    return f"backend: {rest}"
+
+
+@_command("memory", ":memory [SIZE | none | default]",
+          "show or set the memory limit for statements and data commands (e.g. :memory 8GiB)")
+def _memory(session: Session, rest: str) -> str:
+    if rest:
+        word = rest.strip().lower()
+        session.memory_limit = None if word in ("none", "off") else "default" if word == "default" \
+            else parse_bytes(rest)
+    limit = session.limit_bytes()
+    if limit is None:
+        return "memory limit: none (the guard is off: :memory default turns it back on)"
+    how = "the default: 90% of the memory available" if session.memory_limit == "default" else "set with :memory"
+    return f"memory limit: {format_bytes(limit)} ({how}); a statement or data command that would need more " \
+           "is refused before anything is allocated"
+
+
+@_command("style", ":style [NAME]", "show or choose the colours of typed input (einflow, none, or a pygments style)")
+def _style(session: Session, rest: str) -> str:
+    from einflow.shell.highlight import DEFAULT_STYLE, style_names
+
+    if rest:
+        names = style_names()
+        if rest not in names:
+            raise SessionError(f"style {rest!r} not found, valid options are {', '.join(names)}")
+        session.style = rest
+    return f"style: {session.style or DEFAULT_STYLE}  (EINFLOW_STYLE sets the one a session starts with; " \
+           "NO_COLOR turns colour off)"
+
+
+@_command("reset", ":reset", "forget every tensor, statement and size declaration")
+def _reset(session: Session, rest: str) -> str:
+    session.reset()
+    return "session reset"
+
+
+@_command("quit", ":quit", "leave (Ctrl-D works too)", aliases=("exit", "q"))
+def _quit(session: Session, rest: str) -> Reply:
+    return Reply(quit=True)
+
+
+@_command("help", ":help [COMMAND]", "this list, or one command's usage")
+def _help(session: Session, rest: str) -> str:
+    if rest:
+        command = COMMANDS.get(rest.lstrip(":"))
+        if command is None:
+            raise SessionError(f"no command :{rest.lstrip(':')} (:help lists them)")
+        also = f"\n  also: {', '.join(':' + alias for alias in command.aliases)}" if command.aliases else ""
+        return f"{command.usage}\n  {command.summary}{also}"
+    lines = ["Type einflow statements to evaluate them: y[i] = A[i,j] x[j]   (targets are bound and kept)",
+             "Commands (:help NAME for one):"]
+    section = None
+    for command in unique_commands():
+        if command.section != section:
+            section = command.section
+            lines.append(f" {section}:")
+        if len(command.usage) <= 26:
+            lines.append(f"  {command.usage:<26}  {command.summary}")
+        else:
+            lines.extend([f"  {command.usage}", f"  {'':<26}  {command.summary}"])
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- programs: derivatives, plans, LaTeX, timing
+_begin_section("derivatives and programs")
+
+
+def program_of(session: Session, text: str) -> Program:
+    """A kept name -> the program computing it from data; anything else -> that text as a program."""
+    from einflow.program import compile as compile_text
+
+    if re.fullmatch(r"[A-Za-z_]\w*", text) and text in session.definitions:
+        return compile_text(session.program_for(text))
+    statements = parse(text).statements
+    return session.unit(statements, text)
+
+
+def parse_wrt(rest: str, usage: str) -> tuple[str, list[str]]:
+    """``L wrt X, Y`` (or ``L X Y``) -> ("L", ["X", "Y"]); a usage error otherwise."""
+    words = [word for word in re.split(r"[\s,]+", rest) if word]
+    if len(words) >= 2 and words[1] == "wrt":
+        words = [words[0], *words[2:]]
+    if len(words) < 2 or "wrt" in words:
+        raise SessionError(f"usage: {usage}")
+    for word in words:
+        check_name(word)
+    return words[0], words[1:]
+
+
+def derivative_program(session: Session, kind: str, target: str, wrt: list[str], **options: Any) -> Program:
+    """The ``grad``/``jacobian``/``hessian`` program of ``target`` (through the kept statements) wrt ``wrt``."""
+    import einflow
+
+    function = getattr(einflow, kind, None)
+    if function is None:
+        raise SessionError(f"einflow.{kind} is not available in this version of einflow")
+    if kind == "hessian" and len(wrt) != 1:
+        raise SessionError(f"usage: :{kind} L wrt X  (one tensor)")
+    session.lookup(target)
+    for name in wrt:
+        session.lookup(name)
+    program = einflow.compile(session.program_for(target, cut=wrt))
+    for name in wrt:
+        if name not in program.inputs:
+            raise SessionError(f"'{target}' does not depend on '{name}' (it reads {', '.join(program.inputs)})")
+    return function(program, wrt=wrt[0] if len(wrt) == 1 else wrt, **options)
+
+
+def bind_derivative(session: Session, kind: str, target: str, wrt: list[str], derivative: Program,
+                    ) -> tuple[dict[str, Any], list[str]]:
+    """Evaluate a derivative program with the session's values and bind its values (as data); return them and
+    the session's notes."""
+    values = derivative(session.values, backend=session.backend, memory_limit=session.memory_limit)
+    if not derivative.info.returns_tuple:
+        values = (values,)
+    prefix = "d2" if kind == "hessian" else "d"
+    named = {derivative.outputs[position] or f"{prefix}{target}_d{wrt[position]}": value
+             for position, value in enumerate(values)}
+    notes = session.bind_many(named, f":{kind} {target} wrt {', '.join(wrt)}")
+    return named, notes
+
+
+def _derive(session: Session, kind: str, rest: str, usage: str) -> str:
+    target, wrt = parse_wrt(rest, usage)
+    if kind == "hessian" and len(wrt) != 1:
+        raise SessionError(f"usage: {usage}  (one tensor)")
+    derivative = derivative_program(session, kind, target, wrt)
+    named, notes = bind_derivative(session, kind, target, wrt, derivative)
+    out = [f"# {kind} of {target} with respect to {', '.join(wrt)}", str(derivative), ""]
+    out.extend(format_value(name, value, session.width) for name, value in named.items())
+    return "\n".join(out + notes)
+
+
+_GRAD_USAGE = ":grad L wrt X[, Y ...]"
+
+
+@_command("grad", _GRAD_USAGE, "print the gradient program of scalar L, evaluate it, bind dL_dX ...")
+def _grad(session: Session, rest: str) -> str:
+    return _derive(session, "grad", rest, _GRAD_USAGE)
+
+
+@_command("jacobian", ":jacobian Y wrt X", "print and evaluate the Jacobian of Y (shape of Y + shape of X)")
+def _jacobian(session: Session, rest: str) -> str:
+    return _derive(session, "jacobian", rest, ":jacobian Y wrt X")
+
+
+@_command("hessian", ":hessian L wrt X", "print and evaluate the Hessian of scalar L (shape of X twice)")
+def _hessian(session: Session, rest: str) -> str:
+    return _derive(session, "hessian", rest, ":hessian L wrt X")
+
+
+@_command("hessian_diagonal", ":hessian_diagonal L wrt X",
+          "print and evaluate the diagonal of the Hessian of scalar L (shape of X), without forming it")
+def _hessian_diagonal(session: Session, rest: str) -> str:
+    return _derive(session, "hessian_diagonal", rest, ":hessian_diagonal L wrt X")
+
+
+@_command("laplacian", ":laplacian L wrt X[, Y ...]",
+          "print and evaluate the Laplacian of scalar L (the Hessian's trace), without forming the Hessian")
+def _laplacian(session: Session, rest: str) -> str:
+    return _derive(session, "laplacian", rest, ":laplacian L wrt X[, Y ...]")
+
+
+def _along(session: Session, kind: str, rest: str, usage: str) -> str:
+    """``:jvp Y wrt X along T`` / ``:hvp L wrt X along V``: T, V are bound tensors shaped like X."""
+    left, _, right = rest.partition(" along ")
+    tangents = [word for word in re.split(r"[\s,]+", right) if word]
+    target, wrt = parse_wrt(left, usage)
+    if not tangents or len(tangents) != len(wrt):
+        raise SessionError(f"usage: {usage}  (one tangent per input)")
+    for name in tangents:
+        check_name(name)
+        session.lookup(name)
+    derivative = derivative_program(session, kind, target, wrt,
+                                    tangent=tangents[0] if len(tangents) == 1 else tangents)
+    named, notes = bind_derivative(session, kind, target, wrt, derivative)
+    out = [f"# {kind} of {target} with respect to {', '.join(wrt)} along {', '.join(tangents)}", str(derivative), ""]
+    out.extend(format_value(name, value, session.width) for name, value in named.items())
+    return "\n".join(out + notes)
+
+
+@_command("jvp", ":jvp Y wrt X along T", "print and evaluate the derivative of Y along T (T shaped like X)")
+def _jvp(session: Session, rest: str) -> str:
+    return _along(session, "jvp", rest, ":jvp Y wrt X along T")
+
+
+@_command("hvp", ":hvp L wrt X along V", "print and evaluate the Hessian of scalar L times V, without forming it")
+def _hvp(session: Session, rest: str) -> str:
+    return _along(session, "hvp", rest, ":hvp L wrt X along V")
+
+
+@_command("plan", ":plan STATEMENT_OR_NAME", "the contraction plan for the current shapes: FLOPs, memory")
+def _plan(session: Session, rest: str) -> str:
+    if not rest:
+        raise SessionError("usage: :plan STATEMENT_OR_NAME")
+    return str(plan_report(session, rest))
+
+
+def plan_report(session: Session, text: str) -> PlanReport:
+    """The plan report of a kept name (the whole program computing it) or of statement text, for the
+    shapes bound in the session."""
+    program = program_of(session, text)
+    shapes = session.shapes(program.inputs)
+    itemsize = max((to_numpy(session.values[name]).dtype.itemsize for name in program.inputs), default=8)
+    backend = session.backend if session.backend not in (None, "auto") else "numpy"
+    return program.plan(shapes, itemsize=itemsize, backend=backend)
+
+
+@_command("latex", ":latex STATEMENT_OR_NAME", "the program as LaTeX")
+def _latex(session: Session, rest: str) -> str:
+    if not rest:
+        raise SessionError("usage: :latex STATEMENT_OR_NAME")
+    program = program_of(session, rest)
+    try:
+        return program.to_latex()
+    except (ImportError, NotImplementedError) as error:
+        raise SessionError(f"LaTeX export is not available in this version of einflow ({error})") from None
+
+
+def _duration(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+@_command("time", ":time STATEMENT", "time a statement: the first call (plans) and then per call (binds nothing)")
+def _time(session: Session, rest: str) -> str:
+    if not rest:
+        raise SessionError("usage: :time STATEMENT")
+    program = session.unit(parse(rest).statements, rest)
+    session.shapes(program.inputs)  # every input bound
+    values, backend, limit = session.values, session.backend, session.memory_limit
+    timer = timeit.Timer(lambda: program(values, backend=backend, memory_limit=limit))
+    first = timer.timeit(1)
+    number, total = timer.autorange()
+    best = min([total, *timer.repeat(repeat=2, number=number)]) / number
+    return f"first call {_duration(first)} (includes planning); then {_duration(best)} per call " \
+           f"(best of 3 x {number})"
+

@@ -1,0 +1,514 @@
+"""A session: einflow statements and commands typed one line at a time, kept as a program.
+
+The prompt_toolkit front end (einflow.shell.repl) and the piped mode (``run_lines``, here) both drive a
+``Session``: ``session.execute(line)`` runs one line and returns a ``Reply`` with the text to print.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TextIO
+
+import numpy as np
+
+from einflow.lang import ir
+from einflow.lang.errors import EinflowError, MemoryLimitError, ParseError, TensorNameError
+from einflow.lang.grammar import parse
+from einflow.lang.indices import indices_in
+from einflow.program import Program, default_memory_limit
+from einflow.shell.commands import run_command
+from einflow.shell.replies import NAME, Reply, SessionError, check_name, format_bytes, format_value
+
+__all__ = ["Session", "Reply", "Definition", "SessionError", "format_value", "needs_more", "check_name",
+           "logical_lines", "run_lines", "located_reply", "PROMPT", "CONTINUATION"]
+
+PROMPT = "ein> "
+CONTINUATION = "...> "
+MEMORY_ADVICE = "(:memory shows this session's limit; :memory 64GiB sets it, :memory none turns the guard off)"
+_HELP_HINT = "this is the einflow session: :help lists the commands, :help NAME explains one"
+_QUIT_HINT = "to leave the session type :quit (or press Ctrl-D)"
+_HINTS = {"help": _HELP_HINT, "?": _HELP_HINT, "exit": _QUIT_HINT, "quit": _QUIT_HINT}
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A kept statement: the assignment, the text it was typed in, the names and indices it uses."""
+
+    statement: ir.Assign
+    source: str
+    reads: frozenset[str]
+    indices: frozenset[str]
+
+    @property
+    def text(self) -> str:
+        return ir.format_statement(self.statement)
+
+
+def needs_more(text: str) -> bool:
+    """Whether ``text`` is an unfinished statement: a ``(`` or ``[`` is open and the text ends too early.
+
+    A line with an open bracket that is wrong before its end (``y[i = 2``) is not waited on: its error shows.
+
+    >>> needs_more("y[i] = sum[j](A[i,j]"), needs_more("y[i = 2"), needs_more("y = x[i] # (")
+    (True, False, False)
+    """
+    if text.lstrip().startswith(":"):
+        return False
+    depth = 0
+    for line in text.splitlines():
+        for char in line.split("#", 1)[0]:
+            if char in "([":
+                depth += 1
+            elif char in ")]":
+                depth -= 1
+    if depth <= 0:
+        return False
+    try:
+        parse(text)
+    except ParseError as error:
+        return error.reason.startswith("unexpected end of input")
+    return False
+
+
+def _first_line(message: str) -> str:
+    return message.splitlines()[0] if message else message
+
+
+def _error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _tensor_names(expr: ir.Expr) -> set[str]:
+    return {node.name for node in ir.walk(expr) if isinstance(node, ir.Tensor)}
+
+
+class Session:
+    """The state of one interactive session: bound arrays, kept statements, size declarations.
+
+    A session is a program: each statement typed is evaluated with the current bindings, its target bound
+    and its statement kept. Redefining a name replaces its statement and re-evaluates every kept statement
+    that depends on it; a dependent that no longer evaluates becomes *stale* (it keeps its statement, loses
+    its value, and is re-evaluated again whenever one of its inputs changes).
+
+    >>> s = Session(width=80)
+    >>> print(s.execute(":set x [3.0, 4.0]").text)
+    x: (2,) float64
+    [3. 4.]
+    >>> print(s.execute("n = sqrt(x[i] x[i])").text)
+    n: () float64
+    5.0
+    >>> print(s.execute(":set x [6.0, 8.0]").text.splitlines()[-1])
+    re-evaluated: n
+    >>> float(s.values["n"])
+    10.0
+    """
+
+    def __init__(self, width: int | None = None, seed: int | None = None) -> None:
+        self.width = width
+        self.values: dict[str, Any] = {}
+        self.definitions: dict[str, Definition] = {}
+        self.origins: dict[str, str] = {}  # data names -> how they were bound
+        self.sizes: dict[str, ir.SizeDecl] = {}  # index name -> its declaration
+        self.stale: dict[str, str] = {}  # name -> why it could not be re-evaluated
+        self.order: dict[str, None] = {}  # every name, in the order it was first bound
+        self.backend: str | None = None
+        self.memory_limit: int | None | str = "default"  # bytes, None (no guard) or "default" (:memory)
+        self.style: str | None = None  # a highlighting style chosen with :style (the terminal front end draws it)
+        self.rng = np.random.default_rng(seed)
+
+    # ------------------------------------------------------------------ entry point
+    def execute(self, line: str) -> Reply:
+        """Run one input (a statement line or a ``:command``) and say what to print.
+
+        Errors never escape: they come back as a Reply with ``ok=False``; the session is left exactly as it
+        was before the line (a line is all-or-nothing).
+        """
+        text = line.strip()
+        if not text or text.startswith("#"):
+            return Reply()
+        snapshot = self._snapshot()
+        try:
+            if text.startswith(":"):
+                return run_command(self, text)
+            hint = self._hint(text)
+            if hint:
+                return Reply(hint, ok=False)
+            return Reply(self.run_statements(line))
+        except MemoryLimitError as error:
+            self._restore(snapshot)
+            return Reply(f"{_error_text(error)}\n{MEMORY_ADVICE}", ok=False, error=error)
+        except (EinflowError, OSError, ValueError) as error:
+            self._restore(snapshot)
+            return Reply(_error_text(error), ok=False, error=error)
+        except KeyboardInterrupt:
+            self._restore(snapshot)
+            raise
+        except MemoryError as error:  # numpy could not allocate what the guard let through
+            self._restore(snapshot)
+            return Reply(f"MemoryError: out of memory ({error or 'numpy could not allocate an array'}); nothing "
+                         f"was changed\n{MEMORY_ADVICE}", ok=False, error=error)
+        except Exception as error:  # a bug in einflow must not end the user's session
+            self._restore(snapshot)
+            return Reply(f"internal error (please report it): {_error_text(error)}", ok=False, error=error)
+
+    def _hint(self, text: str) -> str:
+        """A pointer to the session's own command for words typed as in Python or IPython (unless bound)."""
+        word = text.rstrip("()").strip()
+        if word in self.values or word in self.definitions:
+            return ""
+        if word in _HINTS:
+            return _HINTS[word]
+        if text.startswith("?") or (text.endswith("?") and NAME.match(text.rstrip("?").strip())):
+            return _HINTS["?"]
+        if text.startswith("%"):
+            magic = text[1:].split(None, 1)[0] if len(text) > 1 else ""
+            if magic in ("time", "timeit"):
+                return f"%{magic} is IPython's; here it is  :time STATEMENT  (e.g. :time y[i] = A[i,j] x[j])"
+            return "'%' starts an IPython magic, not an einflow statement; the session's commands start " \
+                   "with ':' (:help lists them)"
+        return ""
+
+    # ------------------------------------------------------------------ memory
+    def limit_bytes(self) -> int | None:
+        """The memory limit in bytes that statements and data commands run under (None: no guard)."""
+        if self.memory_limit == "default":
+            return default_memory_limit()
+        return None if self.memory_limit is None else int(self.memory_limit)
+
+    def guard(self, shape: tuple[int, ...], itemsize: int, what: str) -> None:
+        """Refuse (MemoryLimitError) to make an array of ``shape`` when it is over the session's limit."""
+        limit = self.limit_bytes()
+        needed = math.prod(shape) * itemsize
+        if limit is not None and needed > limit:
+            raise MemoryLimitError(f"{what} needs {format_bytes(needed)} (shape {tuple(shape)}), over the memory "
+                                   f"limit of {format_bytes(limit)}; nothing was allocated")
+
+    @contextlib.contextmanager
+    def all_or_nothing(self) -> Iterator[None]:
+        """Run a block as one line runs: if it raises, the session is left exactly as it was before."""
+        snapshot = self._snapshot()
+        try:
+            yield
+        except BaseException:
+            self._restore(snapshot)
+            raise
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        return (dict(self.values), dict(self.definitions), dict(self.origins), dict(self.sizes),
+                dict(self.stale), dict(self.order), self.backend)
+
+    def _restore(self, snapshot: tuple[Any, ...]) -> None:
+        (self.values, self.definitions, self.origins, self.sizes, self.stale, self.order, self.backend) = snapshot
+
+    def reset(self) -> None:
+        """Forget every binding, statement and size declaration; go back to the default backend."""
+        self.values.clear()
+        self.definitions.clear()
+        self.origins.clear()
+        self.sizes.clear()
+        self.stale.clear()
+        self.order.clear()
+        self.backend = None
+
+    # ------------------------------------------------------------------ statements
+    def run_statements(self, text: str) -> str:
+        """Parse ``text`` (one or more statements) and run each: define, declare, or print."""
+        program = parse(text)
+        out: list[str] = []
+        for statement in program.statements:
+            if isinstance(statement, ir.SizeDecl):
+                out.extend(self.declare_sizes(statement))
+            elif isinstance(statement, ir.Return):
+                for name in statement.names:
+                    out.append(format_value(name, self.lookup(name), self.width))
+            elif statement.target is None and isinstance(statement.expr, ir.Tensor) and not statement.expr.indices:
+                out.append(format_value(statement.expr.name, self.lookup(statement.expr.name), self.width))
+            elif statement.target is None:
+                out.append(format_value(None, self.evaluate(statement, text), self.width))
+            else:
+                out.extend(self.define(statement, text))
+        return "\n".join(out)
+
+    def lookup(self, name: str) -> Any:
+        """The current value of ``name`` (a clear error when it is unbound or stale)."""
+        self._require_bound([name])
+        return self.values[name]
+
+    def unit(self, statements: ir.Statement | Sequence[ir.Statement], source: str | None = None) -> Program:
+        """Statements as a Program, preceded by the session's size declarations for the indices they use."""
+        if not isinstance(statements, Sequence):
+            statements = (statements,)
+        own = {name for statement in statements if isinstance(statement, ir.SizeDecl) for name in statement.names}
+        used: set[str] = set()
+        for statement in statements:
+            if isinstance(statement, ir.Assign):
+                used |= self._indices_of(statement)
+        decls = tuple(replace(decl, span=None) for decl in self._decls_for(used - own))
+        program_ir = ir.ProgramIR(decls + tuple(statements))
+        return Program(program_ir, source if source is not None else ir.format_program(program_ir))
+
+    def evaluate(self, statement: ir.Assign, source: str | None = None) -> Any:
+        """Evaluate one statement with the current bindings (nothing is bound)."""
+        program = self.unit(statement, source)
+        self._require_bound(program.inputs)
+        return program(self.values, backend=self.backend, memory_limit=self.memory_limit)
+
+    def define(self, statement: ir.Assign, source: str) -> list[str]:
+        """Evaluate ``statement``, bind its target, keep it, and re-evaluate what depends on the target."""
+        name = statement.target
+        assert name is not None
+        self.unit(statement, source)  # compile-time checks first
+        definition = Definition(statement, source, self._reads(statement), self._indices_of(statement))
+        cycle = self._path_to(name, definition.reads)
+        if cycle:
+            raise TensorNameError(
+                f"'{name}' cannot be redefined this way: it would depend on itself "
+                f"({' -> '.join([name, *cycle])}); use a new name")
+        value = self.evaluate(statement, source)
+        self.values[name] = value
+        self.order.setdefault(name)
+        self.definitions[name] = definition
+        self.origins.pop(name, None)
+        self.stale.pop(name, None)
+        return [format_value(name, value, self.width), *self.update_dependents({name})]
+
+    def bind(self, name: str, value: Any, origin: str) -> list[str]:
+        """Bind data to ``name`` (dropping any statement that defined it); re-evaluate its dependents."""
+        return self.bind_many({name: value}, origin)
+
+    def bind_many(self, arrays: Mapping[str, Any], origin: str) -> list[str]:
+        """Bind several arrays as data at once, then re-evaluate what depends on any of them."""
+        for name, value in arrays.items():
+            check_name(name)
+            self.values[name] = value
+            self.order.setdefault(name)
+            self.definitions.pop(name, None)
+            self.stale.pop(name, None)
+            self.origins[name] = origin
+        return self.update_dependents(set(arrays))
+
+    def declare_sizes(self, decl: ir.SizeDecl) -> list[str]:
+        """Keep a size declaration for the rest of the session (it replaces earlier ones for its indices)."""
+        notes: list[str] = []
+        replaced = {id(old): old for name in decl.names if (old := self.sizes.get(name)) is not None}
+        for old in replaced.values():
+            for name in old.names:
+                del self.sizes[name]
+                if name not in decl.names:
+                    notes.append(f"note: the size of index '{name}' is no longer declared")
+        for name in decl.names:
+            self.sizes[name] = decl
+        notes.insert(0, ir.format_statement(decl))
+        return notes + self.update_dependents(set(), set(decl.names) | {n for o in replaced.values() for n in o.names})
+
+    def update_dependents(self, names: set[str], indices: Iterable[str] = ()) -> list[str]:
+        """Re-evaluate every kept statement that depends on ``names`` (or uses ``indices``), in order."""
+        changed_indices = set(indices)
+        affected: set[str] = set()
+        frontier = set(names)
+        first = True
+        while frontier or first:
+            found = {other for other, definition in self.definitions.items()
+                     if other not in affected and (definition.reads & frontier
+                                                   or (first and definition.indices & changed_indices))}
+            first = False
+            affected |= found
+            frontier = found
+        updated: list[str] = []
+        notes: list[str] = []
+        for name in self._topological(affected):
+            definition = replace(self.definitions[name], reads=self._reads(self.definitions[name].statement))
+            self.definitions[name] = definition
+            stale_inputs = sorted(read for read in definition.reads if read in self.stale)
+            try:
+                if stale_inputs:
+                    raise TensorNameError(f"depends on stale {', '.join(stale_inputs)}")
+                self.values[name] = self.evaluate(definition.statement, definition.source)
+                self.stale.pop(name, None)
+                updated.append(name)
+            except EinflowError as error:
+                self.values.pop(name, None)
+                self.stale[name] = _first_line(str(error) if stale_inputs else _error_text(error))
+                notes.append(f"stale: {name} ({self.stale[name]})")
+        if updated:
+            notes.insert(0, "re-evaluated: " + ", ".join(updated))
+        return notes
+
+    # ------------------------------------------------------------------ programs from history
+    def program_for(self, target: str, cut: Iterable[str] = ()) -> str:
+        """The program text that computes ``target`` from data: its statement and those it depends on.
+
+        Names in ``cut`` are treated as inputs (their statements are left out).
+        """
+        self._require_bound([target])
+        if target not in self.definitions:
+            raise SessionError(f"'{target}' is data ({self.origins.get(target, 'bound')}), not a statement; "
+                               "only names defined by a statement can be differentiated or planned")
+        cut = set(cut) - {target}
+        needed: set[str] = set()
+        stack = [target]
+        while stack:
+            name = stack.pop()
+            if name in needed or name in cut or name not in self.definitions:
+                continue
+            if name in self.stale:
+                raise SessionError(f"'{name}' is stale ({self.stale[name]}); redefine it first")
+            needed.add(name)
+            stack.extend(self.definitions[name].reads)
+        lines: list[str] = []
+        emitted: list[ir.SizeDecl] = []
+        for name in self._topological(needed):
+            definition = self.definitions[name]
+            for decl in self._decls_for(definition.indices):
+                if decl not in emitted:
+                    emitted.append(decl)
+                    lines.append(ir.format_statement(decl))
+            lines.append(definition.text)
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ helpers
+    def names(self) -> list[str]:
+        """Every tensor name the session knows (bound or stale), in the order they were made."""
+        return [name for name in self.order if name in self.values or name in self.definitions]
+
+    def _require_bound(self, names: Iterable[str]) -> None:
+        for name in names:
+            if name in self.values:
+                continue
+            if name in self.stale:
+                raise TensorNameError(f"'{name}' is stale: {self.stale[name]}; fix its inputs or redefine it")
+            raise TensorNameError(f"'{name}' is not bound in this session; bind it with :set, :randn, :load "
+                                  "or a statement (:vars lists what is bound)")
+
+    def _decls_for(self, indices: Iterable[str]) -> list[ir.SizeDecl]:
+        decls: list[ir.SizeDecl] = []
+        for index in sorted(indices):
+            decl = self.sizes.get(index)
+            if decl is not None and decl not in decls:
+                decls.append(decl)
+        return decls
+
+    def _indices_of(self, statement: ir.Assign) -> frozenset[str]:
+        return frozenset(indices_in(statement.expr)) | frozenset(statement.indices or ())
+
+    def _reads(self, statement: ir.Assign) -> frozenset[str]:
+        sources = {decl.source for decl in self._decls_for(self._indices_of(statement)) if isinstance(decl.source, str)}
+        return frozenset(_tensor_names(statement.expr) | sources)
+
+    def _path_to(self, name: str, reads: Iterable[str]) -> list[str]:
+        """A chain of kept statements leading from ``reads`` back to ``name`` (empty when there is none)."""
+        parents: dict[str, str | None] = {}
+        stack = [(read, None) for read in reads]
+        while stack:
+            current, parent = stack.pop()
+            if current in parents:
+                continue
+            parents[current] = parent
+            if current == name:
+                chain = []
+                node: str | None = parent
+                while node is not None:
+                    chain.append(node)
+                    node = parents[node]
+                return [*reversed(chain), name]
+            definition = self.definitions.get(current)
+            if definition is not None:
+                stack.extend((read, current) for read in definition.reads)
+        return []
+
+    def _topological(self, names: set[str]) -> list[str]:
+        order: list[str] = []
+        seen: set[str] = set()
+
+        def visit(name: str) -> None:
+            if name in seen:
+                return
+            seen.add(name)
+            for read in sorted(self.definitions[name].reads):
+                if read in names:
+                    visit(read)
+            order.append(name)
+
+        for name in self.definitions:
+            if name in names:
+                visit(name)
+        return order
+
+    def shapes(self, names: Iterable[str]) -> Mapping[str, tuple[int, ...]]:
+        """The shapes of bound tensors."""
+        self._require_bound(names)
+        return {name: tuple(np.shape(self.values[name])) for name in names}
+
+
+def logical_lines(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """Join lines while a ``(`` or ``[`` is open; yield (first line number, text)."""
+    buffer: list[str] = []
+    start = 0
+    for number, line in enumerate(lines, 1):
+        if buffer and line.lstrip().startswith(":"):  # a command never continues a statement
+            yield start, "\n".join(buffer)
+            buffer = []
+        if not buffer:
+            start = number
+        buffer.append(line.rstrip("\r\n"))
+        text = "\n".join(buffer)
+        if not needs_more(text):
+            yield start, text
+            buffer = []
+    if buffer:
+        yield start, "\n".join(buffer)
+
+
+_AT_LINE = re.compile(r"\n  at line (\d+), column (\d+):")
+
+
+def located_reply(reply: Reply, name: str, number: int) -> str:
+    """A failed line's message as ``NAME:LINE:COLUMN: message``, with the position in the input (one line
+    number, counted in the file, not in the statement).
+
+    >>> session = Session()
+    >>> print(located_reply(session.execute("y = 2 3"), "<stdin>", 4))
+    <stdin>:4:7: ParseError: unexpected number '3': a number cannot follow a factor without '*'
+        y = 2 3
+              ^
+    """
+    error, text = reply.error, reply.text
+    if isinstance(error, ParseError):
+        prefix = f"line {error.line}, column {error.column}: "
+        text = text.replace(prefix, "", 1)
+        return f"{name}:{number + error.line - 1}:{error.column}: {text}"
+    match = _AT_LINE.search(text)
+    if match:
+        line, column = int(match.group(1)), int(match.group(2))
+        return f"{name}:{number + line - 1}:{column}: {text[:match.start()]}{text[match.end():]}"
+    return f"{name}:{number}: {text}"
+
+
+def run_lines(session: Session, lines: Iterable[str], out: TextIO, err: TextIO, echo: bool = False,
+              name: str = "<stdin>") -> int:
+    """The piped mode: run each line as typed at the prompt; 1 if any line failed, else 0.
+
+    Results go to ``out``; errors go to ``err`` as ``NAME:LINE: message``. With ``echo`` each input is
+    written to ``out`` after the prompt first, so the output reads like a transcript.
+    """
+    failed = False
+    for number, text in logical_lines(lines):
+        if echo:
+            out.write(PROMPT + text.replace("\n", "\n" + CONTINUATION) + "\n")
+        reply = session.execute(text)
+        if reply.ok:
+            if reply.text:
+                out.write(reply.text + "\n")
+        else:
+            failed = True
+            out.flush()
+            err.write(located_reply(reply, name, number) + "\n")
+            err.flush()
+        if reply.quit:
+            break
+    out.flush()
+    return 1 if failed else 0
