@@ -327,15 +327,15 @@ def _numpy_kernel(equation: str, shapes: tuple[tuple[int, ...], ...], key: Any) 
 
 def _guard(equation: str, sizes: dict[str, int], peak_elements: int, itemsize: int) -> None:
     """einflow's memory guard (the limit Program calls use): refuse a call whose peak is over the limit."""
-    from einflow.engine.plan import _bytes
+    from einflow.engine.memory import format_bytes
     from einflow.program import default_memory_limit
 
     output = equation.split("->")[1]
     needed = (peak_elements + math.prod(sizes[c] for c in output)) * itemsize
     limit = default_memory_limit()
     if needed > limit:
-        raise MemoryLimitError(f"einsum {equation!r} needs {_bytes(needed)} (result and intermediates), over the "
-                               f"memory limit of {_bytes(limit)}; nothing was allocated. Compute it in chunks "
+        raise MemoryLimitError(f"einsum {equation!r} needs {format_bytes(needed)} (result and intermediates), over the "
+                               f"memory limit of {format_bytes(limit)}; nothing was allocated. Compute it in chunks "
                                "(an einflow program with backend='dask') or shrink the problem")
 
 

@@ -6,6 +6,7 @@ import html
 import math
 from dataclasses import dataclass
 
+from einflow.engine.memory import format_bytes
 from einflow.engine.paths import EXACT_OPERANDS
 from einflow.engine.plan import PlanStep
 
@@ -20,12 +21,6 @@ def _human(count: float) -> str:
     return str(count)  # pragma: no cover
 
 
-def _bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
-            return f"{count:.3g} {unit}"
-        count /= 1024
-    return str(count)  # pragma: no cover
 
 
 @dataclass
@@ -99,10 +94,10 @@ class PlanReport:
         lines.append("")
         lines.append(f"  total FLOPs: {_human(self.flops)}   contractions: {self.contractions}   "
                      f"largest intermediate: {_human(self.largest_intermediate)} elements "
-                     f"({_bytes(self.largest_bytes)})   peak memory: {_bytes(self.peak_bytes)}")
+                     f"({format_bytes(self.largest_bytes)})   peak memory: {format_bytes(self.peak_bytes)}")
         if self.memory_limit is not None:
             sliced = f"; {len(self.sliced)} step(s) sliced to fit" if self.sliced else ""
-            lines.append(f"  memory limit: {_bytes(self.memory_limit)}{sliced}")
+            lines.append(f"  memory limit: {format_bytes(self.memory_limit)}{sliced}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 
 import opt_einsum as oe
 
+from einflow.engine.memory import format_bytes
 from einflow.engine.slicing import SliceKernel, choose_slicing, slice_peak, slice_table
 from einflow.engine.steps import (
     Arg,
@@ -88,12 +89,6 @@ class Fitting:
         return {diagonal.arg for _, _, diagonals in self.pieces.values() for diagonal in diagonals}
 
 
-def _text_bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
-            return f"{count:.1f} {unit}" if unit != "B" else f"{int(count)} B"
-        count /= 1024
-    return f"{count} B"  # pragma: no cover
 
 
 def _slice_axes(expr: Node, position: int, ranks: dict[int, int]) -> dict[int, int] | None:
@@ -134,7 +129,7 @@ def _reduced_next(steps: tuple[Step, ...], position: int, register: int,
 
 
 def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients: dict[int, int],
-        limit: float, backend: str) -> Fitting:
+        limit: float, backend: Any) -> Fitting:
     """Decide, step by step, what to slice or chunk so that the peak stays under ``limit`` (bytes)."""
     fitting = Fitting()
     steps = lowered.steps
@@ -163,8 +158,8 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
                 fitting.budgets[out] = int(room)
             else:
                 fitting.reasons[out] = (
-                    f"slicing cannot help: the result of shape {renderer.shape[out]} ({_text_bytes(made)}) and the "
-                    f"arrays alive with it ({_text_bytes(live)}) already exceed the limit")
+                    f"slicing cannot help: the result of shape {renderer.shape[out]} ({format_bytes(made)}) and the "
+                    f"arrays alive with it ({format_bytes(live)}) already exceed the limit")
         elif isinstance(step, Elementwise):
             reduction = _reduced_next(steps, position, out, lowered.outputs)
             room = limit - live
@@ -177,7 +172,7 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
                 fitting.chunks[reduction.out] = (step, *chunking)
                 skipped.add(reduction.out)  # counted when its own step comes
                 continue
-            diagonals = _diagonals_read_by(steps, position, lowered.outputs) if backend == "numpy" else ()
+            diagonals = _diagonals_read_by(steps, position, lowered.outputs) if backend.numpy_native else ()
             alive = live - sum(allocations.get(d.out, 0) for d in diagonals)
             room = limit - alive - made
             # the diagonals' values stay alive through the loop (the model frees them after their diagonal)
@@ -195,12 +190,12 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
                     fitting.reasons.pop(diagonal.out, None)
                 live = alive + made
                 continue
-            if reduction is None and backend == "numpy" and room <= 0:
+            if reduction is None and backend.numpy_native and room <= 0:
                 for diagonal in diagonals:  # the result itself is the obstacle, not the diagonal
                     fitting.reasons.pop(diagonal.out, None)
                 fitting.reasons[out] = (
-                    f"slicing cannot help: the result of shape {renderer.shape[out]} ({_text_bytes(made)}) and the "
-                    f"arrays alive with it ({_text_bytes(alive)}) already exceed the limit")
+                    f"slicing cannot help: the result of shape {renderer.shape[out]} ({format_bytes(made)}) and the "
+                    f"arrays alive with it ({format_bytes(alive)}) already exceed the limit")
                 live += made
                 continue
             fitting.reasons[out] = (
@@ -314,7 +309,7 @@ class FittingRenderer:
     def sliced_contract(self: Any, step: Contract) -> list[str] | None:
         equation, shapes, path, info, _ = self.paths[step.out]
         itemsize = self.itemsize(step.out)
-        dask = self.backend.name == "dask"
+        dask = self.backend.lazy
         most = MAX_TASKS if dask else MAX_SLICES
         slicing = choose_slicing(equation, shapes, info.contraction_list, self.fitting.budgets[step.out] // itemsize,
                                  holds_operands=dask, max_slices=most)
@@ -333,7 +328,7 @@ class FittingRenderer:
         for at, index, cut in slice_table(equation, shapes, slicing):
             kernel = kernels.get(cut)
             if kernel is None:
-                if self.backend.name == "cupy":
+                if not self.backend.numpy_native and not self.backend.lazy:  # cupy: its own arrays
                     expression = oe.contract_expression(equation, *cut, optimize=path)
                     kernel = _Kernel(expression, self.backend.einsum_backend)
                 else:  # numpy, and each dask task computes its slice with numpy

@@ -13,7 +13,7 @@ from typing import Any
 
 from einflow.lang.errors import EinflowError
 
-__all__ = ["available_memory", "cgroup_available", "default_memory_limit", "memory_limit_bytes"]
+__all__ = ["available_memory", "cgroup_available", "default_memory_limit", "format_bytes", "memory_limit_bytes"]
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
           "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -106,3 +106,18 @@ def memory_limit_bytes(value: Any) -> int | float | None:
     if math.isnan(value) or value < 0:
         raise EinflowError(f"memory_limit={value!r} is not a size: give a number of bytes >= 0, or None for no limit")
     return value
+
+
+def format_bytes(count: float) -> str:
+    """Bytes for people, in powers of 1024 with three significant digits (the one formatter einflow prints with).
+
+    >>> format_bytes(1000), format_bytes(3 * 1024**3), format_bytes(1000 * 1024), format_bytes(31981568)
+    ('1000 B', '3 GiB', '1000 KiB', '30.5 MiB')
+    """
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(count) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(count)} B"
+            return f"{count:.0f} {unit}" if abs(count) >= 1000 else f"{count:.3g} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover

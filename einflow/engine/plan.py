@@ -29,9 +29,10 @@ from einflow.engine.codegen import (
     diagonal_view_labels,
     kind_of,
 )
-from einflow.engine.fitting import Fitting, FittingRenderer, _text_bytes, fit
+from einflow.engine.fitting import Fitting, FittingRenderer, fit
 from einflow.engine.kernels import contraction_steps
 from einflow.engine.lower import lower
+from einflow.engine.memory import format_bytes
 from einflow.engine.paths import PathChoice, choose_path
 from einflow.engine.slicing import Slicing
 from einflow.engine.steps import (
@@ -185,7 +186,6 @@ def _in_common_dtype(run: Any, count: int, coefficient: int | float | None) -> A
     return typed
 
 
-_bytes = _text_bytes  # one formatter of byte counts (einflow.engine.fitting's)
 
 
 def _check_optimize(optimize: Any) -> None:
@@ -227,17 +227,13 @@ def _temporaries(node: Node) -> tuple[int, float]:
     return need, extra
 
 
-#: backends whose generated code can loop over slices writing into a preallocated output
-SLICING_BACKENDS = ("numpy", "cupy", "dask")
-
-
 class _Specialiser(FittingRenderer, Source):
     """Renders the steps for one signature: literal sizes, planned contractions, fused elementwise engines."""
 
     def __init__(self, lowered: Lowered, program: ir.ProgramIR, shapes: dict[str, tuple[int, ...]],
                  dtypes: dict[str, Any], backend: Backend, optimize: Any, source: str | None,
                  float_dtype: Any, fitting: Fitting | None = None) -> None:
-        super().__init__(lowered, _taken(lowered), getattr(backend, "target", "numpy"))
+        super().__init__(lowered, _taken(lowered), backend.target)
         #: what to slice or compute in chunks to fit the memory limit (decided from a first rendering)
         self.fitting = fitting if fitting is not None else Fitting()
         #: register -> the slicing its contraction runs with
@@ -383,7 +379,7 @@ class _Specialiser(FittingRenderer, Source):
         return self.astype(text, str(np.dtype(self.float_dtype)))
 
     def count(self, size: str) -> str:
-        if self.float_dtype is not None and self.backend.name == "numpy":  # a numpy scalar, as a sum would give
+        if self.float_dtype is not None and self.backend.numpy_native:  # a numpy scalar, as a sum would give
             return f"{self.alias['np']}.{np.dtype(self.float_dtype).name}({size})"
         return super().count(size)
 
@@ -425,7 +421,7 @@ class _Specialiser(FittingRenderer, Source):
         output_elements = math.prod(self.shape[step.out])
         scaled_inside = False
         itemsize = self.itemsize(step.out)
-        if self.backend.name == "numpy" or self.target == "torch":
+        if self.backend.pairwise_kernels:
             # each pairwise step as a direct call: a GEMM-shaped one as dot / matmul on (transposed) views,
             # an elementwise product as `*`, the rest einsum (torch: through einflow.engine.backends.torch_ops)
             if self.target == "torch" and self.ops_alias is None:
@@ -437,7 +433,7 @@ class _Specialiser(FittingRenderer, Source):
                 for factor in step.scale for r in node_args(factor))
             # numpy: the scale multiplies the smallest operand, intermediate or result (the dot product in
             # `w[i] t[i] t[p]`); torch scales the contraction's own new array in place (below)
-            scale = self.scaled("", step.scale) if step.scale and self.backend.name == "numpy" else None
+            scale = self.scaled("", step.scale) if step.scale and self.backend.numpy_native else None
             text, internal, final, fresh = contraction_steps(equation, shapes, info.contraction_list, operands,
                                                              self.alias["np"], dialect=self.target,
                                                              ops_alias=self.ops_alias or "_ops", in_place=in_place,
@@ -594,7 +590,7 @@ class _Specialiser(FittingRenderer, Source):
         # chunk there: one expression)
         # (blocks pay where the one expression makes two or more passes over the result: the hoisted small
         # products are not such passes, and in a block they would be spread to the block's whole size)
-        if self.backend.name == "numpy" and elements >= BLOCK_ELEMENTS \
+        if self.backend.numpy_native and elements >= BLOCK_ELEMENTS \
                 and _operations(step.expr, 1, tuple(hoisted)) >= 2 \
                 and step.out not in self.fitting.fused and step.out not in self.fitting.pieces:
             found = self.blocks_text(step)
@@ -656,7 +652,7 @@ class _Specialiser(FittingRenderer, Source):
                 inline = self.normaliser_lines(step)
                 if inline is not None:
                     return inline
-            if isinstance(step, Reduce) and self.backend.name == "numpy" and (
+            if isinstance(step, Reduce) and self.backend.numpy_native and (
                     step.kind in ("max", "min") or step.kind == "mean" and self.floating_register(step.arg)):
                 # the array's own method, as the ``reduce`` helper would call it, without the call through it
                 return [f"{self.var(step.out)} = {self.var(step.arg)}.{step.kind}(axis={step.axes!r})"]
@@ -676,7 +672,7 @@ class _Specialiser(FittingRenderer, Source):
         ``reduce`` helper computes it (a non-finite maximum shifts by 0) but without its generic checks, and
         with the exponentials taken in place; None elsewhere (the helper is called)."""
         dtype = self.dtype[step.arg]
-        if self.backend.name != "numpy" or isinstance(dtype, type) or np.dtype(dtype).kind != "f" \
+        if not self.backend.numpy_native or isinstance(dtype, type) or np.dtype(dtype).kind != "f" \
                 or not math.prod(self.shape[step.arg]):
             return None
         np_, x, out = self.alias["np"], self.var(step.arg), self.var(step.out)
@@ -711,7 +707,7 @@ class _Specialiser(FittingRenderer, Source):
         labels = diagonal_view_labels(step)
         full = self.shape[step.out]
         shape = tuple(full[step.output.index(label)] for label in labels)
-        if self.backend.name != "numpy" or len(shape) < 2 or math.prod(shape) < BLOCK_ELEMENTS \
+        if not self.backend.numpy_native or len(shape) < 2 or math.prod(shape) < BLOCK_ELEMENTS \
                 or min(shape) > DIAGONAL_LOOP:
             return super().diagonal_add(step, out, value)
         axis = shape.index(min(shape))
@@ -726,7 +722,7 @@ class _Specialiser(FittingRenderer, Source):
 
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
         value = self.diagonal_value(step)
-        if step.base is not None and self.backend.name == "numpy":
+        if step.base is not None and self.backend.numpy_native:
             base = self.var(step.base)
             made = next(made for made in self.lowered.steps if getattr(made, "out", None) == step.base)
             full = not isinstance(made, Elementwise) or len(_axes_of(made.expr, len(made.labels), self.shape)) == \
@@ -738,7 +734,7 @@ class _Specialiser(FittingRenderer, Source):
                 first = f"{out} = {self.alias['np']}.broadcast_to({base}, {self.shape[step.out]!r})" \
                         f".astype({str(self.dtype[step.out])!r})"
             return [first, *self.diagonal_add(step, out, value)]
-        if self.backend.name == "numpy" or self.target != "numpy":
+        if self.backend.numpy_native or self.target != "numpy":
             return super().diagonal(step, out)
         name = self.fresh(f"_diagonal{step.out}")
         self.namespace[name] = _diagonal_writer(self.backend, replace(step, labels=diagonal_view_labels(step)),
@@ -856,18 +852,18 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
         return plan
     peak, at = _peak(lowered.steps, plan.allocations, plan.transients)
     fitting = None
-    if slicing and backend.name in SLICING_BACKENDS and (peak > memory_limit or backend.name == "dask"):
-        fitting = fit(lowered, specialiser, plan.allocations, plan.transients, memory_limit, backend.name)
+    if slicing and backend.slices and (peak > memory_limit or backend.lazy):
+        fitting = fit(lowered, specialiser, plan.allocations, plan.transients, memory_limit, backend)
         if fitting:
             specialiser, plan = _render(program, lowered, shapes, dtypes, backend, optimize, source, float_dtype,
                                         fitting)
             peak, at = _peak(lowered.steps, plan.allocations, plan.transients)
-    if peak > memory_limit and backend.name != "dask":
+    if peak > memory_limit and not backend.lazy:
         statement = next((s.statement for s in lowered.steps if getattr(s, "out", None) == at), 0)
         shape = specialiser.shape.get(at, ())
         if not slicing:
             why = "slicing is off (slicing=False). "
-        elif backend.name not in SLICING_BACKENDS:
+        elif not backend.slices:
             why = f"the {backend.name} backend does not slice. "
         else:
             reasons = {**(fitting.reasons if fitting is not None else {}), **specialiser.unfit}
@@ -875,8 +871,8 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
             found = reasons.get(at) or next(iter(reasons.values()), "slicing cannot lower the peak further")
             why = found + ". "
         raise MemoryLimitError(
-            f"the plan needs {_bytes(peak)} at its peak (while computing an array of shape {shape} in "
-            f"statement '{lowered.statements[statement]}'), over the memory limit of {_bytes(memory_limit)}; "
+            f"the plan needs {format_bytes(peak)} at its peak (while computing an array of shape {shape} in "
+            f"statement '{lowered.statements[statement]}'), over the memory limit of {format_bytes(memory_limit)}; "
             f"nothing was allocated. {why[0].upper()}{why[1:]}Use backend='dask' to compute in chunks, try "
             "another optimize= choice, raise memory_limit=, or shrink the problem")
     return plan

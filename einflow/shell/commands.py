@@ -21,9 +21,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from einflow.engine.memory import format_bytes
 from einflow.lang.errors import EinflowError, MemoryLimitError
 from einflow.lang.grammar import parse
-from einflow.shell.replies import Reply, SessionError, check_name, format_bytes, format_value, parse_bytes, to_numpy
+from einflow.shell.replies import Reply, SessionError, check_name, format_value, parse_bytes, to_numpy
 
 if TYPE_CHECKING:  # annotations only: the session imports this module, never the other way round
     from einflow.program import Program

@@ -16,7 +16,7 @@ import numpy as np
 from einflow.lang import ir
 from einflow.lang.errors import EinflowError, TensorNameError
 
-__all__ = ["Reply", "SessionError", "check_name", "to_numpy", "format_value", "format_bytes", "parse_bytes", "NAME",
+__all__ = ["Reply", "SessionError", "check_name", "to_numpy", "format_value", "parse_bytes", "NAME",
            "SUMMARY_THRESHOLD"]
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -83,17 +83,6 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g"
           "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 
 
-def format_bytes(count: float) -> str:
-    """Bytes for people, in powers of 1024.
-
-    >>> format_bytes(3 * 1024**3)
-    '3 GiB'
-    """
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
-            return f"{count:.3g} {unit}"
-        count /= 1024
-    return f"{count:.3g} TiB"  # pragma: no cover
 
 
 def parse_bytes(text: str) -> int:

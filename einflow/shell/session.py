@@ -15,13 +15,14 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from einflow.engine.memory import format_bytes
 from einflow.lang import ir
 from einflow.lang.errors import EinflowError, MemoryLimitError, ParseError, TensorNameError
 from einflow.lang.grammar import parse
 from einflow.lang.indices import indices_in
 from einflow.program import Program, default_memory_limit
 from einflow.shell.commands import run_command
-from einflow.shell.replies import NAME, Reply, SessionError, check_name, format_bytes, format_value
+from einflow.shell.replies import NAME, Reply, SessionError, check_name, format_value
 
 __all__ = ["Session", "Reply", "Definition", "SessionError", "format_value", "needs_more", "check_name",
            "logical_lines", "run_lines", "located_reply", "PROMPT", "CONTINUATION"]

@@ -35,6 +35,18 @@ class Backend:
     einsum_backend = "numpy"
     #: whether a zeroed output can be written through a strided diagonal view
     strided_writes = True
+    # capabilities the engine plans by (never a backend's name):
+    #: the dialect the generated function is written in: numpy's API (numpy, cupy, dask), torch or jax.numpy
+    target = "numpy"
+    #: arrays are numpy.ndarray in this process: contractions become BLAS calls (engine.kernels), large fused
+    #: elementwise work runs in ufunc blocks on threads (engine.blocks), diagonals are added in place
+    numpy_native = False
+    #: contractions become pairwise BLAS-shaped calls planned per step (engine.kernels)
+    pairwise_kernels = False
+    #: a contraction over the memory limit can run as a loop over slices into a preallocated output
+    slices = False
+    #: arrays are lazy chunked task graphs: each slice is a task, intermediates live on the workers
+    lazy = False
     #: settings ``set_backend(name, **settings)`` may change (attribute name -> what it means)
     settings: dict[str, str] = {}
 

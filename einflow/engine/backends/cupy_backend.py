@@ -22,6 +22,7 @@ class CupyBackend(Backend):
     """
 
     name = "cupy"
+    slices = True
     einsum_backend = "cupy"
 
     def __init__(self) -> None:

@@ -15,17 +15,12 @@ import dask.array
 import numpy
 
 from einflow.engine.backends.base import Backend, refuse_masked
+from einflow.engine.memory import format_bytes
 from einflow.lang.errors import BackendError, MemoryLimitError
 
 __all__ = ["DaskBackend"]
 
 
-def _bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
-            return f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} TiB"  # pragma: no cover
 
 
 def _default_client() -> Any:
@@ -117,6 +112,8 @@ class DaskBackend(Backend):
     """
 
     name = "dask"
+    slices = True
+    lazy = True
     einsum_backend = "dask"
     # a dask array has no strides: surviving deltas are "written" by zeros() and diagonal_view() below,
     # which select (``where``) rather than multiply by an identity, so inf and nan stay on the diagonal
@@ -193,8 +190,8 @@ class DaskBackend(Backend):
             if needed > memory_limit:
                 name = names[position] if position < len(names) and names[position] else f"result {position}"
                 raise MemoryLimitError(
-                    f"the result {name!r} of shape {tuple(value.shape)} needs {_bytes(needed)}, over the memory "
-                    f"limit of {_bytes(memory_limit)}, and backend='dask' with numpy inputs gathers results on "
+                    f"the result {name!r} of shape {tuple(value.shape)} needs {format_bytes(needed)}, over the memory "
+                    f"limit of {format_bytes(memory_limit)}, and backend='dask' with numpy inputs gathers results on "
                     "the client; nothing was computed. Pass dask arrays (dask.array.from_array) to get a lazy "
                     "result and store it chunk by chunk (e.g. to_zarr), reduce it in the program, or raise "
                     "memory_limit=")

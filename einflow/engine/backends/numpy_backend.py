@@ -21,6 +21,9 @@ class NumpyBackend(Backend):
     """
 
     name = "numpy"
+    numpy_native = True
+    pairwise_kernels = True
+    slices = True
     einsum_backend = "numpy"
 
     @property

@@ -49,6 +49,7 @@ class TorchBackend(Backend):
     """
 
     name = "torch"
+    pairwise_kernels = True
     target = "torch"
     einsum_backend = "einflow.engine.backends.torch_ops"
     strided_writes = False
