@@ -89,8 +89,6 @@ class Fitting:
         return {diagonal.arg for _, _, diagonals in self.pieces.values() for diagonal in diagonals}
 
 
-
-
 def _slice_axes(expr: Node, position: int, ranks: dict[int, int]) -> dict[int, int] | None:
     """register -> its axis along the expression's axis ``position`` (None if a register has two such axes)."""
     found: dict[int, int] = {}
@@ -141,7 +139,7 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
             continue
         out = step.out
         made, extra = allocations.get(out, 0), transients.get(out, 0)
-        if backend == "dask":  # each slice a task holding its operand blocks: every contraction is checked
+        if backend.lazy:  # each slice a task holding its operand blocks: every contraction is checked
             if isinstance(step, Contract) and out in renderer.paths:
                 equation, shapes, _, info, _ = renderer.paths[out]
                 whole = slice_peak(equation, shapes, info.contraction_list, holds_operands=True)
@@ -180,7 +178,7 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
             # chunk by chunk, too, the expression is one numpy expression (not block buffers), whose last
             # operation makes a block of the result while its operands' temporaries are alive; one more block
             # is kept free for numpy's own temporaries (measured 0.3 MB over the model in full-suite order)
-            pieces = None if backend != "numpy" or reduction is not None else _pieces(
+            pieces = None if not backend.numpy_native or reduction is not None else _pieces(
                 step, diagonals, renderer, allocations, 3 * made + renderer.expression_transient.get(out, extra),
                 room - min(max(room, 0) / 10, HEADROOM))
             if pieces is not None:
