@@ -255,10 +255,11 @@ class Program:
         if name in FRAMEWORK_CALLS:  # tensors in, tensors out; autograd / custom_jvp (einflow.frameworks)
             return FRAMEWORK_CALLS[name](self, values, name, optimize, memory_limit)
         engine: Any = get_backend(name)  # the dask backend adds chunks_for and check_client_memory
-        lazy = name == "dask" and any(type(value).__module__.startswith("dask") for value in values)
+        # a lazy backend given its own arrays returns a lazy result (dask arrays in, dask arrays out)
+        lazy = engine.lazy and any(type(value).__module__.startswith(name) for value in values)
         converted: dict[Any, Any] = {}
         for position, (tensor, value) in enumerate(zip(self.info.inputs, values)):
-            spec = engine.chunks_for(tensor, chunks) if name == "dask" else None
+            spec = engine.chunks_for(tensor, chunks) if engine.lazy else None
             known = (id(value), repr(spec))  # the same array passed twice is converted once
             if known not in converted:
                 try:
@@ -284,11 +285,11 @@ class Program:
         key = (name, optimize_key, memory_limit if slicing else ("unsliced", memory_limit), signature)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._build(key, name, values, optimize, memory_limit if slicing or name != "dask" else None,
+            plan = self._build(key, name, values, optimize, memory_limit if slicing or not engine.lazy else None,
                                slicing)
         result = plan.run(values)
         outputs = result if plan.returns_tuple else (result,)
-        if name == "dask" and not lazy:
+        if engine.lazy and not lazy:
             limit = memory_limit_bytes(memory_limit)
             engine.check_client_memory(self.info.outputs, outputs, limit)
         if plan.returns_tuple:
