@@ -60,7 +60,7 @@ from einflow.engine.steps import (
 )
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
-from einflow.lang.errors import EinflowError, MemoryLimitError
+from einflow.lang.errors import EinflowError, MemoryLimitError, ShapeError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import declared_sizes, indices_in, statement_sizes
 from einflow.lang.numbers import _is_unit
@@ -142,6 +142,9 @@ class Plan:
     def run(self, values: list[Any]) -> Any:
         try:
             return self.function(*values)
+        except NotImplementedError as error:  # torch: clamp, sign, comparisons and max of complex tensors
+            raise EinflowError(f"backend {self.backend.name!r} cannot compute this program for inputs of these "
+                               f"dtypes: {error}") from None
         except (OverflowError, TypeError) as error:
             # numpy refusing a dtype (`-x` for uint8 x, sign of booleans) is the user's to fix, not a crash
             if not isinstance(error, OverflowError) and "ufunc" not in f"{type(error).__name__} {error}".lower() \
@@ -309,6 +312,11 @@ class _Specialiser(FittingRenderer, Source):
             self.shape[step.out] = ()
         else:
             self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)
+        if isinstance(step, Reduce) and step.kind in ("max", "min", "argmax", "argmin") and \
+                any(self.shape[step.arg][axis] == 0 for axis in step.axes):
+            empty = next(step.labels[axis] for axis in step.axes if self.shape[step.arg][axis] == 0)
+            raise ShapeError(f"{step.kind}[{empty}] over index {empty!r} of size 0: the {step.kind} of no values is "
+                             "undefined (numpy refuses it alike); give the index at least one value")
         self.dtype[step.out] = self.dtype_of(step)
         if self.dtype[step.out] == np.dtype(bool):
             self.booleans.add(step.out)
@@ -526,6 +534,16 @@ class _Specialiser(FittingRenderer, Source):
         common = np.result_type(*parts)
         return {k: str(common) for k, f in arrays if not isinstance(self.dtype[f.register], type)
                 and np.dtype(self.dtype[f.register]) != common}
+
+    def divided(self, node: Mul, numerator: str, divisors: list[Node]) -> str:
+        # arrays are divided with ``/`` (the helper is for Python numbers alone, where 1.0 / 0.0 would raise)
+        if all(isinstance(self.dtype[register], type) for register in node_args(node)):
+            return super().divided(node, numerator, divisors)
+        text = numerator if self.target != "torch" else self.floating(numerator)
+        for divisor in divisors:
+            divisor_text, level = self.node(divisor)
+            text += " / " + self.floating(divisor_text if level >= 4 else f"({divisor_text})")
+        return text
 
     def common_dtype(self, step: Contract) -> np.dtype:
         """numpy's result type of a contraction's arrays and scale factors (Python numbers stay weak)."""
