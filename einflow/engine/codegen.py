@@ -90,7 +90,8 @@ HELPERS: dict[str, str] = {
     """The error function elementwise (math.erf per element; the argument's floating type kept)."""
     import math
     x = {as_float}({np}.asarray(x))
-    return {np}.asarray({np}.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)''',
+    typed = x.dtype.type  # each value of x's type (a dask block of one value is then still an array scalar)
+    return {np}.asarray({np}.frompyfunc(lambda v: typed(math.erf(v)), 1, 1)(x), dtype=x.dtype)''',
     "reduce": '''def {reduce}(kind, x, axis):
     """A reduction or normaliser over axes, stable by construction (max-shifted exp)."""
     if kind == "max":
