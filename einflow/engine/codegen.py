@@ -487,8 +487,8 @@ class Source:
             return f"{atom} * {atom}" if isinstance(node.base, Arg) else f"{np_}.square({text})"
         if exponent == -1:
             return f"{self.helper('reciprocal')}({text})"
-        if exponent == 0.5:
-            return f"{np_}.sqrt({text})"
+        if exponent == 0.5:  # integers promoted to float64, as for every fractional power
+            return f"{np_}.sqrt({self.floating(text)})"
         power = "pow" if self.target == "torch" else "power"
         if not integral or exponent < 0:
             return f"{np_}.{power}({self.helper('as_float')}({text}), {self.number(exponent)})"

@@ -278,6 +278,8 @@ class _Specialiser(FittingRenderer, Source):
         #: torch: the step being rendered reads and makes arrays of one floating type, so work on an array the
         #: step itself just made may be done in place (``(a + b).tanh_()``: one allocation fewer per pass)
         self.in_place = False
+        #: torch and jax: the floating type integer arrays are read in by the elementwise step being rendered
+        self.read_as: str | None = None
         self.check(program, shapes, source)
 
     # ------------------------------------------------------------------ shapes and dtypes
@@ -541,8 +543,9 @@ class _Specialiser(FittingRenderer, Source):
             return super().divided(node, numerator, divisors)
         text = numerator if self.target != "torch" else self.floating(numerator)
         for divisor in divisors:
-            divisor_text, level = self.node(divisor)
-            text += " / " + self.floating(divisor_text if level >= 4 else f"({divisor_text})")
+            divisor_text = self.node(divisor)[0]  # (a square renders as ``x * x``: atoms and calls go bare)
+            text += " / " + self.floating(divisor_text if isinstance(divisor, (Arg, Apply, Size)) else
+                                          f"({divisor_text})")
         return text
 
     def common_dtype(self, step: Contract) -> np.dtype:
@@ -666,6 +669,11 @@ class _Specialiser(FittingRenderer, Source):
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
+        # torch and jax: integer arrays in an elementwise step of floating type are read in that type, as
+        # numpy computes them (torch would compute ``0.5 x`` of int64 x in float32)
+        dtype = self.dtype[step.out]
+        self.read_as = np.dtype(dtype).name if self.target != "numpy" and isinstance(step, Elementwise) and \
+            not isinstance(dtype, type) and np.dtype(dtype).kind in "fc" and self.native(dtype) else None
         try:
             fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.engine.fitting)
             if fitted is not None:
@@ -681,8 +689,39 @@ class _Specialiser(FittingRenderer, Source):
             return super().step_lines(step)
         finally:
             self.scale_dtype = None
+            self.read_as = None
             if self.target == "torch":
                 self.track_order(step)
+
+    def arg(self, node: Arg) -> str:
+        text = super().arg(node)
+        dtype = self.dtype[node.register]
+        if self.read_as is not None and not isinstance(dtype, type) and np.dtype(dtype).kind in "biu":
+            return self.astype(text, self.read_as)
+        return text
+
+    def native(self, dtype: Any) -> bool:
+        """Whether the backend's arrays can hold numpy's ``dtype`` (jax without x64 has no float64)."""
+        if self.backend.name == "jax":
+            import jax
+
+            return bool(jax.dtypes.canonicalize_dtype(dtype) == np.dtype(dtype))
+        return True
+
+    def returned(self) -> list[str]:
+        """The results, each in numpy's result type on every backend (torch sums uint8 into int64, dask an int8
+        contraction into int64: brought back to the type the planner derived with numpy's rules)."""
+        names = super().returned()
+        if self.backend.name not in ("torch", "jax", "dask"):
+            return names
+        typed = []
+        for name, register in zip(names, self.lowered.outputs):
+            dtype = self.dtype[register]
+            if isinstance(dtype, type) or not self.native(dtype):
+                typed.append(name)
+            else:
+                typed.append(self.astype(name, np.dtype(dtype).name))
+        return typed
 
     def floating_register(self, register: int) -> bool:
         """Whether a register holds a numpy array of a floating type (not a weak Python number)."""
