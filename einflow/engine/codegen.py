@@ -221,6 +221,19 @@ TORCH_HELPERS: dict[str, str] = {
     if kind == "log_softmax":
         return shifted - {np}.log(total)
     return ({np}.log(total) + shift).reshape([n for k, n in enumerate(x.shape) if k not in axis])''',
+    "contract": '''def {contract}(equation, *operands):
+    """opt_einsum.contract on tensors brought to numpy's common type first (torch.einsum refuses mixed types)."""
+    dtype = operands[0].dtype
+    for operand in operands[1:]:
+        dtype = {np}.promote_types(dtype, operand.dtype)
+    if dtype == {np}.bool:
+        dtype = {np}.int64
+    elif dtype.is_floating_point or dtype.is_complex:  # numpy: an n-byte integer needs a float of 2n bytes
+        size = max([min(2 * a.dtype.itemsize, 8) for a in operands if not (a.dtype.is_floating_point or
+                    a.dtype.is_complex)] + [dtype.itemsize // (2 if dtype.is_complex else 1)])
+        wanted = {{2: {np}.float16, 4: {np}.float32, 8: {np}.float64}}[size]
+        dtype = {np}.promote_types(dtype, wanted)
+    return {oe}.contract(equation, *[a if a.dtype == dtype else a.to(dtype) for a in operands])''',
     "device": '''def {device}(*inputs):
     """Where new tensors go: the device of the first tensor input (the CPU when there is none)."""
     return next((a.device for a in inputs if isinstance(a, {np}.Tensor)), None)''',
@@ -242,6 +255,9 @@ HELPERS["owned"] = '''def {owned}(base, shape, value, coefficient=1):
     if {np}.shape(base) == tuple(shape) and {np}.result_type(base) == dtype:
         return base
     return {np}.broadcast_to({np}.asarray(base), shape).astype(dtype)'''
+HELPERS["contract"] = '''def {contract}(equation, *operands):
+    """opt_einsum.contract."""
+    return {oe}.contract(equation, *operands)'''
 HELPERS["device"] = '''def {device}(*inputs):
     """Where new arrays go (numpy: the host)."""
     return None'''
@@ -249,7 +265,7 @@ HELPER_NEEDS = {"reciprocal": ("as_float",), "divide": ("as_float",), "erf": ("a
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
 HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float", "diagonal", "owned",
-               "device", "erf", "reduce")
+               "contract", "device", "erf", "reduce")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -515,7 +531,8 @@ class Source:
         equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
         equation += "->" + "".join(letters[label] for label in step.output)
         args = "".join(", " + self.var(register) for register in step.args)
-        return self.scaled(f"{self.alias['oe']}.contract({equation!r}{args})", step.scale)
+        call = self.helper("contract") if self.target == "torch" else f"{self.alias['oe']}.contract"
+        return self.scaled(f"{call}({equation!r}{args})", step.scale)
 
     def elementwise(self, step: Elementwise) -> str:
         return self.node(step.expr)[0]

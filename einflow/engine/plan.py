@@ -348,8 +348,12 @@ class _Specialiser(FittingRenderer, Source):
         elif isinstance(step, Contract):  # einsum's type is its operands' (bools stay bools), then the scale's
             namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
             text = generic.scaled("_contracted", step.scale)
-        else:
+        elif step.kind == "sum":
             return self.sample(step.arg).sum(axis=step.axes).dtype
+        else:  # max keeps the type; mean, the normalisers and logsumexp compute in floats (the reduce helper)
+            with np.errstate(all="ignore"):
+                sample = np.asarray(self.sample(step.arg))
+                return np.asarray(namespace[generic.alias["reduce"]](step.kind, sample, step.axes)).dtype
         with np.errstate(all="ignore"):
             try:
                 value = eval(_compiled(text), namespace)  # noqa: S307 - text generated here from plain data
@@ -682,6 +686,11 @@ class _Specialiser(FittingRenderer, Source):
                 inline = self.normaliser_lines(step)
                 if inline is not None:
                     return inline
+            if isinstance(step, Reduce) and self.backend.name == "dask" and not math.prod(self.shape[step.out]) \
+                    and step.kind in ("max", "min", "argmax", "argmin"):
+                # an empty result (its other axes are empty): dask's chunked max of empty blocks raises
+                return [f"{self.var(step.out)} = {self.alias['np']}.zeros({self.shape[step.out]!r}, "
+                        f"dtype={np.dtype(self.dtype[step.out]).name!r})"]
             if isinstance(step, Reduce) and self.backend.name == "numpy" and (
                     step.kind in ("max", "min") or step.kind == "mean" and self.floating_register(step.arg)):
                 # the array's own method, as the ``reduce`` helper would call it, without the call through it
