@@ -509,6 +509,8 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
 
 def _numpy_dtype(dtype: Any, backend: str) -> np.dtype:
     """The numpy dtype of a torch or jax array's dtype."""
+    if isinstance(dtype, np.dtype):  # a numpy array passed with the tensors
+        return dtype
     if backend == "torch":
         from einflow.engine.backends.torch_backend import numpy_dtype
 

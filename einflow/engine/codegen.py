@@ -343,6 +343,10 @@ class Source:
         self.labels: dict[int, tuple[str, ...]] = {}
         #: registers known to hold booleans (a specialised rendering knows them; a generic one does not)
         self.booleans: set[int] = set()
+        #: float literals as 0-d float64 tensors (generic torch code): torch computes ``0.5 * x`` of an integer
+        #: tensor in float32, but with a 0-d float64 tensor in float64 and with a float32 ``x`` in float32, as
+        #: numpy does with a Python float (a specialised rendering knows the dtypes and casts instead)
+        self.tensor_literals = target == "torch"
 
     # ------------------------------------------------------------------ names
     def fresh(self, base: str) -> str:
@@ -410,6 +414,8 @@ class Source:
         """(text, precedence): 1 sum, 2 product, 3 power, 4 atom."""
         if isinstance(node, Arg):
             return self.arg(node), 4
+        if isinstance(node, Number) and self.tensor_literals and isinstance(node.value, float):
+            return self.torch_number(node.value), 4
         if isinstance(node, Number):
             text = self.number(node.value)
             return text, 1 if text.startswith("-") else 4

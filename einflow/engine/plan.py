@@ -278,6 +278,7 @@ class _Specialiser(FittingRenderer, Source):
         #: torch: the step being rendered reads and makes arrays of one floating type, so work on an array the
         #: step itself just made may be done in place (``(a + b).tanh_()``: one allocation fewer per pass)
         self.in_place = False
+        self.tensor_literals = False  # (integer arrays are read in the step's floating type: ``read_as``)
         #: torch and jax: the floating type integer arrays are read in by the elementwise step being rendered
         self.read_as: str | None = None
         self.check(program, shapes, source)
