@@ -483,7 +483,7 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         result = _numpy_einsum(equation, arrays[0], dtype=dtype, order=order, casting=casting)
         return _finish(_apply_order(result, order, arrays), out, casting)
     if out is not None and len(arrays) > 1 and key is not False and \
-            not np.can_cast(compute, out.dtype, casting=casting):
+            not np.can_cast(compute, out.dtype, casting=casting):  # type: ignore[arg-type]
         # numpy's optimized einsum copies a last BLAS step into out= whatever the casting: its answer is numpy's
         numpy_optimize = optimize if isinstance(key, bool) or key in _NUMPY_PATHS or (
             isinstance(key, tuple) and key[0] in ("memory", "path")) else True

@@ -264,8 +264,8 @@ HELPERS["device"] = '''def {device}(*inputs):
 HELPER_NEEDS = {"reciprocal": ("as_float",), "divide": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",)}
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
-HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float", "diagonal", "owned",
-               "contract", "device", "erf", "reduce")
+HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
+               "diagonal", "owned", "contract", "device", "erf", "reduce")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -465,8 +465,8 @@ class Source:
         return " * ".join(factors), 2
 
     def divided(self, node: Mul, numerator: str, divisors: list[Node]) -> str:
-        """``numerator`` (the text of ``node``'s other factors) divided by each divisor in turn, as numpy divides (Python numbers
-        too: a zero divisor gives inf or nan, not ZeroDivisionError); integers are divided as float64."""
+        """``numerator`` (the text of ``node``'s other factors) divided by each divisor in turn, as numpy divides
+        (Python numbers too: a zero divisor gives inf or nan, not ZeroDivisionError); integers as float64."""
         text = numerator
         for divisor in divisors:
             divisor_text = self.node(divisor)[0]
@@ -496,7 +496,8 @@ class Source:
         template = TORCH_CALLS.get(func, rule.source) if self.target == "torch" else rule.source
         if rule.promotes and promote:
             x = self.floating(x)
-        helpers = {key: self.helper(key) if "{" + key + "}" in template else "" for key in ("sigmoid", "step", "erf", "sign")}
+        helpers = {key: self.helper(key) if "{" + key + "}" in template else ""
+                   for key in ("sigmoid", "step", "erf", "sign")}
         return template.format(x=x, np=self.alias["np"], **helpers)
 
     def power(self, node: Pow) -> str:

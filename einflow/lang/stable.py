@@ -3,10 +3,11 @@
 ``log(sum[k](exp(e)))`` becomes ``logsumexp[k](e)``, ``exp(e[q]) / sum[k](exp(e[k]))`` becomes
 ``softmax[q](e[q])``, ``log(softmax[q](e[q]))`` (and so the written-out
 ``log(exp(e[q]) / sum[k](exp(e[k])))``) becomes ``log_softmax[q](e[q])``, ``log(1 + exp(u))`` becomes
-``softplus(u)`` and ``log(sigmoid(u))`` becomes ``-softplus(-u)``. Each rewrite keeps every index's binding (the reduction
-binds the same indices; a function's argument and a reduction's body are scoped alike), so it applies to
-any program. The lowering applies them to every program it evaluates (the program's text is unchanged),
-and the simplifier has them as rule rows, so written-out forms are finite wherever their value is.
+``softplus(u)`` and ``log(sigmoid(u))`` becomes ``-softplus(-u)``. Each rewrite keeps every index's
+binding (the reduction binds the same indices; a function's argument and a reduction's body are scoped
+alike), so it applies to any program. The lowering applies them to every program it evaluates (the
+program's text is unchanged), and the simplifier has them as rule rows, so written-out forms are finite
+wherever their value is.
 
 >>> from einflow.lang.grammar import parse_expression
 >>> from einflow.lang import ir
