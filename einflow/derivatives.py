@@ -100,6 +100,6 @@ class ValueAndGrad(Program):
         #: whether the gradients come as a tuple (``wrt`` was a list) or as one array
         self.gradients_as_tuple = as_tuple
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         value, *gradients = super().__call__(*args, **kwargs)
         return value, (tuple(gradients) if self.gradients_as_tuple else gradients[0])

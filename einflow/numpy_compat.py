@@ -96,6 +96,8 @@ def _split_arguments(operands: tuple[Any, ...]) -> tuple[str, list[Any]]:
 
 
 def _as_operand(position: int, value: Any) -> Any:
+    if isinstance(value, np.ma.MaskedArray):  # numpy.einsum computes with the data and drops the mask alike
+        return value.data
     if hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, np.generic):
         return value  # numpy, cupy, dask, ... arrays as they are
     try:
@@ -122,6 +124,9 @@ def _split_subscripts(subscripts: str) -> tuple[list[str], str | None]:
                 char == ">" and subscripts[position - 1: position] != "-":
             raise SubscriptsError(f"invalid einsum subscripts {subscripts!r}: '-' and '>' must appear together "
                                   "as '->' (no space between them)")
+    if "." in subscripts.replace("...", ""):  # numpy reads an ellipsis before it drops spaces ('. ..' is not one)
+        raise SubscriptsError(f"invalid einsum subscripts {subscripts!r}: a '.' that is not part of one '...' "
+                              "ellipsis (write the three dots together)")
     if subscripts.count("->") > 1:
         raise SubscriptsError(f"invalid einsum subscripts {subscripts!r}: more than one '->'")
     text = subscripts.replace(" ", "")
@@ -437,7 +442,13 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
             device = next((a.device for a in arrays if type(a).__module__.startswith("torch")), None)
             converted = [engine.asarray(a, device=device) if name == "torch" else engine.asarray(a) for a in arrays]
             path, _ = _plan(equation, shapes, key)
-            return oe.contract(equation, *converted, optimize=path, backend=engine.einsum_backend)
+            # numpy's dtype rule: the operands' result type (bool stays bool: products are 'and', sums 'or')
+            common = np.result_type(*[_numpy_dtype(a.dtype, name) for a in arrays])
+            native = _native_dtype(np.dtype(np.int64) if common == np.bool_ else common, name)
+            converted = [a if a.dtype == native else a.to(native) if name == "torch" else a.astype(native)
+                         for a in converted]
+            result = oe.contract(equation, *converted, optimize=path, backend=engine.einsum_backend)
+            return result != 0 if common == np.bool_ else result
     if numpy_arrays and any(a.dtype.kind not in "biufc" for a in arrays):
         if any(a.dtype.kind == "O" for a in arrays):  # Python objects: numpy's own loops
             numpy_optimize = optimize if isinstance(key, bool) or key in _NUMPY_PATHS or (
@@ -451,8 +462,14 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
             raise ArgumentError("out= and dtype= need numpy arrays; cast the result instead")
         path, _ = _plan(equation, shapes, key)
         common = np.result_type(*[a.dtype for a in arrays])  # numpy's dtype rule here too
-        arrays = [a if a.dtype == common else a.astype(common) for a in arrays]
-        return oe.contract(equation, *arrays, optimize=path)
+        # (dask sums small integers and booleans into int64: computed so and brought back to numpy's type;
+        # booleans as 'and' and 'or', integers wrapping as numpy's would)
+        work = np.dtype(np.int64) if common == np.bool_ else common
+        arrays = [a if a.dtype == work else a.astype(work) for a in arrays]
+        result = oe.contract(equation, *arrays, optimize=path)
+        if common == np.bool_:
+            return result != 0
+        return result if result.dtype == common else result.astype(common)
     if dtype is not None:
         for position, a in enumerate(arrays):
             _cast_check(a.dtype, dtype, casting, f"operand {position}")
@@ -465,6 +482,16 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         # one operand: numpy's einsum returns views for transposes and diagonals; the checks above are einflow's
         result = _numpy_einsum(equation, arrays[0], dtype=dtype, order=order, casting=casting)
         return _finish(_apply_order(result, order, arrays), out, casting)
+    if out is not None and len(arrays) > 1 and key is not False and \
+            not np.can_cast(compute, out.dtype, casting=casting):  # type: ignore[arg-type]
+        # numpy's optimized einsum copies a last BLAS step into out= whatever the casting: its answer is numpy's
+        numpy_optimize = optimize if isinstance(key, bool) or key in _NUMPY_PATHS or (
+            isinstance(key, tuple) and key[0] in ("memory", "path")) else True
+        try:
+            return _numpy_einsum(equation, *arrays, out=out, optimize=numpy_optimize, **options)
+        except TypeError as error:
+            raise ArgumentError(f"cannot cast the result into out= from {compute} to {out.dtype} under "
+                                f"casting={casting!r} ({error})") from None
     kernel, peak = _numpy_kernel(equation, shapes, key)
     _guard(equation, sizes, peak, compute.itemsize)
     prepared = _prepare(kernel, compute, tuple(a.dtype != compute for a in arrays))
@@ -478,6 +505,28 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         return prepared(arrays)
     result = prepared(arrays)
     return _finish(_apply_order(np.asarray(result), order, arrays), out, casting)
+
+
+def _numpy_dtype(dtype: Any, backend: str) -> np.dtype:
+    """The numpy dtype of a torch or jax array's dtype."""
+    if isinstance(dtype, np.dtype):  # a numpy array passed with the tensors
+        return dtype
+    if backend == "torch":
+        from einflow.engine.backends.torch_backend import numpy_dtype
+
+        return numpy_dtype(dtype)
+    return np.dtype(dtype)
+
+
+def _native_dtype(dtype: np.dtype, backend: str) -> Any:
+    """A numpy dtype as the torch or jax arrays' dtype."""
+    if backend == "torch":
+        import torch
+
+        return getattr(torch, dtype.name)
+    import jax
+
+    return jax.dtypes.canonicalize_dtype(dtype)
 
 
 #: (subscripts, optimize, ((shape, dtype), ...)) -> the prepared call, for plain calls on numpy arrays

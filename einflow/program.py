@@ -188,7 +188,7 @@ class Program:
         return to_source(self, name, target)
 
     # ------------------------------------------------------------------ evaluation
-    def __call__(self, *args: Any, backend: str | None = None, optimize: Any = "auto",
+    def __call__(self, /, *args: Any, backend: str | None = None, optimize: Any = "auto",
                  memory_limit: float | None | str = "default", chunks: Any = None, slicing: bool = True,
                  **arrays: Any) -> Any:
         """Evaluate with arrays given by keyword, by position (in ``p.inputs`` order) or in one mapping.
@@ -313,7 +313,7 @@ class Program:
         self._plans[key] = plan
         return plan
 
-    def plan(self, *args: Any, optimize: Any = "auto", backend: str = "numpy", itemsize: int = 8,
+    def plan(self, /, *args: Any, optimize: Any = "auto", backend: str = "numpy", itemsize: int = 8,
              memory_limit: float | str | None = None, slicing: bool = True, **shapes: Any) -> PlanReport:
         """The plan for these input shapes (tuples, ``'100x200'`` strings, or arrays): steps, FLOPs, memory.
 

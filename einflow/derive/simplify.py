@@ -77,6 +77,7 @@ RULES: tuple[Rule, ...] = (
     Rule("call", "logsumexp", "log(sum[k](exp(A[p,k])))", "logsumexp[k](A[p,k])"),
     Rule("call", "softplus", "log(1 + exp(x[p]))", "softplus(x[p])"),
     Rule("call", "log sigmoid", "log(sigmoid(x[p]))", "-softplus(-x[p])"),
+    Rule("call", "log_softmax", "log(exp(A[p,q]) / sum[u](exp(A[p,u])))", "log_softmax[q](A[p,q])"),
     Rule("power", "one", "(x[p] y[p])^1", "x[p] y[p]"),
     Rule("power", "fold numbers", "2^3 x[p]", "8 x[p]"),
     Rule("power", "power of power", "(x[p]^2)^3", "x[p]^6"),

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from einflow.engine.codegen import _negated, _positive_first
+from einflow.engine.codegen import _divisor, _negated, _positive_first
 from einflow.engine.steps import Add, Apply, Arg, Mul, Node, Number, Pow, Size
 from einflow.lang.functions import FUNCTION_RULES
 
@@ -166,6 +166,10 @@ class _Writer:
                 parts.append(("subtract", negated) if negated is not None else ("add", term))
             return self.fold(parts, out)
         if isinstance(node, Mul):
+            parts = [("multiply", factor) for factor in node.factors if not _divisor(factor)]
+            if parts:  # division is division, as in the one-expression form
+                parts += [("divide", factor.base) for factor in node.factors if _divisor(factor)]  # type: ignore
+                return self.fold(parts, out)
             return self.fold([("multiply", factor) for factor in node.factors], out)
         raise _Unsupported  # AsFloat: deltas alone (booleans), never large fused work
 

@@ -44,7 +44,8 @@ __all__ = ["Source", "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS
            "diagonal_view_labels"]
 
 #: function templates that differ on torch (``torch.maximum`` needs two tensors)
-TORCH_CALLS = {"relu": "{np}.clamp({x}, min=0)", "softplus": "{np}.logaddexp({np}.zeros_like({x}), {x})"}
+TORCH_CALLS = {"relu": "{np}.clamp({x}, min=0)", "sign": "{sign}({x})",
+               "softplus": "{np}.logaddexp({np}.zeros_like({x}), {x})"}
 
 # Private helpers the generated code may call; {np} and helper names are substituted.
 HELPERS: dict[str, str] = {
@@ -66,6 +67,15 @@ HELPERS: dict[str, str] = {
     if isinstance(x, (int, float)):
         return 1.0 / x if x != 0 else float({np}.copysign({np}.inf, x))
     return {np}.reciprocal({as_float}(x))''',
+    "divide": '''def {divide}(a, b):
+    """a / b as numpy divides: integers as float64, Python numbers too (a zero divisor gives inf or nan)."""
+    if isinstance(b, (int, float)) and isinstance(a, (int, float)):
+        if b != 0:
+            return a / b
+        if a != a or a == 0:
+            return float("nan")
+        return float("inf") if (a > 0) == (str(float(b))[0] != "-") else float("-inf")
+    return {as_float}(a) / {as_float}(b)''',
     "sigmoid": '''def {sigmoid}(x):
     """1 / (1 + exp(-x)) without overflow, accurate in both tails (as einflow computes it).
 
@@ -80,7 +90,8 @@ HELPERS: dict[str, str] = {
     """The error function elementwise (math.erf per element; the argument's floating type kept)."""
     import math
     x = {as_float}({np}.asarray(x))
-    return {np}.asarray({np}.frompyfunc(math.erf, 1, 1)(x), dtype=x.dtype)''',
+    typed = x.dtype.type  # each value of x's type (a dask block of one value is then still an array scalar)
+    return {np}.asarray({np}.frompyfunc(lambda v: typed(math.erf(v)), 1, 1)(x), dtype=x.dtype)''',
     "reduce": '''def {reduce}(kind, x, axis):
     """A reduction or normaliser over axes, stable by construction (max-shifted exp)."""
     if kind == "max":
@@ -110,6 +121,9 @@ HELPERS: dict[str, str] = {
     "step": '''def {step}(x):
     """1 where x > 0, else 0, in x's type."""
     return {np}.greater(x, 0).astype({np}.result_type(x))''',
+    "sign": '''def {sign}(x):
+    """The sign of x (numpy's: nan for nan, x / |x| for complex x)."""
+    return {np}.sign(x)''',
     "as_input_float": '''def {as_input_float}(x, *inputs):
     """Deltas alone: numbers of the inputs' floating type when they have one (as einflow does)."""
     floats = [a.dtype for a in inputs if getattr(a, "dtype", None) is not None and a.dtype.kind == "f"]
@@ -129,9 +143,10 @@ HELPERS["diagonal"] = '''def {diagonal}(value, shape, groups):
 #: the same helpers for PyTorch tensors (``{np}`` is torch): dtypes have no ``kind``, tensors no ``astype``
 TORCH_HELPERS: dict[str, str] = {
     "input": '''def {input}(x):
-    """An input as einflow receives it: Python int/float stay weak scalars, the rest become tensors."""
+    """An input as einflow receives it: Python int/float become 0-d int64/float64 tensors (weak in torch's
+    promotion as Python numbers are in numpy's), the rest become tensors."""
     if isinstance(x, (int, float)) and not isinstance(x, bool):
-        return x
+        return {np}.tensor(x, dtype={np}.float64 if isinstance(x, float) else {np}.int64)
     x = {np}.as_tensor(x)
     return x.long() if x.dtype == {np}.bool else x''',
     "as_float": '''def {as_float}(x):
@@ -152,6 +167,11 @@ TORCH_HELPERS: dict[str, str] = {
     "step": '''def {step}(x):
     """1 where x > 0, else 0, in x's type."""
     return (x > 0).to(x.dtype)''',
+    "sign": '''def {sign}(x):
+    """numpy's sign: nan where x is nan, x / |x| for complex x."""
+    if x.is_complex():
+        return {np}.sgn(x)
+    return {np}.where({np}.isnan(x), x, {np}.sign(x)) if x.is_floating_point() else {np}.sign(x)''',
     "as_input_float": '''def {as_input_float}(x, *inputs):
     """Deltas alone: numbers of the inputs' floating type when they have one (as einflow does)."""
     floats = [a.dtype for a in inputs if isinstance(a, {np}.Tensor) and a.is_floating_point()]
@@ -188,12 +208,32 @@ TORCH_HELPERS: dict[str, str] = {
         hits = {as_float}(x == extreme)
         return hits / hits.sum(dim=axis, keepdim=True)
     x = {as_float}(x)
-    total = {np}.logsumexp(x, dim=axis, keepdim=True)
+    if x.numel() == 0:
+        shift = {np}.zeros_like(x.sum(dim=axis, keepdim=True))
+    else:  # as numpy does: shifted by the finite maximum (torch's logsumexp rounds exp(x - lse) at 1e17)
+        shift = {np}.amax(x, dim=axis, keepdim=True).detach()
+        shift = {np}.where({np}.isfinite(shift), shift, {np}.zeros_like(shift))
+    shifted = x - shift
+    e = {np}.exp(shifted)
+    total = e.sum(dim=axis, keepdim=True)
     if kind == "softmax":
-        return {np}.exp(x - total)
+        return e / total
     if kind == "log_softmax":
-        return x - total
-    return total.reshape([n for k, n in enumerate(x.shape) if k not in axis])''',
+        return shifted - {np}.log(total)
+    return ({np}.log(total) + shift).reshape([n for k, n in enumerate(x.shape) if k not in axis])''',
+    "contract": '''def {contract}(equation, *operands):
+    """opt_einsum.contract on tensors brought to numpy's common type first (torch.einsum refuses mixed types)."""
+    dtype = operands[0].dtype
+    for operand in operands[1:]:
+        dtype = {np}.promote_types(dtype, operand.dtype)
+    if dtype == {np}.bool:
+        dtype = {np}.int64
+    elif dtype.is_floating_point or dtype.is_complex:  # numpy: an n-byte integer needs a float of 2n bytes
+        size = max([min(2 * a.dtype.itemsize, 8) for a in operands if not (a.dtype.is_floating_point or
+                    a.dtype.is_complex)] + [dtype.itemsize // (2 if dtype.is_complex else 1)])
+        wanted = {{2: {np}.float16, 4: {np}.float32, 8: {np}.float64}}[size]
+        dtype = {np}.promote_types(dtype, wanted)
+    return {oe}.contract(equation, *[a if a.dtype == dtype else a.to(dtype) for a in operands])''',
     "device": '''def {device}(*inputs):
     """Where new tensors go: the device of the first tensor input (the CPU when there is none)."""
     return next((a.device for a in inputs if isinstance(a, {np}.Tensor)), None)''',
@@ -215,14 +255,17 @@ HELPERS["owned"] = '''def {owned}(base, shape, value, coefficient=1):
     if {np}.shape(base) == tuple(shape) and {np}.result_type(base) == dtype:
         return base
     return {np}.broadcast_to({np}.asarray(base), shape).astype(dtype)'''
+HELPERS["contract"] = '''def {contract}(equation, *operands):
+    """opt_einsum.contract."""
+    return {oe}.contract(equation, *operands)'''
 HELPERS["device"] = '''def {device}(*inputs):
     """Where new arrays go (numpy: the host)."""
     return None'''
-HELPER_NEEDS = {"reciprocal": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",)}
+HELPER_NEEDS = {"reciprocal": ("as_float",), "divide": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",)}
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
-HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "diagonal", "owned",
-               "device", "erf", "reduce")
+HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
+               "diagonal", "owned", "contract", "device", "erf", "reduce")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -300,6 +343,10 @@ class Source:
         self.labels: dict[int, tuple[str, ...]] = {}
         #: registers known to hold booleans (a specialised rendering knows them; a generic one does not)
         self.booleans: set[int] = set()
+        #: float literals as 0-d float64 tensors (generic torch code): torch computes ``0.5 * x`` of an integer
+        #: tensor in float32, but with a 0-d float64 tensor in float64 and with a float32 ``x`` in float32, as
+        #: numpy does with a Python float (a specialised rendering knows the dtypes and casts instead)
+        self.tensor_literals = target == "torch"
 
     # ------------------------------------------------------------------ names
     def fresh(self, base: str) -> str:
@@ -367,13 +414,17 @@ class Source:
         """(text, precedence): 1 sum, 2 product, 3 power, 4 atom."""
         if isinstance(node, Arg):
             return self.arg(node), 4
+        if isinstance(node, Number) and self.tensor_literals and isinstance(node.value, float):
+            return self.torch_number(node.value), 4
         if isinstance(node, Number):
             text = self.number(node.value)
             return text, 1 if text.startswith("-") else 4
         if isinstance(node, Size):
             return self.size(node.ref), 4
         if isinstance(node, Apply) and node.other is not None:
-            return f"{self.alias['np']}.{node.func}({self.node(node.arg)[0]}, {self.node(node.other)[0]})", 4
+            operands = [self.node(part)[0] if self.target != "torch" or not isinstance(part, Number)
+                        else self.torch_number(part.value) for part in (node.arg, node.other)]
+            return f"{self.alias['np']}.{node.func}({operands[0]}, {operands[1]})", 4
         if isinstance(node, Apply):
             inner = self.node(node.arg)[0]
             # a promoting function's result is already floating: no second promotion around it
@@ -399,16 +450,38 @@ class Source:
             return "".join(pieces), 1
         factors = []
         casts = self.product_casts(node)
+        divisors = [f.base for f in node.factors if _divisor(f)]  # type: ignore[union-attr]
+        if len(divisors) == len(node.factors):
+            divisors = []  # reciprocals alone: 1 / x is the reciprocal
         for position, factor in enumerate(node.factors):
+            if divisors and _divisor(factor):
+                continue
             text, level = self.node(factor)
             if position in casts:
                 text, level = self.astype(text if level >= 4 else f"({text})", casts[position]), 4
             factors.append(f"({text})" if level < 2 else text)
+        if divisors:  # division is division (x / x is 1 where x * (1 / x) may not be)
+            return self.divided(node, " * ".join(factors), divisors), 2
         return " * ".join(factors), 2
+
+    def divided(self, node: Mul, numerator: str, divisors: list[Node]) -> str:
+        """``numerator`` (the text of ``node``'s other factors) divided by each divisor in turn, as numpy divides
+        (Python numbers too: a zero divisor gives inf or nan, not ZeroDivisionError); integers as float64."""
+        text = numerator
+        for divisor in divisors:
+            divisor_text = self.node(divisor)[0]
+            text = f"{self.helper('divide')}({text}, {divisor_text})"
+        return text
 
     def product_casts(self, node: Mul) -> dict[int, str]:
         """Factors to cast to the product's common dtype (position -> dtype); unknown dtypes: none."""
         return {}
+
+    def torch_number(self, value: int | float) -> str:
+        """A number as a 0-d tensor (torch.maximum and friends take tensors; 0-d ones promote as numpy's weak
+        Python numbers do)."""
+        dtype = "float64" if isinstance(value, float) else "bool" if isinstance(value, bool) else "int64"
+        return f"{self.alias['np']}.tensor({self.number(value)}, dtype={self.alias['np']}.{dtype})"
 
     def subtractable(self, term: Node) -> bool:
         """Whether ``+ term`` may be written ``- (its negation)``: numpy refuses ``bool - bool`` (see ``booleans``)."""
@@ -423,7 +496,8 @@ class Source:
         template = TORCH_CALLS.get(func, rule.source) if self.target == "torch" else rule.source
         if rule.promotes and promote:
             x = self.floating(x)
-        helpers = {key: self.helper(key) if "{" + key + "}" in template else "" for key in ("sigmoid", "step", "erf")}
+        helpers = {key: self.helper(key) if "{" + key + "}" in template else ""
+                   for key in ("sigmoid", "step", "erf", "sign")}
         return template.format(x=x, np=self.alias["np"], **helpers)
 
     def power(self, node: Pow) -> str:
@@ -436,8 +510,8 @@ class Source:
             return f"{atom} * {atom}" if isinstance(node.base, Arg) else f"{np_}.square({text})"
         if exponent == -1:
             return f"{self.helper('reciprocal')}({text})"
-        if exponent == 0.5:
-            return f"{np_}.sqrt({text})"
+        if exponent == 0.5:  # integers promoted to float64, as for every fractional power
+            return f"{np_}.sqrt({self.floating(text)})"
         power = "pow" if self.target == "torch" else "power"
         if not integral or exponent < 0:
             return f"{np_}.{power}({self.helper('as_float')}({text}), {self.number(exponent)})"
@@ -464,7 +538,8 @@ class Source:
         equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
         equation += "->" + "".join(letters[label] for label in step.output)
         args = "".join(", " + self.var(register) for register in step.args)
-        return self.scaled(f"{self.alias['oe']}.contract({equation!r}{args})", step.scale)
+        call = self.helper("contract") if self.target == "torch" else f"{self.alias['oe']}.contract"
+        return self.scaled(f"{call}({equation!r}{args})", step.scale)
 
     def elementwise(self, step: Elementwise) -> str:
         return self.node(step.expr)[0]
@@ -602,6 +677,11 @@ def diagonal_spec(step: Diagonal) -> str:
     letters = {label: oe.get_symbol(k) for k, label in enumerate(labels)}
     return "".join(letters[representative.get(label, label)] for label in step.output) + "->" + \
         "".join(letters[label] for label in labels)
+
+
+def _divisor(factor: Node) -> bool:
+    """Whether a product's factor is ``x ** -1`` (the product is rendered as a division by ``x``)."""
+    return isinstance(factor, Pow) and not isinstance(factor.exponent, bool) and factor.exponent == -1
 
 
 def _positive_first(terms: tuple[Node, ...]) -> tuple[Node, ...]:

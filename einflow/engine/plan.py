@@ -61,7 +61,7 @@ from einflow.engine.steps import (
 )
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
-from einflow.lang.errors import EinflowError, MemoryLimitError
+from einflow.lang.errors import EinflowError, MemoryLimitError, ShapeError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import declared_sizes, indices_in, statement_sizes
 from einflow.lang.numbers import _is_unit
@@ -143,6 +143,9 @@ class Plan:
     def run(self, values: list[Any]) -> Any:
         try:
             return self.function(*values)
+        except NotImplementedError as error:  # torch: clamp, sign, comparisons and max of complex tensors
+            raise EinflowError(f"backend {self.backend.name!r} cannot compute this program for inputs of these "
+                               f"dtypes: {error}") from None
         except (OverflowError, TypeError) as error:
             # numpy refusing a dtype (`-x` for uint8 x, sign of booleans) is the user's to fix, not a crash
             if not isinstance(error, OverflowError) and "ufunc" not in f"{type(error).__name__} {error}".lower() \
@@ -271,6 +274,9 @@ class _Specialiser(FittingRenderer, Source):
         #: torch: the step being rendered reads and makes arrays of one floating type, so work on an array the
         #: step itself just made may be done in place (``(a + b).tanh_()``: one allocation fewer per pass)
         self.in_place = False
+        self.tensor_literals = False  # (integer arrays are read in the step's floating type: ``read_as``)
+        #: torch and jax: the floating type integer arrays are read in by the elementwise step being rendered
+        self.read_as: str | None = None
         self.check(program, shapes, source)
 
     # ------------------------------------------------------------------ shapes and dtypes
@@ -305,6 +311,11 @@ class _Specialiser(FittingRenderer, Source):
             self.shape[step.out] = ()
         else:
             self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)
+        if isinstance(step, Reduce) and step.kind in ("max", "min", "argmax", "argmin") and \
+                any(self.shape[step.arg][axis] == 0 for axis in step.axes):
+            empty = next(step.labels[axis] for axis in step.axes if self.shape[step.arg][axis] == 0)
+            raise ShapeError(f"{step.kind}[{empty}] over index {empty!r} of size 0: the {step.kind} of no values is "
+                             "undefined (numpy refuses it alike); give the index at least one value")
         self.dtype[step.out] = self.dtype_of(step)
         if self.dtype[step.out] == np.dtype(bool):
             self.booleans.add(step.out)
@@ -334,8 +345,12 @@ class _Specialiser(FittingRenderer, Source):
         elif isinstance(step, Contract):  # einsum's type is its operands' (bools stay bools), then the scale's
             namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
             text = generic.scaled("_contracted", step.scale)
-        else:
+        elif step.kind == "sum":
             return self.sample(step.arg).sum(axis=step.axes).dtype
+        else:  # max keeps the type; mean, the normalisers and logsumexp compute in floats (the reduce helper)
+            with np.errstate(all="ignore"):
+                sample = np.asarray(self.sample(step.arg))
+                return np.asarray(namespace[generic.alias["reduce"]](step.kind, sample, step.axes)).dtype
         with np.errstate(all="ignore"):
             try:
                 value = eval(_compiled(text), namespace)  # noqa: S307 - text generated here from plain data
@@ -523,6 +538,17 @@ class _Specialiser(FittingRenderer, Source):
         return {k: str(common) for k, f in arrays if not isinstance(self.dtype[f.register], type)
                 and np.dtype(self.dtype[f.register]) != common}
 
+    def divided(self, node: Mul, numerator: str, divisors: list[Node]) -> str:
+        # arrays are divided with ``/`` (the helper is for Python numbers alone, where 1.0 / 0.0 would raise)
+        if all(isinstance(self.dtype[register], type) for register in node_args(node)):
+            return super().divided(node, numerator, divisors)
+        text = numerator if self.target != "torch" else self.floating(numerator)
+        for divisor in divisors:
+            divisor_text = self.node(divisor)[0]  # (a square renders as ``x * x``: atoms and calls go bare)
+            text += " / " + self.floating(divisor_text if isinstance(divisor, (Arg, Apply, Size)) else
+                                          f"({divisor_text})")
+        return text
+
     def common_dtype(self, step: Contract) -> np.dtype:
         """numpy's result type of a contraction's arrays and scale factors (Python numbers stay weak)."""
         def sample(register: int) -> Any:
@@ -644,6 +670,11 @@ class _Specialiser(FittingRenderer, Source):
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
+        # torch and jax: integer arrays in an elementwise step of floating type are read in that type, as
+        # numpy computes them (torch would compute ``0.5 x`` of int64 x in float32)
+        dtype = self.dtype[step.out]
+        self.read_as = np.dtype(dtype).name if self.target != "numpy" and isinstance(step, Elementwise) and \
+            not isinstance(dtype, type) and np.dtype(dtype).kind in "fc" and self.native(dtype) else None
         try:
             fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.engine.fitting)
             if fitted is not None:
@@ -652,6 +683,11 @@ class _Specialiser(FittingRenderer, Source):
                 inline = self.normaliser_lines(step)
                 if inline is not None:
                     return inline
+            if isinstance(step, Reduce) and self.backend.lazy and not math.prod(self.shape[step.out]) \
+                    and step.kind in ("max", "min", "argmax", "argmin"):
+                # an empty result (its other axes are empty): dask's chunked max of empty blocks raises
+                return [f"{self.var(step.out)} = {self.alias['np']}.zeros({self.shape[step.out]!r}, "
+                        f"dtype={np.dtype(self.dtype[step.out]).name!r})"]
             if isinstance(step, Reduce) and self.backend.numpy_native and (
                     step.kind in ("max", "min") or step.kind == "mean" and self.floating_register(step.arg)):
                 # the array's own method, as the ``reduce`` helper would call it, without the call through it
@@ -659,8 +695,35 @@ class _Specialiser(FittingRenderer, Source):
             return super().step_lines(step)
         finally:
             self.scale_dtype = None
+            self.read_as = None
             if self.target == "torch":
                 self.track_order(step)
+
+    def arg(self, node: Arg) -> str:
+        text = super().arg(node)
+        dtype = self.dtype[node.register]
+        if self.read_as is not None and not isinstance(dtype, type) and np.dtype(dtype).kind in "biu":
+            return self.astype(text, self.read_as)
+        return text
+
+    def native(self, dtype: Any) -> bool:
+        """Whether the backend's arrays can hold numpy's ``dtype`` (jax without x64 has no float64)."""
+        return self.backend.holds(dtype)
+
+    def returned(self) -> list[str]:
+        """The results, each in numpy's result type on every backend (torch sums uint8 into int64, dask an int8
+        contraction into int64: brought back to the type the planner derived with numpy's rules)."""
+        names = super().returned()
+        if self.backend.numpy_result_types:
+            return names
+        typed = []
+        for name, register in zip(names, self.lowered.outputs):
+            dtype = self.dtype[register]
+            if isinstance(dtype, type) or not self.native(dtype):
+                typed.append(name)
+            else:
+                typed.append(self.astype(name, np.dtype(dtype).name))
+        return typed
 
     def floating_register(self, register: int) -> bool:
         """Whether a register holds a numpy array of a floating type (not a weak Python number)."""

@@ -1,11 +1,13 @@
-"""Stable forms of written-out expressions: log-sum-exp, softmax, softplus and log-sigmoid.
+"""Stable forms of written-out expressions: log-sum-exp, softmax, log-softmax, softplus and log-sigmoid.
 
 ``log(sum[k](exp(e)))`` becomes ``logsumexp[k](e)``, ``exp(e[q]) / sum[k](exp(e[k]))`` becomes
-``softmax[q](e[q])``, ``log(1 + exp(u))`` becomes ``softplus(u)`` and ``log(sigmoid(u))`` becomes
-``-softplus(-u)``. Each rewrite keeps every index's binding (the reduction
-binds the same indices; a function's argument and a reduction's body are scoped alike), so it applies to
-any program. The lowering applies them to every program it evaluates (the program's text is unchanged),
-and the simplifier has them as rule rows, so written-out forms are finite wherever their value is.
+``softmax[q](e[q])``, ``log(softmax[q](e[q]))`` (and so the written-out
+``log(exp(e[q]) / sum[k](exp(e[k])))``) becomes ``log_softmax[q](e[q])``, ``log(1 + exp(u))`` becomes
+``softplus(u)`` and ``log(sigmoid(u))`` becomes ``-softplus(-u)``. Each rewrite keeps every index's
+binding (the reduction binds the same indices; a function's argument and a reduction's body are scoped
+alike), so it applies to any program. The lowering applies them to every program it evaluates (the
+program's text is unchanged), and the simplifier has them as rule rows, so written-out forms are finite
+wherever their value is.
 
 >>> from einflow.lang.grammar import parse_expression
 >>> from einflow.lang import ir
@@ -77,13 +79,16 @@ def stable_log(arg: ir.Expr) -> tuple[str, ir.Expr] | None:
         for one, other in (arg.terms, arg.terms[::-1]):
             if isinstance(one, ir.Num) and one.value == 1 and isinstance(other, ir.Call) and other.func == "exp":
                 return "softplus", ir.Call("softplus", other.arg)
+    if isinstance(arg, ir.Normalize) and arg.kind == "softmax":  # 0 log 0 where log_softmax is finite
+        return "log_softmax", ir.Normalize("log_softmax", arg.indices, arg.body)
     if isinstance(arg, ir.Call) and arg.func == "sigmoid":
         return "log sigmoid", ir.negate(ir.Call("softplus", ir.negate(arg.arg)))
     return None
 
 
 def stabilize(expr: ir.Expr) -> ir.Expr:
-    """``expr`` with every written-out log-sum-exp, softplus and log-sigmoid in its stable form."""
+    """``expr`` with every written-out log-sum-exp, softmax, log-softmax, softplus and log-sigmoid in its stable
+    form."""
     kids = ir.children(expr)
     if kids:
         new = tuple(stabilize(kid) for kid in kids)

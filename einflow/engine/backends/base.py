@@ -47,8 +47,14 @@ class Backend:
     slices = False
     #: arrays are lazy chunked task graphs: each slice is a task, intermediates live on the workers
     lazy = False
+    #: the array library computes in numpy's result types (else results are cast to the type numpy's rules give)
+    numpy_result_types = False
     #: settings ``set_backend(name, **settings)`` may change (attribute name -> what it means)
     settings: dict[str, str] = {}
+
+    def holds(self, dtype: Any) -> bool:
+        """Whether this backend's arrays can hold numpy's ``dtype`` (jax without x64 has no float64)."""
+        return True
 
     @property
     def xp(self) -> Any:  # pragma: no cover - each backend overrides

@@ -22,6 +22,7 @@ class CupyBackend(Backend):
     """
 
     name = "cupy"
+    numpy_result_types = True
     slices = True
     einsum_backend = "cupy"
 

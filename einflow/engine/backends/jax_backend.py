@@ -37,6 +37,9 @@ class JaxBackend(Backend):
     def xp(self) -> Any:
         return jnp
 
+    def holds(self, dtype: Any) -> bool:
+        return bool(jax.dtypes.canonicalize_dtype(dtype) == numpy.dtype(dtype))
+
     def asarray(self, value: Any, chunks: Any = None) -> Any:
         if isinstance(value, (jax.Array, jax.core.Tracer)):
             return self.numbers(value)

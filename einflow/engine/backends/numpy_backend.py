@@ -21,6 +21,7 @@ class NumpyBackend(Backend):
     """
 
     name = "numpy"
+    numpy_result_types = True
     numpy_native = True
     pairwise_kernels = True
     slices = True

@@ -24,6 +24,8 @@ _TO_NUMPY = {
     torch.float16: numpy.dtype("float16"), torch.float32: numpy.dtype("float32"),
     torch.float64: numpy.dtype("float64"), torch.complex64: numpy.dtype("complex64"),
     torch.complex128: numpy.dtype("complex128"),
+    # (unsigned types past uint8: numpy's sum of uint8 is uint64, and results come in numpy's type)
+    **{getattr(torch, name): numpy.dtype(name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)},
 }
 
 
