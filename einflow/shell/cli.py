@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from einflow.lang.errors import EinflowError, TensorNameError
@@ -35,11 +35,12 @@ def _looks_like_a_file(text: str) -> bool:
 
 def _read_text(text: str) -> tuple[str, str]:
     """Program text given on the command line and where it came from: a file, ``-`` (stdin), or the text."""
+    from einflow.shell.commands import decode_utf8, read_text_file
+
     if text == "-":
-        return sys.stdin.read(), "<stdin>"
-    if _looks_like_a_file(text):
-        with open(text, encoding="utf-8") as handle:  # a missing *.ein file is an error, not program text
-            return handle.read(), text
+        return decode_utf8(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
+    if _looks_like_a_file(text):  # a missing *.ein file is an error, not program text
+        return read_text_file(text, "regular program files"), text
     return text, "the text"
 
 
@@ -156,7 +157,18 @@ def _session(args: argparse.Namespace) -> int:
         from einflow.shell.repl import run_repl
 
         return run_repl(session)
-    return run_lines(session, sys.stdin, sys.stdout, sys.stderr, args.echo)
+    return run_lines(session, _stdin_lines(), sys.stdout, sys.stderr, args.echo)
+
+
+def _stdin_lines() -> Iterator[str]:
+    """Standard input's lines, decoded as UTF-8 one at a time (a SessionError names the line that is not)."""
+    from einflow.shell.commands import decode_utf8
+
+    for number, line in enumerate(sys.stdin.buffer, 1):
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError:
+            decode_utf8(b"\n" * (number - 1) + line, "<stdin>")
 
 
 def _first_positional(argv: list[str]) -> int | None:
@@ -176,13 +188,10 @@ def _first_positional(argv: list[str]) -> int | None:
 def _file(parser: argparse.ArgumentParser, argv: list[str], file_at: int) -> int:
     """``einflow FILE.ein [options]``: a program runs like ``einflow run``; a session script (with
     ``:commands``) runs its lines like ``einflow < FILE.ein``."""
+    from einflow.shell.commands import read_text_file
+
     path = argv[file_at]
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as error:
-        print(f"einflow: {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
+    text = read_text_file(path, "regular program files")  # a FIFO or a device is refused, not waited on
     if any(line.lstrip().startswith(":") for line in text.splitlines()):
         from einflow.shell.session import Session, run_lines
 

@@ -167,16 +167,40 @@ def _seed(session: Session, rest: str) -> str:
     return ""
 
 
-def _open_regular(path: str) -> IO[bytes]:
+def _open_regular(path: str, what: str = "regular .npy and .npz files") -> IO[bytes]:
     """Open a file for reading, refusing anything that is not a regular file (a FIFO would block, a device
     would never end)."""
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens without blocking
     mode = os.fstat(descriptor).st_mode
     if not stat.S_ISREG(mode):
         os.close(descriptor)
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-        raise SessionError(f"{path} is {kind}; only regular .npy and .npz files are read")
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+        raise SessionError(f"{path} is {kind}; only {what} are read")
     return os.fdopen(descriptor, "rb")
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text; a SessionError naming ``where``, the line and the byte when it is not.
+
+    >>> decode_utf8(b"y = 2\\nz = \\xff", "prog.ein")
+    Traceback (most recent call last):
+    einflow.shell.replies.SessionError: prog.ein is not UTF-8 text: byte 0xff at line 2, column 5 cannot be decoded
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise SessionError(f"{where} is not UTF-8 text: byte 0x{data[error.start]:02x} at line {line}, column "
+                           f"{column} cannot be decoded") from None
+
+
+def read_text_file(path: str, what: str = "regular text files") -> str:
+    """The UTF-8 text of a regular file (FIFOs, devices and folders are refused; so is text that is not UTF-8)."""
+    path = os.path.expanduser(path)
+    with _open_regular(path, what) as handle:
+        return decode_utf8(handle.read(), path)
 
 
 def _npy_header(stream: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtype]:
