@@ -127,6 +127,55 @@ def test_per_example_gradients_vmap_of_grad() -> None:
         *params, xs, ts), rtol=1e-9, atol=1e-12)
 
 
+def test_per_example_gradients_run_one_batched_gradient_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under vmap(grad) nothing differentiates the gradients again: all of them come from one VJP program
+    (several results), batched by an index, instead of one program per parameter."""
+    import einflow.frameworks.torch_autograd as torch_autograd
+
+    text, plain, _ = CASES["two statements"]
+    program = ef.compile(text)
+    W, v, xs, ts = rand(4, 3, seed=1), rand(4, seed=2), rand(6, 3, seed=4), rand(6, seed=5)
+    batched: list[Any] = []
+
+    def recording(program: Any, names: tuple[str, ...]) -> Any:  # a spy on the real function
+        batched.append(program)
+        return batched_program(program, names)
+
+    monkeypatch.setattr(torch_autograd, "batched_program", recording)
+    got = func.vmap(func.grad(lambda W, v, x, t: program(x=x, W=W, v=v, c=0.5, t=t), argnums=(0, 1)),
+                    in_dims=(None, None, 0, 0))(W, v, xs, ts)
+    want = func.vmap(func.grad(lambda W, v, x, t: plain(x, W, v, 0.5, t), argnums=(0, 1)),
+                     in_dims=(None, None, 0, 0))(W, v, xs, ts)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-12)
+    vjp, _ = vjp_program(program, ("W", "v"))
+    assert batched == [program, vjp] and vjp.info.returns_tuple  # the loss, then both gradients in one program
+
+
+def test_a_gradient_taken_by_torch_func_on_tensors_that_require_grad_stays_differentiable() -> None:
+    """grad(f)(x) with x requiring grad (plain autograd outside torch.func): the gradient is differentiated
+    again by .backward(), so it must stay a graph of einflow nodes (one VJP program per input)."""
+    program = ef.compile("L = sum[n](exp(X[n,i] w[i]) b)")
+    X, w, b = rand(5, 3), rand(3).requires_grad_(), rand().requires_grad_()
+    gw, gb = func.grad(lambda w, b: program(X=X, w=w, b=b), argnums=(0, 1))(w, b)
+    (gw.sum() + gb).backward()
+    w0, b0 = w.detach(), b.detach()
+    hw, hb = torch.autograd.functional.hessian(lambda w, b: (torch.exp(X @ w) * b).sum(), (w0, b0))
+    torch.testing.assert_close(w.grad, hw[0].sum(0) + hb[0], rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(b.grad, hw[1].sum(0) + hb[1], rtol=1e-9, atol=1e-12)
+
+
+def test_vmap_of_a_program_with_several_results() -> None:
+    program = ef.compile("a[i] = tanh(A[i,j] x[j])\nb = sum[i](a[i]^2) + c\na, b")
+    A, xs, c = rand(3, 4), rand(5, 4), rand()
+    a, b = func.vmap(lambda x: program(A=A, x=x, c=c))(xs)
+    torch.testing.assert_close(a, torch.tanh(xs @ A.T))
+    torch.testing.assert_close(b, (torch.tanh(xs @ A.T) ** 2).sum(1) + c)
+    # a result that does not depend on the batch comes back broadcast
+    a, k = func.vmap(lambda x: ef.compile("a[i] = 2 x[i]\nk = 3 c\na, k")(x=x, c=c))(xs)
+    torch.testing.assert_close(k, (3 * c).expand(5))
+
+
 def test_nested_vmap_and_an_unbatched_result() -> None:
     program = ef.compile("y[i] = A[i,j] x[j]\ns = sum[i](c[i])")
     A, x, c = rand(2, 5, 3, 3), rand(5, 3), rand(3)
@@ -169,11 +218,13 @@ def test_plain_backward_still_fuses_value_and_gradient() -> None:
 
 def test_batched_program_keeps_unbatched_statements_and_names_a_bare_value() -> None:
     program, carries = batched_program(ef.compile("k = 2 c\ny[i] = k x[i]"), ("x",))
-    assert str(program) == "k = 2 c\ny[batch,i] = k x[batch,i]" and carries
+    assert str(program) == "k = 2 c\ny[batch,i] = k x[batch,i]" and carries == (True,)
     program, carries = batched_program(ef.compile("x[j] A[i,j]"), ("A",))
     assert program.info.targets["value"] == ("batch", "j", "i") or program.info.targets["value"][0] == "batch"
     program, carries = batched_program(ef.compile("y[batch] = x[batch]\nz = sum[batch](y[batch])"), ("x",))
-    assert "batch1" in str(program) and carries
+    assert "batch1" in str(program) and carries == (True,)
+    program, carries = batched_program(ef.compile("a[i] = 2 x[i]\nb = 3 c\na, b"), ("x",))
+    assert carries == (True, False)
 
 
 # ------------------------------------------------------------------------------------------------ jax

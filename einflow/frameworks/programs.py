@@ -128,9 +128,9 @@ def _batch_tensor(expr: ir.Expr, batched: set[str], index: str) -> ir.Expr:
 
 
 @functools.lru_cache(maxsize=512)
-def batched_program(program: Any, batched: tuple[str, ...]) -> tuple[Any, bool]:
+def batched_program(program: Any, batched: tuple[str, ...]) -> tuple[Any, tuple[bool, ...]]:
     """(``program`` with a new leading index on the inputs ``batched`` and on all that depends on them,
-    whether its value carries that index).
+    whether each of its values carries that index: one flag, or one per value of a ``return`` line).
 
     ``torch.func.vmap`` over a program runs this one program once for the whole batch: the batch index
     joins each einsum (one batched contraction) instead of the framework looping or batching operation
@@ -141,7 +141,7 @@ def batched_program(program: Any, batched: tuple[str, ...]) -> tuple[Any, bool]:
     >>> print(program)
     y[batch,i] = A[i,j] x[batch,j]
     >>> carries
-    True
+    (True,)
     """
     names = set(program.info.inputs) | set(program.info.targets)
     taken = names | {index for statement in program.ir.statements if isinstance(statement, ir.Assign)
@@ -158,7 +158,7 @@ def batched_program(program: Any, batched: tuple[str, ...]) -> tuple[Any, bool]:
         index = f"batch{number}"
     carrying = set(batched)
     statements: list[ir.Statement] = []
-    value_batched = False
+    value_batched: tuple[bool, ...] = (False,)
     for statement in program.ir.statements:
         if isinstance(statement, ir.SizeDecl):
             if isinstance(statement.source, str) and statement.source in carrying:
@@ -166,7 +166,7 @@ def batched_program(program: Any, batched: tuple[str, ...]) -> tuple[Any, bool]:
             statements.append(statement)
             continue
         if isinstance(statement, ir.Return):
-            value_batched = any(name in carrying for name in statement.names)
+            value_batched = tuple(name in carrying for name in statement.names)
             statements.append(statement)
             continue
         reads = {node.name for node in ir.walk(statement.expr) if isinstance(node, ir.Tensor)}
@@ -174,7 +174,7 @@ def batched_program(program: Any, batched: tuple[str, ...]) -> tuple[Any, bool]:
             statements.append(statement)
             if statement.target is not None:
                 carrying.discard(statement.target)
-            value_batched = False
+            value_batched = (False,)
             continue
         indices = statement.indices if statement.indices is not None else free_indices(statement.expr)
         expr = _batch_tensor(statement.expr, carrying, index)
@@ -182,5 +182,5 @@ def batched_program(program: Any, batched: tuple[str, ...]) -> tuple[Any, bool]:
         target = statement.target if statement.target is not None else _fresh(program, "value")
         carrying.add(target)
         statements.append(ir.Assign(target, (index, *indices), expr))
-        value_batched = True
+        value_batched = (True,)
     return Program(ir.ProgramIR(tuple(statements))), value_batched

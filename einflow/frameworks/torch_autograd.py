@@ -23,9 +23,9 @@ import torch
 from einflow.engine.backends import get_backend
 from einflow.engine.backends.torch_backend import numpy_dtype
 from einflow.frameworks.programs import batched_program, jvp_program, plan_for, value_and_grad_program, vjp_program
-from einflow.lang.errors import BackendError
+from einflow.lang.errors import BackendError, DerivativeError
 
-__all__ = ["EinflowFunction", "call"]
+__all__ = ["EinflowFunction", "BatchedFunction", "call"]
 
 
 def _signature(value: Any) -> tuple[Any, ...]:
@@ -53,8 +53,12 @@ def call(program: Any, engine: Any, values: list[Any], optimize: Any, memory_lim
               torch.tensor(v, dtype=number_float or (torch.float64 if isinstance(v, float) else torch.int64),
                            device=device) for v in converted]
     needs_grad = torch.is_grad_enabled() and any(v.requires_grad for v in arrays)
-    if plan.returns_tuple or not (needs_grad or _transformed()):
+    if plan.returns_tuple:
+        if _only_batched(arrays):  # under vmap alone: the program batched by an index, run once
+            return BatchedFunction.apply(_Node(program, plan, signature, optimize, memory_limit), *arrays)
         # several results: torch differentiates the generated torch code itself
+        return plan.run(arrays)
+    if not (needs_grad or _transformed()):
         return plan.run(arrays)
     return EinflowFunction.apply(_Node(program, plan, signature, optimize, memory_limit), *arrays)
 
@@ -121,6 +125,7 @@ class EinflowFunction(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         node, *arrays = inputs
         ctx.node = node
+        ctx.output = (output.shape, output.dtype, output.device)  # what a JVP must look like
         ctx.gradients, node.gradients = node.gradients, None
         ctx.save_for_backward(*arrays)
         ctx.save_for_forward(*arrays)
@@ -141,14 +146,20 @@ class EinflowFunction(torch.autograd.Function):
             return (None, *(None if name not in wanted else ctx.gradients[name] * cotangent for name in names))
         bound = dict(zip(names, arrays))
         # create_graph: one single-result VJP program per input, each an einflow node of its own (so the
-        # second derivative is einflow's too); otherwise one program computing all gradients together
-        groups = [(name,) for name in wanted] if torch.is_grad_enabled() and len(wanted) > 1 else [wanted]
+        # second derivative is einflow's too); otherwise one program computing all gradients together. Under
+        # torch.func a graph is always built, but when only vmap is left around this grad (per-example
+        # gradients: vmap(grad(f))) nothing differentiates the gradients again: one program, batched
+        together = not torch.is_grad_enabled() or _only_batched((*arrays, cotangent), below_top=True)
+        groups = [(name,) for name in wanted] if not together and len(wanted) > 1 else [wanted]
         by_name: dict[str, Any] = {}
         for group in groups:
             program, cotangent_name = vjp_program(node.program, group)
             bound[cotangent_name] = cotangent
-            gradients = program({name: bound[name] for name in program.info.inputs}, optimize=node.optimize,
-                                memory_limit=node.memory_limit)
+            given = {name: bound[name] for name in program.info.inputs}
+            if len(group) > 1 and _transformed():
+                gradients = _run_batched(program, given, node)
+            else:
+                gradients = program(given, optimize=node.optimize, memory_limit=node.memory_limit)
             by_name.update(zip(group, gradients if len(group) > 1 else (gradients,)))
         results: list[Any] = [None]
         for name, array in zip(names, arrays):
@@ -163,17 +174,16 @@ class EinflowFunction(torch.autograd.Function):
         names = node.program.info.inputs
         wanted = tuple(name for name, array, tangent in zip(names, arrays, tangents)
                        if tangent is not None and (array.is_floating_point() or array.is_complex()))
-        output = node.plan.output_shapes[0]
-        reference = next(array for array in arrays if array.is_floating_point() or array.is_complex())
+        shape, dtype, device = ctx.output
         if not wanted:
-            return torch.zeros(output, dtype=reference.dtype, device=reference.device)
+            return torch.zeros(shape, dtype=dtype, device=device)
         program, tangent_names = jvp_program(node.program, wanted)
         bound = dict(zip(names, arrays))
         given = dict(zip(names, tangents))
         bound.update({tangent: given[name] for name, tangent in zip(wanted, tangent_names)})
         result = program({name: bound[name] for name in program.info.inputs}, optimize=node.optimize,
                          memory_limit=node.memory_limit)
-        return _like(result, torch.empty(output, dtype=reference.dtype, device=reference.device))
+        return _like(result, torch.empty(shape, dtype=dtype, device=device))
 
 
     @staticmethod
@@ -186,7 +196,69 @@ class EinflowFunction(torch.autograd.Function):
                  for name, array, dim in zip(names, arrays, in_dims[1:])}
         value = program({name: moved[name] for name in program.info.inputs}, optimize=node.optimize,
                         memory_limit=node.memory_limit)
-        return value, 0 if carries else None
+        return value, 0 if carries[0] else None
+
+
+class BatchedFunction(torch.autograd.Function):
+    """A program with several results under ``vmap`` alone: batched by an index (``batched_program``), run once.
+
+    Nothing differentiates it (it is used only where no grad or jvp transform, and no tensor that requires
+    grad, is around the call); ``backward`` says so rather than returning a wrong derivative.
+    """
+
+    @staticmethod
+    def forward(node: _Node, *arrays: Any) -> Any:  # type: ignore[override]
+        return tuple(node.plan.run(list(arrays)))
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, *cotangents: Any) -> Any:  # type: ignore[override]  # pragma: no cover - never asked
+        raise DerivativeError("a program with several results run under vmap is not differentiated by einflow; "
+                              "call it on tensors that require grad, outside vmap")
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[Any, ...], node: _Node, *arrays: Any) -> tuple[Any, Any]:
+        names = node.program.info.inputs
+        batched = tuple(name for name, dim in zip(names, in_dims[1:]) if dim is not None)
+        program, carries = batched_program(node.program, batched)
+        moved = {name: array if dim is None else array.movedim(dim, 0)
+                 for name, array, dim in zip(names, arrays, in_dims[1:])}
+        values = program({name: moved[name] for name in program.info.inputs}, optimize=node.optimize,
+                         memory_limit=node.memory_limit)
+        return tuple(values), tuple(0 if carried else None for carried in carries)
+
+
+def _run_batched(program: Any, given: dict[str, Any], node: _Node) -> Any:
+    """A several-result derivative program under vmap: through :class:`BatchedFunction` (one batched plan)."""
+    engine = get_backend("torch")
+    arrays = [given[name] for name in program.info.inputs]
+    signature = tuple(_signature(array) for array in arrays)
+    plan = plan_for(program, engine, arrays, signature, node.optimize, node.memory_limit)
+    return BatchedFunction.apply(_Node(program, plan, signature, node.optimize, node.memory_limit), *arrays)
+
+
+def _base(tensor: Any) -> Any:
+    """The plain tensor under torch.func's wrappers (batched and grad-tracking tensors)."""
+    functorch = torch._C._functorch
+    while functorch.is_functorch_wrapped_tensor(tensor):
+        tensor = functorch.get_unwrapped(tensor)
+    return tensor
+
+
+def _only_batched(arrays: Any, below_top: bool = False) -> bool:
+    """Whether only ``vmap`` transforms are active (``below_top``: besides the innermost one, the grad transform
+    running a backward pass) and no tensor under them requires grad: nothing will differentiate the result."""
+    stack = torch._C._functorch.get_interpreter_stack()
+    if not stack:
+        return False
+    vmap = torch._C._functorch.TransformType.Vmap
+    outer = stack[:-1] if below_top else stack
+    if any(interpreter.key() != vmap for interpreter in outer):
+        return False
+    return not any(isinstance(array, torch.Tensor) and _base(array).requires_grad for array in arrays)
 
 
 def _fresh(value: Any, arrays: tuple[Any, ...]) -> Any:
@@ -200,6 +272,8 @@ def _like(value: Any, array: Any) -> Any:
         return None
     if not isinstance(value, torch.Tensor):
         value = torch.as_tensor(value, dtype=array.dtype, device=array.device)
+    if value.dtype != array.dtype and (array.is_floating_point() or array.is_complex()):
+        value = value.to(array.dtype)
     if value.shape != array.shape:
         value = value.expand(array.shape)
     return value
