@@ -176,6 +176,20 @@ def test_vmap_of_a_program_with_several_results() -> None:
     torch.testing.assert_close(k, (3 * c).expand(5))
 
 
+def test_the_torch_func_example() -> None:
+    """examples/torch_func.py: per-example gradients (clipped) and a Hessian equal plain torch.func's."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "torch_func.py"
+    spec = importlib.util.spec_from_file_location("example_torch_func", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    errors = module.main()
+    assert errors["gradient_error"] < 1e-12 and errors["hessian_error"] < 1e-12
+
+
 def test_nested_vmap_and_an_unbatched_result() -> None:
     program = ef.compile("y[i] = A[i,j] x[j]\ns = sum[i](c[i])")
     A, x, c = rand(2, 5, 3, 3), rand(5, 3), rand(3)
