@@ -4,7 +4,7 @@ PY := .venv/bin/python
 BASE := .venv/.installed-base
 TESTING := .venv/.installed-test
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test test-quick test-full bench lint clean
 
 $(PY):
 	python3 -m venv .venv
@@ -14,15 +14,28 @@ $(BASE): $(PY) pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $(BASE)
 
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu installs torch's CPU-only wheel first (about 1 GB less to
+# download than the default wheel from PyPI, which brings CUDA libraries: README.md, "Install and test time")
 $(TESTING): $(PY) pyproject.toml
+	$(if $(TORCH_INDEX),$(PY) -m pip install -q torch --index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(TESTING)
 
 demo: $(BASE)
 	$(PY) examples/demo.py
 
+# make test: every test file and backend; the slow files (tests/conftest.py, SLOW_FILES) last, with fewer random
+# programs. make test-quick: without the slow files. make test-full: everything at full size.
+TEST_SIZES := EINFLOW_DIFF_N=400 EINFLOW_TORCH_RANDOM_N=40
+
 test: $(TESTING)
-	$(PY) -m pytest
+	$(TEST_SIZES) $(PY) -m pytest --durations=15
+
+test-quick: $(TESTING)
+	$(PY) -m pytest -m "not slow"
+
+test-full: $(TESTING)
+	$(PY) -m pytest --durations=15
 
 bench: $(TESTING)
 	$(PY) benchmarks/run_all.py

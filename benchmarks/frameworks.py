@@ -3,11 +3,14 @@
     python benchmarks/frameworks.py          # about half a minute on 2 cores
     python benchmarks/frameworks.py --steps  # the torch training steps only
     python benchmarks/frameworks.py --large  # the training steps, also at sizes where compute dominates
+    python benchmarks/frameworks.py --per-example  # torch.func per-example gradients only
 
 1. A torch training step (forward, backward, SGD update) whose loss is an einflow program (backward:
    einflow's VJP program) against the same model in plain torch autograd: a two-layer MLP and a
    one-head attention layer, float32. Target: einflow / torch <= 1.2 per step.
-2. Hessian-vector products by double backward through einflow's node against plain torch, and the
+2. Per-example gradients of a small MLP, ``torch.func.vmap(torch.func.grad(loss))``, einflow's loss
+   (batched by an index under vmap, einflow's VJP program) against the same loss in torch operations.
+3. Hessian-vector products by double backward through einflow's node against plain torch, and the
    Hessian of a logistic loss: einflow's ``ef.hessian`` program on torch tensors against
    ``torch.func.hessian``, and the same program in ``jax.jit`` against ``jax.jit(jax.hessian)``.
 
@@ -17,6 +20,7 @@ torch runs with one intra-op thread (both sides alike).
 
 from __future__ import annotations
 
+import functools
 import platform
 import statistics
 import sys
@@ -117,6 +121,41 @@ def torch_steps(rows: list[tuple[str, str, str, str]], large: bool = False) -> N
                      f"{times['einflow'] / times['torch']:.2f}x"))
 
 
+PER_EXAMPLE = "l = sum[o]((tanh(x[i] W1[i,h] + b1[h]) W2[h,o] + b2[o] - y[o])^2)"
+
+
+def torch_per_example(rows: list[tuple[str, str, str, str]]) -> None:
+    """Per-example gradients of a small MLP: ``torch.func.vmap(torch.func.grad(loss))`` over a batch.
+
+    The einflow loss runs under ``vmap`` as one program batched by an index (its VJP program too); the
+    plain loss is the same MLP in torch operations, batched by torch's own vmap rules.
+    """
+    import torch
+    from torch.func import grad, vmap
+
+    torch.manual_seed(2)
+    loss = ef.compile(PER_EXAMPLE)
+    for n, i, h, o in ((64, 32, 64, 10), (256, 128, 256, 10)):
+        params = (torch.randn(i, h) / i ** 0.5, torch.zeros(h), torch.randn(h, o) / h ** 0.5, torch.zeros(o))
+        xs, ys = torch.randn(n, i), torch.randn(n, o)
+
+        def mine(W1: Any, b1: Any, W2: Any, b2: Any, x: Any, y: Any) -> Any:
+            return loss(x=x, y=y, W1=W1, b1=b1, W2=W2, b2=b2)
+
+        def plain(W1: Any, b1: Any, W2: Any, b2: Any, x: Any, y: Any) -> Any:
+            return ((torch.tanh(x @ W1 + b1) @ W2 + b2 - y) ** 2).sum()
+
+        dims = (None, None, None, None, 0, 0)
+        per_example = {name: vmap(grad(f, argnums=(0, 1, 2, 3)), in_dims=dims)
+                       for name, f in (("einflow", mine), ("torch", plain))}
+        for a, b in zip(per_example["einflow"](*params, xs, ys), per_example["torch"](*params, xs, ys)):
+            assert a.shape[0] == n and torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+        arguments = (*params, xs, ys)
+        times = interleaved({name: functools.partial(f, *arguments) for name, f in per_example.items()})
+        rows.append((f"torch.func vmap(grad) per-example gradients, MLP {n}x{i}x{h}x{o}", ms(times["einflow"]),
+                     ms(times["torch"]), f"{times['einflow'] / times['torch']:.2f}x"))
+
+
 def torch_second_order(rows: list[tuple[str, str, str, str]]) -> None:
     import torch
 
@@ -197,12 +236,15 @@ def main() -> None:
     torch.set_num_threads(1)
     rows: list[tuple[str, str, str, str]] = []
     start = time.perf_counter()
-    if "--steps" in sys.argv or "--large" in sys.argv:  # the training steps only (at the larger sizes too)
+    if "--per-example" in sys.argv:  # torch.func per-example gradients only
+        torch_per_example(rows)
+    elif "--steps" in sys.argv or "--large" in sys.argv:  # the training steps only (at the larger sizes too)
         torch_steps(rows)
         if "--large" in sys.argv:
             torch_steps(rows, large=True)
     else:
         torch_steps(rows)
+        torch_per_example(rows)
         torch_second_order(rows)
         jax_second_order(rows)
     print(f"Python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "

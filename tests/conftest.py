@@ -7,7 +7,25 @@ from collections.abc import Callable
 
 import pytest
 
-__all__ = ["RANDOM_TENSORS", "random_expression"]
+__all__ = ["RANDOM_TENSORS", "random_expression", "SLOW_FILES"]
+
+#: The test files that take longest (random-program and property runs, numpy's own einsum suite, examples
+#: and sessions run in subprocesses). Each of their tests is marked ``slow`` and runs after every other
+#: file, so a failure elsewhere shows first; ``make test`` runs them with fewer random programs
+#: (``EINFLOW_DIFF_N``, ``EINFLOW_TORCH_RANDOM_N``), ``make test-quick`` leaves them out (``-m "not slow"``)
+#: and ``make test-full`` runs everything at full size. Every backend keeps fast tests outside this list.
+SLOW_FILES = frozenset({
+    "test_differential.py", "test_torch_steps.py", "test_numpy_einsum_suite.py", "test_einsum_parity.py",
+    "test_derivative_properties.py", "test_fuzz.py", "test_examples.py", "test_researcher.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of :data:`SLOW_FILES` ``slow`` and move those files last (each file stays whole)."""
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.path.name in SLOW_FILES)
 
 #: tensors the random expressions read: name -> index names used by default
 RANDOM_TENSORS: dict[str, tuple[str, ...]] = {

@@ -244,7 +244,7 @@ def test_save_and_load_round_trip(session: Session, tmp_path: Path) -> None:
     run(session, ":randn A 2 3")
     run(session, "s = A[i,j] A[i,j]")
     npz, npy = tmp_path / "all.npz", tmp_path / "A.npy"
-    assert run(session, f":save {npz}") == f"saved A, s to {npz}"
+    assert run(session, f":save {npz}") == f"saved A, s and 1 statement to {npz}"
     run(session, f":save A {npy}")
     with np.load(npz) as archive:
         np.testing.assert_array_equal(archive["A"], session.values["A"])

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 from einflow.engine.backends import get_backend
-from einflow.frameworks.programs import jvp_program, plan_for, value_and_grad_program, vjp_program
+from einflow.frameworks.programs import batched_program, jvp_program, plan_for, value_and_grad_program, vjp_program
 from einflow.lang.errors import EinflowError
 from einflow.program import FRAMEWORK_CALLS, compile
 
-__all__ = ["call", "function", "vjp_program", "jvp_program", "value_and_grad_program", "plan_for"]
+__all__ = ["call", "function", "vjp_program", "jvp_program", "value_and_grad_program", "batched_program", "plan_for"]
 
 
 def call(program: Any, values: list[Any], name: str, optimize: Any, memory_limit: Any) -> Any:

@@ -10,9 +10,12 @@ import numpy as np
 from einflow.derivatives import jvp, value_and_grad, vjp
 from einflow.engine.memory import memory_limit_bytes
 from einflow.engine.plan import build_plan
+from einflow.lang import ir
+from einflow.lang.check import free_indices
 from einflow.lang.errors import DerivativeError, EinflowError
+from einflow.program import Program
 
-__all__ = ["vjp_program", "jvp_program", "value_and_grad_program", "plan_for"]
+__all__ = ["vjp_program", "jvp_program", "value_and_grad_program", "batched_program", "plan_for"]
 
 
 def _optimize_key(optimize: Any) -> Any:
@@ -116,3 +119,68 @@ def value_and_grad_program(program: Any, wrt: tuple[str, ...]) -> Any:
     work, the backward pass scales the gradients by the incoming (scalar) gradient.
     """
     return value_and_grad(program, wrt=list(wrt))
+
+
+def _batch_tensor(expr: ir.Expr, batched: set[str], index: str) -> ir.Expr:
+    if isinstance(expr, ir.Tensor):
+        return ir.Tensor(expr.name, (index, *expr.indices)) if expr.name in batched else expr
+    return ir.with_children(expr, tuple(_batch_tensor(child, batched, index) for child in ir.children(expr)))
+
+
+@functools.lru_cache(maxsize=512)
+def batched_program(program: Any, batched: tuple[str, ...]) -> tuple[Any, tuple[bool, ...]]:
+    """(``program`` with a new leading index on the inputs ``batched`` and on all that depends on them,
+    whether each of its values carries that index: one flag, or one per value of a ``return`` line).
+
+    ``torch.func.vmap`` over a program runs this one program once for the whole batch: the batch index
+    joins each einsum (one batched contraction) instead of the framework looping or batching operation
+    by operation. Derived once per program and set of batched inputs (cached).
+
+    >>> import einflow as ef
+    >>> program, carries = batched_program(ef.compile("y[i] = A[i,j] x[j]"), ("x",))
+    >>> print(program)
+    y[batch,i] = A[i,j] x[batch,j]
+    >>> carries
+    (True,)
+    """
+    names = set(program.info.inputs) | set(program.info.targets)
+    taken = names | {index for statement in program.ir.statements if isinstance(statement, ir.Assign)
+                     for node in ir.walk(statement.expr)
+                     for index in (node.indices if isinstance(node, (ir.Tensor, ir.Reduce, ir.Normalize))
+                                   else (node.first, node.second) if isinstance(node, ir.Delta) else ())}
+    taken |= {index for statement in program.ir.statements if isinstance(statement, ir.Assign)
+              for index in statement.indices or ()}
+    taken |= {name for statement in program.ir.statements if isinstance(statement, ir.SizeDecl)
+              for name in statement.names}
+    index, number = "batch", 0
+    while index in taken:
+        number += 1
+        index = f"batch{number}"
+    carrying = set(batched)
+    statements: list[ir.Statement] = []
+    value_batched: tuple[bool, ...] = (False,)
+    for statement in program.ir.statements:
+        if isinstance(statement, ir.SizeDecl):
+            if isinstance(statement.source, str) and statement.source in carrying:
+                statement = ir.SizeDecl((index, *statement.names), statement.source)
+            statements.append(statement)
+            continue
+        if isinstance(statement, ir.Return):
+            value_batched = tuple(name in carrying for name in statement.names)
+            statements.append(statement)
+            continue
+        reads = {node.name for node in ir.walk(statement.expr) if isinstance(node, ir.Tensor)}
+        if not reads & carrying:
+            statements.append(statement)
+            if statement.target is not None:
+                carrying.discard(statement.target)
+            value_batched = (False,)
+            continue
+        indices = statement.indices if statement.indices is not None else free_indices(statement.expr)
+        expr = _batch_tensor(statement.expr, carrying, index)
+        # a bare expression gets a name: its value's index order is then the one written here, batch first
+        target = statement.target if statement.target is not None else _fresh(program, "value")
+        carrying.add(target)
+        statements.append(ir.Assign(target, (index, *indices), expr))
+        value_batched = (True,)
+    return Program(ir.ProgramIR(tuple(statements))), value_batched

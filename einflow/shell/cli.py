@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from einflow.lang.errors import EinflowError, TensorNameError
@@ -22,6 +22,7 @@ examples:
   einflow model.ein --inputs in.npz         run a program file (a file with :commands runs as a session)
   einflow run model.ein --inputs in.npz --out out.npz --of L
   einflow grad 'L = sum[i](log(1 + exp(-y[i] X[i,f] w[f])))' --wrt w
+  einflow grad model.ein --wrt w --inputs in.npz   print the gradient program, then its value
   einflow jacobian 'y[i] = tanh(A[i,j] x[j])' --wrt x --mode forward
   einflow plan 'y[i] = A[i,j] B[j,k] v[k]' --shape A=100x200 --shape B=200x300 --shape v=300
 """
@@ -35,11 +36,13 @@ def _looks_like_a_file(text: str) -> bool:
 
 def _read_text(text: str) -> tuple[str, str]:
     """Program text given on the command line and where it came from: a file, ``-`` (stdin), or the text."""
+    from einflow.shell.commands import decode_utf8, read_text_file
+
     if text == "-":
-        return sys.stdin.read(), "<stdin>"
-    if _looks_like_a_file(text):
-        with open(text, encoding="utf-8") as handle:  # a missing *.ein file is an error, not program text
-            return handle.read(), text
+        raw = getattr(sys.stdin, "buffer", None)  # a text stream without bytes under it (a test's StringIO) is text
+        return (decode_utf8(raw.read(), "<stdin>") if raw is not None else sys.stdin.read()), "<stdin>"
+    if _looks_like_a_file(text):  # a missing *.ein file is an error, not program text
+        return read_text_file(text, "regular program files"), text
     return text, "the text"
 
 
@@ -90,25 +93,30 @@ def _compile(text: str, where: str) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
+    text, where = _read_text(args.file)
+    program = _select(_compile(text, where), args.of)
+    return _evaluate(program, args.inputs, args.backend, args.out, args.quiet)
+
+
+def _evaluate(program: Any, inputs: str | None, backend: str | None, out: str | None, quiet: bool) -> int:
+    """Run ``program`` on the arrays of the ``inputs`` .npz; print (and save to ``out``) its values."""
     from einflow.program import default_memory_limit
     from einflow.shell.commands import load_arrays, save_arrays
     from einflow.shell.replies import format_value
 
-    text, where = _read_text(args.file)
-    program = _select(_compile(text, where), args.of)
-    arrays = load_arrays(args.inputs, limit=default_memory_limit()) if args.inputs else {}
+    arrays = load_arrays(inputs, limit=default_memory_limit()) if inputs else {}
     missing = [name for name in program.inputs if name not in arrays]
     if missing:
-        where = f"{args.inputs} has no array" if args.inputs else "no --inputs file was given for"
+        where = f"{inputs} has no array" if inputs else "no --inputs file was given for"
         raise TensorNameError(f"{where} {', '.join(repr(m) for m in missing)} (this program reads "
                               f"{', '.join(program.inputs)}; pass them in a .npz with --inputs)")
-    value = program(arrays, backend=args.backend)
+    value = program({name: arrays[name] for name in program.inputs}, backend=backend)
     values = value if program.info.returns_tuple else (value,)
     names = [name or "value" for name in program.outputs]
-    if not args.quiet:
+    if not quiet:
         print("\n".join(format_value(name, item) for name, item in zip(names, values)))
-    if args.out:
-        save_arrays(args.out, dict(zip(names, values)))
+    if out:
+        save_arrays(out, dict(zip(names, values)))
     return 0
 
 
@@ -130,7 +138,11 @@ def _derivative(kind: str) -> Any:
             if len(tangents) != len(args.wrt):
                 raise ValueError(f"{kind}: give one --tangent per --wrt ({len(args.wrt)})")
             options["tangent"] = tangents[0] if len(tangents) == 1 else list(tangents)
-        print(function(program, wrt=wrt, **options))
+        derivative = function(program, wrt=wrt, **options)
+        print(derivative)
+        if args.inputs:  # evaluate it too: print (and save) its values
+            print()
+            return _evaluate(derivative, args.inputs, args.backend, args.out, quiet=False)
         return 0
 
     return handler
@@ -156,7 +168,22 @@ def _session(args: argparse.Namespace) -> int:
         from einflow.shell.repl import run_repl
 
         return run_repl(session)
-    return run_lines(session, sys.stdin, sys.stdout, sys.stderr, args.echo)
+    return run_lines(session, _stdin_lines(), sys.stdout, sys.stderr, args.echo)
+
+
+def _stdin_lines() -> Iterator[str]:
+    """Standard input's lines, decoded as UTF-8 one at a time (a SessionError names the line that is not)."""
+    from einflow.shell.commands import decode_utf8
+
+    raw = getattr(sys.stdin, "buffer", None)
+    if raw is None:  # a text stream without bytes under it (a test's StringIO)
+        yield from sys.stdin
+        return
+    for number, line in enumerate(raw, 1):
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError:
+            decode_utf8(b"\n" * (number - 1) + line, "<stdin>")
 
 
 def _first_positional(argv: list[str]) -> int | None:
@@ -176,13 +203,10 @@ def _first_positional(argv: list[str]) -> int | None:
 def _file(parser: argparse.ArgumentParser, argv: list[str], file_at: int) -> int:
     """``einflow FILE.ein [options]``: a program runs like ``einflow run``; a session script (with
     ``:commands``) runs its lines like ``einflow < FILE.ein``."""
+    from einflow.shell.commands import read_text_file
+
     path = argv[file_at]
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as error:
-        print(f"einflow: {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
+    text = read_text_file(path, "regular program files")  # a FIFO or a device is refused, not waited on
     if any(line.lstrip().startswith(":") for line in text.splitlines()):
         from einflow.shell.session import Session, run_lines
 
@@ -232,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--wrt", action="append", required=True, metavar="X",
                          help="an input to differentiate with respect to (repeat for several)")
         sub.add_argument("--of", metavar="NAME", help=of_help)
+        sub.add_argument("--inputs", metavar="IN.npz", help="evaluate the derivative on these arrays and print it")
+        sub.add_argument("--out", metavar="OUT.npz", help="with --inputs: save the derivative's value(s) here")
+        sub.add_argument("--backend", metavar="B", help="with --inputs: numpy, dask, cupy or auto")
         if kind in ("jvp", "hvp"):
             sub.add_argument("--tangent", action="append", metavar="T",
                              help="the name of the new input shaped like --wrt (repeat for several; default T)")

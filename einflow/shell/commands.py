@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import difflib
+import json
 import math
 import os
 import re
@@ -22,7 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from einflow.engine.memory import format_bytes
-from einflow.lang.errors import EinflowError, MemoryLimitError
+from einflow.lang.errors import DerivativeError, EinflowError, MemoryLimitError
 from einflow.lang.grammar import parse
 from einflow.shell.replies import Reply, SessionError, check_name, format_value, parse_bytes, to_numpy
 
@@ -168,16 +169,40 @@ def _seed(session: Session, rest: str) -> str:
     return ""
 
 
-def _open_regular(path: str) -> IO[bytes]:
+def _open_regular(path: str, what: str = "regular .npy and .npz files") -> IO[bytes]:
     """Open a file for reading, refusing anything that is not a regular file (a FIFO would block, a device
     would never end)."""
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens without blocking
     mode = os.fstat(descriptor).st_mode
     if not stat.S_ISREG(mode):
         os.close(descriptor)
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-        raise SessionError(f"{path} is {kind}; only regular .npy and .npz files are read")
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+        raise SessionError(f"{path} is {kind}; only {what} are read")
     return os.fdopen(descriptor, "rb")
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text; a SessionError naming ``where``, the line and the byte when it is not.
+
+    >>> decode_utf8(b"y = 2\\nz = \\xff", "prog.ein")
+    Traceback (most recent call last):
+    einflow.shell.replies.SessionError: prog.ein is not UTF-8 text: byte 0xff at line 2, column 5 cannot be decoded
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise SessionError(f"{where} is not UTF-8 text: byte 0x{data[error.start]:02x} at line {line}, column "
+                           f"{column} cannot be decoded") from None
+
+
+def read_text_file(path: str, what: str = "regular text files") -> str:
+    """The UTF-8 text of a regular file (FIFOs, devices and folders are refused; so is text that is not UTF-8)."""
+    path = os.path.expanduser(path)
+    with _open_regular(path, what) as handle:
+        return decode_utf8(handle.read(), path)
 
 
 def _npy_header(stream: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -261,7 +286,37 @@ def _check_limit(path: str, needed: int, limit: int | None) -> None:
                                f"{format_bytes(limit)}; nothing was read")
 
 
-@_command("load", ":load NAME FILE.npy | :load FILE.npz [NAME ...]", "read arrays (.npy one, .npz all or some)")
+#: the member of a session's .npz (``:save FILE.npz``) that holds its statements (JSON; not an array)
+SESSION_MEMBER = "einflow_session.json"
+_LARGEST_RECORD = 64 * 2 ** 20
+
+
+def load_session_record(path: str) -> dict[str, Any] | None:
+    """The statements a ``:save FILE.npz`` kept beside the arrays (None for a plain .npz of arrays)."""
+    path = os.path.expanduser(path)
+    try:
+        with _open_regular(path) as handle, zipfile.ZipFile(handle) as archive:
+            try:
+                info = archive.getinfo(SESSION_MEMBER)
+            except KeyError:
+                return None
+            if info.file_size > _LARGEST_RECORD:
+                raise SessionError(f"{path}[{SESSION_MEMBER}] is {format_bytes(info.file_size)}; a session's "
+                                   "statements are far smaller: the file is damaged")
+            text = decode_utf8(archive.read(info), f"{path}[{SESSION_MEMBER}]")
+    except zipfile.BadZipFile as error:
+        raise SessionError(f"{path} is not a valid .npz file ({error})") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SessionError(f"{path}[{SESSION_MEMBER}] is not a session record ({error})") from None
+    if not isinstance(record, dict) or record.get("format") != "einflow session":
+        raise SessionError(f"{path}[{SESSION_MEMBER}] is not a session record")
+    return record
+
+
+@_command("load", ":load NAME FILE.npy | :load FILE.npz [NAME ...]",
+          "read arrays (.npy one, .npz all or some); a session's .npz brings its statements back too")
 def _load(session: Session, rest: str) -> str:
     words = _words(rest, ":load NAME FILE.npy  or  :load FILE.npz [NAME ...]")
     files = [word for word in words if word.endswith((".npz", ".npy"))]
@@ -270,6 +325,11 @@ def _load(session: Session, rest: str) -> str:
     names = [word for word in words if word != files[0]]
     if files[0].endswith(".npy") and len(names) > 1:
         raise SessionError("a .npy file holds one array: :load NAME FILE.npy")
+    record = load_session_record(files[0]) if files[0].endswith(".npz") and not names else None
+    if record is not None:  # a saved session: its data, then its statements (they re-evaluate as they run)
+        arrays = load_arrays(files[0], [name for name in record.get("data", ())], session.limit_bytes())
+        lines = [f"{name}: {array.shape} {array.dtype}  (from {files[0]})" for name, array in arrays.items()]
+        return "\n".join(lines + session.restore(arrays, record, f":load {files[0]}"))
     arrays = load_arrays(files[0], names or None, session.limit_bytes())
     notes = session.bind_many(arrays, f":load {files[0]}")
     lines = [f"{name}: {array.shape} {array.dtype}  (from {files[0]})" for name, array in arrays.items()]
@@ -379,8 +439,9 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
         raise
 
 
-def save_arrays(path: str, arrays: dict[str, Any]) -> None:
-    """Save atomically: one array to ``.npy``, or named arrays to ``.npz`` (any names, no pickles)."""
+def save_arrays(path: str, arrays: dict[str, Any], record: dict[str, Any] | None = None) -> None:
+    """Save atomically: one array to ``.npy``, or named arrays to ``.npz`` (any names, no pickles); a session's
+    ``record`` (its statements, JSON) goes into the .npz too."""
     host = {name: to_numpy(value) for name, value in arrays.items()}
     if path.endswith(".npz"):
         def write(stream: IO[bytes]) -> None:
@@ -388,6 +449,8 @@ def save_arrays(path: str, arrays: dict[str, Any]) -> None:
                 for name, array in host.items():
                     with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
                         np.lib.format.write_array(member, array, allow_pickle=False)
+                if record is not None:
+                    archive.writestr(SESSION_MEMBER, json.dumps(record, indent=1))
     else:
         if len(host) != 1:
             raise SessionError("a .npy file holds exactly one array; use a .npz file for several")
@@ -399,23 +462,42 @@ def save_arrays(path: str, arrays: dict[str, Any]) -> None:
     atomic_write(path, write)
 
 
-@_command("save", ":save NAME FILE.npy | :save FILE.npz [NAME ...]", "write arrays atomically (.npz: all bound)")
+_SAVE_USAGE = ":save FILE.npz [NAME ...]  or  :save NAME FILE.npy  or  :save FILE.ein"
+
+
+@_command("save", ":save FILE.npz [NAME ...] | :save NAME FILE.npy | :save FILE.ein",
+          "write atomically: the session (.npz: arrays and statements), arrays, or its statements as a program")
 def _save(session: Session, rest: str) -> str:
-    words = _words(rest, ":save NAME FILE.npy  or  :save FILE.npz [NAME ...]")
+    words = _words(rest, _SAVE_USAGE)
+    if len(words) == 1 and words[0].endswith(".ein"):
+        text = session.statements_text()
+        if not text:
+            raise SessionError("nothing to save: no statement is kept (a .ein file holds the session's statements)")
+        data = [name for name in session.names() if name not in session.definitions]
+        header = (f"# einflow session saved with :save {words[0]}; its inputs: {', '.join(data)}\n"
+                  f"# run it: einflow {words[0]} --inputs FILE.npz\n")
+        atomic_write(words[0], lambda stream: stream.write((header + text + "\n").encode("utf-8")))
+        left = sorted(session.stale)
+        return f"saved {len(text.splitlines())} statements to {words[0]}" + \
+            (f" (stale, left out: {', '.join(left)})" if left else "")
     files = [word for word in words if word.endswith((".npz", ".npy"))]
     if len(files) != 1:
-        raise SessionError("usage: :save NAME FILE.npy  or  :save FILE.npz [NAME ...]  (name the file .npy/.npz)")
+        raise SessionError(f"usage: {_SAVE_USAGE}  (name the file .npz, .npy or .ein)")
     path = files[0]
     names = [word for word in words if word != path]
-    if path.endswith(".npz") and not names:
+    record = None
+    if path.endswith(".npz") and not names:  # the whole session: its arrays and its statements
         names = list(session.values)
-        if not names:
+        record = session.record()
+        if not names and not record["statements"]:
             raise SessionError("nothing to save: no tensor is bound")
     if path.endswith(".npy") and len(names) != 1:
         raise SessionError("usage: :save NAME FILE.npy  (one array per .npy file)")
     arrays = {name: session.lookup(name) for name in names}
-    save_arrays(path, arrays)
-    return f"saved {', '.join(names)} to {path}"
+    save_arrays(path, arrays, record)
+    count = len(record["statements"]) if record else 0
+    kept = f" and {count} statement{'s' if count > 1 else ''}" if count else ""
+    return f"saved {', '.join(names)}{kept} to {path}"
 
 
 # ---------------------------------------------------------------- looking around
@@ -562,6 +644,11 @@ def derivative_program(session: Session, kind: str, target: str, wrt: list[str],
     for name in wrt:
         if name not in program.inputs:
             raise SessionError(f"'{target}' does not depend on '{name}' (it reads {', '.join(program.inputs)})")
+    indices = program.info.targets.get(target, ())
+    if kind in ("grad", "hessian") and indices:
+        raise DerivativeError(f"{kind} needs a scalar value, but '{target}' has rank {len(indices)} "
+                              f"({target}[{','.join(indices)}]); for the full derivative use "
+                              f"{session.hint('jacobian', target, *wrt)}")
     return function(program, wrt=wrt[0] if len(wrt) == 1 else wrt, **options)
 
 

@@ -117,6 +117,7 @@ class EinflowMagics:
 
         self.shell = shell
         self.session = Session()
+        self.session.front_end = "notebook"  # hints in Python's and the magics' words
         self.stored: dict[str, Any] = {}  # name -> the value a magic last put into the namespace
 
     # ------------------------------------------------------------------ namespace <-> session

@@ -10,11 +10,12 @@ from collections.abc import Iterable, Iterator
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
 
+from einflow.lang.errors import EinflowError
 from einflow.lang.ir import BINARY_FUNCTIONS, FUNCTIONS, NORMALISERS, REDUCTIONS
-from einflow.shell.commands import COMMANDS
+from einflow.shell.commands import COMMANDS, read_text_file
 from einflow.shell.session import CONTINUATION, PROMPT, Reply, Session, needs_more
 
-__all__ = ["EinflowCompleter", "history_path", "run_repl", "colour_off", "BANNER"]
+__all__ = ["EinflowCompleter", "history_path", "check_history", "run_repl", "colour_off", "BANNER"]
 
 HISTORY_VARIABLE = "EINFLOW_HISTORY"
 STYLE_VARIABLE = "EINFLOW_STYLE"
@@ -101,6 +102,18 @@ def _print_reply(reply: Reply) -> None:
         print_formatted_text(FormattedText([("ansired", reply.text)]))
 
 
+def check_history(path: str) -> None:
+    """Refuse (SessionError) a history file that is not a regular UTF-8 text file: a FIFO would block the
+    prompt, a device such as /dev/zero would be read forever. A missing file is fine (it is created).
+
+    >>> check_history("/dev/zero")
+    Traceback (most recent call last):
+    einflow.shell.replies.SessionError: /dev/zero is a device; only regular history files are read
+    """
+    if os.path.lexists(path):
+        read_text_file(path, "regular history files")
+
+
 def _open_history(path: str) -> None:
     """Create the history file readable by its owner only (0600); an existing file is left as it is."""
     folder = os.path.dirname(path)
@@ -158,9 +171,10 @@ def _prompt_session(session: Session):  # type: ignore[no-untyped-def]
     history = InMemoryHistory()
     if path:
         try:
+            check_history(path)
             _open_history(path)
             history = FileHistory(path)
-        except OSError as error:
+        except (OSError, EinflowError) as error:
             print(f"note: history is not kept ({error}); set {HISTORY_VARIABLE} to a writable file", file=sys.stderr)
     configured = os.environ.get(STYLE_VARIABLE)
     if configured:

@@ -7,6 +7,7 @@ The prompt_toolkit front end (einflow.shell.repl) and the piped mode (``run_line
 from __future__ import annotations
 
 import contextlib
+import difflib
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -17,7 +18,7 @@ import numpy as np
 
 from einflow.engine.memory import format_bytes
 from einflow.lang import ir
-from einflow.lang.errors import EinflowError, MemoryLimitError, ParseError, TensorNameError
+from einflow.lang.errors import EinflowError, MemoryLimitError, ParseError, TensorNameError, located
 from einflow.lang.grammar import parse
 from einflow.lang.indices import indices_in
 from einflow.program import Program, default_memory_limit
@@ -120,6 +121,9 @@ class Session:
         self.memory_limit: int | None | str = "default"  # bytes, None (no guard) or "default" (:memory)
         self.style: str | None = None  # a highlighting style chosen with :style (the terminal front end draws it)
         self.rng = np.random.default_rng(seed)
+        #: whose words hints use: "repl" (the ein> prompt and piped sessions: :commands) or "notebook"
+        #: (%%einflow cells: Python assignments and magics)
+        self.front_end = "repl"
 
     # ------------------------------------------------------------------ entry point
     def execute(self, line: str) -> Reply:
@@ -255,7 +259,7 @@ class Session:
     def evaluate(self, statement: ir.Assign, source: str | None = None) -> Any:
         """Evaluate one statement with the current bindings (nothing is bound)."""
         program = self.unit(statement, source)
-        self._require_bound(program.inputs)
+        self._require_bound(program.inputs, statement, source)
         return program(self.values, backend=self.backend, memory_limit=self.memory_limit)
 
     def define(self, statement: ir.Assign, source: str) -> list[str]:
@@ -371,19 +375,113 @@ class Session:
             lines.append(definition.text)
         return "\n".join(lines)
 
+    # ------------------------------------------------------------------ the whole session as a program
+    def statements_text(self) -> str:
+        """Every kept statement that evaluates (stale ones are left out), in an order that runs, after the size
+        declarations they use: the session as a program whose inputs are its data.
+
+        >>> s = Session()
+        >>> _ = s.execute(":set x [3.0, 4.0]"); _ = s.execute("y[i] = 2 x[i]"); _ = s.execute("n = y[i] y[i]")
+        >>> print(s.statements_text())
+        y[i] = 2 x[i]
+        n = y[i] y[i]
+        """
+        lines: list[str] = []
+        emitted: list[ir.SizeDecl] = []
+        for name in self._topological({name for name in self.definitions if name not in self.stale}):
+            definition = self.definitions[name]
+            for decl in self._decls_for(definition.indices):
+                if decl not in emitted:
+                    emitted.append(decl)
+                    lines.append(ir.format_statement(decl))
+            lines.append(definition.text)
+        return "\n".join(lines)
+
+    def record(self) -> dict[str, Any]:
+        """What ``:save FILE.npz`` keeps beside the arrays so that ``:load`` restores a live session: the size
+        declarations, the kept statements (stale ones too) and which names are data."""
+        decls = list(dict.fromkeys(self.sizes.values()))
+        order = self._topological(set(self.definitions))
+        return {"format": "einflow session", "version": 1,
+                "sizes": [ir.format_statement(decl) for decl in decls],
+                "statements": [{"name": name, "text": self.definitions[name].text,
+                                "stale": self.stale.get(name)} for name in order],
+                "data": [name for name in self.values if name not in self.definitions],
+                "backend": self.backend}
+
+    def restore(self, arrays: Mapping[str, Any], record: Mapping[str, Any], origin: str) -> list[str]:
+        """Bind the saved data, then keep and re-evaluate the saved statements (the inverse of :meth:`record`);
+        a statement that does not evaluate now is kept stale, as it would be after an edit."""
+        data = {name: arrays[name] for name in record.get("data", ()) if name in arrays}
+        notes = self.bind_many(data, origin)
+        for text in record.get("sizes", ()):
+            for statement in parse(text).statements:
+                if isinstance(statement, ir.SizeDecl):
+                    for name in statement.names:
+                        self.sizes[name] = statement
+        restored: list[str] = []
+        for entry in record.get("statements", ()):
+            (statement,) = parse(entry["text"]).statements
+            assert isinstance(statement, ir.Assign) and statement.target is not None
+            name = statement.target
+            self.definitions[name] = Definition(statement, entry["text"], self._reads(statement),
+                                                self._indices_of(statement))
+            self.order.setdefault(name)
+            self.origins.pop(name, None)
+            try:
+                self._require_bound(self.definitions[name].reads - set(self.definitions))
+                stale_inputs = sorted(read for read in self.definitions[name].reads if read in self.stale)
+                if stale_inputs:
+                    raise TensorNameError(f"depends on stale {', '.join(stale_inputs)}")
+                self.values[name] = self.evaluate(statement, entry["text"])
+                self.stale.pop(name, None)
+                restored.append(name)
+            except EinflowError as error:
+                self.values.pop(name, None)
+                self.stale[name] = _first_line(_error_text(error))
+                notes.append(f"stale: {name} ({self.stale[name]})")
+        if restored:
+            notes.append("statements restored (re-evaluated when their inputs change): " + ", ".join(restored))
+        return notes
+
     # ------------------------------------------------------------------ helpers
     def names(self) -> list[str]:
         """Every tensor name the session knows (bound or stale), in the order they were made."""
         return [name for name in self.order if name in self.values or name in self.definitions]
 
-    def _require_bound(self, names: Iterable[str]) -> None:
+    def hint(self, what: str, *words: str) -> str:
+        """How to do ``what`` ("bind" a name, take the "jacobian" of ``words[0]`` wrt ``words[1:]``) in this
+        session's front end: ``:commands`` at the prompt, Python and magics in a notebook.
+
+        >>> Session().hint("jacobian", "H", "W1")
+        ':jacobian H wrt W1'
+        """
+        notebook = self.front_end == "notebook"
+        if what == "bind":
+            return ("assign it in Python (e.g. W = np.ones((3, 4))) or compute it in an %%einflow cell" if notebook
+                    else "bind it with :set, :randn, :load or a statement (:vars lists what is bound)")
+        target, wrt = words[0], ", ".join(words[1:])
+        return f"%einflow_{what} {target} wrt {wrt}" if notebook else f":{what} {target} wrt {wrt}"
+
+    def _require_bound(self, names: Iterable[str], statement: ir.Assign | None = None,
+                       source: str | None = None) -> None:
+        """Refuse (TensorNameError) a name that is unbound or stale: with close matches among the bound names,
+        and where ``statement`` (typed as ``source``) reads it."""
         for name in names:
             if name in self.values:
                 continue
             if name in self.stale:
                 raise TensorNameError(f"'{name}' is stale: {self.stale[name]}; fix its inputs or redefine it")
-            raise TensorNameError(f"'{name}' is not bound in this session; bind it with :set, :randn, :load "
-                                  "or a statement (:vars lists what is bound)")
+            close = difflib.get_close_matches(name, list(self.values), n=3, cutoff=0.5)
+            message = f"'{name}' is not bound in this session"
+            if close:
+                message += "; did you mean " + " or ".join(f"'{c}'" for c in close) + "? Otherwise"
+            message += f"; {self.hint('bind')}" if not close else f" {self.hint('bind')}"
+            span = None
+            if statement is not None:
+                span = next((node.span for node in ir.walk(statement.expr)
+                             if isinstance(node, ir.Tensor) and node.name == name), None)
+            raise TensorNameError(located(message, span, source))
 
     def _decls_for(self, indices: Iterable[str]) -> list[ir.SizeDecl]:
         decls: list[ir.SizeDecl] = []

@@ -246,6 +246,12 @@ class _ToIR(Transformer):
         return ir.Reduce(items[1], _unparen(items[2]), kind, span=_span(meta))
 
     @v_args(meta=True)
+    def unknown_reduce(self, meta: Any, items: list[Any]) -> ir.Expr:
+        token = items[0]
+        raise ParseError(unknown_reduction_message(str(token)), token.line or 1, token.column or 1,
+                         _line_of(self.source, token.line or 1))
+
+    @v_args(meta=True)
     def delta(self, meta: Any, items: list[Token]) -> ir.Delta:
         return ir.Delta(self._name(items[0], "an index name"), self._name(items[1], "an index name"),
                         span=_span(meta))
@@ -254,6 +260,21 @@ class _ToIR(Transformer):
         inner = _unparen(items[0])
         # A parenthesized product is the same product; a parenthesized sum stays one term.
         return _Paren(inner)
+
+
+def unknown_reduction_message(name: str) -> str:
+    """``unknown reduction 'softmaxx'; did you mean 'softmax'?`` for a name written as ``name[k](...)``.
+
+    >>> unknown_reduction_message("softmaxx")
+    "unknown reduction 'softmaxx'; did you mean 'softmax' or 'log_softmax'?"
+    """
+    known = sorted(set(ir.REDUCTIONS) | set(ir.NORMALISERS))
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    message = f"unknown reduction '{name}'"
+    if close:
+        return message + "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+    return message + (f" (known: {', '.join(known)}; a name followed by '[...](' is a reduction: write "
+                      f"'{name}[...] (...)' with a space or '{name}[...] * (...)' to multiply)")
 
 
 def unknown_function_message(name: str) -> str:
@@ -350,7 +371,12 @@ def _friendly(error: UnexpectedInput, source: str) -> ParseError:
             else:
                 message = f"unexpected {text!r}, expected {expected}"
             before = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", source_line[:column - 1])
-            if before and before.group(1) in ir.RESERVED and error.expected <= {"LPAR", "LSQB", "_NL"}:
+            declared = re.fullmatch(r"(\s*)size\s*", source_line[:column - 1])
+            if declared and text in ("=", "["):  # `size = 3` reads as a tensor named size: say so as for `sum = 3`
+                column = len(declared.group(1)) + 1
+                message = ("'size' is a reserved word and cannot be used as a tensor name (it declares index "
+                           "sizes: size n = 10, size p, q = M)")
+            elif before and before.group(1) in ir.RESERVED and error.expected <= {"LPAR", "LSQB", "_NL"}:
                 message += f" ('{before.group(1)}' is a reserved word and cannot be used as a name)"
     elif isinstance(error, UnexpectedEOF):
         message = "unexpected end of input"
