@@ -580,8 +580,8 @@ def _lower(program: ir.ProgramIR) -> Lowered:
     steps = fuse(lowering.steps, (*outputs, *bound), register_ranks)
     steps, count = accumulate_diagonals(steps, (*outputs, *bound), register_ranks, lowering.count)
     steps = release(steps, outputs, len(info.inputs))
-    names = tuple((register, name) for register, name in lowering.target_names.items()
-                  if any(getattr(step, "out", None) == register for step in steps))
+    made = {getattr(step, "out", None) for step in steps}
+    names = tuple((register, name) for register, name in lowering.target_names.items() if register in made)
     return Lowered(info.inputs, ranks, tuple(steps), outputs, info.returns_tuple, statements, names,
                    count, tuple(lowering.bindings))
 

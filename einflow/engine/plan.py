@@ -60,7 +60,7 @@ from einflow.engine.steps import (
 )
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
-from einflow.lang.errors import EinflowError, MemoryLimitError
+from einflow.lang.errors import EinflowError, MemoryLimitError, ShapeError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import declared_sizes, indices_in, statement_sizes
 from einflow.lang.numbers import _is_unit
@@ -107,6 +107,10 @@ class PlanStep:
     @property
     def bytes(self) -> int:
         return math.prod(self.shape) * self.itemsize
+
+
+#: numpy's (and torch's) most axes of one array
+MAX_AXES = 64
 
 
 @dataclass
@@ -309,6 +313,13 @@ class _Specialiser(FittingRenderer, Source):
             self.shape[step.out] = ()
         else:
             self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)
+            if len(step.sizes) > MAX_AXES:
+                text = self.lowered.statements[step.statement]
+                text = text if len(text) <= 80 else text[:77] + "..."
+                labels = ", ".join(getattr(step, "labels", getattr(step, "output", ()))[:4])
+                raise ShapeError(f"statement {text!r} needs an array of {len(step.sizes)} axes (indices {labels}, "
+                                 f"...) at once; arrays have at most {MAX_AXES}: split the statement so that each "
+                                 "part keeps fewer indices")
         self.dtype[step.out] = self.dtype_of(step)
         if self.dtype[step.out] == np.dtype(bool):
             self.booleans.add(step.out)
