@@ -12,6 +12,8 @@ from __future__ import annotations
 import builtins
 import keyword
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import opt_einsum as oe
 
@@ -387,16 +389,7 @@ class Source:
         if isinstance(node, Pow):
             return self.power(node), 4
         if isinstance(node, Add):
-            pieces: list[str] = []
-            for position, term in enumerate(_positive_first(node.terms)):
-                negated = _negated(term) if position and self.subtractable(term) else None
-                if negated is not None:
-                    text, level = self.node(negated)
-                    pieces.append(" - " + (f"({text})" if level < 2 else text))
-                else:
-                    text, level = self.node(term)
-                    pieces.append((" + " if position else "") + (f"({text})" if level < 1 else text))
-            return "".join(pieces), 1
+            return _grouped(_positive_first(node.terms), self.add_terms, " + "), 1
         factors = []
         casts = self.product_casts(node)
         for position, factor in enumerate(node.factors):
@@ -404,7 +397,20 @@ class Source:
             if position in casts:
                 text, level = self.astype(text if level >= 4 else f"({text})", casts[position]), 4
             factors.append(f"({text})" if level < 2 else text)
-        return " * ".join(factors), 2
+        return _grouped(factors, " * ".join, " * "), 2
+
+    def add_terms(self, terms: Sequence[Node]) -> str:
+        """``a + b - c``: the terms of a sum, a negative one subtracted (not the first)."""
+        pieces: list[str] = []
+        for position, term in enumerate(terms):
+            negated = _negated(term) if position and self.subtractable(term) else None
+            if negated is not None:
+                text, level = self.node(negated)
+                pieces.append(" - " + (f"({text})" if level < 2 else text))
+            else:
+                text, level = self.node(term)
+                pieces.append((" + " if position else "") + (f"({text})" if level < 1 else text))
+        return "".join(pieces)
 
     def product_casts(self, node: Mul) -> dict[int, str]:
         """Factors to cast to the product's common dtype (position -> dtype); unknown dtypes: none."""
@@ -602,6 +608,27 @@ def diagonal_spec(step: Diagonal) -> str:
     letters = {label: oe.get_symbol(k) for k, label in enumerate(labels)}
     return "".join(letters[representative.get(label, label)] for label in step.output) + "->" + \
         "".join(letters[label] for label in labels)
+
+
+#: a sum or product of more terms is written in parenthesised groups of at most this many: Python's compiler
+#: recurses once per operator of ``a + b + c + ...`` and overflows near 3,000 (the groups nest log(n) deep)
+FLAT_TERMS = 64
+
+
+def _grouped(items: Sequence[Any], render: Callable[[Sequence[Any]], str], operator: str) -> str:
+    """``render(items)``, or for more than FLAT_TERMS items, the rendered groups joined by ``operator``.
+
+    >>> _grouped([f"x{k}" for k in range(3)], " + ".join, " + ")
+    'x0 + x1 + x2'
+    >>> _grouped([f"x{k}" for k in range(130)], " + ".join, " + ").count("(")
+    3
+    """
+    if len(items) <= FLAT_TERMS:
+        return render(items)
+    size = FLAT_TERMS  # groups of a power of FLAT_TERMS items, at most FLAT_TERMS of them
+    while len(items) > size * FLAT_TERMS:
+        size *= FLAT_TERMS
+    return operator.join(f"({_grouped(items[k:k + size], render, operator)})" for k in range(0, len(items), size))
 
 
 def _positive_first(terms: tuple[Node, ...]) -> tuple[Node, ...]:

@@ -293,10 +293,13 @@ def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contrac
         term, count, text, _ = live[scale[0]]
         live[scale[0]] = (term, count, f"({text}{scale[1]})", False)
     peak = 0
+    live_total = 0  # the elements the live intermediates hold (the operands count 0: they are the caller's)
     for number, contraction in enumerate(contraction_list):
         positions, removed, einsum_text = contraction[0], frozenset(contraction[1]), contraction[2]
         result = einsum_text.split("->")[1]
         taken = [live.pop(position) for position in positions]
+        held = sum(count for _, count, _, _ in taken)
+        live_total -= held
         depth = 1 + max(depths.pop(position) for position in positions)
         operand_labels = [labels for labels, _, _, _ in taken]
         last = number == len(contraction_list) - 1
@@ -347,7 +350,7 @@ def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contrac
             elements.append(size_made)
         if scale is not None and scale[0] == len(terms) + number:
             text, fresh = f"({text}{scale[1]})", False
-        in_use = sum(count for _, count, _, _ in live) + sum(count for _, count, _, _ in taken) + copied
+        in_use = live_total + held + copied
         peak = max(peak, in_use + (size_made if not last else 0))
         if depth >= _HOIST_DEPTH and not last:
             # a long chain of calls nested in one expression overflows Python's parser: the intermediate is
@@ -356,6 +359,7 @@ def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contrac
             parts.append(f"({name} := {text}) is None")
             text, depth = f"({name}, {name} := None)[0]", 0
         live.append((labels, size_made, text, fresh))
+        live_total += size_made
         depths.append(depth)
     final, _, text, fresh = live[0]
     if parts:  # `a or b or ... or result`: flat, and every part is an array (never None), so all run in order
