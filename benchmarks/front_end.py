@@ -19,8 +19,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-import einflow as ef  # noqa: E402
 from test_scale import chain, long_sum, product, seconds  # noqa: E402
+
+import einflow as ef  # noqa: E402
 
 
 def nested_hessian(depth: int) -> tuple[float, int]:

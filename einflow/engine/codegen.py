@@ -392,7 +392,8 @@ class Source:
             return _grouped(_positive_first(node.terms), self.add_terms, " + "), 1
         factors = []
         casts = self.product_casts(node)
-        for position, factor in enumerate(node.factors):
+        for position in self.product_order(node):
+            factor = node.factors[position]
             text, level = self.node(factor)
             if position in casts:
                 text, level = self.astype(text if level >= 4 else f"({text})", casts[position]), 4
@@ -415,6 +416,10 @@ class Source:
     def product_casts(self, node: Mul) -> dict[int, str]:
         """Factors to cast to the product's common dtype (position -> dtype); unknown dtypes: none."""
         return {}
+
+    def product_order(self, node: Mul) -> list[int]:
+        """The order a product's factors are multiplied in (positions); unknown shapes: as written."""
+        return list(range(len(node.factors)))
 
     def subtractable(self, term: Node) -> bool:
         """Whether ``+ term`` may be written ``- (its negation)``: numpy refuses ``bool - bool`` (see ``booleans``)."""

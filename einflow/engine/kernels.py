@@ -370,11 +370,13 @@ def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contrac
 
 
 def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
-                  contraction_list: Sequence[tuple[Any, ...]]) -> tuple[Callable[..., Any], int]:
+                  contraction_list: Sequence[tuple[Any, ...]], strided: bool = False) -> tuple[Callable[..., Any], int]:
     """Compile ``equation`` (explicit ``->`` form) along opt_einsum's ``contraction_list`` for these shapes.
 
     Returns the function computing it (generated from :func:`contraction_text`) and the most elements its
-    own intermediates hold at once (the result itself not counted).
+    own intermediates hold at once (the result itself not counted). ``strided``: the operands may be blocks
+    cut from larger arrays (strided views); matrix products then call ``numpy.matmul``, which hands BLAS a
+    strided matrix as it is, where ``numpy.dot`` copies it first.
 
     >>> import numpy as np
     >>> import opt_einsum as oe
@@ -386,6 +388,8 @@ def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
     """
     names = [f"_a{k}" for k in range(len(shapes))]
     text, peak = contraction_text(equation, shapes, contraction_list, names)
+    if strided:
+        text = text.replace("_np.dot(", "_np.matmul(")
     namespace: dict[str, Any] = {"_np": np}
     exec(f"def _contract({', '.join(names)}):\n    return {text}\n", namespace)  # noqa: S102 - generated here
     return namespace["_contract"], peak

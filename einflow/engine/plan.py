@@ -538,6 +538,21 @@ class _Specialiser(FittingRenderer, Source):
         return {k: str(common) for k, f in arrays if not isinstance(self.dtype[f.register], type)
                 and np.dtype(self.dtype[f.register]) != common}
 
+    def product_order(self, node: Mul) -> list[int]:
+        # integer or boolean arrays times a float number: the number multiplies the smallest array first, so
+        # that the large product is made once, as floats (`0.5 u[i] v[j]` is `(u * 0.5) v`, not an integer
+        # outer product converted afterwards: half the memory, and no integer overflow)
+        order = list(range(len(node.factors)))
+        arrays = [k for k, f in enumerate(node.factors) if isinstance(f, Arg)]
+        numbers = [k for k, f in enumerate(node.factors) if isinstance(f, Number) and isinstance(f.value, float)]
+        if len(arrays) < 2 or not numbers or any(isinstance(self.dtype[node.factors[k].register], type)
+                                                 or np.dtype(self.dtype[node.factors[k].register]).kind not in "biu"
+                                                 for k in arrays):
+            return order
+        smallest = min(arrays, key=lambda k: math.prod(self.shape[node.factors[k].register]))
+        rest = [k for k in order if k != smallest and k not in numbers]
+        return [smallest, *numbers, *rest]
+
     def common_dtype(self, step: Contract) -> np.dtype:
         """numpy's result type of a contraction's arrays and scale factors (Python numbers stay weak)."""
         def sample(register: int) -> Any:
