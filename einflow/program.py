@@ -354,8 +354,9 @@ def _bind(inputs: tuple[str, ...], args: tuple[Any, ...], keywords: dict[str, An
 
     Entries of a mapping the program does not read are ignored; a keyword must be an input or an option.
     """
+    names = frozenset(inputs)
     for keyword in keywords:
-        if keyword not in inputs and keyword not in accepts:
+        if keyword not in names and keyword not in accepts:
             _unexpected(keyword, inputs, options, what)
     if not args:
         return keywords

@@ -154,18 +154,15 @@ def test_hostile_inputs_raise_only_einflow_errors() -> None:
 
 @pytest.mark.parametrize("count", [20, 51, 52, 53, 70])
 def test_wide_products_raise_only_einflow_errors(count: int) -> None:
-    """Products with many distinct indices: a chain runs up to 52 indices; more are an IndexRuleError."""
+    """Products with many distinct indices, in a shuffled order: numpy's 52 letters are no limit."""
     generator = random.Random(count)
     indices = [f"i{k}" for k in range(count)]
     generator.shuffle(indices)
     factors = [f"M{k}[{indices[k]},{indices[k + 1]}]" for k in range(count - 1)]
     text = "y = " + " ".join(factors)
     matrices = {f"M{k}": np.full((2, 2), 0.5) for k in range(count - 1)}
-    if count > 52:
-        with pytest.raises(ef.IndexRuleError, match="at most 52"):
-            ef.compile(text)
-    else:  # (0.5 J)^n = 0.5 J for the 2x2 matrix of ones J; the free ends are the first and last index
-        np.testing.assert_allclose(ef.compile(text)(matrices), np.full((2, 2), 0.5))
+    # (0.5 J)^n = 0.5 J for the 2x2 matrix of ones J; the free ends are the first and last index
+    np.testing.assert_allclose(ef.compile(text)(matrices), np.full((2, 2), 0.5))
 
 
 def test_error_messages_point_at_the_line_the_parser_counted() -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import builtins
 import keyword
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import opt_einsum as oe
 
@@ -438,31 +440,37 @@ class Source:
         if isinstance(node, Pow):
             return self.power(node), 4
         if isinstance(node, Add):
-            pieces: list[str] = []
-            for position, term in enumerate(_positive_first(node.terms)):
-                negated = _negated(term) if position and self.subtractable(term) else None
-                if negated is not None:
-                    text, level = self.node(negated)
-                    pieces.append(" - " + (f"({text})" if level < 2 else text))
-                else:
-                    text, level = self.node(term)
-                    pieces.append((" + " if position else "") + (f"({text})" if level < 1 else text))
-            return "".join(pieces), 1
+            return _grouped(_positive_first(node.terms), self.add_terms, " + "), 1
         factors = []
         casts = self.product_casts(node)
         divisors = [f.base for f in node.factors if _divisor(f)]  # type: ignore[union-attr]
         if len(divisors) == len(node.factors):
             divisors = []  # reciprocals alone: 1 / x is the reciprocal
-        for position, factor in enumerate(node.factors):
+        for position in self.product_order(node):
+            factor = node.factors[position]
             if divisors and _divisor(factor):
                 continue
             text, level = self.node(factor)
             if position in casts:
                 text, level = self.astype(text if level >= 4 else f"({text})", casts[position]), 4
             factors.append(f"({text})" if level < 2 else text)
+        product = _grouped(factors, " * ".join, " * ")
         if divisors:  # division is division (x / x is 1 where x * (1 / x) may not be)
-            return self.divided(node, " * ".join(factors), divisors), 2
-        return " * ".join(factors), 2
+            return self.divided(node, product, divisors), 2
+        return product, 2
+
+    def add_terms(self, terms: Sequence[Node]) -> str:
+        """``a + b - c``: the terms of a sum, a negative one subtracted (not the first)."""
+        pieces: list[str] = []
+        for position, term in enumerate(terms):
+            negated = _negated(term) if position and self.subtractable(term) else None
+            if negated is not None:
+                text, level = self.node(negated)
+                pieces.append(" - " + (f"({text})" if level < 2 else text))
+            else:
+                text, level = self.node(term)
+                pieces.append((" + " if position else "") + (f"({text})" if level < 1 else text))
+        return "".join(pieces)
 
     def divided(self, node: Mul, numerator: str, divisors: list[Node]) -> str:
         """``numerator`` (the text of ``node``'s other factors) divided by each divisor in turn, as numpy divides
@@ -482,6 +490,10 @@ class Source:
         Python numbers do)."""
         dtype = "float64" if isinstance(value, float) else "bool" if isinstance(value, bool) else "int64"
         return f"{self.alias['np']}.tensor({self.number(value)}, dtype={self.alias['np']}.{dtype})"
+
+    def product_order(self, node: Mul) -> list[int]:
+        """The order a product's factors are multiplied in (positions); unknown shapes: as written."""
+        return list(range(len(node.factors)))
 
     def subtractable(self, term: Node) -> bool:
         """Whether ``+ term`` may be written ``- (its negation)``: numpy refuses ``bool - bool`` (see ``booleans``)."""
@@ -682,6 +694,27 @@ def diagonal_spec(step: Diagonal) -> str:
 def _divisor(factor: Node) -> bool:
     """Whether a product's factor is ``x ** -1`` (the product is rendered as a division by ``x``)."""
     return isinstance(factor, Pow) and not isinstance(factor.exponent, bool) and factor.exponent == -1
+
+
+#: a sum or product of more terms is written in parenthesised groups of at most this many: Python's compiler
+#: recurses once per operator of ``a + b + c + ...`` and overflows near 3,000 (the groups nest log(n) deep)
+FLAT_TERMS = 64
+
+
+def _grouped(items: Sequence[Any], render: Callable[[Sequence[Any]], str], operator: str) -> str:
+    """``render(items)``, or for more than FLAT_TERMS items, the rendered groups joined by ``operator``.
+
+    >>> _grouped([f"x{k}" for k in range(3)], " + ".join, " + ")
+    'x0 + x1 + x2'
+    >>> _grouped([f"x{k}" for k in range(130)], " + ".join, " + ").count("(")
+    3
+    """
+    if len(items) <= FLAT_TERMS:
+        return render(items)
+    size = FLAT_TERMS  # groups of a power of FLAT_TERMS items, at most FLAT_TERMS of them
+    while len(items) > size * FLAT_TERMS:
+        size *= FLAT_TERMS
+    return operator.join(f"({_grouped(items[k:k + size], render, operator)})" for k in range(0, len(items), size))
 
 
 def _positive_first(terms: tuple[Node, ...]) -> tuple[Node, ...]:

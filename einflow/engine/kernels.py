@@ -14,9 +14,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import opt_einsum as oe
 from opt_einsum.blas import can_blas
 
 __all__ = ["compile_numpy", "contraction_text"]
+
+#: a contraction's pairwise calls nest at most this deep in one expression; deeper intermediates are named
+#: (with an identifier no einflow tensor can have: einflow names are ASCII) and computed first
+_HOIST_DEPTH = 24
 
 # relative extra cost of a transposed operand in a GEMM, and of copying one element (in units of one
 # multiply-add): measured on OpenBLAS, a transposed operand costs 10-15% more; a strided copy ~40 FMAs
@@ -173,6 +178,20 @@ def _batch_indices(labels: list[str], result: str, removed: frozenset[str]) -> f
     return frozenset(batch)
 
 
+def _ascii_spec(operand_labels: Sequence[str], result: str) -> str:
+    """One pairwise step's einsum equation in ASCII letters: a product's own symbols go past numpy's 52
+    letters (opt_einsum's ``get_symbol``), but one step touches only the few indices of its operands.
+
+    >>> _ascii_spec(["\u0100b", "b\u0101"], "\u0100\u0101")
+    'ab,bc->ac'
+    """
+    letters: dict[str, str] = {}
+    for label in (*"".join(operand_labels), *result):
+        letters.setdefault(label, oe.get_symbol(len(letters)))
+    return ",".join("".join(letters[c] for c in labels) for labels in operand_labels) + "->" + \
+        "".join(letters[c] for c in result)
+
+
 def _broadcast(text: str, labels: str, result: str) -> str:
     """``text`` (axes ``labels``) transposed to ``result``'s order, with new axes where it lacks one."""
     if not labels:
@@ -266,16 +285,22 @@ def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contrac
     broadcast = any(size != sizes[label] for term, shape in zip(terms, shapes) for label, size in zip(term, shape))
     # (labels, elements, text, whether the text is an array this contraction made)
     live: list[tuple[str, int, str, bool]] = [(term, 0, text, False) for term, text in zip(terms, operands)]
+    depths = [0] * len(live)  # how many pairwise calls each live text nests
+    parts: list[str] = []  # the deep intermediates computed first (see _HOIST_DEPTH)
     if elements is not None:
         elements.extend(math.prod(shape) for shape in shapes)
     if scale is not None and scale[0] < len(live):
         term, count, text, _ = live[scale[0]]
         live[scale[0]] = (term, count, f"({text}{scale[1]})", False)
     peak = 0
+    live_total = 0  # the elements the live intermediates hold (the operands count 0: they are the caller's)
     for number, contraction in enumerate(contraction_list):
         positions, removed, einsum_text = contraction[0], frozenset(contraction[1]), contraction[2]
         result = einsum_text.split("->")[1]
         taken = [live.pop(position) for position in positions]
+        held = sum(count for _, count, _, _ in taken)
+        live_total -= held
+        depth = 1 + max(depths.pop(position) for position in positions)
         operand_labels = [labels for labels, _, _, _ in taken]
         last = number == len(contraction_list) - 1
         blas = can_blas(operand_labels, result, removed) if len(taken) == 2 and not broadcast else False
@@ -314,7 +339,7 @@ def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contrac
             template, labels, copied = _batched(operand_labels[0], operand_labels[1], batch, removed,
                                                 output if last else None, sizes)
         else:
-            spec = ",".join(operand_labels) + "->" + result
+            spec = _ascii_spec(operand_labels, result)
             template = f"_np.einsum({spec!r}, " + ", ".join(f"{{{k}}}" for k in range(len(taken))) + ")"
             labels = result
             fresh = False  # einsum may return a view of its operand ("ii->i")
@@ -325,21 +350,33 @@ def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contrac
             elements.append(size_made)
         if scale is not None and scale[0] == len(terms) + number:
             text, fresh = f"({text}{scale[1]})", False
-        in_use = sum(count for _, count, _, _ in live) + sum(count for _, count, _, _ in taken) + copied
+        in_use = live_total + held + copied
         peak = max(peak, in_use + (size_made if not last else 0))
+        if depth >= _HOIST_DEPTH and not last:
+            # a long chain of calls nested in one expression overflows Python's parser: the intermediate is
+            # bound to a name first and read once, releasing the name as it is read (as a nested call would)
+            name = f"_\u03b6{len(parts)}"
+            parts.append(f"({name} := {text}) is None")
+            text, depth = f"({name}, {name} := None)[0]", 0
         live.append((labels, size_made, text, fresh))
+        live_total += size_made
+        depths.append(depth)
     final, _, text, fresh = live[0]
+    if parts:  # `a or b or ... or result`: flat, and every part is an array (never None), so all run in order
+        text = "(" + " or ".join((*parts, text)) + ")"
     if final != output:
         text += _spelled(f".transpose({tuple(final.index(c) for c in output)})", dialect, ops_alias)
     return text, peak, final, fresh
 
 
 def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
-                  contraction_list: Sequence[tuple[Any, ...]]) -> tuple[Callable[..., Any], int]:
+                  contraction_list: Sequence[tuple[Any, ...]], strided: bool = False) -> tuple[Callable[..., Any], int]:
     """Compile ``equation`` (explicit ``->`` form) along opt_einsum's ``contraction_list`` for these shapes.
 
     Returns the function computing it (generated from :func:`contraction_text`) and the most elements its
-    own intermediates hold at once (the result itself not counted).
+    own intermediates hold at once (the result itself not counted). ``strided``: the operands may be blocks
+    cut from larger arrays (strided views); matrix products then call ``numpy.matmul``, which hands BLAS a
+    strided matrix as it is, where ``numpy.dot`` copies it first.
 
     >>> import numpy as np
     >>> import opt_einsum as oe
@@ -351,6 +388,8 @@ def compile_numpy(equation: str, shapes: Sequence[tuple[int, ...]],
     """
     names = [f"_a{k}" for k in range(len(shapes))]
     text, peak = contraction_text(equation, shapes, contraction_list, names)
+    if strided:
+        text = text.replace("_np.dot(", "_np.matmul(")
     namespace: dict[str, Any] = {"_np": np}
     exec(f"def _contract({', '.join(names)}):\n    return {text}\n", namespace)  # noqa: S102 - generated here
     return namespace["_contract"], peak

@@ -431,11 +431,13 @@ class _Lowering:
             return operands, scalars
         kept: list[tuple[_Value, list[str]]] = []
         scalars = list(scalars)
+        # how many operands carry each index: an operand's index is elsewhere when another one carries it too
+        carriers = Counter(label for _, own in operands for label in set(own))
         for position, (value, labels) in enumerate(operands):
-            others = {label for k, (_, own) in enumerate(operands) if k != position for label in own}
-            alone = (labels and len(set(labels)) == len(labels) and not set(labels) & (others | set(output))
+            shared = {label for label in labels if carriers[label] > 1}
+            alone = (labels and len(set(labels)) == len(labels) and not set(labels) & (shared | set(output))
                      and value.reg not in self.synthetic)
-            private = frozenset(labels) - others - set(output)
+            private = frozenset(labels) - shared - set(output)
             if alone and (kept or position < len(operands) - 1):
                 reduced = self.sum_axes(_Value(value.reg, tuple(labels)), frozenset(labels))
                 scalars.append(_Value(reduced.reg, ()))
@@ -580,8 +582,8 @@ def _lower(program: ir.ProgramIR) -> Lowered:
     steps = fuse(lowering.steps, (*outputs, *bound), register_ranks)
     steps, count = accumulate_diagonals(steps, (*outputs, *bound), register_ranks, lowering.count)
     steps = release(steps, outputs, len(info.inputs))
-    names = tuple((register, name) for register, name in lowering.target_names.items()
-                  if any(getattr(step, "out", None) == register for step in steps))
+    made = {getattr(step, "out", None) for step in steps}
+    names = tuple((register, name) for register, name in lowering.target_names.items() if register in made)
     return Lowered(info.inputs, ranks, tuple(steps), outputs, info.returns_tuple, statements, names,
                    count, tuple(lowering.bindings))
 

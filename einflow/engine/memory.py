@@ -13,7 +13,8 @@ from typing import Any
 
 from einflow.lang.errors import EinflowError
 
-__all__ = ["available_memory", "cgroup_available", "default_memory_limit", "format_bytes", "memory_limit_bytes"]
+__all__ = ["address_space_available", "available_memory", "cgroup_available", "default_memory_limit",
+           "format_bytes", "memory_limit_bytes"]
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
           "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -60,17 +61,39 @@ def cgroup_available(root: str = "/sys/fs/cgroup", membership: str = "/proc/self
     return min(found) if found else None
 
 
+def address_space_available(status: str = "/proc/self/status") -> int | None:
+    """Bytes of address space left under this process's RLIMIT_AS (``ulimit -v``), or None when unlimited.
+
+    The limit counts the address space mapped (VmSize), not the memory touched: a plan over it would end in
+    a raw MemoryError from numpy.
+
+    >>> address_space_available() is None or address_space_available() >= 0
+    True
+    """
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    match = re.search(r"^VmSize:\s+(\d+)\s*kB", _read(status) or "", re.MULTILINE)
+    used = int(match.group(1)) * 1024 if match else 0
+    return max(soft - used, 0)
+
+
 def available_memory() -> int:
-    """Bytes this process can still allocate: MemAvailable, lowered to the cgroup's remaining limit if any."""
+    """Bytes this process can still allocate: MemAvailable, lowered to the cgroup's remaining limit and to the
+    address space left under RLIMIT_AS, where those are set."""
     found: list[int] = []
     meminfo = _read("/proc/meminfo")
     if meminfo is not None:
         match = re.search(r"^MemAvailable:\s+(\d+)\s*kB", meminfo, re.MULTILINE)
         if match:
             found.append(int(match.group(1)) * 1024)
-    container = cgroup_available()
-    if container is not None:
-        found.append(container)
+    for bound in (cgroup_available(), address_space_available()):
+        if bound is not None:
+            found.append(bound)
     if not found:
         try:
             found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))

@@ -110,6 +110,10 @@ class PlanStep:
         return math.prod(self.shape) * self.itemsize
 
 
+#: numpy's (and torch's) most axes of one array
+MAX_AXES = 64
+
+
 @dataclass
 class Plan:
     """A program specialised for one signature: its steps, the generated function, the memory it needs."""
@@ -311,6 +315,13 @@ class _Specialiser(FittingRenderer, Source):
             self.shape[step.out] = ()
         else:
             self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)
+            if len(step.sizes) > MAX_AXES:
+                text = self.lowered.statements[step.statement]
+                text = text if len(text) <= 80 else text[:77] + "..."
+                labels = ", ".join(getattr(step, "labels", getattr(step, "output", ()))[:4])
+                raise ShapeError(f"statement {text!r} needs an array of {len(step.sizes)} axes (indices {labels}, "
+                                 f"...) at once; arrays have at most {MAX_AXES}: split the statement so that each "
+                                 "part keeps fewer indices")
         if isinstance(step, Reduce) and step.kind in ("max", "min", "argmax", "argmin") and \
                 any(self.shape[step.arg][axis] == 0 for axis in step.axes):
             empty = next(step.labels[axis] for axis in step.axes if self.shape[step.arg][axis] == 0)
@@ -548,6 +559,21 @@ class _Specialiser(FittingRenderer, Source):
             text += " / " + self.floating(divisor_text if isinstance(divisor, (Arg, Apply, Size)) else
                                           f"({divisor_text})")
         return text
+
+    def product_order(self, node: Mul) -> list[int]:
+        # integer or boolean arrays times a float number: the number multiplies the smallest array first, so
+        # that the large product is made once, as floats (`0.5 u[i] v[j]` is `(u * 0.5) v`, not an integer
+        # outer product converted afterwards: half the memory, and no integer overflow)
+        order = list(range(len(node.factors)))
+        arrays = [k for k, f in enumerate(node.factors) if isinstance(f, Arg)]
+        numbers = [k for k, f in enumerate(node.factors) if isinstance(f, Number) and isinstance(f.value, float)]
+        if len(arrays) < 2 or not numbers or any(isinstance(self.dtype[node.factors[k].register], type)
+                                                 or np.dtype(self.dtype[node.factors[k].register]).kind not in "biu"
+                                                 for k in arrays):
+            return order
+        smallest = min(arrays, key=lambda k: math.prod(self.shape[node.factors[k].register]))
+        rest = [k for k in order if k != smallest and k not in numbers]
+        return [smallest, *numbers, *rest]
 
     def common_dtype(self, step: Contract) -> np.dtype:
         """numpy's result type of a contraction's arrays and scale factors (Python numbers stay weak)."""

@@ -100,8 +100,8 @@ def _peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Se
     _, internal = contraction_text(equation, cut, contraction_list, [f"_a{k}" for k in range(len(terms))])
     sizes = _sizes(terms, cut)
     result = math.prod(sizes[label] for label in output)
-    # a block cut from a leading axis, or from a matrix (BLAS reads strided rows), is a view; a block cut from an
-    # inner axis of a higher-rank operand is copied when the kernel flattens its axes into a matrix
+    # a block cut from a leading axis, or from a matrix (the kernel's matmul hands BLAS strided rows), is a view;
+    # a block cut from an inner axis of a higher-rank operand is copied when the kernel flattens its axes
     copies = sum(math.prod(shape) for term, shape in zip(terms, cut)
                  if holds_operands or len(term) > 2 and any(label in blocks for label in term[1:]))
     return internal + result, internal + result + copies
@@ -222,5 +222,5 @@ class SliceKernel:
 
     def __call__(self, *operands: Any) -> Any:
         if self._function is None:
-            self._function = compile_numpy(self.equation, self.shapes, self.steps)[0]
+            self._function = compile_numpy(self.equation, self.shapes, self.steps, strided=True)[0]
         return self._function(*operands)

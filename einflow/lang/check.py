@@ -12,7 +12,6 @@ from einflow.lang.contraction import product_output
 from einflow.lang.errors import EinflowError, IndexRuleError, TensorNameError, located
 
 __all__ = [
-    "MAX_PRODUCT_INDICES",
     "Checked",
     "as_checked",
     "checked",
@@ -98,9 +97,6 @@ class ProgramInfo:
     sizes_declared: dict[str, str | int] = field(default_factory=dict)
 
 
-#: einsum's alphabet: numpy and dask name the axes of one contraction with the 52 ASCII letters
-MAX_PRODUCT_INDICES = 52
-
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -173,11 +169,6 @@ class _Checker:
             return set()
         if isinstance(expr, ir.Product):
             free, contracted = _product_split(expr.factors, bound)
-            if len(free) + len(contracted) > MAX_PRODUCT_INDICES:
-                self.fail(IndexRuleError,
-                          f"this product has {len(free) + len(contracted)} distinct indices; einsum (numpy's and "
-                          f"dask's) handles at most {MAX_PRODUCT_INDICES} in one product: split it into several "
-                          "statements", expr)
             inner = set(contracted)
             for factor in expr.factors:
                 if isinstance(factor, (ir.Num, ir.Tensor, ir.Delta)):

@@ -24,8 +24,17 @@ _MAX_SIZE = 2**63
 _CLOSERS = {"RPAR", "RSQB"}
 
 
+#: brackets nest at most this deep: deeper text is refused as soon as the lexer reaches the bracket, in time
+#: proportional to the depth reached (the parse tree of ~170 levels already outgrows Python's recursion limit)
+MAX_NESTING = 200
+
+
+class _TooDeep(Exception):
+    """Raised by the post-lexer at the first bracket nested more than MAX_NESTING deep (line, column)."""
+
+
 class _BracketNewlines:
-    """Post-lexer: newlines inside ( ) or [ ] are plain white space."""
+    """Post-lexer: newlines inside ( ) or [ ] are plain white space; brackets nest at most MAX_NESTING deep."""
 
     always_accept = ("_NL",)
 
@@ -34,6 +43,8 @@ class _BracketNewlines:
         for token in stream:
             if token.type in _OPENERS:
                 depth += 1
+                if depth > MAX_NESTING:
+                    raise _TooDeep(token.line or 1, token.column or 1)
             elif token.type in _CLOSERS:
                 depth = max(depth - 1, 0)
             elif token.type == "_NL" and depth > 0:
@@ -385,9 +396,9 @@ def _friendly(error: UnexpectedInput, source: str) -> ParseError:
     return ParseError(message, line, column, source_line)
 
 
-def _too_deep(source: str) -> ParseError:
+def _too_deep(source: str, line: int = 1, column: int = 1) -> ParseError:
     return ParseError("the expression is nested too deeply (parentheses or function calls inside one another); "
-                      "split it into several statements", 1, 1, _line_of(source, 1))
+                      "split it into several statements", line, column, _line_of(source, line))
 
 
 @functools.lru_cache(maxsize=512)
@@ -412,6 +423,8 @@ def parse(text: str) -> ir.ProgramIR:
         raise
     except RecursionError:
         raise _too_deep(text) from None
+    except _TooDeep as error:
+        raise _too_deep(text, *error.args) from None
     if not program.statements:
         raise ParseError("empty program: write at least one statement", 1, 1, _line_of(text, 1))
     return program

@@ -1,0 +1,144 @@
+"""The memory model is a promise (issue 27): a run's measured peak stays at or under ``memory_limit`` and within
+1.25x of the plan's predicted peak (``Program.plan(...).peak_bytes``).
+
+Two measurements of one corpus (sliced contractions with contiguous and strided blocks, chunked elementwise
+steps, integer and boolean inputs with float scalars, a gradient and a Hessian): tracemalloc's peak of the
+allocations numpy makes during a second call (the first one plans), and the growth of a child process's
+peak resident memory (VmHWM, reset through /proc/self/clear_refs before the call) over its resident memory
+just before it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tracemalloc
+from typing import Any
+
+import numpy as np
+import pytest
+
+import einflow as ef
+
+MIB = 2**20
+
+
+def corpus() -> list[tuple[str, str, dict[str, Any], int, str | None]]:
+    """(name, program text, inputs, memory_limit, derivative w.r.t. or None)."""
+    rng = np.random.default_rng(0)
+    square = {name: rng.standard_normal((600, 600)) for name in "ABCD"}
+    long_u, long_v = rng.standard_normal(2000), rng.standard_normal(2000)
+    return [
+        # one index cut (rows of A: contiguous blocks)
+        ("sliced, contiguous blocks", "E[i,l] = A[i,j] B[j,k] C[k,l]",
+         {"A": square["A"], "B": square["B"], "C": square["C"]}, 4 * MIB, None),
+        # both i and k cut: B[:, k-block] and D[:, i-block] are strided matrices
+        ("sliced, strided blocks", "s = A[i,j] B[j,k] C[k,l] D[l,i]", square, 1 * MIB, None),
+        ("chunked elementwise", "s = sum[i,j](exp(u[i] v[j]))", {"u": long_u, "v": long_v}, 4 * MIB, None),
+        ("int64 inputs, float scalar", "O[i,j] = 0.5 u[i] v[j]",
+         {"u": np.arange(2000), "v": np.arange(2000)}, 40 * MIB, None),
+        ("bool inputs, float scalar", "O[i,j] = 0.5 u[i] v[j]",
+         {"u": np.ones(2000, bool), "v": np.ones(2000, bool)}, 40 * MIB, None),
+        ("gradient", "f = sum[i](log(sum[j](exp(W[i,j] x[j]))))",
+         {"W": rng.standard_normal((1500, 1500)), "x": rng.standard_normal(1500)}, 64 * MIB, "grad"),
+        ("Hessian", "f = sum[i](log(sum[j](exp(W[i,j] x[j]))))",
+         {"W": rng.standard_normal((120, 120)), "x": rng.standard_normal(120)}, 32 * MIB, "hessian"),
+    ]
+
+
+def program_of(text: str, derivative: str | None) -> ef.Program:
+    program = ef.compile(text)
+    if derivative == "grad":
+        return ef.grad(program, "x")
+    if derivative == "hessian":
+        return ef.hessian(program, "x")
+    return program
+
+
+CASES = corpus()
+
+
+@pytest.mark.parametrize("name, text, arrays, limit, derivative", CASES, ids=[case[0] for case in CASES])
+def test_tracemalloc_peak_is_under_the_limit_and_near_the_prediction(name: str, text: str, arrays: dict[str, Any],
+                                                                      limit: int, derivative: str | None) -> None:
+    program = program_of(text, derivative)
+    predicted = program.plan(arrays, memory_limit=limit).peak_bytes
+    expected = program(arrays, memory_limit=None)
+    program(arrays, memory_limit=limit)  # plans
+    tracemalloc.start()
+    try:
+        value = program(arrays, memory_limit=limit)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(value, expected, rtol=1e-9, atol=1e-12)
+    assert peak <= limit, (name, peak, limit)
+    assert peak <= 1.25 * predicted, (name, peak, predicted)
+
+
+_CHILD = r"""
+import gc, json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import einflow as ef
+from test_memory_model import corpus, program_of
+
+def field(key):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith(key + ":"))
+
+results = {}
+for name, text, arrays, limit, derivative in corpus():
+    program = program_of(text, derivative)
+    predicted = program.plan(arrays, memory_limit=limit).peak_bytes
+    value = program(arrays, memory_limit=limit)  # plans; its pages are touched once
+    del value
+    gc.collect()
+    before = field("VmRSS")
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # VmHWM := VmRSS
+    value = program(arrays, memory_limit=limit)
+    results[name] = (field("VmHWM") - before, predicted, limit)
+    del value
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux's VmHWM reset")
+def test_child_process_peak_resident_memory_is_under_the_limit() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    completed = subprocess.run([sys.executable, "-c", _CHILD, here], capture_output=True, text=True, timeout=300,
+                               cwd=root, env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": root})
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    results = json.loads(completed.stdout.splitlines()[-1])
+    for name, (grown, predicted, limit) in results.items():
+        # resident pages: the allocations plus the allocator's and BLAS's own, a page at a time
+        assert grown <= limit, (name, grown, limit)
+        assert grown <= 1.25 * predicted + 2 * MIB, (name, grown, predicted)
+
+
+_RLIMIT_CHILD = r"""
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+import numpy as np
+import einflow as ef
+from einflow.engine.memory import default_memory_limit
+assert default_memory_limit() < 2 << 30
+u = np.ones(17_000)
+try:
+    ef.evaluate("O[i,j] = u[i] v[j]", u=u, v=u)  # 2.15 GiB: over the address space left
+except ef.MemoryLimitError as error:
+    print("MemoryLimitError", error)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS and /proc/self/status")
+def test_the_default_limit_respects_the_address_space_limit() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    completed = subprocess.run([sys.executable, "-c", _RLIMIT_CHILD], capture_output=True, text=True, timeout=120,
+                               cwd=root, env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": root})
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.startswith("MemoryLimitError the plan needs 2.15 GiB"), completed.stdout
