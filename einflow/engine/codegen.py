@@ -15,6 +15,7 @@ import math
 
 import opt_einsum as oe
 
+from einflow.engine.linalg import LINALG_HELPER, TORCH_LINALG_HELPER, is_linalg
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -218,11 +219,13 @@ HELPERS["owned"] = '''def {owned}(base, shape, value, coefficient=1):
 HELPERS["device"] = '''def {device}(*inputs):
     """Where new arrays go (numpy: the host)."""
     return None'''
-HELPER_NEEDS = {"reciprocal": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",)}
+HELPERS["linalg"] = LINALG_HELPER
+TORCH_HELPERS["linalg"] = TORCH_LINALG_HELPER
+HELPER_NEEDS = {"reciprocal": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",), "linalg": ("as_float",)}
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
 HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "diagonal", "owned",
-               "device", "erf", "reduce")
+               "device", "erf", "reduce", "linalg")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -540,6 +543,8 @@ class Source:
             return [f"{out} = {self.contract(step)}"]
         if isinstance(step, Reduce) and step.kind == "sum":
             return [f"{out} = {self.reduce(self.var(step.arg), step.axes)}"]
+        if isinstance(step, Reduce) and is_linalg(step):
+            return [f"{out} = {self.helper('linalg')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
         if isinstance(step, Reduce):
             return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
         if isinstance(step, Diagonal):
@@ -550,7 +555,7 @@ class Source:
         if isinstance(step, Contract):
             text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
         elif isinstance(step, Reduce):
-            kept = step.labels if step.kind in ("softmax", "log_softmax", "argmax", "argmin") else tuple(
+            kept = step.labels if step.kind in ("softmax", "log_softmax", "argmax", "argmin", "inv") else tuple(
                 label for k, label in enumerate(step.labels) if k not in step.axes)
             text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
         elif isinstance(step, Diagonal):

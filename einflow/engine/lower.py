@@ -165,6 +165,8 @@ class _Lowering:
             if isinstance(statement, ir.SizeDecl):
                 self.declare(statement)
                 continue
+            if isinstance(statement, ir.MatrixDecl):
+                continue
             if isinstance(statement, ir.Return):
                 outputs.extend(self.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
                 continue
@@ -235,6 +237,10 @@ class _Lowering:
         elif isinstance(expr, ir.Normalize):
             body = self.lower(expr.body, bound, frozenset())
             value = self.sum_axes(self.reduce_axes(expr.kind, body, frozenset(expr.indices)), reduce)
+        elif isinstance(expr, ir.Linalg):  # inv keeps its indices (bound as a normaliser's); det/logdet reduce
+            inner = frozenset(expr.indices) if expr.kind != "inv" else frozenset()
+            body = self.lower(expr.body, bound | inner, frozenset())
+            value = self.sum_axes(self.linalg(expr.kind, body, expr.indices), reduce)
         elif isinstance(expr, ir.Binary):
             order = free_indices(expr, bound)
             left = self.lower(expr.left, bound, frozenset())
@@ -282,6 +288,17 @@ class _Lowering:
             raise AssertionError("a reduction of a constant")
         axes = tuple(position for position, label in enumerate(value.labels) if label in over)
         labels = value.labels if normalise else tuple(label for label in value.labels if label not in over)
+        sizes = self.sizes_of(labels)
+        reg = value.reg
+        return self.emit((kind, reg, axes, sizes),
+                         lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes, kind), labels)
+
+    def linalg(self, kind: str, value: _Value, indices: tuple[str, str]) -> _Value:
+        """inv/det/logdet of the matrices on the axes ``indices`` (rows, columns) of a lowered value."""
+        if value.reg is None:  # the checker requires both indices free in the body: unreachable
+            raise AssertionError("a matrix function of a constant")
+        axes = (value.labels.index(indices[0]), value.labels.index(indices[1]))
+        labels = value.labels if kind == "inv" else tuple(label for label in value.labels if label not in indices)
         sizes = self.sizes_of(labels)
         reg = value.reg
         return self.emit((kind, reg, axes, sizes),

@@ -31,6 +31,7 @@ from einflow.engine.codegen import (
 )
 from einflow.engine.fitting import Fitting, FittingRenderer, _text_bytes, fit
 from einflow.engine.kernels import contraction_steps
+from einflow.engine.linalg import is_linalg, linalg_dtype, linalg_flops
 from einflow.engine.lower import lower
 from einflow.engine.paths import PathChoice, choose_path
 from einflow.engine.slicing import Slicing
@@ -338,6 +339,8 @@ class _Specialiser(FittingRenderer, Source):
         elif isinstance(step, Contract):  # einsum's type is its operands' (bools stay bools), then the scale's
             namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
             text = generic.scaled("_contracted", step.scale)
+        elif is_linalg(step):
+            return linalg_dtype(self.dtype[step.arg])
         else:
             return self.sample(step.arg).sum(axis=step.axes).dtype
         with np.errstate(all="ignore"):
@@ -949,6 +952,9 @@ def _step_report(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
         flops, pairwise, largest = specialiser.report[out]
         return PlanStep(statement, kind, equation, flops, shape, size, pairwise, largest,
                         path=specialiser.path_choices.get(out))
+    if isinstance(step, Reduce) and is_linalg(step):
+        flops = linalg_flops(step.kind, specialiser.shape[step.arg], step.axes)
+        return PlanStep(statement, kind, equation, flops, shape, size)
     if isinstance(step, Reduce):
         return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
     if isinstance(step, Diagonal) and step.base is not None:  # an addition into the diagonal only

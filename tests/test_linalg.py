@@ -1,0 +1,197 @@
+"""Linear algebra atoms (LANGUAGE.md 8.1): inv, det, logdet, parsed, checked, computed and differentiated.
+
+References: numpy.linalg for values; JAX (float64, jax.numpy.linalg) differentiating the same function for
+derivatives; central differences in float64; closed forms (the 2x2 determinant's constant Hessian, the
+second derivative of log|3t + 5|).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import einflow as ef
+from einflow.lang import ir
+from einflow.lang.grammar import parse
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_platforms", "cpu")
+
+RNG = np.random.default_rng(25)
+
+
+def well_conditioned(n: int, *batch: int) -> np.ndarray:
+    """A random matrix (or batch) with a dominant diagonal: condition numbers of a few units."""
+    return RNG.standard_normal((*batch, n, n)) / np.sqrt(n) + 3 * np.eye(n)
+
+
+def spd(n: int) -> np.ndarray:
+    X = RNG.standard_normal((n, n + 2))
+    return X @ X.T / n + np.eye(n)
+
+
+# ---------------------------------------------------------------- language
+@pytest.mark.parametrize("text", [
+    "x[i] = inv[i,j](A[i,j]) b[j]",
+    "f = y[i] inv[i,j](K[i,j]) y[j] + logdet[i,j](K[i,j])",
+    "d[b] = det[i,j](B[b,i,j] + delta[i,j])",
+    "spd K\nf = logdet[i,j](K[i,j])",
+    "symmetric A, B\nf = det[i,j](A[i,j] + B[i,j])",
+])
+def test_text_round_trips(text: str) -> None:
+    program = parse(text)
+    assert parse(ir.format_program(program)) == program
+    assert ir.format_program(program) == text
+
+
+@pytest.mark.parametrize("text, message", [
+    ("inv(A)", "write inv[i,j](...)"),
+    ("inv[i,i](A[i,i])", "two different indices"),
+    ("inv = A[i,j]", "reserved word"),
+    ("spd = A[i,j]", "reserved word"),
+])
+def test_parse_errors(text: str, message: str) -> None:
+    with pytest.raises(ef.ParseError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+                       .replace("]", r"\]").replace(".", r"\.")):
+        parse(text)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("f = det[i,j](x[i])", "needs 'j' free in its body"),
+    ("y[i] = det[i,j](A[i,j])", "already bound"),
+    ("spd A\nf = A[i,j] x[j]", "has rank 1"),  # f has rank 1: the declaration is on A (rank 2) -> fine; see below
+])
+def test_check_errors(text: str, message: str) -> None:
+    if "spd A" in text:
+        ef.compile(text)  # A is a rank-2 input: a valid declaration
+        with pytest.raises(ef.IndexRuleError, match="rank 1"):
+            ef.compile("spd x\nf = A[i,j] x[j]")
+        with pytest.raises(ef.EinflowError, match="neither an input nor a target"):
+            ef.compile("spd Q\nf = A[i,j] x[j]")
+        return
+    with pytest.raises(ef.IndexRuleError, match=message):
+        ef.compile(text)
+
+
+def test_a_non_square_matrix_is_a_shape_error_naming_both_sizes() -> None:
+    with pytest.raises(ef.ShapeError, match=r"square matrix: index 'i' has size 3 \(A \(axis 0\)\) but 'j' has size 4"):
+        ef.compile("f = logdet[i,j](A[i,j])")(A=np.ones((3, 4)))
+
+
+# ---------------------------------------------------------------- values
+def test_values_against_numpy() -> None:
+    A, b = well_conditioned(5), RNG.standard_normal(5)
+    B = well_conditioned(4, 3)
+    assert np.allclose(ef.compile("x[i] = inv[i,j](A[i,j]) b[j]")(A=A, b=b), np.linalg.solve(A, b), atol=1e-13)
+    assert np.allclose(ef.compile("N[i,j] = inv[i,j](A[i,j])")(A=A), np.linalg.inv(A), atol=1e-13)
+    assert np.isclose(ef.compile("f = det[i,j](A[i,j])")(A=A), np.linalg.det(A))
+    assert np.isclose(ef.compile("f = logdet[i,j](-A[i,j])")(A=A), np.linalg.slogdet(-A)[1])
+    # batched, and the matrix read transposed (rows are the first index of the bracket)
+    assert np.allclose(ef.compile("d[b] = det[i,j](B[b,j,i])")(B=B), np.linalg.det(B))
+    assert np.allclose(ef.compile("N[j,b,i] = inv[i,j](B[b,i,j])")(B=B), np.linalg.inv(B).transpose(2, 0, 1))
+    assert np.allclose(ef.compile("N[b,i,j] = inv[i,j](B[b,j,i])")(B=B), np.linalg.inv(B.transpose(0, 2, 1)))
+    # an integer matrix gives floats
+    assert np.isclose(ef.compile("f = det[i,j](A[i,j])")(A=np.array([[2, 1], [1, 3]])), 5.0)
+
+
+# ---------------------------------------------------------------- the PyTorch reproducers
+def test_det_hessian_of_a_2x2_matrix_is_the_constant_epsilon_pattern() -> None:
+    # pytorch#192540: jacfwd(jacfwd(det)) of a 2x2 matrix gave a wrong constant Hessian
+    eps = np.array([[0.0, 1.0], [-1.0, 0.0]])
+    expected = np.einsum("ik,jl->ijkl", eps, eps)
+    hessian = ef.hessian("f = det[i,j](A[i,j])", wrt="A")
+    for A in (well_conditioned(2), np.array([[1.0, 2.0], [3.0, 4.0]]), RNG.standard_normal((2, 2))):
+        assert np.abs(hessian(A=A) - expected).max() < 1e-12
+
+
+def test_second_derivative_of_logdet_along_a_line() -> None:
+    # pytorch#196697: d2/dt2 log|det(A + tB)| with det = 3t + 5 at t = 0.7 is -9/(3t + 5)^2, not 0
+    A = np.array([[5.0, 0.0], [0.0, 1.0]])
+    B = np.array([[3.0, 0.0], [0.0, 0.0]])
+    program = "f = logdet[i,j](A[i,j] + t B[i,j])"
+    value = ef.hessian(program, wrt="t")(A=A, B=B, t=0.7)
+    assert abs(value - -0.17853600476096013) < 1e-12
+    assert abs(ef.grad(program, wrt="t")(A=A, B=B, t=0.7) - 3 / 7.1) < 1e-12
+    # a full 2x2 pair with the same determinant line: A = [[2, 1], [1, 3]], B = [[3, 0], [0, 1]] - ... kept simple
+
+
+# ---------------------------------------------------------------- derivatives vs JAX
+def _jax_logdet(A: jax.Array) -> jax.Array:
+    return jnp.linalg.slogdet(A)[1]
+
+
+CASES = [  # (einflow program, its jax.numpy twin of the inputs (A, x), input names)
+    ("f = logdet[i,j](A[i,j])", lambda A, x: _jax_logdet(A)),
+    ("f = det[i,j](A[i,j])", lambda A, x: jnp.linalg.det(A)),
+    ("f = x[i] inv[i,j](A[i,j]) x[j]", lambda A, x: x @ jnp.linalg.solve(A, x)),
+    ("f = det[i,j](A[i,j] + x[i] x[j])", lambda A, x: jnp.linalg.det(A + jnp.outer(x, x))),
+    ("f = sum[i](tanh(inv[i,j](A[i,j]) x[j]))", lambda A, x: jnp.sum(jnp.tanh(jnp.linalg.solve(A, x)))),
+    ("f = logdet[i,j](A[i,k] A[j,k]) + x[i] inv[i,j](A[j,i]) x[j]",
+     lambda A, x: _jax_logdet(A @ A.T) + x @ jnp.linalg.solve(A.T, x)),
+]
+
+
+def call(program: ef.Program, **data: np.ndarray) -> np.ndarray:
+    """The program on the data it reads."""
+    return program(**{name: data[name] for name in program.inputs})
+
+
+@pytest.mark.parametrize("text, twin", CASES, ids=[c[0] for c in CASES])
+def test_derivatives_match_jax(text: str, twin) -> None:  # noqa: ANN001
+    A, x = well_conditioned(4), RNG.standard_normal(4)
+    T = RNG.standard_normal((4, 4))
+    data = {"A": A, "x": x, "T": T}
+    ja, jx = jnp.asarray(A), jnp.asarray(x)
+    reads_x = "x" in ef.compile(text).inputs
+    g = jax.grad(twin, argnums=(0, 1))(ja, jx)
+    assert np.allclose(call(ef.grad(text, wrt="A"), **data), g[0], rtol=1e-10, atol=1e-11)
+    hessian = jax.hessian(twin, argnums=0)(ja, jx)
+    assert np.allclose(call(ef.hessian(text, wrt="A"), **data), hessian, rtol=1e-9, atol=1e-10)
+    if reads_x:
+        assert np.allclose(call(ef.grad(text, wrt="x"), **data), g[1], rtol=1e-10, atol=1e-11)
+        mixed = jax.jacfwd(jax.grad(twin, argnums=0), argnums=1)(ja, jx)
+        assert np.allclose(call(ef.hessian(text, wrt=["A", "x"]), **data)[1], mixed, rtol=1e-9, atol=1e-10)
+    diagonal = np.einsum("pqpq->pq", np.asarray(hessian))
+    assert np.allclose(call(ef.hessian_diagonal(text, wrt="A"), **data), diagonal, rtol=1e-9, atol=1e-10)
+    _, tangent_out = jax.jvp(lambda a: twin(a, jx), (ja,), (jnp.asarray(T),))
+    assert np.allclose(call(ef.jvp(text, wrt="A", tangent="T"), **data), tangent_out, rtol=1e-10, atol=1e-11)
+    expected_hvp = jax.jvp(jax.grad(lambda a: twin(a, jx)), (ja,), (jnp.asarray(T),))[1]
+    assert np.allclose(call(ef.hvp(text, wrt="A", tangent="T"), **data), expected_hvp, rtol=1e-9, atol=1e-10)
+
+
+def test_jacobian_of_the_inverse_and_a_batch() -> None:
+    B = well_conditioned(3, 2)
+    expected = jax.jacfwd(lambda b: jnp.linalg.inv(b))(jnp.asarray(B))
+    assert np.allclose(ef.jacobian("N[b,i,j] = inv[i,j](B[b,i,j])", wrt="B")(B=B), expected, atol=1e-12)
+    expected = jax.grad(lambda b: jnp.sum(jnp.linalg.slogdet(b)[1] ** 2))(jnp.asarray(B))
+    assert np.allclose(ef.grad("f = sum[b](logdet[i,j](B[b,i,j])^2)", wrt="B")(B=B), expected, atol=1e-12)
+
+
+def test_third_derivative_of_logdet_by_central_differences() -> None:
+    # d3/dt3 log|det(A + tB)| = 2 tr((A^-1 B)^3) at t = 0, against differences of the second derivative
+    A, B = well_conditioned(3), RNG.standard_normal((3, 3))
+    second = ef.hessian("f = logdet[i,j](A[i,j] + t B[i,j])", wrt="t")
+    third = ef.grad(ef.hessian("f = logdet[i,j](A[i,j] + t B[i,j])", wrt="t"), wrt="t")
+    h = 1e-5
+    central = (second(A=A, B=B, t=h) - second(A=A, B=B, t=-h)) / (2 * h)
+    M = np.linalg.solve(A, B)
+    assert abs(third(A=A, B=B, t=0.0) - 2 * np.trace(M @ M @ M)) < 1e-10
+    assert abs(central - 2 * np.trace(M @ M @ M)) < 1e-6
+
+
+def test_gp_likelihood_gradient_by_central_differences() -> None:
+    gp = "K[i,j] = X[i,d] X[j,d] + s delta[i,j]\nf = 0.5 y[i] inv[i,j](K[i,j]) y[j] + 0.5 logdet[i,j](K[i,j])"
+    X, y = RNG.standard_normal((6, 2)), RNG.standard_normal(6)
+    value = ef.compile(gp)
+    gradient = ef.grad(gp, wrt="X")(X=X, y=y, s=0.5)
+    h = 1e-6
+    central = np.zeros_like(X)
+    for index in np.ndindex(X.shape):
+        step = np.zeros_like(X)
+        step[index] = h
+        central[index] = (value(X=X + step, y=y, s=0.5) - value(X=X - step, y=y, s=0.5)) / (2 * h)
+    assert np.allclose(gradient, central, atol=1e-8)
+    assert np.isclose(ef.grad(gp, wrt="s")(X=X, y=y, s=0.5),
+                      (value(X=X, y=y, s=0.5 + h) - value(X=X, y=y, s=0.5 - h)) / (2 * h), atol=1e-8)
