@@ -195,3 +195,60 @@ def test_gp_likelihood_gradient_by_central_differences() -> None:
     assert np.allclose(gradient, central, atol=1e-8)
     assert np.isclose(ef.grad(gp, wrt="s")(X=X, y=y, s=0.5),
                       (value(X=X, y=y, s=0.5 + h) - value(X=X, y=y, s=0.5 - h)) / (2 * h), atol=1e-8)
+
+
+# ---------------------------------------------------------------- symmetric / spd declarations
+def test_declared_matrices_are_checked_at_call_time() -> None:
+    program = ef.compile("spd K\nf = logdet[i,j](K[i,j])")
+    K = spd(4)
+    assert np.isclose(program(K=K), np.linalg.slogdet(K)[1])
+    with pytest.raises(ef.MatrixError, match="'K' is declared spd but is not symmetric"):
+        program(K=K + np.triu(np.ones((4, 4)), 1))
+    with pytest.raises(ef.MatrixError, match="'K' is declared spd but is not positive definite"):
+        program(K=-K)
+    with pytest.raises(ValueError):  # a MatrixError is a ValueError
+        ef.compile("symmetric A\nf = det[i,j](A[i,j])")(A=RNG.standard_normal((3, 3)))
+    # a declared target: checked once computed (round-off asymmetry passes)
+    gp = ef.compile("K[i,j] = X[i,d] X[j,d] + s delta[i,j]\nspd K\nf = logdet[i,j](K[i,j])")
+    X = RNG.standard_normal((5, 2))
+    assert np.isclose(gp(X=X, s=0.5), np.linalg.slogdet(X @ X.T + 0.5 * np.eye(5))[1])
+    with pytest.raises(ef.MatrixError, match="'K' is declared spd but is not positive definite"):
+        gp(X=X, s=-1.0)
+
+
+def _sym(A: jax.Array) -> jax.Array:
+    return (A + A.T) / 2
+
+
+SYMMETRIC_CASES = [
+    ("spd A\nf = logdet[i,j](A[i,j])", lambda A, x: _jax_logdet(_sym(A))),
+    ("symmetric A\nf = x[i] A[i,j] A[j,k] x[k]", lambda A, x: x @ _sym(A) @ _sym(A) @ x),
+    ("spd A\nf = x[i] inv[i,j](A[i,j]) x[j] + logdet[i,j](A[i,j])",
+     lambda A, x: x @ jnp.linalg.solve(_sym(A), x) + _jax_logdet(_sym(A))),
+]
+
+
+@pytest.mark.parametrize("text, twin", SYMMETRIC_CASES, ids=[c[0].replace("\n", "; ") for c in SYMMETRIC_CASES])
+def test_derivatives_by_a_declared_matrix_are_symmetric(text: str, twin) -> None:  # noqa: ANN001
+    # the gradient on the symmetric matrices is (G + G^T)/2: jax's gradient of f((A + A^T)/2) at a symmetric A
+    A, x, T = spd(4), RNG.standard_normal(4), RNG.standard_normal((4, 4))
+    data = {"A": A, "x": x, "T": T}
+    ja, jx = jnp.asarray(A), jnp.asarray(x)
+    gradient = call(ef.grad(text, wrt="A"), **data)
+    assert np.allclose(gradient, gradient.T, atol=1e-13)
+    assert np.allclose(gradient, jax.grad(twin)(ja, jx), rtol=1e-10, atol=1e-11)
+    hessian = call(ef.hessian(text, wrt="A"), **data)
+    assert np.allclose(hessian, jax.hessian(twin)(ja, jx), rtol=1e-9, atol=1e-10)
+    assert np.allclose(hessian, hessian.transpose(1, 0, 2, 3)) and np.allclose(hessian, hessian.transpose(0, 1, 3, 2))
+    expected_hvp = jax.jvp(jax.grad(lambda a: twin(a, jx)), (ja,), (jnp.asarray(T),))[1]
+    assert np.allclose(call(ef.hvp(text, wrt="A", tangent="T"), **data), expected_hvp, rtol=1e-9, atol=1e-10)
+    if "A[j,k]" not in text:  # the spd atoms: the declaration is in the derived program, Cholesky computes them
+        source = ef.grad(text, wrt="A").to_source()
+        assert "'spd_inv'" in source and "'spd'" in source
+
+
+def test_gp_gradient_factors_the_kernel_once() -> None:
+    gp = ("K[i,j] = X[i,d] X[j,d] + s delta[i,j]\nspd K\n"
+          "f = 0.5 y[i] inv[i,j](K[i,j]) y[j] + 0.5 logdet[i,j](K[i,j])")
+    source = ef.grad(gp, wrt="X").to_source()
+    assert source.count("_linalg('spd_inv'") == 1

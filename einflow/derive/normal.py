@@ -92,7 +92,7 @@ def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
         return ir.Tensor(expr.name, tuple(mapping.get(i, i) for i in expr.indices))
     if isinstance(expr, ir.Delta):
         return ir.Delta(mapping.get(expr.first, expr.first), mapping.get(expr.second, expr.second))
-    if isinstance(expr, ir.Reduce) or binds(expr):
+    if isinstance(expr, ir.Reduce) or isinstance(expr, ir.Linalg) and expr.kind != "inv":
         return _rebuilt(expr, tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping))
     if _keeps_indices(expr):
         assert isinstance(expr, (ir.Normalize, ir.Linalg))
@@ -214,7 +214,7 @@ def _rename_free(expr: ir.Expr, mapping: dict[str, str], bound: frozenset[str]) 
         return expr
     if isinstance(expr, (ir.Tensor, ir.Delta, ir.Num)):
         return rename(expr, mapping)
-    if isinstance(expr, ir.Reduce) or binds(expr):
+    if isinstance(expr, ir.Reduce) or isinstance(expr, ir.Linalg) and expr.kind != "inv":
         return _rebuilt(expr, expr.indices, _rename_free(expr.body, mapping, bound | frozenset(expr.indices)))
     if isinstance(expr, ir.Linalg):
         return ir.Linalg(expr.kind, (mapping.get(expr.indices[0], expr.indices[0]),

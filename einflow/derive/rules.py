@@ -177,14 +177,22 @@ def derivative(expr: ir.Expr, leaf: Leaf) -> ir.Expr | None:
     return d(expr)
 
 
-def input_leaf(name: str, fresh_indices: tuple[str, ...]) -> Leaf:
-    """Leaf rule for differentiating by input ``name`` at ``fresh_indices``: deltas pair the axes."""
+def input_leaf(name: str, fresh_indices: tuple[str, ...], symmetric: bool = False) -> Leaf:
+    """Leaf rule for differentiating by input ``name`` at ``fresh_indices``: deltas pair the axes.
+
+    A matrix declared symmetric varies on the symmetric matrices only: dA[a,b]/dA[p,q] is the projection
+    (delta[a,p] delta[b,q] + delta[a,q] delta[b,p])/2, so gradients come out as (G + G^T)/2 (LANGUAGE.md 8.1).
+    """
 
     def leaf(node: ir.Tensor) -> ir.Expr | None:
         if node.name != name:
             return None
         if not node.indices:
             return _num(1)
+        if symmetric and len(node.indices) == 2:
+            (a, b), (p, q) = node.indices, fresh_indices
+            return ir.Sum((ir.product(_num(0.5), ir.Delta(a, p), ir.Delta(b, q)),
+                           ir.product(_num(0.5), ir.Delta(a, q), ir.Delta(b, p))))
         return ir.product(*(ir.Delta(a, p) for a, p in zip(node.indices, fresh_indices)))
 
     return leaf

@@ -28,6 +28,7 @@ class Work:
     size_of: dict[str, tuple[str, int]] = field(default_factory=dict)  # index -> (tensor, axis)
     forward_count: int = 0  # statements[:forward_count] compute the program's own values
     partials: set[str] = field(default_factory=set)  # targets made by splitting a product along its tree
+    symmetric: frozenset[str] = frozenset()  # inputs declared symmetric/spd: derivatives on symmetric matrices
 
     def target(self, name: str) -> ir.Assign | None:
         for statement in self.statements:
@@ -105,7 +106,7 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
         for read in sorted(tensor_names(statement.expr) & varying):
             if read not in adjoint_indices:
                 adjoint_indices[read] = work.fresh_indices(read)
-            jac = derivative(statement.expr, input_leaf(read, adjoint_indices[read]))
+            jac = derivative(statement.expr, input_leaf(read, adjoint_indices[read], read in work.symmetric))
             if jac is None:
                 continue
             pulled = ir.product(cotangent, jac)
@@ -151,7 +152,8 @@ def forward_sweep(work: Work, wrt: str, through: list[str],
     then the fresh ones; the fresh indices). An output missing from the dict does not depend on ``wrt``.
     """
     fresh_axes = work.fresh_indices(wrt)
-    results = tangent_sweep(work, {wrt: input_leaf(wrt, fresh_axes)}, fresh_axes, lambda t: f"d{t}_d{wrt}",
+    seeds = {wrt: input_leaf(wrt, fresh_axes, wrt in work.symmetric)}
+    results = tangent_sweep(work, seeds, fresh_axes, lambda t: f"d{t}_d{wrt}",
                             through, outputs)
     return results, fresh_axes
 

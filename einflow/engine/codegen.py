@@ -15,7 +15,7 @@ import math
 
 import opt_einsum as oe
 
-from einflow.engine.linalg import LINALG_HELPER, TORCH_LINALG_HELPER, is_linalg
+from einflow.engine.linalg import CHECK_KINDS, LINALG_HELPER, TORCH_LINALG_HELPER, is_linalg
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -544,7 +544,10 @@ class Source:
         if isinstance(step, Reduce) and step.kind == "sum":
             return [f"{out} = {self.reduce(self.var(step.arg), step.axes)}"]
         if isinstance(step, Reduce) and is_linalg(step):
-            return [f"{out} = {self.helper('linalg')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
+            named = dict(self.lowered.names)
+            name = self.lowered.inputs[step.arg] if step.arg < len(self.lowered.inputs) else named.get(step.arg)
+            extra = f", {name!r}" if step.kind in CHECK_KINDS else ""
+            return [f"{out} = {self.helper('linalg')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r}{extra})"]
         if isinstance(step, Reduce):
             return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
         if isinstance(step, Diagonal):
@@ -555,7 +558,8 @@ class Source:
         if isinstance(step, Contract):
             text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
         elif isinstance(step, Reduce):
-            kept = step.labels if step.kind in ("softmax", "log_softmax", "argmax", "argmin", "inv") else tuple(
+            keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", *CHECK_KINDS)
+            kept = step.labels if step.kind in keeps else tuple(
                 label for k, label in enumerate(step.labels) if k not in step.axes)
             text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
         elif isinstance(step, Diagonal):

@@ -14,23 +14,70 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LINALG_KINDS", "LINALG_HELPER", "TORCH_LINALG_HELPER", "is_linalg", "linalg_dtype", "linalg_flops"]
+__all__ = ["LINALG_KINDS", "CHECK_KINDS", "SPD_KINDS", "matrix_kind", "linalg_result_dtype", "LINALG_HELPER",
+           "TORCH_LINALG_HELPER", "is_linalg", "linalg_dtype", "linalg_flops"]
 
 LINALG_KINDS = ("inv", "det", "logdet")
+#: a declared matrix checked at call time (the step's value is the matrix itself)
+CHECK_KINDS = ("symmetric", "spd")
+#: the atoms of a matrix declared ``spd``: computed from its Cholesky factor
+SPD_KINDS = ("spd_inv", "spd_det", "spd_logdet")
+#: every kind this module's helper computes
+_KINDS = LINALG_KINDS + CHECK_KINDS + SPD_KINDS
+#: how far from symmetric a declared matrix may be, relative to its largest entry (round-off of a computed one)
+SYMMETRY_TOLERANCE = 1e-10
 
 #: ``{np}`` is numpy or jax.numpy; the matrices are moved to the last two axes, as their linalg wants them
-LINALG_HELPER = '''def {linalg}(kind, x, axes):
-    """inv, det or logdet (log|det|) of the matrices on ``axes`` (rows, columns) of ``x``, batched over the rest."""
+LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
+    """inv, det or logdet (log|det|) of the matrices on ``axes`` (rows, columns) of ``x``, batched over the rest;
+    "symmetric"/"spd": ``x`` itself once checked (a ValueError names the matrix otherwise); "spd_*": by Cholesky."""
+    if kind in ("symmetric", "spd"):
+        scale = float(abs(x).max()) if x.size else 0.0
+        if float(abs(x - {np}.swapaxes(x, -1, -2)).max(initial=0.0)) > 1e-10 * scale:
+            error = globals().get("MatrixError", ValueError)
+            raise error(f"matrix {{name!r}} is declared {{kind}} but is not symmetric")
+        try:
+            positive = bool({np}.all({np}.isfinite({np}.linalg.cholesky({as_float}(x))))) if kind == "spd" else True
+        except {np}.linalg.LinAlgError:
+            positive = False
+        if not positive:
+            raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not positive "
+                                                           "definite")
+        return x
     x = {np}.moveaxis({as_float}(x), axes, (-2, -1))
+    if kind.startswith("spd_"):
+        factor = {np}.linalg.cholesky(x)
+        logdet = 2 * {np}.log({np}.diagonal(factor, axis1=-2, axis2=-1)).sum(axis=-1)
+        if kind == "spd_logdet":
+            return logdet
+        if kind == "spd_det":
+            return {np}.exp(logdet)
+        kind = "inv"
     if kind == "inv":
         return {np}.moveaxis({np}.linalg.inv(x), (-2, -1), axes)
     if kind == "det":
         return {np}.linalg.det(x)
     return {np}.linalg.slogdet(x)[1]'''
 
-TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes):
-    """inv, det or logdet (log|det|) of the matrices on ``axes`` (rows, columns) of ``x``, batched over the rest."""
+TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
+    """inv, det or logdet (log|det|) of the matrices on ``axes`` (rows, columns) of ``x``, batched over the rest;
+    "symmetric"/"spd": ``x`` itself once checked (a ValueError names the matrix otherwise); "spd_*": by Cholesky."""
+    if kind in ("symmetric", "spd"):
+        scale = float(x.abs().max()) if x.numel() else 0.0
+        if x.numel() and float((x - x.transpose(-1, -2)).abs().max()) > 1e-10 * scale:
+            raise ValueError(f"matrix {{name!r}} is declared {{kind}} but is not symmetric")
+        if kind == "spd" and int({np}.linalg.cholesky_ex({as_float}(x)).info.max()) != 0:
+            raise ValueError(f"matrix {{name!r}} is declared spd but is not positive definite")
+        return x
     x = {np}.movedim({as_float}(x), axes, (-2, -1))
+    if kind.startswith("spd_"):
+        factor = {np}.linalg.cholesky(x)
+        logdet = 2 * {np}.log({np}.diagonal(factor, dim1=-2, dim2=-1)).sum(dim=-1)
+        if kind == "spd_logdet":
+            return logdet
+        if kind == "spd_det":
+            return {np}.exp(logdet)
+        kind = "inv"
     if kind == "inv":
         return {np}.movedim({np}.linalg.inv(x), (-2, -1), axes)
     if kind == "det":
@@ -39,8 +86,17 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes):
 
 
 def is_linalg(step: Any) -> bool:
-    """Whether a step is a linear-algebra one (a Reduce step of a :data:`LINALG_KINDS` kind)."""
-    return getattr(step, "kind", None) in LINALG_KINDS
+    """Whether a step is a linear-algebra one (a Reduce step of a kind this module computes)."""
+    return getattr(step, "kind", None) in _KINDS
+
+
+def matrix_kind(kind: str, declared: str | None) -> str:
+    """The step kind of an atom on a matrix declared ``declared`` (None: undeclared): spd ones use Cholesky.
+
+    >>> matrix_kind("logdet", "spd"), matrix_kind("logdet", "symmetric")
+    ('spd_logdet', 'logdet')
+    """
+    return f"spd_{kind}" if declared == "spd" else kind
 
 
 def linalg_dtype(dtype: Any) -> Any:
@@ -53,6 +109,11 @@ def linalg_dtype(dtype: Any) -> Any:
     return np.dtype("float64") if dtype.kind in "biu" else dtype
 
 
+def linalg_result_dtype(kind: str, dtype: Any) -> Any:
+    """The step's result type: a check keeps its matrix's, the atoms :func:`linalg_dtype`."""
+    return dtype if kind in CHECK_KINDS else linalg_dtype(dtype)
+
+
 def linalg_flops(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
     """Floating-point operations of the step on an argument of ``shape``: an LU factorisation (2/3 n^3) per
     matrix, and for ``inv`` the n right-hand sides solved with it (2 n^3 in all).
@@ -62,5 +123,8 @@ def linalg_flops(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> in
     """
     n = shape[axes[0]]
     batch = math.prod(size for k, size in enumerate(shape) if k not in axes)
-    per_matrix = 2 * n**3 if kind == "inv" else -(-2 * n**3 // 3)
+    if kind == "symmetric":
+        return batch * n * n
+    # LU: 2/3 n^3; Cholesky: 1/3 n^3; an inverse from either: 2 n^3 in all (n solves of 2 n^2 each)
+    per_matrix = 2 * n**3 if kind.endswith("inv") else -(-n**3 // 3) if kind.startswith("spd") else -(-2 * n**3 // 3)
     return batch * per_matrix

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.accumulate import accumulate_diagonals
+from einflow.engine.linalg import matrix_kind
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -111,6 +112,10 @@ class _Lowering:
         self.statement = 0
         self.target_names: dict[int, str] = {}
         self.bindings: list[tuple[int, str, int | None]] = []
+        # ---- linear algebra: ``symmetric A`` / ``spd K`` hold for the whole program (LANGUAGE.md 8.1)
+        self.input_names = frozenset(inputs)
+        self.matrices = {name: statement.kind for statement in program.statements
+                         if isinstance(statement, ir.MatrixDecl) for name in statement.names}
 
     # ------------------------------------------------------------------ registers
     def emit(self, key: Any, make: Any, labels: tuple[str, ...]) -> _Value:
@@ -165,7 +170,10 @@ class _Lowering:
             if isinstance(statement, ir.SizeDecl):
                 self.declare(statement)
                 continue
-            if isinstance(statement, ir.MatrixDecl):
+            if isinstance(statement, ir.MatrixDecl):  # inputs are checked here, targets where they are assigned
+                for name in statement.names:
+                    if name in self.input_names:
+                        self.check_matrix(name)
                 continue
             if isinstance(statement, ir.Return):
                 outputs.extend(self.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
@@ -175,9 +183,12 @@ class _Lowering:
             value = self.lower_statement(statement)
             if statement.target is not None:
                 self.names[statement.target] = value
-                self.bindings.append((number, statement.target, value.reg))
                 if value.reg is not None and value.reg >= first_new:
                     self.target_names.setdefault(value.reg, statement.target)
+                if statement.target in self.matrices and value.reg is not None:
+                    self.check_matrix(statement.target)
+                    value = self.names[statement.target]
+                self.bindings.append((number, statement.target, value.reg))
             final = value
         if not returns_tuple:
             assert final is not None
@@ -240,7 +251,10 @@ class _Lowering:
         elif isinstance(expr, ir.Linalg):  # inv keeps its indices (bound as a normaliser's); det/logdet reduce
             inner = frozenset(expr.indices) if expr.kind != "inv" else frozenset()
             body = self.lower(expr.body, bound | inner, frozenset())
-            value = self.sum_axes(self.linalg(expr.kind, body, expr.indices), reduce)
+            declared = self.matrices.get(expr.body.name) if isinstance(expr.body, ir.Tensor) and set(
+                expr.body.indices) == set(expr.indices) else None
+            kind = matrix_kind(expr.kind, declared)
+            value = self.sum_axes(self.linalg(kind, body, expr.indices), reduce)
         elif isinstance(expr, ir.Binary):
             order = free_indices(expr, bound)
             left = self.lower(expr.left, bound, frozenset())
@@ -293,15 +307,28 @@ class _Lowering:
         return self.emit((kind, reg, axes, sizes),
                          lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes, kind), labels)
 
+    def check_matrix(self, name: str) -> None:
+        """A step checking the declared matrix ``name`` at call time; later statements read its value."""
+        value = self.names[name]
+        reg, kind = value.reg, self.matrices[name]
+        assert reg is not None
+        sizes = self.register_sizes[reg]
+        labels = tuple(f"_{k}" for k in range(len(sizes)))
+        checked = self.emit((kind, "check", reg), lambda out: Reduce(self.statement, out, reg, labels, (0, 1), sizes,
+                                                                      kind), value.labels)
+        self.names[name] = checked
+
     def linalg(self, kind: str, value: _Value, indices: tuple[str, str]) -> _Value:
         """inv/det/logdet of the matrices on the axes ``indices`` (rows, columns) of a lowered value."""
         if value.reg is None:  # the checker requires both indices free in the body: unreachable
             raise AssertionError("a matrix function of a constant")
         axes = (value.labels.index(indices[0]), value.labels.index(indices[1]))
-        labels = value.labels if kind == "inv" else tuple(label for label in value.labels if label not in indices)
+        labels = value.labels if kind.endswith("inv") else tuple(label for label in value.labels
+                                                                 if label not in indices)
         sizes = self.sizes_of(labels)
         reg = value.reg
-        return self.emit((kind, reg, axes, sizes),
+        # the result's shape is the argument's (less the two axes): one step per matrix, whatever indices name it
+        return self.emit((kind, reg, axes),
                          lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes, kind), labels)
 
     def power(self, base: _Value, exponent: int | float) -> _Value:

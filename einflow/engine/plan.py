@@ -31,7 +31,7 @@ from einflow.engine.codegen import (
 )
 from einflow.engine.fitting import Fitting, FittingRenderer, _text_bytes, fit
 from einflow.engine.kernels import contraction_steps
-from einflow.engine.linalg import is_linalg, linalg_dtype, linalg_flops
+from einflow.engine.linalg import is_linalg, linalg_flops, linalg_result_dtype
 from einflow.engine.lower import lower
 from einflow.engine.paths import PathChoice, choose_path
 from einflow.engine.slicing import Slicing
@@ -61,7 +61,7 @@ from einflow.engine.steps import (
 )
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
-from einflow.lang.errors import EinflowError, MemoryLimitError
+from einflow.lang.errors import EinflowError, MatrixError, MemoryLimitError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import declared_sizes, indices_in, statement_sizes
 from einflow.lang.numbers import _is_unit
@@ -340,7 +340,7 @@ class _Specialiser(FittingRenderer, Source):
             namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
             text = generic.scaled("_contracted", step.scale)
         elif is_linalg(step):
-            return linalg_dtype(self.dtype[step.arg])
+            return linalg_result_dtype(step.kind, self.dtype[step.arg])
         else:
             return self.sample(step.arg).sum(axis=step.axes).dtype
         with np.errstate(all="ignore"):
@@ -823,7 +823,7 @@ def _helpers(source: Source, xp: Any) -> dict[str, Any]:
     key = (tuple(sorted(source.alias.items())), xp.__name__, source.target)
     found = _HELPER_CACHE.get(key)
     if found is None:
-        found = {source.alias["np"]: xp}
+        found = {source.alias["np"]: xp, "MatrixError": MatrixError}  # raised by the linalg helper's checks
         for name in HELPER_KEYS:
             exec(source.helper_text(name), found)  # noqa: S102 - our own helper text
         if len(_HELPER_CACHE) < 64:
