@@ -252,3 +252,37 @@ def test_gp_gradient_factors_the_kernel_once() -> None:
           "f = 0.5 y[i] inv[i,j](K[i,j]) y[j] + 0.5 logdet[i,j](K[i,j])")
     source = ef.grad(gp, wrt="X").to_source()
     assert source.count("_linalg('spd_inv'") == 1
+
+
+# ---------------------------------------------------------------- solves, not inverses
+SOLVES = [  # (program, numpy reference of A (well conditioned), B (4x3), b (4,), whether the inverse is still formed)
+    ("x[i] = inv[i,j](A[i,j]) b[j]", lambda A, B, b: np.linalg.solve(A, b), False),
+    ("C[i,k] = inv[i,j](A[i,j]) B[j,k]", lambda A, B, b: np.linalg.solve(A, B), False),
+    ("C[k,j] = B[i,k] inv[i,j](A[i,j])", lambda A, B, b: B.T @ np.linalg.inv(A), False),
+    ("f = b[i] inv[i,j](A[i,j]) b[j]", lambda A, B, b: b @ np.linalg.solve(A, b), False),
+    ("f = b[i] inv[i,j](A[i,j] + A[j,i]) B[j,k] B[l,k] b[l]",
+     lambda A, B, b: b @ np.linalg.solve(A + A.T, B @ (B.T @ b)), False),
+    ("C[i,j] = inv[i,j](A[i,j]) + inv[i,k](A[i,k]) B[k,l] B[j,l]",
+     lambda A, B, b: np.linalg.inv(A) + np.linalg.solve(A, B) @ B.T, True),
+]
+
+
+@pytest.mark.parametrize("text, reference, inverse", SOLVES, ids=[s[0] for s in SOLVES])
+def test_contractions_with_an_inverse_are_solves(text: str, reference, inverse: bool) -> None:  # noqa: ANN001
+    A, B, b = well_conditioned(4), RNG.standard_normal((4, 3)), RNG.standard_normal(4)
+    program = ef.compile(text)
+    assert np.allclose(call(program, A=A, B=B, b=b), reference(A, B, b), atol=1e-12)
+    source = program.to_source()
+    assert "_solve('solve'" in source
+    assert ("_linalg('inv'" in source) == inverse
+    report = str(program.plan(**{name: {"A": A, "B": B, "b": b}[name] for name in program.inputs}))
+    assert "solve" in report
+
+
+def test_the_gp_likelihood_solves_with_one_cholesky_per_use() -> None:
+    gp = ("K[i,j] = X[i,d] X[j,d] + s delta[i,j]\nspd K\n"
+          "f = 0.5 y[i] inv[i,j](K[i,j]) y[j] + 0.5 logdet[i,j](K[i,j])")
+    source = ef.compile(gp).to_source()
+    assert "_solve('spd_solve'" in source and "_linalg('spd_logdet'" in source and "'spd_inv'" not in source
+    gradient = ef.grad(gp, wrt="X").to_source()
+    assert gradient.count("_solve('spd_solve'") == 1 and gradient.count("_linalg('spd_inv'") == 1

@@ -15,7 +15,14 @@ import math
 
 import opt_einsum as oe
 
-from einflow.engine.linalg import CHECK_KINDS, LINALG_HELPER, TORCH_LINALG_HELPER, is_linalg
+from einflow.engine.linalg import (
+    CHECK_KINDS,
+    LINALG_HELPER,
+    SOLVE_HELPER,
+    TORCH_LINALG_HELPER,
+    TORCH_SOLVE_HELPER,
+    is_linalg,
+)
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -35,6 +42,7 @@ from einflow.engine.steps import (
     Reduce,
     Size,
     SizeRef,
+    Solve,
     Step,
     node_args,
 )
@@ -221,11 +229,14 @@ HELPERS["device"] = '''def {device}(*inputs):
     return None'''
 HELPERS["linalg"] = LINALG_HELPER
 TORCH_HELPERS["linalg"] = TORCH_LINALG_HELPER
-HELPER_NEEDS = {"reciprocal": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",), "linalg": ("as_float",)}
+HELPERS["solve"] = SOLVE_HELPER
+TORCH_HELPERS["solve"] = TORCH_SOLVE_HELPER
+HELPER_NEEDS = {"reciprocal": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",), "linalg": ("as_float",),
+                "solve": ("as_float",)}
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
 HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "sigmoid", "step", "as_input_float", "diagonal", "owned",
-               "device", "erf", "reduce", "linalg")
+               "device", "erf", "reduce", "linalg", "solve")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -253,6 +264,8 @@ def kind_of(step: Step) -> str:
     if isinstance(step, Contract):
         return "contract"
     if isinstance(step, Reduce):
+        return step.kind
+    if isinstance(step, Solve):
         return step.kind
     if isinstance(step, Diagonal):
         return "diagonal"
@@ -543,6 +556,9 @@ class Source:
             return [f"{out} = {self.contract(step)}"]
         if isinstance(step, Reduce) and step.kind == "sum":
             return [f"{out} = {self.reduce(self.var(step.arg), step.axes)}"]
+        if isinstance(step, Solve):
+            return [f"{out} = {self.helper('solve')}({step.kind!r}, {self.var(step.matrix)}, {step.axes!r}, "
+                    f"{self.var(step.rhs)}, {step.rhs_axis}, {step.transposed})"]
         if isinstance(step, Reduce) and is_linalg(step):
             named = dict(self.lowered.names)
             name = self.lowered.inputs[step.arg] if step.arg < len(self.lowered.inputs) else named.get(step.arg)
@@ -562,6 +578,9 @@ class Source:
             kept = step.labels if step.kind in keeps else tuple(
                 label for k, label in enumerate(step.labels) if k not in step.axes)
             text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
+        elif isinstance(step, Solve):
+            over = "rows" if step.transposed else "columns"
+            text = f"inv({self.var(step.matrix)}) {self.var(step.rhs)} over its {over} -> [{','.join(step.labels)}]"
         elif isinstance(step, Diagonal):
             text = "delta " + ", ".join("=".join(group) for group in step.groups)
             if step.base is not None:

@@ -44,13 +44,14 @@ from einflow.engine.steps import (
     Reduce,
     Size,
     SizeRef,
+    Solve,
     Step,
     node_args,
     step_inputs,
     substitute,
 )
 from einflow.lang import ir
-from einflow.lang.check import check_program, free_indices, top_level_terms
+from einflow.lang.check import check_program, free_indices, product_operands, top_level_terms
 from einflow.lang.contraction import eliminate_deltas, product_output, split_product
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import indices_in, join_partners, size_links
@@ -378,6 +379,8 @@ class _Lowering:
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
                       preferred: tuple[str, ...] = ()) -> _Value:
+        if any(isinstance(factor, ir.Linalg) for factor in factors):
+            factors = self.solves(factors, bound, reduce, preferred)
         parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
                               lambda value: value.const if value.reg is None else None, lambda value: value.labels)
         output, summed = product_output(parts.sequence, bound, reduce, preferred)
@@ -396,6 +399,60 @@ class _Lowering:
             value = self.elementwise(("count", expr, _number_types(expr)), expr, ())
             return self.diagonal(value, output, classes)
         return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
+
+    # ------------------------------------------------------------------ linear algebra (LANGUAGE.md 8.1)
+    def solves(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
+               preferred: tuple[str, ...]) -> tuple[ir.Expr, ...]:
+        """``inv[i,j](M) B[..j..]`` with ``j`` summed here and read by B alone: one Solve step instead of the
+        inverse (``B[..i..] inv[i,j](M)`` solves with M's transpose); the solved value stands in the product as a
+        tensor reference. Only an unbatched matrix; its other index may not be an index of B."""
+        factors = list(factors)
+        changed = True
+        while changed:
+            changed = False
+            operands = product_operands(tuple(factors), bound)
+            counts = Counter(label for labels in operands for label in labels)
+            for position, factor in enumerate(factors):
+                if not isinstance(factor, ir.Linalg) or factor.kind != "inv" or \
+                        set(free_indices(factor.body, bound)) != set(factor.indices):
+                    continue
+                row, column = factor.indices
+                for index, other, transposed in ((column, row, False), (row, column, True)):
+                    summed = index in reduce or (index not in bound and index not in preferred)
+                    if not summed or counts[index] != 2:
+                        continue
+                    partner = next((k for k, labels in enumerate(operands) if k != position and index in labels), None)
+                    rhs = factors[partner] if partner is not None else None
+                    if not isinstance(rhs, ir.Tensor) or rhs.indices.count(index) != 1 or other in rhs.indices \
+                            or self.names[rhs.name].reg is None:
+                        continue
+                    solved = self.solve(factor, rhs, index, other, transposed, bound)
+                    factors = [f for k, f in enumerate(factors) if k not in (position, partner)] + [solved]
+                    changed = True
+                    break
+                if changed:
+                    break
+        return tuple(factors)
+
+    def solve(self, inverse: ir.Linalg, rhs: ir.Tensor, index: str, other: str, transposed: bool,
+              bound: frozenset[str]) -> ir.Tensor:
+        """The Solve step for ``inv(M) rhs`` over ``index``; a reference to its value (labels: other, then rhs's)."""
+        matrix = self.lower(inverse.body, bound, frozenset())
+        assert matrix.reg is not None
+        declared = self.matrices.get(inverse.body.name) if isinstance(inverse.body, ir.Tensor) else None
+        kind = "spd_solve" if declared == "spd" else "solve"
+        transposed = transposed and kind == "solve"  # a symmetric matrix is its transpose: one step for both
+        axes = (matrix.labels.index(inverse.indices[0]), matrix.labels.index(inverse.indices[1]))
+        labels = (other, *(label for label in rhs.indices if label != index))
+        rhs_reg = self.names[rhs.name].reg
+        rhs_axis = rhs.indices.index(index)
+        sizes = self.sizes_of(labels)
+        made = self.emit(("solve", kind, matrix.reg, axes, rhs_reg, rhs_axis, transposed),
+                         lambda out: Solve(self.statement, out, matrix.reg, rhs_reg, axes, rhs_axis,  # type: ignore
+                                           transposed, labels, sizes, kind), labels)
+        name = f"solve#{made.reg}"  # not a name the language can write: never a user's tensor
+        self.names[name] = _Value(made.reg, labels)
+        return ir.Tensor(name, labels)
 
     def ones(self, label: str) -> _Value:
         size = self.sizes.get(label, -1)

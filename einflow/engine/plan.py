@@ -31,7 +31,7 @@ from einflow.engine.codegen import (
 )
 from einflow.engine.fitting import Fitting, FittingRenderer, _text_bytes, fit
 from einflow.engine.kernels import contraction_steps
-from einflow.engine.linalg import is_linalg, linalg_flops, linalg_result_dtype
+from einflow.engine.linalg import is_linalg, linalg_dtype, linalg_flops, linalg_result_dtype, solve_flops
 from einflow.engine.lower import lower
 from einflow.engine.paths import PathChoice, choose_path
 from einflow.engine.slicing import Slicing
@@ -54,6 +54,7 @@ from einflow.engine.steps import (
     Reduce,
     Size,
     SizeRef,
+    Solve,
     Step,
     arg_nodes,
     node_args,
@@ -339,6 +340,8 @@ class _Specialiser(FittingRenderer, Source):
         elif isinstance(step, Contract):  # einsum's type is its operands' (bools stay bools), then the scale's
             namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
             text = generic.scaled("_contracted", step.scale)
+        elif isinstance(step, Solve):
+            return linalg_dtype(np.result_type(self.dtype[step.matrix], self.dtype[step.rhs]))
         elif is_linalg(step):
             return linalg_result_dtype(step.kind, self.dtype[step.arg])
         else:
@@ -954,6 +957,10 @@ def _step_report(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
                         path=specialiser.path_choices.get(out))
     if isinstance(step, Reduce) and is_linalg(step):
         flops = linalg_flops(step.kind, specialiser.shape[step.arg], step.axes)
+        return PlanStep(statement, kind, equation, flops, shape, size)
+    if isinstance(step, Solve):
+        n = specialiser.shape[step.matrix][step.axes[0]]
+        flops = solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n, 1))
         return PlanStep(statement, kind, equation, flops, shape, size)
     if isinstance(step, Reduce):
         return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
