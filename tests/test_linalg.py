@@ -214,6 +214,13 @@ def test_declared_matrices_are_checked_at_call_time() -> None:
     assert np.isclose(gp(X=X, s=0.5), np.linalg.slogdet(X @ X.T + 0.5 * np.eye(5))[1])
     with pytest.raises(ef.MatrixError, match="'K' is declared spd but is not positive definite"):
         gp(X=X, s=-1.0)
+    # the same when a solve or an inverse factorises the matrix (the check then only looks at symmetry)
+    for text in ("spd K\nf = y[i] inv[i,j](K[i,j]) y[j]", "spd K\nN[i,j] = inv[i,j](K[i,j])"):
+        program = ef.compile(text)
+        assert "'spd_by_factor'" in program.to_source()
+        with pytest.raises(ef.MatrixError, match="'K' is declared spd but is not positive definite"):
+            call(program, K=-K, y=np.ones(4))
+        assert np.allclose(call(program, K=K, y=np.ones(4)), call(ef.compile(text.split("\n")[1]), K=K, y=np.ones(4)))
 
 
 def _sym(A: jax.Array) -> jax.Array:
@@ -244,7 +251,8 @@ def test_derivatives_by_a_declared_matrix_are_symmetric(text: str, twin) -> None
     assert np.allclose(call(ef.hvp(text, wrt="A", tangent="T"), **data), expected_hvp, rtol=1e-9, atol=1e-10)
     if "A[j,k]" not in text:  # the spd atoms: the declaration is in the derived program, Cholesky computes them
         source = ef.grad(text, wrt="A").to_source()
-        assert "'spd_inv'" in source and "'spd'" in source
+        # checked for symmetry; the Cholesky factorisation that computes the inverse finds a non-spd matrix
+        assert "'spd_inv'" in source and "'spd_by_factor'" in source
 
 
 def test_gp_gradient_factors_the_kernel_once() -> None:

@@ -106,13 +106,20 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
         for read in sorted(tensor_names(statement.expr) & varying):
             if read not in adjoint_indices:
                 adjoint_indices[read] = work.fresh_indices(read)
-            jac = derivative(statement.expr, input_leaf(read, adjoint_indices[read], read in work.symmetric))
+            jac = derivative(statement.expr, input_leaf(read, adjoint_indices[read]))
             if jac is None:
                 continue
             pulled = ir.product(cotangent, jac)
             if statement.indices:
                 pulled = ir.Reduce(statement.indices, pulled)
             contribution = simplify(_fresh_copy(pulled, work.fresh))
+            if read in work.symmetric and len(adjoint_indices[read]) == 2:
+                # a declared symmetric matrix: the contribution projected on the symmetric matrices, (C + C^T)/2,
+                # term by term (a projection inside the product would sum two n^2 x n^2 arrays)
+                p, q = adjoint_indices[read]
+                swapped = _fresh_copy(rename(contribution, {p: q, q: p}), work.fresh)
+                contribution = simplify(ir.Sum((ir.product(ir.Num(0.5), contribution),
+                                                ir.product(ir.Num(0.5), swapped))))
             if not (isinstance(contribution, ir.Num) and contribution.value == 0):
                 contributions.setdefault(read, []).append(contribution)
     names: dict[str, str] = {}

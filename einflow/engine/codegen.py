@@ -557,12 +557,12 @@ class Source:
         if isinstance(step, Reduce) and step.kind == "sum":
             return [f"{out} = {self.reduce(self.var(step.arg), step.axes)}"]
         if isinstance(step, Solve):
+            extra = f", {self.matrix_name(step.matrix)!r}" if step.kind == "spd_solve" else ""
             return [f"{out} = {self.helper('solve')}({step.kind!r}, {self.var(step.matrix)}, {step.axes!r}, "
-                    f"{self.var(step.rhs)}, {step.rhs_axis}, {step.transposed})"]
+                    f"{self.var(step.rhs)}, {step.rhs_axis}, {step.transposed}{extra})"]
         if isinstance(step, Reduce) and is_linalg(step):
-            named = dict(self.lowered.names)
-            name = self.lowered.inputs[step.arg] if step.arg < len(self.lowered.inputs) else named.get(step.arg)
-            extra = f", {name!r}" if step.kind in CHECK_KINDS else ""
+            named = step.kind in CHECK_KINDS or step.kind.startswith("spd_")
+            extra = f", {self.matrix_name(step.arg)!r}" if named else ""
             return [f"{out} = {self.helper('linalg')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r}{extra})"]
         if isinstance(step, Reduce):
             return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
@@ -570,11 +570,20 @@ class Source:
             return self.diagonal(step, out)
         return [f"{out} = {self.elementwise(step)}"]
 
+    def matrix_name(self, register: int) -> str | None:
+        """The name of the declared matrix in ``register`` (an input or a target, read through its check)."""
+        checks = {step.out: step.arg for step in self.lowered.steps if isinstance(step, Reduce)
+                  and step.kind in (*CHECK_KINDS, "spd_by_factor")}
+        register = checks.get(register, register)
+        if register < len(self.lowered.inputs):
+            return self.lowered.inputs[register]
+        return dict(self.lowered.names).get(register)
+
     def note(self, number: int, step: Step) -> str:
         if isinstance(step, Contract):
             text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
         elif isinstance(step, Reduce):
-            keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", *CHECK_KINDS)
+            keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", "spd_by_factor", *CHECK_KINDS)
             kept = step.labels if step.kind in keeps else tuple(
                 label for k, label in enumerate(step.labels) if k not in step.axes)
             text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"

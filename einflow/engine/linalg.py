@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SOLVE_HELPER", "TORCH_SOLVE_HELPER", "solve_flops", "LINALG_KINDS", "CHECK_KINDS", "SPD_KINDS",
+__all__ = ["SPD_FACTORING", "SOLVE_HELPER", "TORCH_SOLVE_HELPER", "solve_flops", "LINALG_KINDS", "CHECK_KINDS",
+           "SPD_KINDS",
            "matrix_kind", "linalg_result_dtype", "LINALG_HELPER",
            "TORCH_LINALG_HELPER", "is_linalg", "linalg_dtype", "linalg_flops"]
 
@@ -23,8 +24,10 @@ LINALG_KINDS = ("inv", "det", "logdet")
 CHECK_KINDS = ("symmetric", "spd")
 #: the atoms of a matrix declared ``spd``: computed from its Cholesky factor
 SPD_KINDS = ("spd_inv", "spd_det", "spd_logdet")
-#: every kind this module's helper computes
-_KINDS = LINALG_KINDS + CHECK_KINDS + SPD_KINDS
+#: steps that factorise their matrix by Cholesky (and say so when it is not positive definite)
+SPD_FACTORING = ("spd_inv", "spd_det", "spd_logdet", "spd_solve")
+#: every kind this module's helper computes ("spd_by_factor": an spd check whose matrix a later step factorises)
+_KINDS = LINALG_KINDS + CHECK_KINDS + SPD_KINDS + ("spd_by_factor",)
 #: how far from symmetric a declared matrix may be, relative to its largest entry (round-off of a computed one)
 SYMMETRY_TOLERANCE = 1e-10
 
@@ -32,13 +35,14 @@ SYMMETRY_TOLERANCE = 1e-10
 LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
     """inv, det or logdet (log|det|) of the matrices on ``axes`` (rows, columns) of ``x``, batched over the rest;
     "symmetric"/"spd": ``x`` itself once checked (a ValueError names the matrix otherwise); "spd_*": by Cholesky."""
-    if kind in ("symmetric", "spd"):
+    if kind in ("symmetric", "spd", "spd_by_factor"):
+        checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
         scale = float(abs(x).max()) if x.size else 0.0
         if float(abs(x - {np}.swapaxes(x, -1, -2)).max(initial=0.0)) > 1e-10 * scale:
             error = globals().get("MatrixError", ValueError)
             raise error(f"matrix {{name!r}} is declared {{kind}} but is not symmetric")
         try:
-            positive = bool({np}.all({np}.isfinite({np}.linalg.cholesky({as_float}(x))))) if kind == "spd" else True
+            positive = bool({np}.all({np}.isfinite({np}.linalg.cholesky({as_float}(x))))) if checks == "spd" else True
         except {np}.linalg.LinAlgError:
             positive = False
         if not positive:
@@ -54,13 +58,20 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         else:
             potrf, potri = get_lapack_funcs(("potrf", "potri"), (x,))
             factor, info = potrf(x, lower=True, clean=False)
+            if info > 0:
+                raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not "
+                                                               "positive definite")
             if info == 0:
                 inverse, info = potri(factor, lower=True)
                 if info == 0:
                     lower = {np}.tril(inverse)
                     return lower + {np}.tril(inverse, -1).T
     if kind.startswith("spd_"):
-        factor = {np}.linalg.cholesky(x)
+        try:
+            factor = {np}.linalg.cholesky(x)
+        except {np}.linalg.LinAlgError:
+            raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not "
+                                                           "positive definite") from None
         logdet = 2 * {np}.log({np}.diagonal(factor, axis1=-2, axis2=-1)).sum(axis=-1)
         if kind == "spd_logdet":
             return logdet
@@ -76,11 +87,12 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
 TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
     """inv, det or logdet (log|det|) of the matrices on ``axes`` (rows, columns) of ``x``, batched over the rest;
     "symmetric"/"spd": ``x`` itself once checked (a ValueError names the matrix otherwise); "spd_*": by Cholesky."""
-    if kind in ("symmetric", "spd"):
+    if kind in ("symmetric", "spd", "spd_by_factor"):
+        checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
         scale = float(x.abs().max()) if x.numel() else 0.0
         if x.numel() and float((x - x.transpose(-1, -2)).abs().max()) > 1e-10 * scale:
             raise ValueError(f"matrix {{name!r}} is declared {{kind}} but is not symmetric")
-        if kind == "spd" and int({np}.linalg.cholesky_ex({as_float}(x)).info.max()) != 0:
+        if checks == "spd" and int({np}.linalg.cholesky_ex({as_float}(x)).info.max()) != 0:
             raise ValueError(f"matrix {{name!r}} is declared spd but is not positive definite")
         return x
     x = {np}.movedim({as_float}(x), axes, (-2, -1))
@@ -101,7 +113,7 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
 
 #: ``inv(M) B`` by a solve: B's axis ``axis`` against M's columns (rows when ``transposed``); the result's first
 #: axis is M's other index, then B's other axes. spd: Cholesky (scipy's, when numpy and scipy are there)
-SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed):
+SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None):
     """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse."""
     M = {np}.moveaxis({as_float}(M), axes, (1, 0) if transposed else (0, 1))
     B = {np}.moveaxis({as_float}(B), axis, 0)
@@ -112,10 +124,15 @@ SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed):
         except ImportError:
             pass
         else:
-            return cho_solve(cho_factor(M, lower=True, check_finite=False), flat, check_finite=False).reshape(B.shape)
+            try:
+                factor = cho_factor(M, lower=True, check_finite=False)
+            except {np}.linalg.LinAlgError:
+                raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not "
+                                                               "positive definite") from None
+            return cho_solve(factor, flat, check_finite=False).reshape(B.shape)
     return {np}.linalg.solve(M, flat).reshape(B.shape)'''
 
-TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed):
+TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None):
     """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse."""
     M = {np}.movedim({as_float}(M), axes, (1, 0) if transposed else (0, 1))
     B = {np}.movedim({as_float}(B), axis, 0)
@@ -173,7 +190,7 @@ def linalg_flops(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> in
     """
     n = shape[axes[0]]
     batch = math.prod(size for k, size in enumerate(shape) if k not in axes)
-    if kind == "symmetric":
+    if kind in ("symmetric", "spd_by_factor"):
         return batch * n * n
     # LU: 2/3 n^3; Cholesky: 1/3 n^3; an inverse from either: 2 n^3 in all (n solves of 2 n^2 each)
     per_matrix = 2 * n**3 if kind.endswith("inv") else -(-n**3 // 3) if kind.startswith("spd") else -(-2 * n**3 // 3)

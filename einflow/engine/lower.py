@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.accumulate import accumulate_diagonals
-from einflow.engine.linalg import matrix_kind
+from einflow.engine.linalg import SPD_FACTORING, matrix_kind
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -165,16 +165,16 @@ class _Lowering:
         outputs: list[int] = []
         texts: list[str] = []
         final: _Value | None = None
+        for name in self.matrices:  # declared inputs: checked before any statement reads them
+            if name in self.input_names:
+                self.check_matrix(name)
         for number, statement in enumerate(self.program.statements):
             self.statement = number
             texts.append(ir.format_statement(statement))
             if isinstance(statement, ir.SizeDecl):
                 self.declare(statement)
                 continue
-            if isinstance(statement, ir.MatrixDecl):  # inputs are checked here, targets where they are assigned
-                for name in statement.names:
-                    if name in self.input_names:
-                        self.check_matrix(name)
+            if isinstance(statement, ir.MatrixDecl):  # inputs are checked first, targets where they are assigned
                 continue
             if isinstance(statement, ir.Return):
                 outputs.extend(self.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
@@ -667,6 +667,15 @@ def lower(program: Any) -> Lowered:
     return _lower(program if isinstance(program, ir.ProgramIR) else program.ir)
 
 
+def factored_checks(steps: list[Step]) -> list[Step]:
+    """An spd matrix that a later step factorises (Cholesky) is checked for symmetry only: the factorisation
+    finds a matrix that is not positive definite (and names it), so the check does not factorise it again."""
+    factorised = {step.matrix if isinstance(step, Solve) else step.arg for step in steps  # type: ignore[union-attr]
+                  if getattr(step, "kind", "") in SPD_FACTORING}
+    return [replace(step, kind="spd_by_factor") if isinstance(step, Reduce) and step.kind == "spd"
+            and step.out in factorised else step for step in steps]
+
+
 @functools.lru_cache(maxsize=256)
 def _lower(program: ir.ProgramIR) -> Lowered:
     program = stabilize_program(program)  # written-out log-sum-exp, softplus, log-sigmoid: their stable forms
@@ -678,7 +687,7 @@ def _lower(program: ir.ProgramIR) -> Lowered:
     # a register a statement binds to its target is never inlined away (a later statement, or the plan's
     # size check, reads it by name even when the lowering found it already computed by an earlier statement)
     bound = tuple(register for _, _, register in lowering.bindings if register is not None)
-    steps = fuse(lowering.steps, (*outputs, *bound), register_ranks)
+    steps = fuse(factored_checks(lowering.steps), (*outputs, *bound), register_ranks)
     steps, count = accumulate_diagonals(steps, (*outputs, *bound), register_ranks, lowering.count)
     steps = release(steps, outputs, len(info.inputs))
     names = tuple((register, name) for register, name in lowering.target_names.items()
