@@ -100,13 +100,13 @@ def main(quick: bool = False) -> None:
         T = rng.standard_normal((size, size))
         if what == "hessian":
             program = ef.hessian("f = logdet[i,j](A[i,j])", wrt="A")
-            call = lambda: program(A=A)  # noqa: E731
-            reference = lambda: -np.einsum("qi,jp->ijpq", *(2 * [np.linalg.inv(A)]))  # noqa: E731
+            call = lambda program=program, A=A: program(A=A)  # noqa: E731
+            reference = lambda A=A: -np.einsum("qi,jp->ijpq", *(2 * [np.linalg.inv(A)]))  # noqa: E731
             assert np.allclose(call(), reference())
         else:
             program = ef.hvp("f = logdet[i,j](A[i,j])", wrt="A", tangent="T")
-            call = lambda: program(A=A, T=T)  # noqa: E731
-            reference = lambda: -(np.linalg.inv(A) @ T @ np.linalg.inv(A)).T  # noqa: E731
+            call = lambda program=program, A=A, T=T: program(A=A, T=T)  # noqa: E731
+            reference = lambda A=A, T=T: -(np.linalg.inv(A) @ T @ np.linalg.inv(A)).T  # noqa: E731
             assert np.allclose(call(), reference())
         times = compare({"einflow": call, "numpy": reference}, repeat=repeat)
         peak = peak_bytes(call)
