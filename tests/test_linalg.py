@@ -294,3 +294,39 @@ def test_the_gp_likelihood_solves_with_one_cholesky_per_use() -> None:
     assert "_solve('spd_solve'" in source and "_linalg('spd_logdet'" in source and "'spd_inv'" not in source
     gradient = ef.grad(gp, wrt="X").to_source()
     assert gradient.count("_solve('spd_solve'") == 1 and gradient.count("_linalg('spd_inv'") == 1
+
+
+# ---------------------------------------------------------------- backends and exports
+GP = "K[i,j] = X[i,d] X[j,d] + s delta[i,j]\nspd K\nf = 0.5 y[i] inv[i,j](K[i,j]) y[j] + 0.5 logdet[i,j](K[i,j])"
+
+
+def test_backends_and_frameworks() -> None:
+    import dask.array as da
+    import torch
+
+    X, y = RNG.standard_normal((6, 2)), RNG.standard_normal(6)
+    program, gradient = ef.compile(GP), ef.grad(GP, wrt="X")
+    value, expected = program(X=X, y=y, s=0.5), gradient(X=X, y=y, s=0.5)
+    assert np.isclose(float(program(X=torch.tensor(X), y=torch.tensor(y), s=0.5)), value)
+    assert np.isclose(float(program(X=jnp.asarray(X), y=jnp.asarray(y), s=0.5)), value)
+    assert np.isclose(float(program(X=da.from_array(X, chunks=3), y=da.from_array(y, chunks=3), s=0.5).compute()), value)
+    leaf = torch.tensor(X, requires_grad=True)
+    program(X=leaf, y=torch.tensor(y), s=0.5).backward()  # torch autograd through einflow's gradient program
+    assert np.allclose(leaf.grad.numpy(), expected, atol=1e-12)
+    jitted = jax.jit(jax.grad(lambda x: program(X=x, y=jnp.asarray(y), s=0.5)))  # custom_jvp under jit
+    assert np.allclose(np.asarray(jitted(jnp.asarray(X))), expected, atol=1e-12)
+    batch = well_conditioned(3, 2)
+    for target, module in (("torch", torch), ("jax", jnp)):
+        source = ef.compile("d[b] = logdet[i,j](B[b,i,j])\ne[b] = d[b] + sum[i,j](inv[i,j](B[b,i,j]))").to_source(
+            target=target)
+        namespace: dict = {}
+        exec(source, namespace)  # noqa: S102 - einflow's own generated code
+        result = namespace["f"](B=module.asarray(batch) if target == "jax" else torch.tensor(batch))
+        expected_batch = np.linalg.slogdet(batch)[1] + np.linalg.inv(batch).sum(axis=(1, 2))
+        assert np.allclose(np.asarray(result), expected_batch)
+
+
+def test_latex() -> None:
+    text = ef.compile(GP + " + det[i,j](K[j,i] + delta[i,j])").to_latex()
+    assert r"\left(K^{-1}\right)_{i,j}" in text and r"\log\lvert\det K\rvert" in text
+    assert r"\det \left[K_{ji} + \delta_{ij}\right]_{i,j}" in text

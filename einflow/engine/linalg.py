@@ -37,17 +37,22 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
     "symmetric"/"spd": ``x`` itself once checked (a ValueError names the matrix otherwise); "spd_*": by Cholesky."""
     if kind in ("symmetric", "spd", "spd_by_factor"):
         checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
-        scale = float(abs(x).max()) if x.size else 0.0
-        if float(abs(x - {np}.swapaxes(x, -1, -2)).max(initial=0.0)) > 1e-10 * scale:
-            error = globals().get("MatrixError", ValueError)
+        error = globals().get("MatrixError", ValueError)
+        try:
+            scale = float(abs(x).max()) if x.size else 0.0
+            symmetric = float(abs(x - {np}.swapaxes(x, -1, -2)).max(initial=0.0)) <= 1e-10 * scale
+        except TypeError:  # a traced array (jax.jit): no values to check
+            return x
+        if not symmetric:
             raise error(f"matrix {{name!r}} is declared {{kind}} but is not symmetric")
         try:
             positive = bool({np}.all({np}.isfinite({np}.linalg.cholesky({as_float}(x))))) if checks == "spd" else True
-        except {np}.linalg.LinAlgError:
+        except Exception as failed:  # numpy's LinAlgError (jax returns nan)
+            if type(failed).__name__ != "LinAlgError":
+                raise
             positive = False
         if not positive:
-            raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not positive "
-                                                           "definite")
+            raise error(f"matrix {{name!r}} is declared spd but is not positive definite")
         return x
     x = {np}.moveaxis({as_float}(x), axes, (-2, -1))
     if kind == "spd_inv" and {np}.__name__ == "numpy" and x.ndim == 2 and x.dtype.kind == "f":
