@@ -667,6 +667,40 @@ def lower(program: Any) -> Lowered:
     return _lower(program if isinstance(program, ir.ProgramIR) else program.ir)
 
 
+def shared_factorisations(steps: list[Step]) -> list[Step]:
+    """A solve with a matrix whose inverse the program forms anyway is a product with that inverse (n^2 work per
+    right-hand side instead of a second factorisation): the inverse step moves up to the first such solve."""
+    inverses = {step.arg: step for step in steps if isinstance(step, Reduce) and step.kind in ("inv", "spd_inv")
+                and len(step.labels) == 2}
+    if not any(isinstance(step, Solve) and step.matrix in inverses for step in steps):
+        return steps
+    made = {inverse.out for inverse in inverses.values()}
+    result: list[Step] = []
+    placed: set[int] = set()
+    for step in steps:
+        if isinstance(step, Reduce) and step.out in made:
+            if step.out not in placed:  # else already moved up to a solve before it
+                placed.add(step.out)
+                result.append(step)
+            continue
+        if isinstance(step, Solve) and step.matrix in inverses:
+            inverse = inverses[step.matrix]  # its value is inv(matrix register), whichever axes it read
+            if inverse.out not in placed:
+                result.append(replace(inverse, statement=step.statement))
+                placed.add(inverse.out)
+            other, rest = step.labels[0], step.labels[1:]
+            transposed = (step.axes == (1, 0)) != step.transposed
+            summed = other + "#"  # not a name the language can write
+            remaining = iter(rest)
+            rhs = tuple(summed if axis == step.rhs_axis else next(remaining) for axis in range(len(rest) + 1))
+            result.append(Contract(step.statement, step.out, (inverse.out, step.rhs),
+                                   ((summed, other) if transposed else (other, summed), rhs), step.labels,
+                                   step.sizes))
+            continue
+        result.append(step)
+    return result
+
+
 def factored_checks(steps: list[Step]) -> list[Step]:
     """An spd matrix that a later step factorises (Cholesky) is checked for symmetry only: the factorisation
     finds a matrix that is not positive definite (and names it), so the check does not factorise it again."""
@@ -687,7 +721,7 @@ def _lower(program: ir.ProgramIR) -> Lowered:
     # a register a statement binds to its target is never inlined away (a later statement, or the plan's
     # size check, reads it by name even when the lowering found it already computed by an earlier statement)
     bound = tuple(register for _, _, register in lowering.bindings if register is not None)
-    steps = fuse(factored_checks(lowering.steps), (*outputs, *bound), register_ranks)
+    steps = fuse(factored_checks(shared_factorisations(lowering.steps)), (*outputs, *bound), register_ranks)
     steps, count = accumulate_diagonals(steps, (*outputs, *bound), register_ranks, lowering.count)
     steps = release(steps, outputs, len(info.inputs))
     names = tuple((register, name) for register, name in lowering.target_names.items()
