@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1499,3 +1499,71 @@ def _scan(e: Any, bound: frozenset[str], contracted_above: frozenset[str], found
             found.add("nested sum[...]")
         _scan(e.body, bound | frozenset(e.indices), contracted_above, found, orders, uses, depth + 1)
         return
+
+
+# ---------------------------------------------------------------- linear algebra programs (LANGUAGE.md 8.1)
+@dataclass
+class LinalgCase:
+    """A random scalar program over inv/det/logdet, its jax.numpy twin and well-conditioned inputs."""
+
+    seed: int
+    text: str
+    twin: Callable[..., Any]  # twin(**arrays as jax arrays) -> scalar
+    arrays: dict[str, np.ndarray]
+    declared: str | None  # "spd", "symmetric" or None: how A is declared
+
+
+def well_conditioned_matrix(rng: np.random.Generator, n: int, kind: str | None) -> np.ndarray:
+    """A matrix whose condition number stays below about 5: ``3 I + G/sqrt(n)`` (G standard normal, so its
+    spectral norm is below about 2); spd: ``Q diag(0.5..2) Q^T``; symmetric: the same with random signs."""
+    if kind is None:
+        return 3 * np.eye(n) + rng.standard_normal((n, n)) / np.sqrt(n)
+    q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    d = rng.uniform(0.5, 2.0, n)
+    if kind == "symmetric":
+        d = d * rng.choice([-1.0, 1.0], n)
+    return (q * d) @ q.T
+
+
+def generate_linalg(seed: int) -> LinalgCase:
+    """One scalar program of 1 to 3 terms, each an atom of a matrix built from A (well conditioned: adding
+    ``c delta`` with c >= 0 or ``u u^T`` keeps an spd matrix spd and moves the others' eigenvalues little)."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 5))
+    declared = [None, "spd", "symmetric"][int(rng.integers(3))]
+    arrays = {"A": well_conditioned_matrix(rng, n, declared), "x": rng.standard_normal(n),
+              "u": 0.3 * rng.standard_normal(n), "B": rng.standard_normal((n, n))}
+    matrices = [("A[i,j]", lambda a: a["A"]), ("A[j,i]", lambda a: a["A"].T)]
+    c = round(float(rng.uniform(0.1, 1.0)), 3)
+    matrices.append((f"A[i,j] + {c} delta[i,j]", lambda a, c=c: a["A"] + c * jnp.eye(n)))
+    if declared != "symmetric":  # an indefinite matrix plus u u^T may come near singular
+        matrices.append(("A[i,j] + u[i] u[j]", lambda a: a["A"] + jnp.outer(a["u"], a["u"])))
+
+    def logdet(m: Any) -> Any:
+        return jnp.linalg.slogdet(m)[1]
+
+    atoms = [
+        ("logdet[i,j]({M})", lambda m, a: logdet(m)),
+        ("det[i,j]({M})", lambda m, a: jnp.linalg.det(m)),
+        ("x[i] inv[i,j]({M}) x[j]", lambda m, a: a["x"] @ jnp.linalg.solve(m, a["x"])),
+        ("sum[i](tanh(inv[i,j]({M}) x[j]))", lambda m, a: jnp.sum(jnp.tanh(jnp.linalg.solve(m, a["x"])))),
+        ("sum[i,j](inv[i,j]({M}) B[i,j])", lambda m, a: jnp.sum(jnp.linalg.inv(m) * a["B"])),
+        ("logdet[i,j]({M})^2", lambda m, a: logdet(m) ** 2),
+    ]
+    terms, parts = [], []
+    for _ in range(int(rng.integers(1, 4))):
+        text, build = matrices[int(rng.integers(len(matrices)))]
+        atom, value = atoms[int(rng.integers(len(atoms)))]
+        coefficient = round(float(rng.uniform(0.2, 1.5)), 3)
+        terms.append(f"{coefficient} {atom.format(M=text)}")
+        parts.append((coefficient, build, value))
+
+    def twin(**a: Any) -> Any:
+        if declared is not None:  # derivatives on the symmetric matrices: jax's of f((A + A^T)/2)
+            a = {**a, "A": (a["A"] + a["A"].T) / 2}
+        return sum(coefficient * value(build(a), a) for coefficient, build, value in parts)
+
+    text = (f"{declared} A\n" if declared else "") + "f = " + " + ".join(terms)
+    return LinalgCase(seed, text, twin, arrays, declared)

@@ -770,3 +770,43 @@ if __name__ == "__main__":  # pragma: no cover
         for f in found:
             print(f, "\n", flush=True)
     print(f"# {bad} of {total} programs failed", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- linear algebra (LANGUAGE.md 8.1, issue 25)
+_LINALG_N = int(os.environ.get("EINFLOW_DIFF_LINALG_N", "24"))
+
+
+@pytest.mark.skipif(jax is None, reason="the linear-algebra reference is jax.numpy.linalg")
+@pytest.mark.parametrize("seed", range(_LINALG_N))
+def test_random_linear_algebra_programs_match_jax(seed: int) -> None:
+    """Random sums of inv/det/logdet atoms of matrices built from a well-conditioned A (randprog.generate_linalg:
+    condition numbers below about 5), A undeclared, spd or symmetric: value, gradient, Hessian and hvp against
+    jax.numpy.linalg in float64, the gradient against central differences of the value, and the printed
+    derivative programs re-parse to the same values."""
+    case = randprog.generate_linalg(seed)
+    data = {name: case.arrays[name] for name in ("A", "x", "u", "B")}
+    program = ef.compile(case.text)
+
+    def call(p: ef.Program, **extra: np.ndarray) -> Any:
+        return p(**{name: {**data, **extra}[name] for name in p.inputs})
+
+    jdata = {name: jnp.asarray(value) for name, value in data.items()}
+    message = f"seed {seed}: {case.text!r}"
+    assert np.isclose(call(program), float(case.twin(**jdata)), rtol=1e-10, atol=1e-10), message
+    gradient = ef.grad(program, wrt="A")
+    expected = np.asarray(jax.grad(lambda a: case.twin(**{**jdata, "A": a}))(jdata["A"]))
+    assert np.allclose(call(gradient), expected, rtol=1e-8, atol=1e-9), message
+    assert np.allclose(call(ef.compile(str(gradient))), expected, rtol=1e-8, atol=1e-9), message  # re-parsed
+    hessian = np.asarray(jax.hessian(lambda a: case.twin(**{**jdata, "A": a}))(jdata["A"]))
+    assert np.allclose(call(ef.hessian(program, wrt="A")), hessian, rtol=1e-7, atol=1e-8), message
+    T = np.random.default_rng(seed).standard_normal(data["A"].shape)
+    hvp = np.tensordot(hessian, T, axes=2)
+    assert np.allclose(call(ef.hvp(program, wrt="A", tangent="T"), T=T), hvp, rtol=1e-7, atol=1e-8), message
+    if case.declared is None:  # central differences move A off the declared set otherwise
+        h = 1e-6
+        central = np.zeros_like(data["A"])
+        for index in np.ndindex(central.shape):
+            step = np.zeros_like(central)
+            step[index] = h
+            central[index] = (call(program, A=data["A"] + step) - call(program, A=data["A"] - step)) / (2 * h)
+        assert np.allclose(call(gradient), central, rtol=1e-5, atol=1e-6), message

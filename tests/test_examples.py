@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-SCRIPTS = ["newton_logistic", "two_layer_net", "cp_decomposition", "attention", "tensor_network", "dask_vs_numpy"]
+SCRIPTS = ["newton_logistic", "two_layer_net", "cp_decomposition", "attention", "tensor_network", "dask_vs_numpy",
+           "gaussian_process"]
 
 pytestmark = pytest.mark.slow
 
@@ -125,3 +126,11 @@ def test_dask_and_numpy_agree(outputs: dict[str, subprocess.CompletedProcess[str
     assert "results agree" in text, text
     assert _number(r"max \|dask - numpy\| = ([\d.e+-]+)", text) < 1e-9
     assert _number(r"tasks on (\d+) workers", text) >= 1
+
+
+def test_gaussian_process_fits_its_kernel(outputs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    text = _run(outputs, "gaussian_process")
+    assert _number(r"central differences agree to ([\d.e+-]+)", text) < 1e-6
+    assert abs(_number(r"noise ([\d.]+) \(true", text) - 0.1) < 0.02
+    assert abs(_number(r"length ([\d.]+) \(true", text) - 0.8) < 0.2
+    assert "inv[q,p](K[q,p])" in text  # the gradient program is printed as einflow text

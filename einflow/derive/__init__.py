@@ -90,6 +90,10 @@ class _Setup:
         if program.info.returns_tuple:
             raise DerivativeError(f"{what}: the program returns a tuple; differentiate one value at a time")
         self.program = program
+        # symmetric/spd declarations (LANGUAGE.md 8.1) are statements the sweeps do not see: kept aside, put back
+        # into the derived program; a declared input is read through its symmetric part (below)
+        self.matrix_decls = [s for s in program.ir.statements if isinstance(s, ir.MatrixDecl)]
+        source_ir = ir.ProgramIR(tuple(s for s in program.ir.statements if not isinstance(s, ir.MatrixDecl)))
         # new tensors (helpers, derivatives) avoid the user's index names too, so no name means two things
         self.user_indices = all_index_names(program.ir)
         self.tensor_names = Fresh(set(program.info.inputs) | set(program.info.targets) | self.user_indices)
@@ -108,10 +112,11 @@ class _Setup:
                       self.sizes)
         ranks = dict(program.info.ranks)
         # stable forms of written-out log-sum-exp, softplus, log-sigmoid are what gets differentiated
-        normal = lift_deep_calls(to_normal(stabilize_program(program.ir), fresh, names), fresh, self.tensor_names,
+        normal = lift_deep_calls(to_normal(stabilize_program(source_ir), fresh, names), fresh, self.tensor_names,
                                  ranks)
         ranks[self.value] = len(normal[-1].indices or ())
-        self.work = Work(normal, program.info.inputs, ranks, fresh, self.tensor_names, forward_count=len(normal))
+        self.work = Work(normal, program.info.inputs, ranks, fresh, self.tensor_names, forward_count=len(normal),
+                         symmetric=frozenset(n for s in self.matrix_decls for n in s.names if n in program.info.inputs))
         self._normal = tuple(normal)  # the statements as normal form gave them (a split product is another)
         self.user_sizes = [s for s in program.ir.statements if isinstance(s, ir.SizeDecl)]
         self.declared = {n for s in self.user_sizes for n in s.names}
@@ -206,6 +211,12 @@ class _Setup:
                     emitted_sizes.update(size.names)
             body.extend(self._size_unsized(pretty, mapping, declared, targets))
             body.append(pretty)
+        read = {s.target for s in body if isinstance(s, ir.Assign)}.union(
+            *(tensor_names(s.expr) for s in body if isinstance(s, ir.Assign)))
+        for decl in self.matrix_decls:  # before the last statement: a program cannot end with a declaration
+            names = tuple(name for name in decl.names if name in read)
+            if names:
+                body.insert(len(body) - 1, ir.MatrixDecl(decl.kind, names))
         if returns_tuple:
             body.append(ir.Return(tuple(outputs)))
         program_ir = ir.ProgramIR(tuple(body))
@@ -535,7 +546,10 @@ def _tangents(program: Checked, setup: _Setup, names: list[str], tangent: str | 
         for axis in range(setup.work.ranks[x]):
             setup.sizes.union(("axis", name, axis), ("axis", x, axis))
 
-        def seed(node: ir.Tensor, name: str = name) -> ir.Expr:
+        def seed(node: ir.Tensor, name: str = name, symmetric: bool = x in setup.work.symmetric) -> ir.Expr:
+            if symmetric and len(node.indices) == 2:  # a declared matrix moves along the tangent's symmetric part
+                return ir.Sum((ir.product(ir.Num(0.5), ir.Tensor(name, node.indices)),
+                               ir.product(ir.Num(0.5), ir.Tensor(name, node.indices[::-1]))))
             return ir.Tensor(name, node.indices)
 
         seeds[x] = seed

@@ -22,13 +22,13 @@ def bound_inside(expr: ir.Expr) -> list[str]:
     """Indices bound by sum[...] somewhere inside ``expr``, in order of appearance."""
     found: dict[str, None] = {}
     for node in ir.walk(expr):
-        if isinstance(node, ir.Reduce):
+        if isinstance(node, ir.Reduce) or isinstance(node, ir.Linalg) and node.kind != "inv":
             found.update(dict.fromkeys(node.indices))
     return list(found)
 
 
 _KIND = {ir.Num: 0, ir.Delta: 1, ir.Tensor: 2, ir.Power: 3, ir.Call: 4, ir.Sum: 5, ir.Reduce: 6, ir.Product: 7,
-         ir.Normalize: 8, ir.Binary: 9}
+         ir.Normalize: 8, ir.Binary: 9, ir.Linalg: 10}
 
 
 def shape_key(expr: ir.Expr) -> tuple[int, str]:

@@ -17,7 +17,7 @@ from einflow.lang import ir
 
 __all__ = ["reuse_forward", "hoist_repeated", "hoist_shared_products", "coefficients_out"]
 
-_Candidate = (ir.Call, ir.Power, ir.Sum, ir.Reduce, ir.Normalize, ir.Binary)
+_Candidate = (ir.Call, ir.Power, ir.Sum, ir.Reduce, ir.Normalize, ir.Binary, ir.Linalg)
 
 
 class _Shapes:
@@ -33,7 +33,7 @@ class _Shapes:
             return found[:3]
         kids = [self.facts(child) for child in ir.children(node)]
         size = 1 + sum(k[1] for k in kids)
-        shares = isinstance(node, (ir.Call, ir.Reduce, ir.Normalize, ir.Binary)) or any(k[2] for k in kids)
+        shares = isinstance(node, (ir.Call, ir.Reduce, ir.Normalize, ir.Binary, ir.Linalg)) or any(k[2] for k in kids)
         prints = [k[0] for k in kids]
         if isinstance(node, ir.Tensor):
             payload: tuple = ("T", node.name, len(node.indices))
@@ -53,6 +53,8 @@ class _Shapes:
             payload = ("Z", node.kind, len(node.indices), *prints)
         elif isinstance(node, ir.Binary):
             payload = ("B", node.func, *prints)
+        elif isinstance(node, ir.Linalg):
+            payload = ("L", node.kind, *prints)
         else:
             assert isinstance(node, ir.Reduce)
             payload = ("R", node.kind, len(node.indices), *prints)

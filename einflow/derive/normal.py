@@ -62,6 +62,28 @@ class Fresh:
         return self.take(f"{fallback}{number}")
 
 
+def binds(node: ir.Expr) -> tuple[str, ...]:
+    """The indices ``node`` binds (and reduces): a reduction's, det's and logdet's; inv binds none."""
+    if isinstance(node, ir.Reduce) or isinstance(node, ir.Linalg) and node.kind != "inv":
+        return node.indices
+    return ()
+
+
+def _keeps_indices(node: ir.Expr) -> bool:
+    """A normaliser or an inverse: its indices are occurrences of indices bound around it, kept free."""
+    return isinstance(node, ir.Normalize) or isinstance(node, ir.Linalg) and node.kind == "inv"
+
+
+def _rebuilt(node: ir.Expr, indices: tuple[str, ...], body: ir.Expr) -> ir.Expr:
+    """``node`` (a normaliser, reduction or linear-algebra atom) over new indices and a new body."""
+    if isinstance(node, ir.Normalize):
+        return ir.Normalize(node.kind, indices, body)
+    if isinstance(node, ir.Linalg):
+        return ir.Linalg(node.kind, indices, body)  # type: ignore[arg-type]
+    assert isinstance(node, ir.Reduce)
+    return ir.Reduce(indices, body, node.kind)
+
+
 def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
     """Rename index names everywhere in ``expr`` (safe in normal form, where names are unique)."""
     if not mapping or not (indices_in(expr) & mapping.keys()):
@@ -70,9 +92,10 @@ def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
         return ir.Tensor(expr.name, tuple(mapping.get(i, i) for i in expr.indices))
     if isinstance(expr, ir.Delta):
         return ir.Delta(mapping.get(expr.first, expr.first), mapping.get(expr.second, expr.second))
-    if isinstance(expr, ir.Reduce):
-        return ir.Reduce(tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping), expr.kind)
-    if isinstance(expr, ir.Normalize):
+    if isinstance(expr, ir.Reduce) or isinstance(expr, ir.Linalg) and expr.kind != "inv":
+        return _rebuilt(expr, tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping))
+    if _keeps_indices(expr):
+        assert isinstance(expr, (ir.Normalize, ir.Linalg))
         renamed = tuple(mapping.get(i, i) for i in expr.indices)
         others = {mapping.get(i, i) for i in indices_in(expr.body) if i not in expr.indices}
         # (also where the normaliser's own index stays and another index of the body is renamed to it, and
@@ -83,15 +106,15 @@ def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
                 clash.append((old, new))
             seen.add(new)
         if not clash:
-            return ir.Normalize(expr.kind, renamed, rename(expr.body, mapping))
+            return _rebuilt(expr, renamed, rename(expr.body, mapping))
         # softmax[k](e[q,k]) at k = q: normalise over a fresh k' and pick k' = q (renaming k to q would merge them)
         fresh = {old: f"{stem_of(old)}_r{next(_APART)}" for old, _ in clash}
         sizes = active()
         if sizes is not None:
             for old, new in fresh.items():
                 sizes.alias(new, old)
-        inner = ir.Normalize(expr.kind, tuple(fresh.get(i, mapping.get(i, i)) for i in expr.indices),
-                             rename(expr.body, {**mapping, **fresh}))
+        inner = _rebuilt(expr, tuple(fresh.get(i, mapping.get(i, i)) for i in expr.indices),
+                         rename(expr.body, {**mapping, **fresh}))
         picks = [ir.Delta(fresh[old], new) for old, new in clash]
         return ir.Reduce(tuple(fresh.values()), ir.product(*picks, inner))
     return ir.with_children(expr, tuple(rename(c, mapping) for c in ir.children(expr)))
@@ -103,7 +126,7 @@ _APART = itertools.count(1)
 def rename_apart(expr: ir.Expr) -> ir.Expr:
     """``expr`` with every index bound inside it renamed to a new name (keeps normal form unique
     when a rule copies a sub-expression). New names keep their stem: ``k_1`` becomes ``k_r17``."""
-    inner = dict.fromkeys(i for node in ir.walk(expr) if isinstance(node, ir.Reduce) for i in node.indices)
+    inner = dict.fromkeys(i for node in ir.walk(expr) for i in binds(node))
     if not inner:
         return expr
     mapping = {i: f"{stem_of(i)}_r{next(_APART)}" for i in inner}
@@ -118,7 +141,8 @@ def normaliser_merges(factors: list[ir.Expr], old: str, new: str) -> bool:
     """Would renaming ``old`` to ``new`` merge a normaliser's index with another index of its body?"""
     for factor in factors:
         for node in ir.walk(factor):
-            if isinstance(node, ir.Normalize):
+            if _keeps_indices(node):
+                assert isinstance(node, (ir.Normalize, ir.Linalg))
                 body = indices_in(node.body)
                 if (old in node.indices and new in body) or (new in node.indices and old in body):
                     return True
@@ -163,6 +187,14 @@ def _to_normal(expr: ir.Expr, bound: frozenset[str], fresh: Fresh) -> ir.Expr:
     if isinstance(expr, ir.Normalize):
         # a normaliser binds nothing: its indices are occurrences of indices bound around it
         return ir.Normalize(expr.kind, expr.indices, _to_normal(expr.body, bound, fresh))
+    if isinstance(expr, ir.Linalg):  # inv binds nothing (as a normaliser); det and logdet as a reduction
+        if expr.kind == "inv":
+            return ir.Linalg(expr.kind, expr.indices, _to_normal(expr.body, bound, fresh))
+        mapping = {index: fresh.index(index) for index in expr.indices}
+        body = _rename_free(expr.body, mapping, bound | frozenset(expr.indices))
+        inner = bound | frozenset(mapping.values())
+        return ir.Linalg(expr.kind, (mapping[expr.indices[0]], mapping[expr.indices[1]]),
+                         _to_normal(body, inner, fresh))
     if isinstance(expr, ir.Binary):
         return ir.Binary(expr.func, _to_normal(expr.left, bound, fresh), _to_normal(expr.right, bound, fresh))
     raise TypeError(expr)
@@ -182,8 +214,12 @@ def _rename_free(expr: ir.Expr, mapping: dict[str, str], bound: frozenset[str]) 
         return expr
     if isinstance(expr, (ir.Tensor, ir.Delta, ir.Num)):
         return rename(expr, mapping)
-    if isinstance(expr, ir.Reduce):
-        return ir.Reduce(expr.indices, _rename_free(expr.body, mapping, bound | frozenset(expr.indices)), expr.kind)
+    if isinstance(expr, ir.Reduce) or isinstance(expr, ir.Linalg) and expr.kind != "inv":
+        return _rebuilt(expr, expr.indices, _rename_free(expr.body, mapping, bound | frozenset(expr.indices)))
+    if isinstance(expr, ir.Linalg):
+        return ir.Linalg(expr.kind, (mapping.get(expr.indices[0], expr.indices[0]),
+                                     mapping.get(expr.indices[1], expr.indices[1])),
+                         _rename_free(expr.body, mapping, bound))
     if isinstance(expr, ir.Normalize):
         return ir.Normalize(expr.kind, tuple(mapping.get(i, i) for i in expr.indices),
                             _rename_free(expr.body, mapping, bound))
@@ -293,7 +329,7 @@ def _contracts_if_unbound(expr: ir.Expr, index: str) -> bool:
         return _contracts_if_unbound(expr.arg, index)
     if isinstance(expr, ir.Power):
         return _contracts_if_unbound(expr.base, index)
-    if isinstance(expr, (ir.Reduce, ir.Normalize)):
+    if isinstance(expr, (ir.Reduce, ir.Normalize, ir.Linalg)):
         return _contracts_if_unbound(expr.body, index)
     if isinstance(expr, ir.Binary):
         return _contracts_if_unbound(expr.left, index) or _contracts_if_unbound(expr.right, index)
@@ -328,6 +364,8 @@ def _implicit(expr: ir.Expr, top_level: bool) -> ir.Expr:
         return ir.product(*(_implicit(f, False) for f in expr.factors))
     if isinstance(expr, ir.Normalize):
         return ir.Normalize(expr.kind, expr.indices, _implicit(expr.body, False))
+    if isinstance(expr, ir.Linalg):
+        return ir.Linalg(expr.kind, expr.indices, _implicit(expr.body, False))
     if isinstance(expr, ir.Binary):
         return ir.Binary(expr.func, _implicit(expr.left, False), _implicit(expr.right, False))
     if isinstance(expr, ir.Reduce) and expr.kind != "sum":
@@ -407,7 +445,7 @@ def lift_deep_calls(statements: list[ir.Assign], fresh: Fresh, names: Fresh, ran
             level = max((k[1] for k in kids), default=0) + isinstance(expr, (ir.Call, ir.Power))
             if not isinstance(expr, ir.Call) or level < depth:
                 return new, level
-            inside = {i for node in ir.walk(new) if isinstance(node, ir.Reduce) for i in node.indices}
+            inside = {i for node in ir.walk(new) for i in binds(node)}
             free = [i for i in dict.fromkeys(_occurring(new)) if i not in inside]
             axes = tuple(fresh.index(i) for i in free)
             name = names.pick([f"h{n}" for n in range(1, 1000)], "h")

@@ -119,6 +119,24 @@ def _d_normalize(node: ir.Normalize, d: Callable[[ir.Expr], ir.Expr | None]) -> 
     return ir.product(_copy(softmax), centred)
 
 
+# ---- linear algebra (LANGUAGE.md 8.1), N = inv[i,j](M): dN = -N dM N, d logdet = N^T dM, d det = det N^T dM
+def _d_linalg(node: ir.Linalg, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
+    inner = d(node.body)
+    if inner is None:
+        return None
+    row, column = node.indices
+    if node.kind == "inv":  # dN[i,j] = -N[i,a] dM[a,b] N[b,j]
+        mapping = _fresh(node.indices)
+        a, b = mapping[row], mapping[column]
+        inverse = ir.Linalg("inv", node.indices, node.body)
+        return ir.Reduce((a, b), ir.product(_num(-1), _copy(inverse, {column: a}), _copy(inner, {row: a, column: b}),
+                                            _copy(inverse, {row: b})))
+    # d logdet[i,j](M) = sum[i,j](N[j,i] dM[i,j]): the inverse read transposed (its own indices swapped)
+    transposed = _copy(ir.Linalg("inv", node.indices, node.body), {row: column, column: row})
+    varied = ir.Reduce(node.indices, ir.product(transposed, rename_apart(inner)))
+    return varied if node.kind == "logdet" else ir.product(_copy(node), varied)
+
+
 def _d_binary(node: ir.Binary, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
     # maximum(a, b): (1 + sign(a - b))/2 da + (1 - sign(a - b))/2 db (ties split equally, as JAX); minimum swapped
     left, right = d(node.left), d(node.right)
@@ -144,6 +162,7 @@ _RULES: dict[type, Callable[..., ir.Expr | None]] = {
     ir.Reduce: _d_reduce,
     ir.Normalize: _d_normalize,
     ir.Binary: _d_binary,
+    ir.Linalg: _d_linalg,
 }
 
 
@@ -158,14 +177,22 @@ def derivative(expr: ir.Expr, leaf: Leaf) -> ir.Expr | None:
     return d(expr)
 
 
-def input_leaf(name: str, fresh_indices: tuple[str, ...]) -> Leaf:
-    """Leaf rule for differentiating by input ``name`` at ``fresh_indices``: deltas pair the axes."""
+def input_leaf(name: str, fresh_indices: tuple[str, ...], symmetric: bool = False) -> Leaf:
+    """Leaf rule for differentiating by input ``name`` at ``fresh_indices``: deltas pair the axes.
+
+    A matrix declared symmetric varies on the symmetric matrices only: dA[a,b]/dA[p,q] is the projection
+    (delta[a,p] delta[b,q] + delta[a,q] delta[b,p])/2, so gradients come out as (G + G^T)/2 (LANGUAGE.md 8.1).
+    """
 
     def leaf(node: ir.Tensor) -> ir.Expr | None:
         if node.name != name:
             return None
         if not node.indices:
             return _num(1)
+        if symmetric and len(node.indices) == 2:
+            (a, b), (p, q) = node.indices, fresh_indices
+            return ir.Sum((ir.product(_num(0.5), ir.Delta(a, p), ir.Delta(b, q)),
+                           ir.product(_num(0.5), ir.Delta(a, q), ir.Delta(b, p))))
         return ir.product(*(ir.Delta(a, p) for a, p in zip(node.indices, fresh_indices)))
 
     return leaf

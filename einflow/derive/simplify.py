@@ -565,6 +565,10 @@ def _s_normalize(node: ir.Normalize, s: Simplify) -> ir.Expr:
     return s(ir.product(rest, constant))
 
 
+def _s_linalg(node: ir.Linalg, s: Simplify) -> ir.Expr:
+    return ir.Linalg(node.kind, node.indices, s(node.body))
+
+
 def _s_binary(node: ir.Binary, s: Simplify) -> ir.Expr:
     return ir.Binary(node.func, s(node.left), s(node.right))
 
@@ -572,6 +576,7 @@ def _s_binary(node: ir.Binary, s: Simplify) -> ir.Expr:
 _NODE_RULES: dict[type, Callable[..., ir.Expr]] = {
     ir.Normalize: _s_normalize,
     ir.Binary: _s_binary,
+    ir.Linalg: _s_linalg,
     ir.Product: _s_product,
     ir.Sum: _s_sum,
     ir.Reduce: _s_reduce,

@@ -115,7 +115,7 @@ class IndexSizes:
             def user(name: str, position: int = position) -> tuple[str, int, str]:
                 return ("user", position, name)
 
-            names: set[str] = {i for node in ir.walk(statement.expr) if isinstance(node, ir.Reduce)
+            names: set[str] = {i for node in ir.walk(statement.expr) if isinstance(node, (ir.Reduce, ir.Linalg))
                                for i in node.indices}
             tensors, partners = size_links(statement.expr)  # the same rules as the checker's (einflow.lang.indices)
             for tensor in tensors:

@@ -28,6 +28,7 @@ class Work:
     size_of: dict[str, tuple[str, int]] = field(default_factory=dict)  # index -> (tensor, axis)
     forward_count: int = 0  # statements[:forward_count] compute the program's own values
     partials: set[str] = field(default_factory=set)  # targets made by splitting a product along its tree
+    symmetric: frozenset[str] = frozenset()  # inputs declared symmetric/spd: derivatives on symmetric matrices
 
     def target(self, name: str) -> ir.Assign | None:
         for statement in self.statements:
@@ -112,6 +113,13 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
             if statement.indices:
                 pulled = ir.Reduce(statement.indices, pulled)
             contribution = simplify(_fresh_copy(pulled, work.fresh))
+            if read in work.symmetric and len(adjoint_indices[read]) == 2:
+                # a declared symmetric matrix: the contribution projected on the symmetric matrices, (C + C^T)/2,
+                # term by term (a projection inside the product would sum two n^2 x n^2 arrays)
+                p, q = adjoint_indices[read]
+                swapped = _fresh_copy(rename(contribution, {p: q, q: p}), work.fresh)
+                contribution = simplify(ir.Sum((ir.product(ir.Num(0.5), contribution),
+                                                ir.product(ir.Num(0.5), swapped))))
             if not (isinstance(contribution, ir.Num) and contribution.value == 0):
                 contributions.setdefault(read, []).append(contribution)
     names: dict[str, str] = {}
@@ -151,7 +159,8 @@ def forward_sweep(work: Work, wrt: str, through: list[str],
     then the fresh ones; the fresh indices). An output missing from the dict does not depend on ``wrt``.
     """
     fresh_axes = work.fresh_indices(wrt)
-    results = tangent_sweep(work, {wrt: input_leaf(wrt, fresh_axes)}, fresh_axes, lambda t: f"d{t}_d{wrt}",
+    seeds = {wrt: input_leaf(wrt, fresh_axes, wrt in work.symmetric)}
+    results = tangent_sweep(work, seeds, fresh_axes, lambda t: f"d{t}_d{wrt}",
                             through, outputs)
     return results, fresh_axes
 

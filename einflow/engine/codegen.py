@@ -17,6 +17,14 @@ from typing import Any
 
 import opt_einsum as oe
 
+from einflow.engine.linalg import (
+    CHECK_KINDS,
+    LINALG_HELPER,
+    SOLVE_HELPER,
+    TORCH_LINALG_HELPER,
+    TORCH_SOLVE_HELPER,
+    is_linalg,
+)
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -36,6 +44,7 @@ from einflow.engine.steps import (
     Reduce,
     Size,
     SizeRef,
+    Solve,
     Step,
     node_args,
 )
@@ -263,11 +272,16 @@ HELPERS["contract"] = '''def {contract}(equation, *operands):
 HELPERS["device"] = '''def {device}(*inputs):
     """Where new arrays go (numpy: the host)."""
     return None'''
-HELPER_NEEDS = {"reciprocal": ("as_float",), "divide": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",)}
+HELPERS["linalg"] = LINALG_HELPER
+TORCH_HELPERS["linalg"] = TORCH_LINALG_HELPER
+HELPERS["solve"] = SOLVE_HELPER
+TORCH_HELPERS["solve"] = TORCH_SOLVE_HELPER
+HELPER_NEEDS = {"reciprocal": ("as_float",), "divide": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",),
+                "linalg": ("as_float",), "solve": ("as_float",)}
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
 HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
-               "diagonal", "owned", "contract", "device", "erf", "reduce")
+               "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -295,6 +309,8 @@ def kind_of(step: Step) -> str:
     if isinstance(step, Contract):
         return "contract"
     if isinstance(step, Reduce):
+        return step.kind
+    if isinstance(step, Solve):
         return step.kind
     if isinstance(step, Diagonal):
         return "diagonal"
@@ -627,19 +643,40 @@ class Source:
             return [f"{out} = {self.contract(step)}"]
         if isinstance(step, Reduce) and step.kind == "sum":
             return [f"{out} = {self.reduce(self.var(step.arg), step.axes)}"]
+        if isinstance(step, Solve):
+            extra = f", {self.matrix_name(step.matrix)!r}" if step.kind == "spd_solve" else ""
+            return [f"{out} = {self.helper('solve')}({step.kind!r}, {self.var(step.matrix)}, {step.axes!r}, "
+                    f"{self.var(step.rhs)}, {step.rhs_axis}, {step.transposed}{extra})"]
+        if isinstance(step, Reduce) and is_linalg(step):
+            named = step.kind in CHECK_KINDS or step.kind.startswith("spd_")
+            extra = f", {self.matrix_name(step.arg)!r}" if named else ""
+            return [f"{out} = {self.helper('linalg')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r}{extra})"]
         if isinstance(step, Reduce):
             return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
         if isinstance(step, Diagonal):
             return self.diagonal(step, out)
         return [f"{out} = {self.elementwise(step)}"]
 
+    def matrix_name(self, register: int) -> str | None:
+        """The name of the declared matrix in ``register`` (an input or a target, read through its check)."""
+        checks = {step.out: step.arg for step in self.lowered.steps if isinstance(step, Reduce)
+                  and step.kind in (*CHECK_KINDS, "spd_by_factor")}
+        register = checks.get(register, register)
+        if register < len(self.lowered.inputs):
+            return self.lowered.inputs[register]
+        return dict(self.lowered.names).get(register)
+
     def note(self, number: int, step: Step) -> str:
         if isinstance(step, Contract):
             text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
         elif isinstance(step, Reduce):
-            kept = step.labels if step.kind in ("softmax", "log_softmax", "argmax", "argmin") else tuple(
+            keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", "spd_by_factor", *CHECK_KINDS)
+            kept = step.labels if step.kind in keeps else tuple(
                 label for k, label in enumerate(step.labels) if k not in step.axes)
             text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
+        elif isinstance(step, Solve):
+            over = "rows" if step.transposed else "columns"
+            text = f"inv({self.var(step.matrix)}) {self.var(step.rhs)} over its {over} -> [{','.join(step.labels)}]"
         elif isinstance(step, Diagonal):
             text = "delta " + ", ".join("=".join(group) for group in step.groups)
             if step.base is not None:

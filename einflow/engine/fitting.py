@@ -29,6 +29,7 @@ from typing import Any
 
 import opt_einsum as oe
 
+from einflow.engine.linalg import is_linalg
 from einflow.engine.memory import format_bytes
 from einflow.engine.slicing import SliceKernel, choose_slicing, slice_peak, slice_table
 from einflow.engine.steps import (
@@ -210,7 +211,7 @@ def fit(lowered: Lowered, renderer: Any, allocations: dict[int, int], transients
 def _chunking(step: Elementwise, reduction: Reduce, renderer: Any, allocations: dict[int, int], whole: int,
               room: float) -> tuple[int, int] | None:
     """(position of the index to chunk over in ``step.labels``, number of chunks) or None when none fits."""
-    if reduction.labels != step.labels:
+    if reduction.labels != step.labels or is_linalg(reduction):  # a matrix is factorised whole
         return None
     kept = [k for k in range(len(step.labels)) if k not in reduction.axes]  # normalisers too: along the others
     # a reduced index can be chunked too when partial reductions combine (sums add up, maxima take the max)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.accumulate import accumulate_diagonals
+from einflow.engine.linalg import SPD_FACTORING, matrix_kind
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -43,13 +44,14 @@ from einflow.engine.steps import (
     Reduce,
     Size,
     SizeRef,
+    Solve,
     Step,
     node_args,
     step_inputs,
     substitute,
 )
 from einflow.lang import ir
-from einflow.lang.check import check_program, free_indices, top_level_terms
+from einflow.lang.check import check_program, free_indices, product_operands, top_level_terms
 from einflow.lang.contraction import eliminate_deltas, product_output, split_product
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import indices_in, join_partners, size_links
@@ -111,6 +113,10 @@ class _Lowering:
         self.statement = 0
         self.target_names: dict[int, str] = {}
         self.bindings: list[tuple[int, str, int | None]] = []
+        # ---- linear algebra: ``symmetric A`` / ``spd K`` hold for the whole program (LANGUAGE.md 8.1)
+        self.input_names = frozenset(inputs)
+        self.matrices = {name: statement.kind for statement in program.statements
+                         if isinstance(statement, ir.MatrixDecl) for name in statement.names}
 
     # ------------------------------------------------------------------ registers
     def emit(self, key: Any, make: Any, labels: tuple[str, ...]) -> _Value:
@@ -159,11 +165,16 @@ class _Lowering:
         outputs: list[int] = []
         texts: list[str] = []
         final: _Value | None = None
+        for name in self.matrices:  # declared inputs: checked before any statement reads them
+            if name in self.input_names:
+                self.check_matrix(name)
         for number, statement in enumerate(self.program.statements):
             self.statement = number
             texts.append(ir.format_statement(statement))
             if isinstance(statement, ir.SizeDecl):
                 self.declare(statement)
+                continue
+            if isinstance(statement, ir.MatrixDecl):  # inputs are checked first, targets where they are assigned
                 continue
             if isinstance(statement, ir.Return):
                 outputs.extend(self.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
@@ -173,9 +184,12 @@ class _Lowering:
             value = self.lower_statement(statement)
             if statement.target is not None:
                 self.names[statement.target] = value
-                self.bindings.append((number, statement.target, value.reg))
                 if value.reg is not None and value.reg >= first_new:
                     self.target_names.setdefault(value.reg, statement.target)
+                if statement.target in self.matrices and value.reg is not None:
+                    self.check_matrix(statement.target)
+                    value = self.names[statement.target]
+                self.bindings.append((number, statement.target, value.reg))
             final = value
         if not returns_tuple:
             assert final is not None
@@ -235,6 +249,13 @@ class _Lowering:
         elif isinstance(expr, ir.Normalize):
             body = self.lower(expr.body, bound, frozenset())
             value = self.sum_axes(self.reduce_axes(expr.kind, body, frozenset(expr.indices)), reduce)
+        elif isinstance(expr, ir.Linalg):  # inv keeps its indices (bound as a normaliser's); det/logdet reduce
+            inner = frozenset(expr.indices) if expr.kind != "inv" else frozenset()
+            body = self.lower(expr.body, bound | inner, frozenset())
+            declared = self.matrices.get(expr.body.name) if isinstance(expr.body, ir.Tensor) and set(
+                expr.body.indices) == set(expr.indices) else None
+            kind = matrix_kind(expr.kind, declared)
+            value = self.sum_axes(self.linalg(kind, body, expr.indices), reduce)
         elif isinstance(expr, ir.Binary):
             order = free_indices(expr, bound)
             left = self.lower(expr.left, bound, frozenset())
@@ -287,6 +308,30 @@ class _Lowering:
         return self.emit((kind, reg, axes, sizes),
                          lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes, kind), labels)
 
+    def check_matrix(self, name: str) -> None:
+        """A step checking the declared matrix ``name`` at call time; later statements read its value."""
+        value = self.names[name]
+        reg, kind = value.reg, self.matrices[name]
+        assert reg is not None
+        sizes = self.register_sizes[reg]
+        labels = tuple(f"_{k}" for k in range(len(sizes)))
+        checked = self.emit((kind, "check", reg), lambda out: Reduce(self.statement, out, reg, labels, (0, 1), sizes,
+                                                                      kind), value.labels)
+        self.names[name] = checked
+
+    def linalg(self, kind: str, value: _Value, indices: tuple[str, str]) -> _Value:
+        """inv/det/logdet of the matrices on the axes ``indices`` (rows, columns) of a lowered value."""
+        if value.reg is None:  # the checker requires both indices free in the body: unreachable
+            raise AssertionError("a matrix function of a constant")
+        axes = (value.labels.index(indices[0]), value.labels.index(indices[1]))
+        labels = value.labels if kind.endswith("inv") else tuple(label for label in value.labels
+                                                                 if label not in indices)
+        sizes = self.sizes_of(labels)
+        reg = value.reg
+        # the result's shape is the argument's (less the two axes): one step per matrix, whatever indices name it
+        return self.emit((kind, reg, axes),
+                         lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes, kind), labels)
+
     def power(self, base: _Value, exponent: int | float) -> _Value:
         if base.reg is None:
             return _Value(None, (), _fold_power(base.const, exponent))  # type: ignore[arg-type]
@@ -334,6 +379,8 @@ class _Lowering:
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
                       preferred: tuple[str, ...] = ()) -> _Value:
+        if any(isinstance(factor, ir.Linalg) for factor in factors):
+            factors = self.solves(factors, bound, reduce, preferred)
         parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
                               lambda value: value.const if value.reg is None else None, lambda value: value.labels)
         output, summed = product_output(parts.sequence, bound, reduce, preferred)
@@ -352,6 +399,60 @@ class _Lowering:
             value = self.elementwise(("count", expr, _number_types(expr)), expr, ())
             return self.diagonal(value, output, classes)
         return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
+
+    # ------------------------------------------------------------------ linear algebra (LANGUAGE.md 8.1)
+    def solves(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
+               preferred: tuple[str, ...]) -> tuple[ir.Expr, ...]:
+        """``inv[i,j](M) B[..j..]`` with ``j`` summed here and read by B alone: one Solve step instead of the
+        inverse (``B[..i..] inv[i,j](M)`` solves with M's transpose); the solved value stands in the product as a
+        tensor reference. Only an unbatched matrix; its other index may not be an index of B."""
+        factors = list(factors)
+        changed = True
+        while changed:
+            changed = False
+            operands = product_operands(tuple(factors), bound)
+            counts = Counter(label for labels in operands for label in labels)
+            for position, factor in enumerate(factors):
+                if not isinstance(factor, ir.Linalg) or factor.kind != "inv" or \
+                        set(free_indices(factor.body, bound)) != set(factor.indices):
+                    continue
+                row, column = factor.indices
+                for index, other, transposed in ((column, row, False), (row, column, True)):
+                    summed = index in reduce or (index not in bound and index not in preferred)
+                    if not summed or counts[index] != 2:
+                        continue
+                    partner = next((k for k, labels in enumerate(operands) if k != position and index in labels), None)
+                    rhs = factors[partner] if partner is not None else None
+                    if not isinstance(rhs, ir.Tensor) or rhs.indices.count(index) != 1 or other in rhs.indices \
+                            or self.names[rhs.name].reg is None:
+                        continue
+                    solved = self.solve(factor, rhs, index, other, transposed, bound)
+                    factors = [f for k, f in enumerate(factors) if k not in (position, partner)] + [solved]
+                    changed = True
+                    break
+                if changed:
+                    break
+        return tuple(factors)
+
+    def solve(self, inverse: ir.Linalg, rhs: ir.Tensor, index: str, other: str, transposed: bool,
+              bound: frozenset[str]) -> ir.Tensor:
+        """The Solve step for ``inv(M) rhs`` over ``index``; a reference to its value (labels: other, then rhs's)."""
+        matrix = self.lower(inverse.body, bound, frozenset())
+        assert matrix.reg is not None
+        declared = self.matrices.get(inverse.body.name) if isinstance(inverse.body, ir.Tensor) else None
+        kind = "spd_solve" if declared == "spd" else "solve"
+        transposed = transposed and kind == "solve"  # a symmetric matrix is its transpose: one step for both
+        axes = (matrix.labels.index(inverse.indices[0]), matrix.labels.index(inverse.indices[1]))
+        labels = (other, *(label for label in rhs.indices if label != index))
+        rhs_reg = self.names[rhs.name].reg
+        rhs_axis = rhs.indices.index(index)
+        sizes = self.sizes_of(labels)
+        made = self.emit(("solve", kind, matrix.reg, axes, rhs_reg, rhs_axis, transposed),
+                         lambda out: Solve(self.statement, out, matrix.reg, rhs_reg, axes, rhs_axis,  # type: ignore
+                                           transposed, labels, sizes, kind), labels)
+        name = f"solve#{made.reg}"  # not a name the language can write: never a user's tensor
+        self.names[name] = _Value(made.reg, labels)
+        return ir.Tensor(name, labels)
 
     def ones(self, label: str) -> _Value:
         size = self.sizes.get(label, -1)
@@ -568,6 +669,49 @@ def lower(program: Any) -> Lowered:
     return _lower(program if isinstance(program, ir.ProgramIR) else program.ir)
 
 
+def shared_factorisations(steps: list[Step]) -> list[Step]:
+    """A solve with a matrix whose inverse the program forms anyway is a product with that inverse (n^2 work per
+    right-hand side instead of a second factorisation): the inverse step moves up to the first such solve."""
+    inverses = {step.arg: step for step in steps if isinstance(step, Reduce) and step.kind in ("inv", "spd_inv")
+                and len(step.labels) == 2}
+    if not any(isinstance(step, Solve) and step.matrix in inverses for step in steps):
+        return steps
+    made = {inverse.out for inverse in inverses.values()}
+    result: list[Step] = []
+    placed: set[int] = set()
+    for step in steps:
+        if isinstance(step, Reduce) and step.out in made:
+            if step.out not in placed:  # else already moved up to a solve before it
+                placed.add(step.out)
+                result.append(step)
+            continue
+        if isinstance(step, Solve) and step.matrix in inverses:
+            inverse = inverses[step.matrix]  # its value is inv(matrix register), whichever axes it read
+            if inverse.out not in placed:
+                result.append(replace(inverse, statement=step.statement))
+                placed.add(inverse.out)
+            other, rest = step.labels[0], step.labels[1:]
+            transposed = (step.axes == (1, 0)) != step.transposed
+            summed = other + "#"  # not a name the language can write
+            remaining = iter(rest)
+            rhs = tuple(summed if axis == step.rhs_axis else next(remaining) for axis in range(len(rest) + 1))
+            result.append(Contract(step.statement, step.out, (inverse.out, step.rhs),
+                                   ((summed, other) if transposed else (other, summed), rhs), step.labels,
+                                   step.sizes))
+            continue
+        result.append(step)
+    return result
+
+
+def factored_checks(steps: list[Step]) -> list[Step]:
+    """An spd matrix that a later step factorises (Cholesky) is checked for symmetry only: the factorisation
+    finds a matrix that is not positive definite (and names it), so the check does not factorise it again."""
+    factorised = {step.matrix if isinstance(step, Solve) else step.arg for step in steps  # type: ignore[union-attr]
+                  if getattr(step, "kind", "") in SPD_FACTORING}
+    return [replace(step, kind="spd_by_factor") if isinstance(step, Reduce) and step.kind == "spd"
+            and step.out in factorised else step for step in steps]
+
+
 @functools.lru_cache(maxsize=256)
 def _lower(program: ir.ProgramIR) -> Lowered:
     program = stabilize_program(program)  # written-out log-sum-exp, softplus, log-sigmoid: their stable forms
@@ -579,7 +723,7 @@ def _lower(program: ir.ProgramIR) -> Lowered:
     # a register a statement binds to its target is never inlined away (a later statement, or the plan's
     # size check, reads it by name even when the lowering found it already computed by an earlier statement)
     bound = tuple(register for _, _, register in lowering.bindings if register is not None)
-    steps = fuse(lowering.steps, (*outputs, *bound), register_ranks)
+    steps = fuse(factored_checks(shared_factorisations(lowering.steps)), (*outputs, *bound), register_ranks)
     steps, count = accumulate_diagonals(steps, (*outputs, *bound), register_ranks, lowering.count)
     steps = release(steps, outputs, len(info.inputs))
     made = {getattr(step, "out", None) for step in steps}

@@ -31,6 +31,7 @@ from einflow.engine.codegen import (
 )
 from einflow.engine.fitting import Fitting, FittingRenderer, fit
 from einflow.engine.kernels import contraction_steps
+from einflow.engine.linalg import is_linalg, linalg_dtype, linalg_flops, linalg_result_dtype, solve_flops
 from einflow.engine.lower import lower
 from einflow.engine.memory import format_bytes
 from einflow.engine.paths import PathChoice, choose_path
@@ -54,6 +55,7 @@ from einflow.engine.steps import (
     Reduce,
     Size,
     SizeRef,
+    Solve,
     Step,
     arg_nodes,
     node_args,
@@ -61,7 +63,7 @@ from einflow.engine.steps import (
 )
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
-from einflow.lang.errors import EinflowError, MemoryLimitError, ShapeError
+from einflow.lang.errors import EinflowError, MatrixError, MemoryLimitError, ShapeError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import declared_sizes, indices_in, statement_sizes
 from einflow.lang.numbers import _is_unit
@@ -356,6 +358,10 @@ class _Specialiser(FittingRenderer, Source):
         elif isinstance(step, Contract):  # einsum's type is its operands' (bools stay bools), then the scale's
             namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
             text = generic.scaled("_contracted", step.scale)
+        elif isinstance(step, Solve):
+            return linalg_dtype(np.result_type(self.dtype[step.matrix], self.dtype[step.rhs]))
+        elif is_linalg(step):
+            return linalg_result_dtype(step.kind, self.dtype[step.arg])
         elif step.kind == "sum":
             return self.sample(step.arg).sum(axis=step.axes).dtype
         else:  # max keeps the type; mean, the normalisers and logsumexp compute in floats (the reduce helper)
@@ -905,7 +911,7 @@ def _helpers(source: Source, xp: Any) -> dict[str, Any]:
     key = (tuple(sorted(source.alias.items())), xp.__name__, source.target)
     found = _HELPER_CACHE.get(key)
     if found is None:
-        found = {source.alias["np"]: xp}
+        found = {source.alias["np"]: xp, "MatrixError": MatrixError}  # raised by the linalg helper's checks
         for name in HELPER_KEYS:
             exec(source.helper_text(name), found)  # noqa: S102 - our own helper text
         if len(_HELPER_CACHE) < 64:
@@ -1034,6 +1040,13 @@ def _step_report(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
         flops, pairwise, largest = specialiser.report[out]
         return PlanStep(statement, kind, equation, flops, shape, size, pairwise, largest,
                         path=specialiser.path_choices.get(out))
+    if isinstance(step, Reduce) and is_linalg(step):
+        flops = linalg_flops(step.kind, specialiser.shape[step.arg], step.axes)
+        return PlanStep(statement, kind, equation, flops, shape, size)
+    if isinstance(step, Solve):
+        n = specialiser.shape[step.matrix][step.axes[0]]
+        flops = solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n, 1))
+        return PlanStep(statement, kind, equation, flops, shape, size)
     if isinstance(step, Reduce):
         return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
     if isinstance(step, Diagonal) and step.base is not None:  # an addition into the diagonal only

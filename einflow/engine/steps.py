@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Union
 
 __all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
-           "Contract", "Reduce", "Elementwise", "Diagonal", "Free", "Step", "Lowered", "step_inputs", "arg_nodes",
+           "Contract", "Reduce", "Elementwise", "Diagonal", "Free", "Solve", "Step", "Lowered", "step_inputs",
+           "arg_nodes",
            "node_args",
            "realign", "substitute"]
 
@@ -162,7 +163,27 @@ class Free:
     registers: tuple[int, ...]
 
 
-Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Free]
+# ---- linear algebra (LANGUAGE.md 8.1; einflow.engine.linalg renders it)
+@dataclass(frozen=True, slots=True)
+class Solve:
+    """``inv(M) B`` without the inverse: ``matrix``'s axes ``axes`` are (rows, columns) of M; ``rhs``'s axis
+    ``rhs_axis`` is contracted with M's columns (with its rows when ``transposed``: ``B^T inv(M)``). The result's
+    first axis is M's other index, then ``rhs``'s other axes in order (``labels``). ``kind``: solve (LU) or
+    spd_solve (Cholesky, M declared spd)."""
+
+    statement: int
+    out: int
+    matrix: int
+    rhs: int
+    axes: tuple[int, int]
+    rhs_axis: int
+    transposed: bool
+    labels: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]
+    kind: str = "solve"
+
+
+Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Free, Solve]
 
 
 @dataclass(frozen=True)
@@ -214,6 +235,8 @@ def step_inputs(step: Step) -> list[int]:
         return [step.arg] if step.base is None else [step.base, step.arg]
     if isinstance(step, Reduce):
         return [step.arg]
+    if isinstance(step, Solve):
+        return [step.matrix, step.rhs]
     return []
 
 

@@ -135,6 +135,8 @@ class _Renderer:
             argument, _ = self.render(expr.body, inner)
             name = _REDUCTIONS[expr.kind]
             return name + "_{" + ",".join(expr.indices) + r"}\left(" + argument + r"\right)", _ATOM
+        if isinstance(expr, ir.Linalg):
+            return self.linalg(expr, bound), _ATOM
         if isinstance(expr, ir.Binary):
             left, _ = self.render(expr.left, bound)
             right, _ = self.render(expr.right, bound)
@@ -143,6 +145,24 @@ class _Renderer:
         if isinstance(expr, ir.Power):
             return self.power(expr, bound)
         raise TypeError(f"not an einflow expression: {expr!r}")
+
+    # ---- linear algebra (LANGUAGE.md 8.1): A^{-1}, \det A, \log\lvert\det A\rvert
+    def linalg(self, expr: ir.Linalg, bound: frozenset[str]) -> str:
+        r"""``(A^{-1})_{i,j}``, ``\det A``, ``\log\lvert\det A\rvert``; a matrix other than a tensor read as
+        ``A[i,j]`` (or ``A[j,i]``: ``A^T``) is written ``[e]_{i,j}``."""
+        row, column = expr.indices
+        body = expr.body
+        if isinstance(body, ir.Tensor) and body.indices in ((row, column), (column, row)):
+            matrix = render_name(body.name) + ("^{T}" if body.indices == (column, row) else "")
+        else:
+            inner = bound | frozenset(expr.indices) if expr.kind != "inv" else bound
+            text, _ = self.render(body, inner)
+            matrix = r"\left[" + text + r"\right]_{" + row + "," + column + "}"
+        if expr.kind == "inv":
+            return r"\left(" + matrix + r"^{-1}\right)_{" + row + "," + column + "}"
+        if expr.kind == "det":
+            return r"\det " + matrix
+        return r"\log\lvert\det " + matrix + r"\rvert"
 
     def sum(self, terms: tuple[ir.Expr, ...], bound: frozenset[str], extras: list[tuple[str, ...]]) -> str:
         pieces: list[str] = []

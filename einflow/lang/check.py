@@ -77,6 +77,11 @@ def free_indices(expr: ir.Expr, bound: frozenset[str] = frozenset()) -> tuple[st
         return free_indices(expr.body, bound)
     if isinstance(expr, ir.Binary):
         return free_indices(ir.Sum((expr.left, expr.right)), bound)
+    if isinstance(expr, ir.Linalg):  # inv keeps its indices free (as a normaliser); det/logdet reduce them
+        if expr.kind == "inv":
+            return free_indices(expr.body, bound)
+        inner = bound | frozenset(expr.indices)
+        return tuple(i for i in free_indices(expr.body, inner) if i not in expr.indices)
     raise TypeError(f"not an expression: {expr!r}")
 
 
@@ -95,6 +100,8 @@ class ProgramInfo:
     outputs: tuple[str | None, ...]
     returns_tuple: bool
     sizes_declared: dict[str, str | int] = field(default_factory=dict)
+    #: ``symmetric A`` / ``spd K`` declarations: matrix name -> "symmetric" or "spd"
+    matrices: dict[str, str] = field(default_factory=dict)
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -129,6 +136,10 @@ def check_names(program: ir.ProgramIR) -> None:
             for name in statement.names:
                 check_name(name, "a tensor name")
             continue
+        if isinstance(statement, ir.MatrixDecl):
+            for name in statement.names:
+                check_name(name, "a tensor name")
+            continue
         if isinstance(statement, ir.SizeDecl):
             for name in statement.names:
                 check_name(name, "an index name")
@@ -149,7 +160,7 @@ def check_names(program: ir.ProgramIR) -> None:
             elif isinstance(node, ir.Delta):
                 check_name(node.first, "an index name")
                 check_name(node.second, "an index name")
-            elif isinstance(node, (ir.Reduce, ir.Normalize)):
+            elif isinstance(node, (ir.Reduce, ir.Normalize, ir.Linalg)):
                 for index in node.indices:
                     check_name(index, "an index name")
 
@@ -204,6 +215,8 @@ class _Checker:
                     self.fail(IndexRuleError, f"{expr.kind}[{index}](...) normalises over '{index}', which is not "
                               "a free index of its body", expr)
             return self.analyze(expr.body, bound)
+        if isinstance(expr, ir.Linalg):
+            return self.analyze_linalg(expr, bound)
         if isinstance(expr, ir.Reduce):
             kind = expr.kind
             verb = "sums" if kind == "sum" else "reduces"
@@ -223,6 +236,25 @@ class _Checker:
             return self.analyze(expr.body, inner_bound)
         raise TypeError(f"not an expression: {expr!r}")
 
+    # ---- linear algebra (LANGUAGE.md 8.1)
+    def analyze_linalg(self, expr: ir.Linalg, bound: frozenset[str]) -> set[str]:
+        """``inv[i,j](e)``: i and j free in e (binding as a normaliser does); ``det``/``logdet`` also reduce them,
+        so they may not be bound around it. The sizes (square) are checked with the shapes (``statement_sizes``)."""
+        row, column = expr.indices
+        reduces = expr.kind != "inv"
+        if reduces:
+            for index in expr.indices:
+                if index in bound:
+                    self.fail(IndexRuleError, f"{expr.kind}[{row},{column}] reduces index '{index}', which is already "
+                              "bound here (by the target or an enclosing reduction); use another index name", expr)
+        inner = bound | frozenset(expr.indices) if reduces else bound
+        body_free = free_indices(expr.body, inner)
+        for index in expr.indices:
+            if index not in body_free:
+                self.fail(IndexRuleError, f"{expr.kind}[{row},{column}](...) needs '{index}' free in its body (the "
+                          f"matrix's {'rows' if index == row else 'columns'}), but it is not", expr)
+        return self.analyze(expr.body, inner)
+
     def _ambiguous(self, index: str, node: object, where: str) -> None:
         self.fail(IndexRuleError,
                   f"ambiguous index '{index}': it is summed inside {where} and also free around it; "
@@ -236,6 +268,7 @@ class _Checker:
         ranks: dict[str, int] = {}
         targets: dict[str, tuple[str, ...]] = {}
         declared: dict[str, str | int] = {}
+        matrices: dict[str, tuple[str, ir.MatrixDecl]] = {}
         outputs: tuple[str | None, ...] = ()
         returns_tuple = False
         count = len(program.statements)
@@ -250,6 +283,14 @@ class _Checker:
                                   statement)
                 outputs = statement.names
                 returns_tuple = True
+                continue
+            if isinstance(statement, ir.MatrixDecl):
+                for name in statement.names:
+                    if name in matrices:
+                        self.fail(IndexRuleError, f"'{name}' is declared {matrices[name][0]} twice", statement)
+                    matrices[name] = (statement.kind, statement)
+                if last:
+                    self.fail(IndexRuleError, f"a program cannot end with a {statement.kind} declaration", statement)
                 continue
             if isinstance(statement, ir.SizeDecl):
                 for name in statement.names:
@@ -272,7 +313,15 @@ class _Checker:
             self.check_assign(statement, inputs, ranks, targets)
             if last:
                 outputs = (statement.target,)
-        return ProgramInfo(tuple(inputs), ranks, targets, outputs, returns_tuple, declared)
+        for name, (kind, statement) in matrices.items():
+            if name not in inputs and name not in targets:
+                self.fail(TensorNameError, f"'{name}' is declared {kind} but is neither an input nor a target",
+                          statement)
+            if ranks.get(name) != 2:
+                self.fail(IndexRuleError, f"'{name}' is declared {kind} but has rank {ranks.get(name)}; only "
+                          "square rank-2 matrices can be", statement)
+        return ProgramInfo(tuple(inputs), ranks, targets, outputs, returns_tuple, declared,
+                           {name: kind for name, (kind, _) in matrices.items()})
 
     def check_assign(self, statement: ir.Assign, inputs: dict[str, None], ranks: dict[str, int],
                      targets: dict[str, tuple[str, ...]]) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "ArgumentError",
     "SubscriptsError",
     "PathError",
+    "MatrixError",
 ]
 
 
@@ -84,6 +85,10 @@ class SubscriptsError(EinflowError, ValueError):
 
 class PathError(EinflowError, ValueError, RuntimeError):
     """An explicit contraction path (``optimize=[...]``) does not contract the operands to one result."""
+
+
+class MatrixError(EinflowError, ValueError):
+    """A matrix declared ``symmetric`` or ``spd`` is not (LANGUAGE.md 8.1), or a matrix to invert is singular."""
 
 
 def located(message: str, span: object | None, source: str | None) -> str:

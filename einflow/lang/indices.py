@@ -35,7 +35,7 @@ def indices_in(expr: ir.Expr) -> frozenset[str]:
     if isinstance(expr, ir.Delta):
         return frozenset((expr.first, expr.second))
     found = frozenset().union(*(indices_in(child) for child in ir.children(expr)))
-    return found | frozenset(expr.indices) if isinstance(expr, (ir.Reduce, ir.Normalize)) else found
+    return found | frozenset(expr.indices) if isinstance(expr, (ir.Reduce, ir.Normalize, ir.Linalg)) else found
 
 
 def size_links(expr: ir.Expr) -> tuple[list[ir.Tensor], list[tuple[str, str, ir.Delta]]]:
@@ -158,4 +158,12 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
             raise ShapeError(located(
                 f"index '{index}' has no size: it is not an axis of any tensor; declare it with "
                 f"'size {index} = ...'", statement.span, source))
+    for node in ir.walk(statement.expr):  # linear algebra: square matrices (LANGUAGE.md 8.1)
+        if isinstance(node, ir.Linalg):
+            (rows, row_where), (columns, column_where) = (found[index] for index in node.indices)
+            if rows != columns:
+                raise ShapeError(located(
+                    f"{node.kind}[{','.join(node.indices)}] needs a square matrix: index '{node.indices[0]}' has size "
+                    f"{rows} ({row_where}) but '{node.indices[1]}' has size {columns} ({column_where})",
+                    node.span, source))
     return {index: size for index, (size, _) in found.items()}

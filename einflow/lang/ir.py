@@ -19,6 +19,7 @@ __all__ = [
     "Reduce",
     "Normalize",
     "Binary",
+    "Linalg",
     "Expr",
     "Assign",
     "SizeDecl",
@@ -32,6 +33,9 @@ __all__ = [
     "REDUCTIONS",
     "NORMALISERS",
     "BINARY_FUNCTIONS",
+    "LINALG",
+    "MATRIX_DECLARATIONS",
+    "MatrixDecl",
     "CALLABLE",
     "RESERVED",
     "product",
@@ -53,8 +57,12 @@ NORMALISERS = ("softmax", "log_softmax", "argmax", "argmin")
 BINARY_FUNCTIONS = ("maximum", "minimum")
 #: every name that may be followed directly by ``(``
 CALLABLE = frozenset(FUNCTIONS) | frozenset(BINARY_FUNCTIONS)
+# ---- linear algebra (LANGUAGE.md 8.1): ``inv[i,j](e)`` keeps i, j free; ``det``/``logdet`` reduce them
+LINALG = ("inv", "det", "logdet")
+#: ``symmetric A`` / ``spd A``: statements declaring square rank-2 inputs or targets
+MATRIX_DECLARATIONS = ("symmetric", "spd")
 RESERVED = frozenset(FUNCTIONS) | frozenset(REDUCTIONS) | frozenset(NORMALISERS) | frozenset(BINARY_FUNCTIONS) | {
-    "delta", "size"}
+    "delta", "size"} | frozenset(LINALG) | frozenset(MATRIX_DECLARATIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +175,23 @@ class Binary:
     span: Span | None = _span()
 
 
-Expr = Union[Num, Tensor, Delta, Product, Sum, Call, Power, Reduce, Normalize, Binary]
+# ---- linear algebra (LANGUAGE.md 8.1)
+@dataclass(frozen=True, slots=True)
+class Linalg:
+    """``inv[i,j](body)``, ``det[i,j](body)`` or ``logdet[i,j](body)`` (``kind``): the matrix ``M[i,j] = body``
+    (rows ``indices[0]``, columns ``indices[1]``), batched over the body's other free indices.
+
+    ``inv`` keeps both indices free (row, column of the inverse); ``det`` and ``logdet`` (log|det|) reduce them.
+    As in a normaliser, the indices are bound inside the body and the body is its own scope.
+    """
+
+    kind: str
+    indices: tuple[str, str]
+    body: Expr
+    span: Span | None = _span()
+
+
+Expr = Union[Num, Tensor, Delta, Product, Sum, Call, Power, Reduce, Normalize, Binary, Linalg]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +221,16 @@ class Return:
     span: Span | None = _span()
 
 
-Statement = Union[Assign, SizeDecl, Return]
+@dataclass(frozen=True, slots=True)
+class MatrixDecl:
+    """``symmetric A, B`` or ``spd K`` (``kind``): square rank-2 inputs or targets checked at call time."""
+
+    kind: str
+    names: tuple[str, ...]
+    span: Span | None = _span()
+
+
+Statement = Union[Assign, SizeDecl, Return, MatrixDecl]
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +256,7 @@ def children(expr: Expr) -> tuple[Expr, ...]:
         return (expr.arg,)
     if isinstance(expr, Power):
         return (expr.base,)
-    if isinstance(expr, (Reduce, Normalize)):
+    if isinstance(expr, (Reduce, Normalize, Linalg)):
         return (expr.body,)
     if isinstance(expr, Binary):
         return (expr.left, expr.right)
@@ -253,6 +286,8 @@ def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:
         return Reduce(expr.indices, new[0], expr.kind)
     if isinstance(expr, Normalize):
         return Normalize(expr.kind, expr.indices, new[0])
+    if isinstance(expr, Linalg):
+        return Linalg(expr.kind, expr.indices, new[0])
     if isinstance(expr, Binary):
         return Binary(expr.func, new[0], new[1])
     return expr
@@ -368,7 +403,7 @@ def format_expr(expr: Expr) -> str:
         return f"delta[{expr.first},{expr.second}]"
     if isinstance(expr, Call):
         return f"{expr.func}({format_expr(expr.arg)})"
-    if isinstance(expr, (Reduce, Normalize)):
+    if isinstance(expr, (Reduce, Normalize, Linalg)):
         return f"{expr.kind}{_indices(expr.indices)}({format_expr(expr.body)})"
     if isinstance(expr, Binary):
         return f"{expr.func}({format_expr(expr.left)}, {format_expr(expr.right)})"
@@ -412,6 +447,8 @@ def format_statement(statement: Statement) -> str:
     """Print one statement."""
     if isinstance(statement, SizeDecl):
         return f"size {', '.join(statement.names)} = {statement.source}"
+    if isinstance(statement, MatrixDecl):
+        return f"{statement.kind} {', '.join(statement.names)}"
     if isinstance(statement, Return):
         if len(statement.names) == 1:
             return statement.names[0] + ","

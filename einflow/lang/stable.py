@@ -29,7 +29,7 @@ def _occurrences(expr: ir.Expr, index: str) -> int:
             count += node.indices.count(index)
         elif isinstance(node, ir.Delta):
             count += (node.first == index) + (node.second == index)
-        elif isinstance(node, (ir.Reduce, ir.Normalize)) and index in node.indices:
+        elif isinstance(node, (ir.Reduce, ir.Normalize, ir.Linalg)) and index in node.indices:
             return 2  # bound or normalised inside: not a plain occurrence
     return count
 

@@ -128,7 +128,7 @@ class _ToIR(Transformer):
                 pass
             elif text in ir.CALLABLE:
                 hint = f" (it is a function: write {text}(...) with no space before '(')"
-            elif text in ir.REDUCTIONS or text in ir.NORMALISERS:
+            elif text in ir.REDUCTIONS or text in ir.NORMALISERS or text in ir.LINALG:
                 hint = f" (write {text}[k](...) with no space before '[')"
             raise ParseError(f"'{text}' is a reserved word and cannot be used as {role}{hint}", token.line or 1,
                              token.column or 1, _line_of(self.source, token.line or 1))
@@ -240,6 +240,8 @@ class _ToIR(Transformer):
         where = (token.line or 1, token.column or 1, _line_of(self.source, token.line or 1))
         if name in ir.REDUCTIONS or name in ir.NORMALISERS:
             raise ParseError(f"'{name}' needs the indices it works over: write {name}[k](...)", *where)
+        if name in ir.LINALG:
+            raise ParseError(f"'{name}' needs the matrix's row and column indices: write {name}[i,j](...)", *where)
         if name not in ir.CALLABLE:
             raise ParseError(unknown_function_message(name), *where)
         wanted = 2 if name in ir.BINARY_FUNCTIONS else 1
@@ -255,6 +257,21 @@ class _ToIR(Transformer):
         if kind in ir.NORMALISERS:
             return ir.Normalize(kind, items[1], _unparen(items[2]), span=_span(meta))
         return ir.Reduce(items[1], _unparen(items[2]), kind, span=_span(meta))
+
+    # ---- linear algebra (LANGUAGE.md 8.1)
+    @v_args(meta=True)
+    def linalg(self, meta: Any, items: list[Any]) -> ir.Linalg:
+        kind, row, column, body = items
+        indices = (self._name(row, "an index name"), self._name(column, "an index name"))
+        if indices[0] == indices[1]:
+            raise ParseError(f"{kind}[{row},{column}](...) needs two different indices (the matrix's rows and "
+                             "columns)", row.line or 1, row.column or 1, _line_of(self.source, row.line or 1))
+        return ir.Linalg(str(kind), indices, _unparen(body), span=_span(meta))
+
+    @v_args(meta=True)
+    def matrix_decl(self, meta: Any, items: list[Any]) -> ir.MatrixDecl:
+        kind, *names = items
+        return ir.MatrixDecl(str(kind), tuple(self._name(name, "a matrix name") for name in names), span=_span(meta))
 
     @v_args(meta=True)
     def unknown_reduce(self, meta: Any, items: list[Any]) -> ir.Expr:
@@ -294,7 +311,7 @@ def unknown_function_message(name: str) -> str:
     >>> unknown_function_message("exq")
     "unknown function 'exq'; did you mean 'exp'?"
     """
-    known = sorted(ir.CALLABLE | set(ir.REDUCTIONS) | set(ir.NORMALISERS))
+    known = sorted(ir.CALLABLE | set(ir.REDUCTIONS) | set(ir.NORMALISERS) | set(ir.LINALG))
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     message = f"unknown function '{name}'"
     if close:
