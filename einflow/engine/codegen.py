@@ -35,8 +35,10 @@ from einflow.engine.steps import (
     Size,
     SizeRef,
     Step,
+    Window,
     node_args,
 )
+from einflow.lang import ir
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.numbers import _is_unit
 
@@ -259,6 +261,8 @@ def kind_of(step: Step) -> str:
         return "constant"
     if isinstance(step, Free):
         return "free"
+    if isinstance(step, Window):
+        return "window"
     expr = step.expr
     if isinstance(expr, Arg):
         return "transpose"
@@ -544,7 +548,13 @@ class Source:
             return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
         if isinstance(step, Diagonal):
             return self.diagonal(step, out)
+        if isinstance(step, Window):
+            return [f"{out} = {self.window(step)}"]
         return [f"{out} = {self.elementwise(step)}"]
+
+    def window(self, step: Window) -> str:
+        """A shifted or gathered read (``einflow.engine.affine``); shape-free: the sizes are computed when it runs."""
+        raise NotImplementedError("shifted and gathered reads are exported only for known shapes")
 
     def note(self, number: int, step: Step) -> str:
         if isinstance(step, Contract):
@@ -559,6 +569,9 @@ class Source:
                 text = f"{self.var(step.base)} + {text}"
         elif isinstance(step, Elementwise):
             text = f"[{','.join(step.labels)}]"
+        elif isinstance(step, Window):
+            read = ", ".join(ir.format_position(position) for position in step.positions)
+            text = f"{step.name}[{read}] -> [{','.join(step.labels)}]"
         else:
             text = ""
         return f"[{number}] {kind_of(step)} {text}".rstrip()

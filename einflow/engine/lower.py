@@ -34,6 +34,7 @@ from einflow.engine.steps import (
     Diagonal,
     Elementwise,
     Free,
+    Inferred,
     Lowered,
     Mul,
     Node,
@@ -44,6 +45,7 @@ from einflow.engine.steps import (
     Size,
     SizeRef,
     Step,
+    Window,
     node_args,
     step_inputs,
     substitute,
@@ -52,7 +54,7 @@ from einflow.lang import ir
 from einflow.lang.check import check_program, free_indices, top_level_terms
 from einflow.lang.contraction import eliminate_deltas, product_output, split_product
 from einflow.lang.functions import FUNCTION_RULES
-from einflow.lang.indices import indices_in, join_partners, size_links
+from einflow.lang.indices import NOT_PLAIN, indices_in, join_partners, size_links
 from einflow.lang.numbers import _fold_power, _is_unit, _weak, exact_add
 from einflow.lang.stable import stabilize_program
 
@@ -111,6 +113,8 @@ class _Lowering:
         self.statement = 0
         self.target_names: dict[int, str] = {}
         self.bindings: list[tuple[int, str, int | None]] = []
+        #: the indices of the current statement that shifted reads size (LANGUAGE.md 8.2)
+        self.shifted: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ registers
     def emit(self, key: Any, make: Any, labels: tuple[str, ...]) -> _Value:
@@ -138,10 +142,16 @@ class _Lowering:
             if value.reg is not None:
                 known = self.register_sizes[value.reg]
                 for axis, index in enumerate(node.indices):
-                    if axis < len(known):
+                    if axis < len(known) and index != NOT_PLAIN:
                         sizes.setdefault(index, known[axis])
         for index, source in self.declared.items():
             sizes.setdefault(index, source)
+        # index arithmetic: an index of a shifted read without a declared size has the range its reads allow
+        self.shifted = frozenset(index for node in ir.walk(statement.expr) if isinstance(node, ir.Read)
+                                 for position in node.positions if isinstance(position, ir.Affine)
+                                 for index in position.indices if index not in self.declared)
+        for index in self.shifted:
+            sizes[index] = Inferred(self.statement, index)
         self.sizes = join_partners(sizes, partners)
 
     def declare(self, statement: ir.SizeDecl) -> None:
@@ -204,7 +214,7 @@ class _Lowering:
         terms = []
         for term in top_level_terms(statement.expr):
             extra = frozenset(free_indices(term, bound)) - bound
-            if isinstance(term, (ir.Product, ir.Tensor, ir.Delta)):
+            if isinstance(term, (ir.Product, ir.Tensor, ir.Delta, ir.Read)):
                 # a product term is produced directly in the target's axis order (no transpose after)
                 factors = term.factors if isinstance(term, ir.Product) else (term,)
                 terms.append(self.lower_product(factors, bound, extra, statement.indices))
@@ -216,6 +226,8 @@ class _Lowering:
     def lower(self, expr: ir.Expr, bound: frozenset[str], reduce: frozenset[str]) -> _Value:
         if isinstance(expr, ir.Num):
             return _Value(None, (), expr.value)  # exact while folding; _weak where it is used
+        if isinstance(expr, ir.Read):
+            return self.sum_axes(self.window(expr), reduce)
         if isinstance(expr, (ir.Tensor, ir.Delta)):
             return self.lower_product((expr,), bound, reduce)
         if isinstance(expr, ir.Product):
@@ -334,6 +346,9 @@ class _Lowering:
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
                       preferred: tuple[str, ...] = ()) -> _Value:
+        if self.shifted:  # a plain read of an index that shifted reads size is a (sliced) window too
+            factors = tuple(ir.Read(f.name, f.indices) if isinstance(f, ir.Tensor) and set(f.indices) & self.shifted
+                            else f for f in factors)
         parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
                               lambda value: value.const if value.reg is None else None, lambda value: value.labels)
         output, summed = product_output(parts.sequence, bound, reduce, preferred)
@@ -352,6 +367,16 @@ class _Lowering:
             value = self.elementwise(("count", expr, _number_types(expr)), expr, ())
             return self.diagonal(value, output, classes)
         return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
+
+    def window(self, read: ir.Read) -> _Value:
+        """A shifted, strided, constant or gathered read: one :class:`Window` step (``einflow.engine.affine``)."""
+        source = self.materialize(self.names[read.name])
+        gathers = tuple(self.materialize(self.names[gather.name]).reg for gather in read.gathers)
+        labels = read.indices
+        sizes = self.sizes_of(labels)
+        key = ("window", source.reg, read.positions, gathers, labels, sizes)
+        return self.emit(key, lambda out: Window(self.statement, out, source.reg, read.name,  # type: ignore[arg-type]
+                                                 read.positions, gathers, labels, sizes), labels)  # type: ignore
 
     def ones(self, label: str) -> _Value:
         size = self.sizes.get(label, -1)

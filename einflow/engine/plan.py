@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
+from einflow.engine.affine import WINDOWS, is_identity, plain_positions, window_generic, window_spec
 from einflow.engine.backends.base import Backend
 from einflow.engine.blocks import block_rows, render_kernel, run_blocks, threads_for
 from einflow.engine.codegen import (
@@ -44,6 +45,7 @@ from einflow.engine.steps import (
     Diagonal,
     Elementwise,
     Free,
+    Inferred,
     Lowered,
     Mul,
     Node,
@@ -54,6 +56,7 @@ from einflow.engine.steps import (
     Size,
     SizeRef,
     Step,
+    Window,
     arg_nodes,
     node_args,
     step_inputs,
@@ -275,6 +278,8 @@ class _Specialiser(FittingRenderer, Source):
         #: torch: the step being rendered reads and makes arrays of one floating type, so work on an array the
         #: step itself just made may be done in place (``(a + b).tanh_()``: one allocation fewer per pass)
         self.in_place = False
+        #: (statement, index) -> its size, as each statement's check found it (shifted reads size some)
+        self.inferred: dict[tuple[int, str], int] = {}
         self.check(program, shapes, source)
 
     # ------------------------------------------------------------------ shapes and dtypes
@@ -289,7 +294,8 @@ class _Specialiser(FittingRenderer, Source):
             if isinstance(statement, ir.SizeDecl):
                 declared.update(declared_sizes(statement, tensors, source))
             elif isinstance(statement, ir.Assign):
-                statement_sizes(statement, tensors, declared, source)
+                sizes = statement_sizes(statement, tensors, declared, source)
+                self.inferred.update(((number, index), size) for index, size in sizes.items())
             while position < len(steps) and steps[position].statement == number:
                 self.specialise(steps[position])
                 position += 1
@@ -298,6 +304,8 @@ class _Specialiser(FittingRenderer, Source):
                 tensors[target] = self.shape[register] if register is not None else ()
 
     def resolve(self, ref: SizeRef) -> int:
+        if isinstance(ref, Inferred):
+            return self.inferred[(ref.statement, ref.index)]
         return ref if isinstance(ref, int) else self.shape[ref[0]][ref[1]]
 
     def specialise(self, step: Step) -> None:
@@ -326,6 +334,8 @@ class _Specialiser(FittingRenderer, Source):
             return np.dtype(bool)
         if isinstance(step, Constant):
             return np.asarray(step.value).dtype
+        if isinstance(step, Window):
+            return self.dtype[step.arg]
         if isinstance(step, Diagonal):
             value = self.sample(step.arg)
             if not _is_unit(step.coefficient):
@@ -646,6 +656,8 @@ class _Specialiser(FittingRenderer, Source):
             big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES
                    and r not in held]
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
+        if isinstance(step, Window):
+            return [f"{self.var(step.out)} = {self.window(step)}"]
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
         try:
@@ -665,6 +677,19 @@ class _Specialiser(FittingRenderer, Source):
             self.scale_dtype = None
             if self.target == "torch":
                 self.track_order(step)
+
+    def window(self, step: Window) -> str:
+        """A shifted or gathered read: the backend's kernel (``einflow.engine.affine``) with its plan as literals."""
+        labels = step.labels
+        spec = window_spec(labels, tuple(self.resolve(ref) for ref in step.sizes), self.shape[step.arg],
+                           plain_positions(step.positions, labels), tuple(self.shape[g] for g in step.gathers),
+                           step.name)
+        if is_identity(spec, self.shape[step.arg]):
+            return self.var(step.arg)
+        helper = self.alias.get("window") or "_window"
+        self.namespace[helper] = WINDOWS.get(self.backend.name, window_generic)
+        gathers = "".join(f", {self.var(g)}" for g in step.gathers)
+        return f"{helper}({self.var(step.arg)}, {spec!r}{gathers})"
 
     def floating_register(self, register: int) -> bool:
         """Whether a register holds a numpy array of a floating type (not a weak Python number)."""

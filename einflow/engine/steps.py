@@ -21,13 +21,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from einflow.lang import ir
+
 __all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
-           "Contract", "Reduce", "Elementwise", "Diagonal", "Free", "Step", "Lowered", "step_inputs", "arg_nodes",
-           "node_args",
+           "Contract", "Reduce", "Elementwise", "Diagonal", "Window", "Inferred", "Free", "Step", "Lowered",
+           "step_inputs", "arg_nodes", "node_args",
            "realign", "substitute"]
 
-#: an index's size: a literal (``size n = 10``) or ``(input register, axis)``
-SizeRef = Union[int, tuple[int, int]]
+@dataclass(frozen=True, slots=True)
+class Inferred:
+    """The size of an index that a shifted read sizes (LANGUAGE.md 8.2): known once the statement's shapes are."""
+
+    statement: int
+    index: str
+
+
+#: an index's size: a literal (``size n = 10``), ``(input register, axis)``, or inferred from shifted reads
+SizeRef = Union[int, tuple[int, int], Inferred]
 
 
 # ---------------------------------------------------------------- elementwise expressions
@@ -157,12 +167,29 @@ class Diagonal:
 
 
 @dataclass(frozen=True, slots=True)
+class Window:
+    """A read through shifted, strided, constant or gathered positions (``x[2*h + r - 1]``, ``E[t[b], d]``):
+    the array with one axis per index of ``labels``, a strided view of ``arg`` where it can be (a gather takes;
+    a position outside the axis reads 0 where a ``size`` declaration allows it). ``positions`` are the IR's,
+    a gather's tensor read from ``gathers`` (registers, in the order of the read's gathers)."""
+
+    statement: int
+    out: int
+    arg: int
+    name: str
+    positions: tuple[ir.Position, ...]
+    gathers: tuple[int, ...]
+    labels: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Free:
     statement: int
     registers: tuple[int, ...]
 
 
-Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Free]
+Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Window, Free]
 
 
 @dataclass(frozen=True)
@@ -214,6 +241,8 @@ def step_inputs(step: Step) -> list[int]:
         return [step.arg] if step.base is None else [step.base, step.arg]
     if isinstance(step, Reduce):
         return [step.arg]
+    if isinstance(step, Window):
+        return [step.arg, *step.gathers]
     return []
 
 

@@ -1,0 +1,224 @@
+"""Shifted, strided, constant and gathered reads (LANGUAGE.md 8.2) on arrays: the :class:`~einflow.engine.steps.Window`
+step's plan and its kernels.
+
+A read ``x[n, c, 2*h + r - 1, 2*w + s - 1]`` becomes one array with an axis per index (``n, c, h, r, w, s``):
+on numpy and cupy a strided view of ``x`` (no copy; a zero-padded copy first only where a ``size`` declaration
+lets the read leave the axis), on torch ``torch.as_strided`` where every stride is non-negative; elsewhere
+(jax, dask, negative strides, gathers) one ``take`` at flat positions computed by broadcasting. The product
+that reads the window is then an ordinary contraction, planned by opt_einsum like any other.
+
+>>> import numpy as np
+>>> spec = window_spec(("h", "r"), (3, 2), (5,), (("affine", ((0, 1), (1, 1)), 0),), ())
+>>> window_numpy(np.arange(5.0), spec)
+array([[0., 1.],
+       [1., 2.],
+       [2., 3.]])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from einflow.lang import ir
+from einflow.lang.errors import EinflowError, GatherIndexError
+from einflow.lang.indices import position_bounds
+
+__all__ = ["WindowSpec", "plain_positions", "window_spec", "window_numpy", "window_torch", "window_generic",
+           "is_identity", "WINDOWS"]
+
+#: (shape, pads or None, positions, name): each position ``("affine", ((label axis, coefficient), ...), offset)``
+#: (offset after padding) or ``("gather", k, label axes of the gather's indices, axis length)``
+WindowSpec = tuple[tuple[int, ...], tuple[tuple[int, int], ...] | None, tuple[Any, ...], str]
+
+
+def plain_positions(positions: tuple[ir.Position, ...], labels: tuple[str, ...]) -> tuple[Any, ...]:
+    """IR positions as plain data over the window's label axes (shape-free)."""
+    found: list[Any] = []
+    gather = 0
+    for position in positions:
+        if isinstance(position, str):
+            found.append(("affine", ((labels.index(position), 1),), 0))
+        elif isinstance(position, ir.Affine):
+            found.append(("affine", tuple((labels.index(index), c) for c, index in position.terms), position.offset))
+        else:
+            found.append(("gather", gather, tuple(labels.index(index) for index in position.indices)))
+            gather += 1
+    return tuple(found)
+
+
+def window_spec(labels: tuple[str, ...], sizes: tuple[int, ...], source_shape: tuple[int, ...],
+                positions: tuple[Any, ...], gather_shapes: tuple[tuple[int, ...], ...], name: str = "x") -> WindowSpec:
+    """The window's plan for known sizes: its shape, the zero padding its reads need, positions after padding."""
+    named = dict(zip(labels, sizes))
+    pads: list[tuple[int, int]] = []
+    planned: list[Any] = []
+    for axis, position in enumerate(positions):
+        length = source_shape[axis]
+        if position[0] == "gather":
+            pads.append((0, 0))
+            planned.append((*position, length))
+            continue
+        _, terms, offset = position
+        if any(sizes[label] == 0 for label, _ in terms):
+            low, high = offset, offset
+        else:
+            low, high = position_bounds(ir.Affine(tuple((c, labels[label]) for label, c in terms), offset), named)
+        before, after = max(0, -low), max(0, high - (length - 1))
+        pads.append((before, after))
+        planned.append(("affine", terms, offset + before))
+    padding = tuple(pads) if any(p != (0, 0) for p in pads) else None
+    return tuple(sizes), padding, tuple(planned), name
+
+
+def is_identity(spec: WindowSpec, source_shape: tuple[int, ...]) -> bool:
+    """Whether the window is the array itself (plain positions in order, whole axes): no step needed."""
+    shape, pads, positions, _ = spec
+    return pads is None and shape == tuple(source_shape) and all(
+        position == ("affine", ((axis, 1),), 0) for axis, position in enumerate(positions))
+
+
+def _strided(spec: WindowSpec) -> bool:
+    return all(position[0] == "affine" for position in spec[2])
+
+
+def _check_gather(values: Any, name: str, axis: int, length: int) -> None:
+    """A gather's positions lie inside the axis (no wrap, no clamp): GatherIndexError naming where."""
+    kind = getattr(getattr(values, "dtype", None), "kind", None)
+    if kind is None:
+        kind = np.dtype(str(values.dtype).replace("torch.", "")).kind
+    if kind not in "iu":
+        raise EinflowError(f"the gather into axis {axis} of '{name}' reads positions from an array of type "
+                           f"{values.dtype}; gather tensors hold integers")
+    try:
+        flat = np.asarray(values).reshape(-1) if not hasattr(values, "cpu") else values.cpu().numpy().reshape(-1)
+    except Exception:  # noqa: BLE001 - a traced (jax) or lazy (dask) array: checked where it becomes concrete
+        return
+    bad = np.flatnonzero((flat < 0) | (flat >= length))
+    if bad.size:
+        where = np.unravel_index(int(bad[0]), np.shape(values))
+        raise GatherIndexError(f"gather into axis {axis} of '{name}' (length {length}) reads position "
+                               f"{int(flat[bad[0]])} at index {tuple(int(w) for w in where)} of its position "
+                               f"tensor; positions must lie in [0, {length})")
+
+
+def _broadcast_shape(rank: int, axes: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
+    shape = [1] * rank
+    for axis, size in zip(axes, sizes):
+        shape[axis] = size
+    return tuple(shape)
+
+
+def _flat_positions(xp: Any, spec: WindowSpec, padded_shape: tuple[int, ...], gathers: tuple[Any, ...],
+                    arange: Any) -> Any:
+    """Flat positions into the (padded, C-ordered) array for every element of the window, broadcast."""
+    shape, _, positions, name = spec
+    rank = len(shape)
+    flat: Any = 0
+    stride = 1
+    strides = []
+    for length in reversed(padded_shape):
+        strides.append(stride)
+        stride *= length
+    strides.reverse()
+    for axis, position in enumerate(positions):
+        if position[0] == "affine":
+            _, terms, offset = position
+            value: Any = offset
+            for label, coefficient in terms:
+                value = value + coefficient * arange(shape[label]).reshape(_broadcast_shape(rank, (label,),
+                                                                                          (shape[label],)))
+        else:
+            _, k, axes, length = position
+            values = gathers[k]
+            _check_gather(values, name, axis, length)
+            order = sorted(range(len(axes)), key=lambda a: axes[a])
+            values = values.transpose(tuple(order)) if len(order) > 1 else values
+            value = values.reshape(_broadcast_shape(rank, tuple(sorted(axes)), tuple(shape[a] for a in sorted(axes))))
+        flat = flat + value * strides[axis]
+    return flat
+
+
+def window_numpy(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
+    """The window on numpy (or cupy): a strided view of ``array``, padded first where the reads leave it.
+
+    >>> spec = window_spec(("i",), (3,), (4,), (("affine", ((0, 1),), -1),), ())
+    >>> window_numpy(np.array([1.0, 2.0, 3.0, 4.0]), spec)
+    array([0., 1., 2.])
+    """
+    xp = np if isinstance(array, np.ndarray) else _module_of(array)
+    shape, pads, positions, _ = spec
+    if pads is not None:
+        array = xp.pad(array, pads)
+    if not _strided(spec) or not hasattr(getattr(xp, "lib", None), "stride_tricks"):
+        flat = _flat_positions(xp, spec, tuple(array.shape), gathers, lambda n: xp.arange(n))
+        return xp.reshape(array, (-1,))[flat]
+    start = tuple(slice(position[2], None) for position in positions)
+    strides = [0] * len(shape)
+    for axis, (_, terms, _) in enumerate(positions):
+        for label, coefficient in terms:
+            strides[label] += coefficient * array.strides[axis]
+    return xp.lib.stride_tricks.as_strided(array[start], shape=shape, strides=tuple(strides))
+
+
+def window_generic(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
+    """The window on any numpy-like module without strided views (jax, dask): one take at flat positions."""
+    xp = _module_of(array)
+    shape, pads, _, _ = spec
+    if pads is not None:
+        array = xp.pad(array, pads)
+    if xp.__name__.startswith("dask"):  # dask indexes by one flat vector of positions computed with numpy
+        gathers = tuple(np.asarray(g) for g in gathers)
+        flat = _flat_positions(np, spec, tuple(array.shape), gathers, np.arange)
+        flat = np.broadcast_to(flat, shape).reshape(-1)
+        return xp.reshape(xp.reshape(array, (-1,))[flat], shape)
+    flat = _flat_positions(xp, spec, tuple(array.shape), gathers, lambda n: xp.arange(n))
+    return xp.reshape(array, (-1,))[flat]
+
+
+def window_torch(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
+    """The window on torch: ``as_strided`` when every stride is non-negative, else one take."""
+    import torch
+
+    shape, pads, positions, _ = spec
+    if pads is not None:
+        widths = [w for pair in reversed(pads) for w in pair]
+        array = torch.nn.functional.pad(array, widths)
+    if _strided(spec):
+        strides = [0] * len(shape)
+        offset = array.storage_offset()
+        for axis, (_, terms, start) in enumerate(positions):
+            offset += start * array.stride(axis)
+            for label, coefficient in terms:
+                strides[label] += coefficient * array.stride(axis)
+        if all(s >= 0 for s in strides):
+            return array.as_strided(shape, strides, offset)
+    gathers = tuple(g.long() for g in gathers)
+    flat = _flat_positions(torch, spec, tuple(array.shape), gathers,
+                           lambda n: torch.arange(n, device=array.device))
+    return array.reshape(-1)[flat]
+
+
+def _module_of(array: Any) -> Any:
+    module = type(array).__module__.split(".")[0]
+    if module == "numpy":
+        return np
+    if module in ("jax", "jaxlib"):
+        import jax.numpy as jnp
+
+        return jnp
+    if module == "dask":
+        import dask.array as da
+
+        return da
+    if module == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+#: the kernel each backend's generated code binds as its window helper
+WINDOWS = {"numpy": window_numpy, "cupy": window_numpy, "torch": window_torch, "jax": window_generic,
+           "dask": window_generic}

@@ -1,0 +1,152 @@
+"""Index arithmetic (LANGUAGE.md 8.2): shifted, strided, constant and gathered reads, against numpy and torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import einflow as ef
+from einflow.lang.grammar import parse
+
+RNG = np.random.default_rng(26)
+F = torch.nn.functional
+
+# ---------------------------------------------------------------- text: parse, print, re-parse
+ROUND_TRIPS = [
+    "d[i] = x[i + 1] - x[i]",
+    "y[h] = x[h + r] K[r]",
+    "a = X[0, i]",
+    "y[b,d] = E[t[b], d]",
+    "y = x[n, c, 2*h + r - 1, 2*w + s - 1]",
+    "z = w[i - j + 4]",
+    "z = w[-j + 4] + w[2*h]",
+    "v = x[b, idx[b,k]]",
+]
+
+
+@pytest.mark.parametrize("text", ROUND_TRIPS)
+def test_printing_reparses(text: str) -> None:
+    program = parse(text)
+    assert str(program) == text
+    assert parse(str(program)) == program
+
+
+@pytest.mark.parametrize("text, message", [
+    ("y[i+1] = x[i]", "a target keeps plain indices"),
+    ("y = x[2.5*i]", "integer coefficients"),
+    ("y = x[i/2]", r"with '\*' only"),
+])
+def test_parse_errors(text: str, message: str) -> None:
+    with pytest.raises(ef.ParseError, match=message):
+        parse(text)
+
+
+# ---------------------------------------------------------------- ranges
+def test_difference_has_one_element_fewer() -> None:
+    x = RNG.standard_normal(10)
+    np.testing.assert_allclose(ef.evaluate("d[i] = x[i+1] - x[i]", x=x), np.diff(x))
+
+
+def test_valid_correlation_and_stride() -> None:
+    x, k = RNG.standard_normal(11), RNG.standard_normal(3)
+    np.testing.assert_allclose(ef.evaluate("y[h] = x[h+r] k[r]", x=x, k=k), np.correlate(x, k, "valid"))
+    np.testing.assert_allclose(ef.evaluate("y[h] = x[2*h+r] k[r]", x=x, k=k), np.correlate(x, k, "valid")[::2])
+
+
+def test_constant_position_and_negative_coefficient() -> None:
+    X = RNG.standard_normal((3, 4))
+    np.testing.assert_allclose(ef.evaluate("a[i] = X[2, i]", X=X), X[2])
+    w = RNG.standard_normal(7)
+    # relative positions: T[i,j] = w[i - j + 3] for i, j < 4 (a Toeplitz matrix)
+    size = "size i = 4\nsize j = 4\n"
+    expected = np.array([[w[i - j + 3] for j in range(4)] for i in range(4)])
+    np.testing.assert_allclose(ef.evaluate(size + "T[i,j] = w[i - j + 3]", w=w), expected)
+
+
+def test_declared_size_pads_with_zeros() -> None:
+    x = RNG.standard_normal(6)
+    got = ef.evaluate("size i = x\ny[i] = x[i-1] - 2 x[i] + x[i+1]", x=x)
+    padded = np.concatenate([[0.0], x, [0.0]])
+    np.testing.assert_allclose(got, padded[:-2] - 2 * padded[1:-1] + padded[2:])
+
+
+@pytest.mark.parametrize("text, shapes, message", [
+    ("z = w[i - j + 4]", {"w": (9,)}, "cannot be inferred"),
+    ("a[i] = X[5, i]", {"X": (2, 3)}, r"reads position 5, outside the axis of length 2"),
+    ("y[i] = x[i-1]", {"x": (4,)}, "before the axis starts"),
+    ("y[i] = x[i+1] z[i]", {"x": (5,), "z": (4,)}, None),  # the intersection: i < 4, both reads inside
+    ("y[i] = x[i] z[i]", {"x": (5,), "z": (4,)}, "index 'i' has size 5"),
+])
+def test_range_errors_name_the_read(text: str, shapes: dict, message: str | None) -> None:
+    arrays = {name: RNG.standard_normal(shape) for name, shape in shapes.items()}
+    if message is None:
+        np.testing.assert_allclose(ef.evaluate(text, **arrays), arrays["x"][1:] * arrays["z"])
+        return
+    with pytest.raises(ef.ShapeError, match=message):
+        ef.evaluate(text, **arrays)
+
+
+# ---------------------------------------------------------------- convolutions against torch
+CONV2D = {
+    (1, 0): "y[n,o,h,w] = x[n,c,h+r,w+s] K[o,c,r,s]",
+    (2, 0): "y[n,o,h,w] = x[n,c,2*h+r,2*w+s] K[o,c,r,s]",
+    (1, "same"): "size n,c,h,w = x\ny[n,o,h,w] = x[n,c,h+r-1,w+s-1] K[o,c,r,s]",
+}
+
+
+@pytest.mark.parametrize("stride, padding", list(CONV2D))
+@pytest.mark.parametrize("backend", ["numpy", "torch", "dask"])
+def test_conv2d_matches_torch(stride: int, padding: int | str, backend: str) -> None:
+    x, K = RNG.standard_normal((2, 3, 9, 8)), RNG.standard_normal((4, 3, 3, 3))
+    expected = F.conv2d(torch.tensor(x), torch.tensor(K), stride=stride, padding=padding).numpy()
+    got = ef.compile(CONV2D[stride, padding])(x=x, K=K, backend=backend)
+    got = got.numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_conv1d_stride_two_matches_torch() -> None:
+    x, K = RNG.standard_normal((2, 3, 12)), RNG.standard_normal((5, 3, 4))
+    got = ef.evaluate("y[n,o,t] = x[n,c,2*t+k] K[o,c,k]", x=x, K=K)
+    np.testing.assert_allclose(got, F.conv1d(torch.tensor(x), torch.tensor(K), stride=2).numpy(), rtol=1e-12)
+
+
+def test_conv2d_on_jax_matches_torch() -> None:
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    x, K = RNG.standard_normal((2, 3, 9, 8)), RNG.standard_normal((4, 3, 3, 3))
+    got = ef.compile(CONV2D[1, "same"])(x=jax.numpy.asarray(x), K=jax.numpy.asarray(K), backend="jax")
+    expected = F.conv2d(torch.tensor(x), torch.tensor(K), padding="same").numpy()
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------- gathers
+def test_embedding_matches_torch() -> None:
+    E, t = RNG.standard_normal((50, 8)), RNG.integers(0, 50, size=(4, 6))
+    got = ef.evaluate("y[b,s,d] = E[t[b,s], d]", E=E, t=t)
+    np.testing.assert_allclose(got, F.embedding(torch.tensor(t), torch.tensor(E)).numpy())
+
+
+def test_gather_along_an_axis_matches_torch() -> None:
+    x, idx = RNG.standard_normal((3, 7)), RNG.integers(0, 7, size=(3, 4))
+    got = ef.evaluate("v[b,k] = x[b, idx[b,k]]", x=x, idx=idx)
+    np.testing.assert_allclose(got, torch.gather(torch.tensor(x), 1, torch.tensor(idx)).numpy())
+
+
+def test_gather_then_contract() -> None:
+    E, t, W = RNG.standard_normal((20, 5)), RNG.integers(0, 20, size=9), RNG.standard_normal((5, 3))
+    np.testing.assert_allclose(ef.evaluate("y[b,o] = E[t[b], d] W[d,o]", E=E, t=t, W=W), E[t] @ W)
+
+
+@pytest.mark.parametrize("bad", [-1, 20])
+def test_gather_outside_the_axis_is_an_index_error(bad: int) -> None:
+    E, t = RNG.standard_normal((20, 5)), np.array([0, bad, 3])
+    with pytest.raises(ef.GatherIndexError, match=rf"axis 0 of 'E' \(length 20\) reads position {bad} at index \(1,\)"):
+        ef.evaluate("y[b,d] = E[t[b], d]", E=E, t=t)
+    with pytest.raises(IndexError):
+        ef.evaluate("y[b,d] = E[t[b], d]", E=E, t=t, backend="torch")
+
+
+def test_gather_tensor_must_hold_integers() -> None:
+    with pytest.raises(ef.EinflowError, match="gather tensors hold integers"):
+        ef.evaluate("y[b,d] = E[t[b], d]", E=np.ones((3, 2)), t=np.array([0.0, 1.0]))
