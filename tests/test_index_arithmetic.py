@@ -150,3 +150,16 @@ def test_gather_outside_the_axis_is_an_index_error(bad: int) -> None:
 def test_gather_tensor_must_hold_integers() -> None:
     with pytest.raises(ef.EinflowError, match="gather tensors hold integers"):
         ef.evaluate("y[b,d] = E[t[b], d]", E=np.ones((3, 2)), t=np.array([0.0, 1.0]))
+
+
+def test_heat_equation_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "heat_equation.py"
+    spec = importlib.util.spec_from_file_location("heat_equation", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main()
+    assert "largest difference from numpy slicing" in capsys.readouterr().out
