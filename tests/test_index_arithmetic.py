@@ -163,3 +163,58 @@ def test_heat_equation_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     spec.loader.exec_module(module)
     module.main()
     assert "largest difference from numpy slicing" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- derivatives
+LOSS = "\nL = sum[n,o,h,w](T[n,o,h,w] tanh(y[n,o,h,w]))"
+
+
+@pytest.mark.parametrize("stride, padding", list(CONV2D))
+def test_conv2d_gradients_match_torch_autograd(stride: int, padding: int | str) -> None:
+    x, K = RNG.standard_normal((2, 3, 9, 8)), RNG.standard_normal((4, 3, 3, 3))
+    tx, tK = torch.tensor(x, requires_grad=True), torch.tensor(K, requires_grad=True)
+    y = F.conv2d(tx, tK, stride=stride, padding=padding)
+    T = RNG.standard_normal(tuple(y.shape))
+    (torch.tensor(T) * torch.tanh(y)).sum().backward()
+    gx, gK = ef.grad(CONV2D[stride, padding] + LOSS, wrt=["x", "K"])(x=x, K=K, T=T)
+    np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gK, tK.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_gradient_of_a_difference_is_a_scatter() -> None:
+    x = RNG.standard_normal(10)
+    gradient = ef.grad("d[i] = x[i+1] - x[i]\nL = d[i] d[i]", wrt="x")
+    assert "delta[p, i + 1]" in str(gradient)  # the adjoint of a shifted read, in the language
+    d = np.diff(x)
+    expected = np.zeros(10)
+    expected[1:] += 2 * d
+    expected[:-1] -= 2 * d
+    np.testing.assert_allclose(gradient(x=x), expected, rtol=1e-12)
+    again = ef.compile(str(gradient))  # the printed derivative runs as it is
+    np.testing.assert_allclose(again(x=x), expected, rtol=1e-12)
+
+
+def test_embedding_gradient_matches_torch() -> None:
+    E, t, W = RNG.standard_normal((50, 8)), RNG.integers(0, 50, size=(4, 6)), RNG.standard_normal((8, 3))
+    gradient = ef.grad("y[b,s,o] = E[t[b,s], d] W[d,o]\nL = sum[b,s,o](tanh(y[b,s,o]))", wrt=["E", "W"])
+    assert "delta[p, t[b,s]]" in str(gradient)  # a scatter-add through delta
+    gE, gW = gradient(E=E, t=t, W=W)
+    tE, tW = torch.tensor(E, requires_grad=True), torch.tensor(W, requires_grad=True)
+    torch.tanh(F.embedding(torch.tensor(t), tE) @ tW).sum().backward()
+    np.testing.assert_allclose(gE, tE.grad.numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gW, tW.grad.numpy(), rtol=1e-12, atol=1e-14)
+    gE_torch = gradient(E=torch.tensor(E), t=torch.tensor(t), W=torch.tensor(W), backend="torch")[0]
+    np.testing.assert_allclose(gE_torch.numpy(), tE.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_gather_tensor_cannot_be_differentiated() -> None:
+    with pytest.raises(ef.DerivativeError, match="'t' holds the integer positions of a gather"):
+        ef.grad("y[b,d] = E[t[b], d]\nL = y[b,d] y[b,d]", wrt="t")
+
+
+def test_scatter_add_through_delta_adds_repeats() -> None:
+    t, G = np.array([1, 3, 1]), RNG.standard_normal((3, 2))
+    got = ef.evaluate("size v = 5\nd[v,e] = sum[b](delta[v, t[b]] G[b,e])", t=t, G=G)
+    expected = np.zeros((5, 2))
+    np.add.at(expected, t, G)
+    np.testing.assert_allclose(got, expected)

@@ -17,6 +17,7 @@ array([[0., 1.],
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,8 @@ from einflow.lang import ir
 from einflow.lang.errors import EinflowError, GatherIndexError
 from einflow.lang.indices import position_bounds
 
-__all__ = ["WindowSpec", "plain_positions", "window_spec", "window_numpy", "window_torch", "window_generic",
+__all__ = ["ScatterSpec", "scatter_spec", "scatter_numpy", "scatter_torch", "scatter_jax",
+           "SCATTERS", "WindowSpec", "plain_positions", "window_spec", "window_numpy", "window_torch", "window_generic",
            "is_identity", "WINDOWS"]
 
 #: (shape, pads or None, positions, name): each position ``("affine", ((label axis, coefficient), ...), offset)``
@@ -103,6 +105,12 @@ def _check_gather(values: Any, name: str, axis: int, length: int) -> None:
                                f"tensor; positions must lie in [0, {length})")
 
 
+def _permuted(values: Any, order: tuple[int, ...]) -> Any:
+    if order == tuple(range(len(order))):
+        return values
+    return values.permute(order) if hasattr(values, "permute") else values.transpose(order)
+
+
 def _broadcast_shape(rank: int, axes: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
     shape = [1] * rank
     for axis, size in zip(axes, sizes):
@@ -134,7 +142,7 @@ def _flat_positions(xp: Any, spec: WindowSpec, padded_shape: tuple[int, ...], ga
             values = gathers[k]
             _check_gather(values, name, axis, length)
             order = sorted(range(len(axes)), key=lambda a: axes[a])
-            values = values.transpose(tuple(order)) if len(order) > 1 else values
+            values = _permuted(values, tuple(order))
             value = values.reshape(_broadcast_shape(rank, tuple(sorted(axes)), tuple(shape[a] for a in sorted(axes))))
         flat = flat + value * strides[axis]
     return flat
@@ -222,3 +230,123 @@ def _module_of(array: Any) -> Any:
 #: the kernel each backend's generated code binds as its window helper
 WINDOWS = {"numpy": window_numpy, "cupy": window_numpy, "torch": window_torch, "jax": window_generic,
            "dask": window_generic}
+
+
+# ---------------------------------------------------------------- scatter-adds (deltas of positions kept)
+#: (output shape, value shape, positions, name): each position ``("plain", value axis)``,
+#: ``("affine", ((value axis, coefficient), ...), offset)`` or ``("gather", k, value axes, axis length)``
+ScatterSpec = tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...], str]
+
+
+def scatter_spec(labels: tuple[str, ...], sizes: tuple[int, ...], arg_labels: tuple[str, ...],
+                 arg_shape: tuple[int, ...], positions: tuple[ir.Position, ...], name: str) -> ScatterSpec:
+    """The scatter's plan for known sizes."""
+    planned: list[Any] = []
+    gather = 0
+    for position, size in zip(positions, sizes):
+        if isinstance(position, str):
+            planned.append(("plain", arg_labels.index(position)))
+        elif isinstance(position, ir.Affine):
+            planned.append(("affine", tuple((arg_labels.index(i), c) for c, i in position.terms), position.offset))
+        else:
+            planned.append(("gather", gather, tuple(arg_labels.index(i) for i in position.indices), size))
+            gather += 1
+    return tuple(sizes), tuple(arg_shape), tuple(planned), name
+
+
+def _scatter_positions(spec: ScatterSpec, gathers: tuple[Any, ...], arange: Any) -> tuple[Any, Any]:
+    """Flat positions in the (C-ordered) output for every element of the value, and which land inside."""
+    out_shape, value_shape, positions, name = spec
+    rank = len(value_shape)
+    strides, stride = [], 1
+    for length in reversed(out_shape):
+        strides.append(stride)
+        stride *= length
+    strides.reverse()
+    flat: Any = 0
+    inside: Any = None
+
+    def along(axis: int) -> Any:
+        return arange(value_shape[axis]).reshape(_broadcast_shape(rank, (axis,), (value_shape[axis],)))
+
+    for axis, position in enumerate(positions):
+        if position[0] == "plain":
+            value: Any = along(position[1])
+        elif position[0] == "affine":
+            value = position[2]
+            for source, coefficient in position[1]:
+                value = value + coefficient * along(source)
+            fits = (value >= 0) & (value < out_shape[axis])
+            inside = fits if inside is None else inside & fits
+        else:
+            _, k, axes, length = position
+            values = gathers[k]
+            _check_gather(values, name, axis, length)
+            order = sorted(range(len(axes)), key=lambda a: axes[a])
+            values = _permuted(values, tuple(order))
+            placed = tuple(sorted(axes))
+            value = values.reshape(_broadcast_shape(rank, placed, tuple(value_shape[a] for a in placed)))
+        flat = flat + value * strides[axis]
+    return flat, inside
+
+
+def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
+    """The scatter-add on numpy: ``bincount`` with weights (float64), ``add.at`` for other types.
+
+    >>> spec = scatter_spec(("p",), (4,), ("h", "r"), (3, 2), (ir.Affine(((1, "h"), (1, "r"))),), "x")
+    >>> scatter_numpy(np.ones((3, 2)), spec)
+    array([1., 2., 2., 1.])
+    """
+    xp = np if isinstance(value, np.ndarray) else _module_of(value)
+    if xp.__name__.startswith("dask"):  # no scatter on dask arrays: computed here, handed back as one chunk
+        import dask.array as da
+
+        return da.from_array(scatter_numpy(np.asarray(value), spec, *(np.asarray(g) for g in gathers)))
+    out_shape, value_shape, _, _ = spec
+    flat, inside = _scatter_positions(spec, gathers, xp.arange)
+    flat = xp.broadcast_to(flat, value_shape).reshape(-1)
+    weights = value.reshape(-1)
+    if inside is not None:
+        keep = xp.broadcast_to(inside, value_shape).reshape(-1)
+        flat, weights = flat[keep], weights[keep]
+    total = math.prod(out_shape)
+    if xp is np and value.dtype == np.float64:
+        return np.bincount(flat, weights=weights, minlength=total).reshape(out_shape)
+    out = xp.zeros(total, dtype=value.dtype)
+    xp.add.at(out, flat, weights)
+    return out.reshape(out_shape)
+
+
+def scatter_torch(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
+    """The scatter-add on torch: ``index_add_`` into a zeroed flat array."""
+    import torch
+
+    out_shape, value_shape, _, _ = spec
+    flat, inside = _scatter_positions(spec, tuple(g.long() for g in gathers),
+                                      lambda n: torch.arange(n, device=value.device))
+    flat = torch.as_tensor(flat, device=value.device).broadcast_to(value_shape).reshape(-1)
+    weights = value.reshape(-1)
+    if inside is not None:
+        keep = inside.broadcast_to(value_shape).reshape(-1)
+        flat, weights = flat[keep], weights[keep]
+    out = torch.zeros(math.prod(out_shape), dtype=value.dtype, device=value.device)
+    return out.index_add_(0, flat, weights).reshape(out_shape)
+
+
+def scatter_jax(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
+    """The scatter-add on jax: ``.at[...].add`` (positions outside are dropped)."""
+    import jax.numpy as jnp
+
+    out_shape, value_shape, _, _ = spec
+    flat, inside = _scatter_positions(spec, gathers, jnp.arange)
+    flat = jnp.broadcast_to(flat, value_shape).reshape(-1)
+    total = math.prod(out_shape)
+    if inside is not None:
+        flat = jnp.where(jnp.broadcast_to(inside, value_shape).reshape(-1), flat, total)
+    out = jnp.zeros(total, dtype=value.dtype)
+    return out.at[flat].add(value.reshape(-1), mode="drop").reshape(out_shape)
+
+
+#: the kernel each backend's generated code binds as its scatter helper
+SCATTERS = {"numpy": scatter_numpy, "cupy": scatter_numpy, "torch": scatter_torch, "jax": scatter_jax,
+            "dask": scatter_numpy}

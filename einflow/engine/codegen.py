@@ -32,6 +32,7 @@ from einflow.engine.steps import (
     Ones,
     Pow,
     Reduce,
+    Scatter,
     Size,
     SizeRef,
     Step,
@@ -263,6 +264,8 @@ def kind_of(step: Step) -> str:
         return "free"
     if isinstance(step, Window):
         return "window"
+    if isinstance(step, Scatter):
+        return "scatter"
     expr = step.expr
     if isinstance(expr, Arg):
         return "transpose"
@@ -569,6 +572,9 @@ class Source:
                 text = f"{self.var(step.base)} + {text}"
         elif isinstance(step, Elementwise):
             text = f"[{','.join(step.labels)}]"
+        elif isinstance(step, Scatter):
+            written = ", ".join(ir.format_position(position) for position in step.positions)
+            text = f"[{','.join(step.arg_labels)}] -> [{written}] of [{','.join(step.labels)}]"
         elif isinstance(step, Window):
             read = ", ".join(ir.format_position(position) for position in step.positions)
             text = f"{step.name}[{read}] -> [{','.join(step.labels)}]"

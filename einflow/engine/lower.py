@@ -42,6 +42,7 @@ from einflow.engine.steps import (
     Ones,
     Pow,
     Reduce,
+    Scatter,
     Size,
     SizeRef,
     Step,
@@ -51,11 +52,13 @@ from einflow.engine.steps import (
     substitute,
 )
 from einflow.lang import ir
-from einflow.lang.check import check_program, free_indices, top_level_terms
+from einflow.lang.check import check_program, free_indices, product_operands, top_level_terms
 from einflow.lang.contraction import eliminate_deltas, product_output, split_product
+from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import NOT_PLAIN, indices_in, join_partners, size_links
 from einflow.lang.numbers import _fold_power, _is_unit, _weak, exact_add
+from einflow.lang.positions import read_through
 from einflow.lang.stable import stabilize_program
 
 __all__ = ["lower", "fuse", "release"]
@@ -152,6 +155,11 @@ class _Lowering:
                                  for index in position.indices if index not in self.declared)
         for index in self.shifted:
             sizes[index] = Inferred(self.statement, index)
+        for node in ir.walk(statement.expr):  # a delta's position sizes only the indices nothing else sizes
+            if isinstance(node, ir.ShiftDelta):
+                for index in node.position.indices:
+                    if index not in sizes and index not in self.declared:
+                        sizes[index] = Inferred(self.statement, index)
         self.sizes = join_partners(sizes, partners)
 
     def declare(self, statement: ir.SizeDecl) -> None:
@@ -214,7 +222,7 @@ class _Lowering:
         terms = []
         for term in top_level_terms(statement.expr):
             extra = frozenset(free_indices(term, bound)) - bound
-            if isinstance(term, (ir.Product, ir.Tensor, ir.Delta, ir.Read)):
+            if isinstance(term, (ir.Product, ir.Tensor, ir.Delta, ir.Read, ir.ShiftDelta)):
                 # a product term is produced directly in the target's axis order (no transpose after)
                 factors = term.factors if isinstance(term, ir.Product) else (term,)
                 terms.append(self.lower_product(factors, bound, extra, statement.indices))
@@ -228,7 +236,7 @@ class _Lowering:
             return _Value(None, (), expr.value)  # exact while folding; _weak where it is used
         if isinstance(expr, ir.Read):
             return self.sum_axes(self.window(expr), reduce)
-        if isinstance(expr, (ir.Tensor, ir.Delta)):
+        if isinstance(expr, (ir.Tensor, ir.Delta, ir.ShiftDelta)):
             return self.lower_product((expr,), bound, reduce)
         if isinstance(expr, ir.Product):
             return self.lower_product(expr.factors, bound, reduce)
@@ -346,6 +354,8 @@ class _Lowering:
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
                       preferred: tuple[str, ...] = ()) -> _Value:
+        if any(isinstance(factor, ir.ShiftDelta) for factor in factors):
+            return self.lower_shifted(factors, bound, reduce, preferred)
         if self.shifted:  # a plain read of an index that shifted reads size is a (sliced) window too
             factors = tuple(ir.Read(f.name, f.indices) if isinstance(f, ir.Tensor) and set(f.indices) & self.shifted
                             else f for f in factors)
@@ -367,6 +377,44 @@ class _Lowering:
             value = self.elementwise(("count", expr, _number_types(expr)), expr, ())
             return self.diagonal(value, output, classes)
         return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
+
+    def lower_shifted(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
+                      preferred: tuple[str, ...]) -> _Value:
+        """A product with deltas of positions: a summed one is read through (``x[p] delta[p, h+r]`` is the
+        padded read ``x[h+r]``), a kept one scatters the product of the other factors (:class:`Scatter`)."""
+        output, summed = product_output(product_operands(factors, bound), bound, reduce, preferred)
+        factors, shifts = read_through(factors, frozenset(summed))
+        if not shifts:
+            return self.lower_product(factors, bound, reduce, preferred)
+        rest = tuple(factor for factor in factors if not isinstance(factor, ir.ShiftDelta))
+        targets = [shift.index for shift in shifts]
+        needed = tuple(dict.fromkeys([*(label for label in output if label not in targets),
+                                      *(index for shift in shifts for index in shift.position.indices)]))
+        value = self.materialize(self.lower_product(rest, bound | frozenset(needed), reduce - frozenset(needed),
+                                                    needed)) if rest else _Value(None, (), 1)
+        if value.reg is None:  # deltas alone: ones of the inputs' floating type, times the number
+            ones = [self.ones(label) for label in needed]
+            node: Node = Mul(tuple(Arg(one.reg, _align((label,), needed)) for one, label in zip(ones, needed)))  # type: ignore
+            node = Mul((AsFloat(node), Number(_weak(value.const))))  # type: ignore[arg-type]
+            value = self.elementwise(("mul", node, _number_types(node)), node, needed)
+        missing = [label for label in needed if label not in value.labels]
+        if missing and value.reg is not None:  # broadcast over what the value lacks (a Toeplitz matrix of K)
+            ones = [self.ones(label) for label in missing]
+            product = Mul((Arg(value.reg, _align(value.labels, needed)),  # type: ignore[arg-type]
+                           *(Arg(one.reg, _align((label,), needed)) for one, label in zip(ones, missing))))  # type: ignore
+            value = self.elementwise(("mul", product, _number_types(product)), product, needed)
+        if (len(set(targets)) != len(targets) or value.reg is None or set(targets) & set(value.labels)
+                or set(needed) - set(value.labels)):
+            raise EinflowError("this product of deltas of positions cannot be computed yet: "
+                               + ir.format_expr(ir.Product(factors)))
+        by_target = {shift.index: shift for shift in shifts}
+        positions = tuple(by_target[label].position if label in by_target else label for label in output)
+        gathers = tuple(self.materialize(self.names[g.name]).reg for shift in shifts for g in shift.gathers)
+        labels = tuple(output)
+        sizes = self.sizes_of(labels)
+        key = ("scatter", value.reg, value.labels, positions, gathers, labels, sizes)
+        return self.emit(key, lambda out: Scatter(self.statement, out, value.reg, value.labels,  # type: ignore
+                                                  positions, gathers, labels, sizes), labels)  # type: ignore
 
     def window(self, read: ir.Read) -> _Value:
         """A shifted, strided, constant or gathered read: one :class:`Window` step (``einflow.engine.affine``)."""

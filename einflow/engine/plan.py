@@ -18,7 +18,16 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
-from einflow.engine.affine import WINDOWS, is_identity, plain_positions, window_generic, window_spec
+from einflow.engine.affine import (
+    SCATTERS,
+    WINDOWS,
+    is_identity,
+    plain_positions,
+    scatter_numpy,
+    scatter_spec,
+    window_generic,
+    window_spec,
+)
 from einflow.engine.backends.base import Backend
 from einflow.engine.blocks import block_rows, render_kernel, run_blocks, threads_for
 from einflow.engine.codegen import (
@@ -53,6 +62,7 @@ from einflow.engine.steps import (
     Ones,
     Pow,
     Reduce,
+    Scatter,
     Size,
     SizeRef,
     Step,
@@ -334,7 +344,7 @@ class _Specialiser(FittingRenderer, Source):
             return np.dtype(bool)
         if isinstance(step, Constant):
             return np.asarray(step.value).dtype
-        if isinstance(step, Window):
+        if isinstance(step, (Window, Scatter)):
             return self.dtype[step.arg]
         if isinstance(step, Diagonal):
             value = self.sample(step.arg)
@@ -658,6 +668,13 @@ class _Specialiser(FittingRenderer, Source):
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
         if isinstance(step, Window):
             return [f"{self.var(step.out)} = {self.window(step)}"]
+        if isinstance(step, Scatter):
+            spec = scatter_spec(step.labels, tuple(self.resolve(ref) for ref in step.sizes), step.arg_labels,
+                                self.shape[step.arg], step.positions, self.lowered.statements[step.statement])
+            helper = self.alias.get("scatter") or "_scatter"
+            self.namespace[helper] = SCATTERS.get(self.backend.name, scatter_numpy)
+            gathers = "".join(f", {self.var(g)}" for g in step.gathers)
+            return [f"{self.var(step.out)} = {helper}({self.var(step.arg)}, {spec!r}{gathers})"]
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
         try:

@@ -24,7 +24,7 @@ from typing import Union
 from einflow.lang import ir
 
 __all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
-           "Contract", "Reduce", "Elementwise", "Diagonal", "Window", "Inferred", "Free", "Step", "Lowered",
+           "Contract", "Reduce", "Elementwise", "Diagonal", "Window", "Scatter", "Inferred", "Free", "Step", "Lowered",
            "step_inputs", "arg_nodes", "node_args",
            "realign", "substitute"]
 
@@ -184,12 +184,28 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
+class Scatter:
+    """A scatter-add (``delta[p, h + r]`` or ``delta[v, t[b]]`` kept in a product's output): a zeroed array with axes
+    ``labels`` into which every element of ``arg`` (axes ``arg_labels``) is added at the position each of
+    ``positions`` gives (a plain label: the same axis of ``arg``); elements landing outside are dropped."""
+
+    statement: int
+    out: int
+    arg: int
+    arg_labels: tuple[str, ...]
+    positions: tuple[ir.Position, ...]
+    gathers: tuple[int, ...]
+    labels: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Free:
     statement: int
     registers: tuple[int, ...]
 
 
-Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Window, Free]
+Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Window, Scatter, Free]
 
 
 @dataclass(frozen=True)
@@ -241,7 +257,7 @@ def step_inputs(step: Step) -> list[int]:
         return [step.arg] if step.base is None else [step.base, step.arg]
     if isinstance(step, Reduce):
         return [step.arg]
-    if isinstance(step, Window):
+    if isinstance(step, (Window, Scatter)):
         return [step.arg, *step.gathers]
     return []
 

@@ -31,7 +31,7 @@ def indices_in(expr: ir.Expr) -> frozenset[str]:
     >>> sorted(indices_in(ir.Product((ir.Tensor("A", ("i", "k")), ir.Delta("k", "j")))))
     ['i', 'j', 'k']
     """
-    if isinstance(expr, (ir.Tensor, ir.Read)):
+    if isinstance(expr, (ir.Tensor, ir.Read, ir.ShiftDelta)):
         return frozenset(expr.indices)
     if isinstance(expr, ir.Delta):
         return frozenset((expr.first, expr.second))
@@ -54,6 +54,8 @@ def size_links(expr: ir.Expr) -> tuple[list[ir.Tensor], list[tuple[str, str, ir.
             tensors.append(node)
         elif isinstance(node, ir.Read):
             tensors.extend(plain_axes(node))
+        elif isinstance(node, ir.ShiftDelta):
+            tensors.extend(ir.Tensor(gather.name, gather.indices, span=node.span) for gather in node.gathers)
         elif isinstance(node, ir.Delta):
             partners.append((node.first, node.second, node))
     return tensors, partners
@@ -159,11 +161,17 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
     join_partners(sizes, partners, lambda index, size, where, node: (note(index, size, where, node),
                                                                      sizes.__setitem__(index, size)), clash)
     reads = [node for node in ir.walk(statement.expr) if isinstance(node, ir.Read)]
-    if reads:
-        for node in reads:
+    shifts = [node for node in ir.walk(statement.expr) if isinstance(node, ir.ShiftDelta)]
+    if reads or shifts:
+        for node in reads + shifts:  # type: ignore[operator]
             for index in node.indices:
                 mentioned.setdefault(index, None)
         padded = frozenset(index for index in mentioned if index in declared)
+        shapes = dict(shapes)
+        for node in shifts:  # a delta reads like an axis as long as its index, and is 0 outside (never an error)
+            if node.index in sizes:
+                shapes[_DELTA + node.index] = (sizes[node.index],)
+                reads.append(ir.Read(_DELTA + node.index, (node.position,), span=node.span))
         for index, size in infer_ranges(reads, sizes, padded, shapes, source).items():
             if index not in found or found[index][0] != size:
                 found[index] = (size, "the reads of " + ", ".join(ir.format_expr(r) for r in reads))
@@ -205,6 +213,10 @@ def position_bounds(position: ir.Affine, sizes: Mapping[str, int]) -> tuple[int,
     return low, high
 
 
+#: the name a delta's position reads under while ranges are inferred (it never reads outside: it is 0 there)
+_DELTA = "#delta "
+
+
 def _describe(read: ir.Read, axis: int) -> str:
     return f"{ir.format_expr(read)} (axis {axis} of '{read.name}')"
 
@@ -224,6 +236,7 @@ def infer_ranges(reads: list[ir.Read], sizes: dict[str, int], padded: frozenset[
     """
     affine = [(read, axis, position) for read in reads for axis, position in enumerate(read.positions)
               if isinstance(position, ir.Affine)]
+    lenient = {id(read) for read in reads if read.name.startswith(_DELTA)}
     changed = True
     while changed:
         changed = False
@@ -238,6 +251,8 @@ def infer_ranges(reads: list[ir.Read], sizes: dict[str, int], padded: frozenset[
                 continue
             low, high = position_bounds(known, sizes)
             length = shapes[read.name][axis]
+            if id(read) in lenient:
+                low, high = max(low, 0), min(high, length - 1)
             if coefficient > 0:
                 if low < 0:
                     raise ShapeError(located(
@@ -260,7 +275,7 @@ def infer_ranges(reads: list[ir.Read], sizes: dict[str, int], padded: frozenset[
     while changed:  # the intersection: an index a plain read sizes shrinks to what its affine reads allow
         changed = False
         for read, axis, position in affine:
-            if set(position.indices) & padded or any(index not in sizes for index in position.indices):
+            if id(read) in lenient or set(position.indices) & padded or not set(position.indices) <= sizes.keys():
                 continue
             for coefficient, index in position.terms:
                 known = ir.Affine(tuple(t for t in position.terms if t[1] != index), position.offset)
@@ -279,6 +294,8 @@ def infer_ranges(reads: list[ir.Read], sizes: dict[str, int], padded: frozenset[
                 f"the ranges of {', '.join(repr(i) for i in missing)} in {_describe(read, axis)} cannot be inferred: "
                 f"no other read gives them; declare one with 'size {missing[0]} = ...'", read.span, source))
         length = shapes[read.name][axis]
+        if id(read) in lenient:
+            continue
         if not position.terms:
             if not 0 <= position.offset < length:
                 raise ShapeError(located(

@@ -23,6 +23,7 @@ __all__ = [
     "Gather",
     "Position",
     "Read",
+    "ShiftDelta",
     "Expr",
     "Assign",
     "SizeDecl",
@@ -220,6 +221,28 @@ class Read:
         return tuple(position for position in self.positions if isinstance(position, Gather))
 
 
+@dataclass(frozen=True, slots=True)
+class ShiftDelta:
+    """``delta[p, h + r]`` or ``delta[v, t[b]]``: 1 where ``index`` equals the position's value, else 0.
+
+    Summed against a tensor it reads (``x[p] delta[p, h+r]`` is ``x[h+r]``, zero outside ``x``); kept, it
+    scatters (``delta[v, t[b]] g[b,d]`` adds each ``g[b,:]`` into row ``t[b]``). Its indices need not have equal
+    sizes: that is what the adjoint of a shifted read is made of.
+    """
+
+    index: str
+    position: Affine | Gather
+    span: Span | None = _span()
+
+    @property
+    def indices(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.index, *self.position.indices)))
+
+    @property
+    def gathers(self) -> tuple[Gather, ...]:
+        return (self.position,) if isinstance(self.position, Gather) else ()
+
+
 def position_indices(position: Position) -> tuple[str, ...]:
     """The indices one position mentions (a plain index is itself)."""
     return (position,) if isinstance(position, str) else position.indices
@@ -231,6 +254,8 @@ def format_position(position: Position) -> str:
         return position
     if isinstance(position, Gather):
         return position.name + _indices(position.indices)
+    if position.offset == 0 and len(position.terms) == 1 and position.terms[0][0] == 1:
+        return f"{position.terms[0][1]} + 0"  # a shifted read by 0 (zero outside), not a plain index
     parts: list[str] = []
     for coefficient, index in position.terms:
         magnitude = abs(coefficient)
@@ -247,7 +272,7 @@ def format_position(position: Position) -> str:
     return " ".join(parts)
 
 
-Expr = Union[Num, Tensor, Delta, Product, Sum, Call, Power, Reduce, Normalize, Binary, Read]
+Expr = Union[Num, Tensor, Delta, Product, Sum, Call, Power, Reduce, Normalize, Binary, Read, ShiftDelta]
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,6 +473,8 @@ def format_expr(expr: Expr) -> str:
         return f"delta[{expr.first},{expr.second}]"
     if isinstance(expr, Read):
         return expr.name + "[" + ", ".join(format_position(position) for position in expr.positions) + "]"
+    if isinstance(expr, ShiftDelta):
+        return f"delta[{expr.index}, {format_position(expr.position)}]"
     if isinstance(expr, Call):
         return f"{expr.func}({format_expr(expr.arg)})"
     if isinstance(expr, (Reduce, Normalize)):

@@ -238,6 +238,7 @@ class _ToIR(Transformer):
         sign = 1
         coefficients: dict[str, int] = {}
         offset = 0
+        explicit = False  # `i + 0` is a shifted read by 0 (zero outside), kept apart from the plain `i`
         for item in items:
             if isinstance(item, Token) and item.type == "SIGN":
                 sign = -1 if item == "-" else 1
@@ -245,11 +246,12 @@ class _ToIR(Transformer):
             coefficient, index = item
             if index is None:
                 offset += sign * coefficient
+                explicit = True
             else:
                 coefficients[index] = coefficients.get(index, 0) + sign * coefficient
             sign = 1
         terms = tuple((c, index) for index, c in coefficients.items() if c != 0)
-        if len(terms) == 1 and terms[0][0] == 1 and offset == 0:
+        if len(terms) == 1 and terms[0][0] == 1 and offset == 0 and not explicit:
             return terms[0][1]  # a plain index
         return ir.Affine(terms, offset)
 
@@ -297,9 +299,14 @@ class _ToIR(Transformer):
         return ir.Reduce(items[1], _unparen(items[2]), kind, span=_span(meta))
 
     @v_args(meta=True)
-    def delta(self, meta: Any, items: list[Token]) -> ir.Delta:
-        return ir.Delta(self._name(items[0], "an index name"), self._name(items[1], "an index name"),
-                        span=_span(meta))
+    def delta(self, meta: Any, items: list[Any]) -> ir.Delta | ir.ShiftDelta:
+        first = self._name(items[0], "an index name")
+        if isinstance(items[1], str):
+            return ir.Delta(first, items[1], span=_span(meta))
+        if not isinstance(items[1], (ir.Affine, ir.Gather)) or not items[1].indices:
+            raise ParseError("delta[p, ...] compares an index with a position that has indices",
+                             meta.line, meta.column, _line_of(self.source, meta.line))
+        return ir.ShiftDelta(first, items[1], span=_span(meta))
 
     def paren(self, items: list[Any]) -> _Paren:
         inner = _unparen(items[0])
