@@ -218,3 +218,31 @@ def test_scatter_add_through_delta_adds_repeats() -> None:
     expected = np.zeros((5, 2))
     np.add.at(expected, t, G)
     np.testing.assert_allclose(got, expected)
+
+
+CONV_NET = """size n,c,h,w = x
+z[n,o,h,w] = x[n,c,h+r-1,w+s-1] K1[o,c,r,s]
+a[n,o,h,w] = tanh(z[n,o,h,w])
+u[n,m,i,j] = a[n,o,2*i+r,2*j+s] K2[m,o,r,s]
+L = sum[n,m,i,j](S[n,m,i,j] u[n,m,i,j] u[n,m,i,j])"""
+
+
+def test_conv_net_gradient_and_hvp_match_jax() -> None:
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    x, K1 = RNG.standard_normal((2, 2, 8, 8)), RNG.standard_normal((3, 2, 3, 3))
+    K2, S, V = RNG.standard_normal((2, 3, 2, 2)), RNG.standard_normal((2, 2, 4, 4)), RNG.standard_normal((3, 2, 3, 3))
+
+    def loss(K1: object) -> object:
+        z = jax.lax.conv_general_dilated(x, K1, (1, 1), "SAME")
+        u = jax.lax.conv_general_dilated(jnp.tanh(z), K2, (2, 2), "VALID")
+        return jnp.sum(S * u * u)
+
+    arrays = {"x": x, "K1": K1, "K2": K2, "S": S}
+    np.testing.assert_allclose(ef.compile(CONV_NET)(**arrays), loss(K1), rtol=1e-12)
+    np.testing.assert_allclose(ef.grad(CONV_NET, wrt="K1")(**arrays), jax.grad(loss)(K1), rtol=1e-10, atol=1e-12)
+    hvp = ef.hvp(CONV_NET, wrt="K1")
+    tangent = next(name for name in hvp.inputs if name not in arrays)
+    expected = jax.jvp(jax.grad(loss), (K1,), (V,))[1]
+    np.testing.assert_allclose(hvp(**arrays, **{tangent: V}), expected, rtol=1e-10, atol=1e-11)

@@ -383,7 +383,20 @@ class _Lowering:
         """A product with deltas of positions: a summed one is read through (``x[p] delta[p, h+r]`` is the
         padded read ``x[h+r]``), a kept one scatters the product of the other factors (:class:`Scatter`)."""
         output, summed = product_output(product_operands(factors, bound), bound, reduce, preferred)
-        factors, shifts = read_through(factors, frozenset(summed))
+        through = {f.index for f in factors if isinstance(f, ir.ShiftDelta)} & set(summed)
+        leaves = (ir.Num, ir.Tensor, ir.Read, ir.Delta, ir.ShiftDelta)
+        named: list[ir.Expr] = []
+        for factor in factors:  # a scope read through a delta is computed first, then read as a named array
+            if not isinstance(factor, leaves) and indices_in(factor) & through:
+                value = self.materialize(self.lower(factor, bound, frozenset()))
+                name = f"#{value.reg}"
+                self.names[name] = _Value(value.reg, value.labels)
+                factor = ir.Tensor(name, value.labels)
+            named.append(factor)
+        factors, shifts = read_through(tuple(named), frozenset(summed))
+        if any(shift.index in summed for shift in shifts):
+            raise EinflowError("this product of deltas of positions cannot be computed yet: "
+                               + ir.format_expr(ir.Product(factors)))
         if not shifts:
             return self.lower_product(factors, bound, reduce, preferred)
         rest = tuple(factor for factor in factors if not isinstance(factor, ir.ShiftDelta))
