@@ -246,3 +246,17 @@ def test_conv_net_gradient_and_hvp_match_jax() -> None:
     tangent = next(name for name in hvp.inputs if name not in arrays)
     expected = jax.jvp(jax.grad(loss), (K1,), (V,))[1]
     np.testing.assert_allclose(hvp(**arrays, **{tangent: V}), expected, rtol=1e-10, atol=1e-11)
+
+
+def test_latex_writes_positions_as_subscripts() -> None:
+    from einflow.export.latex import to_latex
+
+    text = to_latex(ef.compile("size n = x\nL[n] = x[n-1] - 2 x[n] + x[n+1]\ne[b,d] = E[t[b],d]"))
+    assert "x_{n-1} - 2 x_{n} + x_{n+1}" in text
+    assert "E_{t_{b},d}" in text
+    assert r"\delta_{p,2h+r}" in to_latex(ef.grad("y[h] = x[2*h+r] k[r]\nL = y[h] y[h]", wrt="x"))
+
+
+def test_to_source_refuses_shifted_reads_clearly() -> None:
+    with pytest.raises(ef.EinflowError, match="cannot be exported to source yet"):
+        ef.compile("y[h] = x[h+r] k[r]").to_source()

@@ -40,6 +40,7 @@ from einflow.engine.steps import (
     node_args,
 )
 from einflow.lang import ir
+from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.numbers import _is_unit
 
@@ -551,13 +552,14 @@ class Source:
             return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
         if isinstance(step, Diagonal):
             return self.diagonal(step, out)
-        if isinstance(step, Window):
+        if isinstance(step, (Window, Scatter)):
             return [f"{out} = {self.window(step)}"]
         return [f"{out} = {self.elementwise(step)}"]
 
     def window(self, step: Window) -> str:
         """A shifted or gathered read (``einflow.engine.affine``); shape-free: the sizes are computed when it runs."""
-        raise NotImplementedError("shifted and gathered reads are exported only for known shapes")
+        raise EinflowError("programs with shifted, strided or gathered reads cannot be exported to source yet "
+                           "(their ranges are found from the shapes when the program runs): call the Program")
 
     def note(self, number: int, step: Step) -> str:
         if isinstance(step, Contract):
