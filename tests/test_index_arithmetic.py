@@ -152,17 +152,29 @@ def test_gather_tensor_must_hold_integers() -> None:
         ef.evaluate("y[b,d] = E[t[b], d]", E=np.ones((3, 2)), t=np.array([0.0, 1.0]))
 
 
-def test_heat_equation_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+def _example(name: str) -> object:
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "examples" / "heat_equation.py"
-    spec = importlib.util.spec_from_file_location("heat_equation", path)
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.main()
+    return module
+
+
+def test_heat_equation_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    _example("heat_equation").main()  # type: ignore[attr-defined]
     assert "largest difference from numpy slicing" in capsys.readouterr().out
+
+
+def test_convolution_example_trains(capsys: pytest.CaptureFixture[str]) -> None:
+    _example("convolution").main()  # type: ignore[attr-defined]
+    out = capsys.readouterr().out
+    gap = float(out.split("largest relative gap ")[1].split()[0])
+    accuracy = float(out.split("accuracy on 256 new images ")[1].split()[0])
+    assert gap < 1e-5 and accuracy > 0.9
 
 
 # ---------------------------------------------------------------- derivatives
