@@ -13,9 +13,11 @@ its range is the shifted one's, not its axis.
 >>> from einflow.lang.grammar import parse
 >>> program, table = disguise(checked(parse("y[h] = x[h+r] K[r]")))
 >>> print(program.ir)
-y[h] = x[q] _shift1[q,h,r] K[r]
+size q1 = x
+y[h] = x[q1] _shift1[q1,h,r] K[r]
 >>> print(ir.format_program(reveal(program.ir, table)))
-y[h] = x[q] delta[q, h + r] K[r]
+size q1 = x
+y[h] = x[q1] delta[q1, h + r] K[r]
 """
 
 from __future__ import annotations

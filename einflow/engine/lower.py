@@ -58,7 +58,7 @@ from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import NOT_PLAIN, indices_in, join_partners, size_links
 from einflow.lang.numbers import _fold_power, _is_unit, _weak, exact_add
-from einflow.lang.positions import read_through
+from einflow.lang.positions import read_through, solve_through
 from einflow.lang.stable import stabilize_program
 
 __all__ = ["lower", "fuse", "release"]
@@ -393,7 +393,7 @@ class _Lowering:
                 self.names[name] = _Value(value.reg, value.labels)
                 factor = ir.Tensor(name, value.labels)
             named.append(factor)
-        factors, shifts = read_through(tuple(named), frozenset(summed))
+        factors, shifts = read_through(solve_through(tuple(named), frozenset(summed)), frozenset(summed))
         if any(shift.index in summed for shift in shifts):
             raise EinflowError("this product of deltas of positions cannot be computed yet: "
                                + ir.format_expr(ir.Product(factors)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from einflow.lang import ir
 from einflow.lang.indices import indices_in
 
-__all__ = ["compose", "read_through"]
+__all__ = ["compose", "read_through", "solve_through"]
 
 
 def compose(position: ir.Position, index: str, value: ir.Affine | ir.Gather) -> ir.Position | None:
@@ -23,8 +23,9 @@ def compose(position: ir.Position, index: str, value: ir.Affine | ir.Gather) -> 
         return None
     coefficient = dict((i, c) for c, i in position.terms)[index]
     terms: dict[str, int] = {}
-    for c, i in [*(t for t in position.terms if t[1] != index), *((coefficient * c, i) for c, i in value.terms)]:
-        terms[i] = terms.get(i, 0) + c
+    for c, i in position.terms:  # the substituted terms where the index was
+        for c2, i2 in ((coefficient * c3, i3) for c3, i3 in value.terms) if i == index else ((c, i),):
+            terms[i2] = terms.get(i2, 0) + c2
     return ir.Affine(tuple((c, i) for i, c in terms.items() if c), position.offset + coefficient * value.offset)
 
 
@@ -65,3 +66,38 @@ def _mentions(factor: ir.Expr) -> tuple[str, ...]:
     if isinstance(factor, ir.Delta):
         return (factor.first, factor.second)
     return tuple(indices_in(factor))
+
+
+
+def solve_through(factors: tuple[ir.Expr, ...], summed: frozenset[str]) -> tuple[ir.Expr, ...]:
+    """A kept delta of a unit-stride position solved for its first summed index, substituted into the reads
+    of that index: ``g[h] k[r] delta[p, h + r]`` summed over ``h`` is ``g[p - r] k[r]`` (zero outside ``g``),
+    a transposed convolution as a correlation of the padded cotangent, with no scatter.
+
+    Only positions whose coefficients are all 1 or -1 are solved (a strided one scatters: solving it
+    for the kernel index would read a window as large as the image times the output).
+
+    >>> factors = (ir.Tensor("g", ("h",)), ir.Tensor("k", ("r",)), ir.ShiftDelta("p", ir.Affine(((1, "h"), (1, "r")))))
+    >>> [ir.format_expr(f) for f in solve_through(factors, frozenset({"h", "r"}))]
+    ['g[p - r]', 'k[r]']
+    """
+    current = list(factors)
+    for shift in [f for f in factors if isinstance(f, ir.ShiftDelta)]:
+        position = shift.position
+        if shift.index in summed or not isinstance(position, ir.Affine) or \
+                any(abs(c) != 1 for c, _ in position.terms):
+            continue
+        for coefficient, index in position.terms:
+            if index not in summed:
+                continue
+            users = [k for k, f in enumerate(current) if f is not shift and index in _mentions(f)]
+            # index = coefficient * (p - offset - the other terms)
+            value = ir.Affine(((coefficient, shift.index),
+                               *((-coefficient * c, i) for c, i in position.terms if i != index)),
+                              -coefficient * position.offset)
+            replaced = {k: _substituted(current[k], index, value) for k in users}
+            if not users or any(v is None for v in replaced.values()):
+                continue
+            current = [replaced.get(k, f) for k, f in enumerate(current) if f is not shift]  # type: ignore[misc]
+            break
+    return tuple(current)
