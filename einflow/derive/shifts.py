@@ -60,6 +60,8 @@ class _Table:
     def __init__(self, taken: set[str]) -> None:
         self.taken = set(taken)
         self.deltas: dict[str, tuple[str, ir.Affine | ir.Gather]] = {}
+        #: pseudo tensor -> (tensor, axis) whose length its first axis has (a read's), where known
+        self.lengths: dict[str, tuple[str, int]] = {}
 
     def fresh(self, stem: str) -> str:
         number = 1
@@ -99,7 +101,7 @@ def _names(program: ir.ProgramIR) -> set[str]:
 
 
 def _disguised(expr: ir.Expr, table: _Table, shifted: frozenset[str], indices: set[str],
-               sizes: list[ir.SizeDecl], ranks: dict[str, int]) -> ir.Expr:
+               sizes: list[ir.SizeDecl], ranks: dict[str, int], inputs: tuple[str, ...] = ()) -> ir.Expr:
     if isinstance(expr, ir.ShiftDelta):
         return table.tensor(expr.index, expr.position)
     read: ir.Read | None = None
@@ -117,16 +119,18 @@ def _disguised(expr: ir.Expr, table: _Table, shifted: frozenset[str], indices: s
             index = table.fresh("q")
             plain.append(index)
             deltas.append(table.tensor(index, position))
-            # the index runs over the whole axis, wherever a derivation moves it
-            names = tuple(index if k == axis else table.fresh("_axis") for k in range(ranks[read.name]))
-            sizes.append(ir.SizeDecl(names, read.name))
+            table.lengths[deltas[-1].name] = (read.name, axis)  # type: ignore[union-attr]
+            if read.name in inputs:  # the index runs over the whole axis, wherever a derivation moves it
+                names = tuple(index if k == axis else table.fresh("_axis") for k in range(ranks[read.name]))
+                sizes.append(ir.SizeDecl(names, read.name))
         return ir.Product((ir.Tensor(read.name, tuple(plain)), *deltas))
     if isinstance(expr, ir.Product):
-        return ir.product(*(_disguised(factor, table, shifted, indices, sizes, ranks) for factor in expr.factors))
+        return ir.product(*(_disguised(factor, table, shifted, indices, sizes, ranks, inputs)
+                            for factor in expr.factors))
     children = ir.children(expr)
     if not children:
         return expr
-    return ir.with_children(expr, tuple(_disguised(child, table, shifted, indices, sizes, ranks)
+    return ir.with_children(expr, tuple(_disguised(child, table, shifted, indices, sizes, ranks, inputs)
                                         for child in children))
 
 
@@ -148,17 +152,19 @@ def disguise(program: Checked) -> tuple[Checked, _Table]:
             shifted = _shifted(statement.expr) - declared
             sizes: list[ir.SizeDecl] = []
             statement = replace(statement, expr=_disguised(statement.expr, table, shifted, indices, sizes,
-                                                           program.info.ranks))
+                                                           program.info.ranks, program.info.inputs))
             statements.extend(sizes)
         statements.append(statement)
     return checked(ir.ProgramIR(tuple(statements))), table
 
 
-def _revealed(expr: ir.Expr, table: _Table) -> ir.Expr:
+def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] | None = None) -> ir.Expr:
     if isinstance(expr, ir.Tensor) and expr.name in table.deltas:
         index, position = table.deltas[expr.name]
         original = tuple(dict.fromkeys((index, *position.indices)))
         mapping = dict(zip(original, expr.indices))
+        if lengths is not None and expr.name in table.lengths:
+            lengths[mapping[index]] = table.lengths[expr.name]
         found: ir.Position | None = position
         renamed = position
         if isinstance(position, ir.Gather):
@@ -176,7 +182,7 @@ def _revealed(expr: ir.Expr, table: _Table) -> ir.Expr:
     children = ir.children(expr)
     if not children:
         return expr
-    rebuilt = ir.with_children(expr, tuple(_revealed(child, table) for child in children))
+    rebuilt = ir.with_children(expr, tuple(_revealed(child, table, lengths) for child in children))
     return rebuilt
 
 
@@ -198,19 +204,39 @@ def _read_through(expr: ir.Expr, bound: frozenset[str]) -> ir.Expr:
     return ir.with_children(expr, tuple(_read_through(child, bound) for child in children))
 
 
-def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = frozenset()) -> ir.ProgramIR:
+def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = frozenset(),
+           ranks: dict[str, int] | None = None) -> ir.ProgramIR:
     """The pseudo tensors back as deltas of positions; in the statements computing ``forward`` targets
     (the program's own values), deltas summed against reads are read through, as they were written."""
+    ranks = ranks or {}
     statements: list[ir.Statement] = []
+    declared: set[str] = set()
     for statement in program.statements:
+        if isinstance(statement, ir.SizeDecl):
+            declared |= set(statement.names)
         if isinstance(statement, ir.Assign):
-            expr = _revealed(statement.expr, table)
+            lengths: dict[str, tuple[str, int]] = {}
+            expr = _revealed(statement.expr, table, lengths)
+            sized = declared | {index for node in ir.walk(expr) if isinstance(node, ir.Tensor)
+                                for index in node.indices}
+            for index, (tensor, axis) in lengths.items():
+                if index not in sized and tensor in ranks:  # a scattered index that a pseudo tensor sized
+                    names = tuple(index if k == axis else table.fresh("_axis") for k in range(ranks[tensor]))
+                    statements.append(ir.SizeDecl(names, tensor))
+                    declared.add(index)
             if statement.target in forward:
                 expr = _read_through(expr, frozenset(statement.indices or ()))
             statement = replace(statement, expr=expr)
         elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str) \
                 and statement.source in table.deltas:
-            raise DerivativeError("a size taken from a delta of positions cannot be written")
+            # the first axis has its read's length; the position's indices are sized where they are read
+            length = table.lengths.get(statement.source)
+            if length is None:
+                continue
+            tensor, axis = length
+            rank = ranks.get(tensor, axis + 1)
+            names = tuple(statement.names[0] if k == axis else table.fresh("_axis") for k in range(rank))
+            statement = ir.SizeDecl(names, tensor)
         statements.append(statement)
     used = {index for statement in statements if isinstance(statement, ir.Assign)
             for index in (*indices_in(statement.expr), *(statement.indices or ()))}
@@ -231,5 +257,5 @@ def with_shifts(derivation: Any, program: Any, args: tuple[Any, ...], kwargs: di
                                   f"differentiated with respect to it")
     disguised, table = disguise(program)
     result = derivation(disguised, *args, **kwargs)
-    revealed = reveal(result.ir, table, frozenset(program.info.targets))
+    revealed = reveal(result.ir, table, frozenset(program.info.targets), dict(program.info.ranks))
     return checked(revealed)

@@ -25,6 +25,7 @@ from einflow.engine.steps import (
     Diagonal,
     Elementwise,
     Free,
+    Inferred,
     Lowered,
     Mul,
     Node,
@@ -354,6 +355,8 @@ class Source:
     def size(self, ref: SizeRef) -> str:
         if isinstance(ref, int):
             return repr(ref)
+        if isinstance(ref, Inferred):  # known only with the shapes (a generic rendering samples dtypes with it)
+            return "1"
         return f"{self.vars[ref[0]]}.shape[{ref[1]}]"
 
     def shape_text(self, refs: tuple[SizeRef, ...]) -> str:

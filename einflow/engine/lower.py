@@ -397,6 +397,7 @@ class _Lowering:
         if any(shift.index in summed for shift in shifts):
             raise EinflowError("this product of deltas of positions cannot be computed yet: "
                                + ir.format_expr(ir.Product(factors)))
+        reduce = reduce | frozenset(summed)  # substituting changes how often an index occurs, not whether it sums
         if not shifts:
             return self.lower_product(factors, bound, reduce, preferred)
         rest = tuple(factor for factor in factors if not isinstance(factor, ir.ShiftDelta))

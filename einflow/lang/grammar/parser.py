@@ -303,9 +303,6 @@ class _ToIR(Transformer):
         first = self._name(items[0], "an index name")
         if isinstance(items[1], str):
             return ir.Delta(first, items[1], span=_span(meta))
-        if not isinstance(items[1], (ir.Affine, ir.Gather)) or not items[1].indices:
-            raise ParseError("delta[p, ...] compares an index with a position that has indices",
-                             meta.line, meta.column, _line_of(self.source, meta.line))
         return ir.ShiftDelta(first, items[1], span=_span(meta))
 
     def paren(self, items: list[Any]) -> _Paren:
