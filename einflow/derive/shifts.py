@@ -107,7 +107,7 @@ def _disguised(expr: ir.Expr, table: _Table, shifted: frozenset[str], indices: s
     read: ir.Read | None = None
     if isinstance(expr, ir.Read):
         read = expr
-    elif isinstance(expr, ir.Tensor) and set(expr.indices) & shifted:
+    elif isinstance(expr, ir.Tensor) and set(expr.indices) & shifted and len(set(expr.indices)) == len(expr.indices):
         read = ir.Read(expr.name, tuple(ir.Affine(((1, i),)) if i in shifted else i for i in expr.indices))
     if read is not None:
         plain: list[str] = []

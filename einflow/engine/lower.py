@@ -58,7 +58,7 @@ from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import NOT_PLAIN, indices_in, join_partners, size_links
 from einflow.lang.numbers import _fold_power, _is_unit, _weak, exact_add
-from einflow.lang.positions import read_through, solve_through
+from einflow.lang.positions import _mentions, read_through, solve_through
 from einflow.lang.stable import stabilize_program
 
 __all__ = ["lower", "fuse", "release"]
@@ -358,7 +358,7 @@ class _Lowering:
             return self.lower_shifted(factors, bound, reduce, preferred)
         if self.shifted:  # a plain read of an index that shifted reads size is a (sliced) window too
             factors = tuple(ir.Read(f.name, f.indices) if isinstance(f, ir.Tensor) and set(f.indices) & self.shifted
-                            else f for f in factors)
+                            and len(set(f.indices)) == len(f.indices) else f for f in factors)
         parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
                               lambda value: value.const if value.reg is None else None, lambda value: value.labels)
         output, summed = product_output(parts.sequence, bound, reduce, preferred)
@@ -398,6 +398,16 @@ class _Lowering:
             raise EinflowError("this product of deltas of positions cannot be computed yet: "
                                + ir.format_expr(ir.Product(factors)))
         reduce = reduce | frozenset(summed)  # substituting changes how often an index occurs, not whether it sums
+        seen: set[str] = set()
+        dense: dict[int, ir.Expr] = {}
+        for shift in shifts:  # a delta whose index other factors read too (or another delta): a 0/1 array
+            others = {i for f in factors if f is not shift and not isinstance(f, ir.ShiftDelta) for i in _mentions(f)}
+            if shift.index in others or shift.index in seen:
+                dense[id(shift)] = self.indicator(shift)
+            seen.add(shift.index)
+        if dense:
+            factors = tuple(dense.get(id(factor), factor) for factor in factors)
+            shifts = [f for f in factors if isinstance(f, ir.ShiftDelta)]
         if not shifts:
             return self.lower_product(factors, bound, reduce, preferred)
         rest = tuple(factor for factor in factors if not isinstance(factor, ir.ShiftDelta))
@@ -429,6 +439,28 @@ class _Lowering:
         key = ("scatter", value.reg, value.labels, positions, gathers, labels, sizes)
         return self.emit(key, lambda out: Scatter(self.statement, out, value.reg, value.labels,  # type: ignore
                                                   positions, gathers, labels, sizes), labels)  # type: ignore
+
+    def indicator(self, shift: ir.ShiftDelta) -> ir.Tensor:
+        """``delta[p, 2*k + 1]`` as a dense 0/1 array over ``p`` and the position's indices (a scatter of ones),
+        named so that a product reads it like any tensor."""
+        labels = tuple(shift.position.indices)
+        ones = [self.ones(label) for label in labels]
+        if ones:
+            node: Node = AsFloat(Mul(tuple(Arg(one.reg, _align((label,), labels))  # type: ignore[arg-type]
+                                           for one, label in zip(ones, labels))))
+        else:
+            node = AsFloat(Number(1))
+        value = self.elementwise(("mul", node, _number_types(node)), node, labels)
+        output = (shift.index, *labels)
+        gathers = tuple(self.materialize(self.names[g.name]).reg for g in shift.gathers)
+        sizes = self.sizes_of(output)
+        positions = (shift.position, *labels)
+        key = ("scatter", value.reg, labels, positions, gathers, output, sizes)
+        result = self.emit(key, lambda out: Scatter(self.statement, out, value.reg, labels,  # type: ignore[arg-type]
+                                                    positions, gathers, output, sizes), output)
+        name = f"#{result.reg}"
+        self.names[name] = _Value(result.reg, output)
+        return ir.Tensor(name, output)
 
     def window(self, read: ir.Read) -> _Value:
         """A shifted, strided, constant or gathered read: one :class:`Window` step (``einflow.engine.affine``)."""
