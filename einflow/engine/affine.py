@@ -327,7 +327,7 @@ def scatter_torch(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     flat = torch.as_tensor(flat, device=value.device).broadcast_to(value_shape).reshape(-1)
     weights = value.reshape(-1)
     if inside is not None:
-        keep = inside.broadcast_to(value_shape).reshape(-1)
+        keep = torch.as_tensor(inside, device=value.device).broadcast_to(value_shape).reshape(-1)
         flat, weights = flat[keep], weights[keep]
     out = torch.zeros(math.prod(out_shape), dtype=value.dtype, device=value.device)
     return out.index_add_(0, flat, weights).reshape(out_shape)

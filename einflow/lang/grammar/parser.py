@@ -260,6 +260,10 @@ class _ToIR(Transformer):
         names = [t for t in items if t.type == "NAME"]
         operators = [t for t in items if t.type == "MULOP"]
         for number in numbers:
+            if str(number).isdigit() and len(str(number).lstrip("0")) > 18:
+                raise ParseError(f"an index position's integer must be below 10**18, not a {len(str(number))}-digit "
+                                 "number", number.line or 1, number.column or 1,
+                                 _line_of(self.source, number.line or 1))
             if not str(number).isdigit():
                 raise ParseError(f"an index position takes integer coefficients and offsets, not {str(number)!r}",
                                  number.line or 1, number.column or 1, _line_of(self.source, number.line or 1))
@@ -267,7 +271,7 @@ class _ToIR(Transformer):
             if operator != "*":
                 raise ParseError("an index position multiplies an index by an integer with '*' only",
                                  operator.line or 1, operator.column or 1, _line_of(self.source, operator.line or 1))
-        value = int(numbers[0]) if numbers else 1
+        value = int(str(numbers[0]).lstrip("0") or "0") if numbers else 1
         index = self._name(names[0], "an index name") if names else None
         return (value, index)
 
