@@ -26,7 +26,8 @@ from einflow.lang import ir
 from einflow.lang.errors import EinflowError, GatherIndexError
 from einflow.lang.indices import position_bounds
 
-__all__ = ["ScatterSpec", "scatter_spec", "scatter_numpy", "scatter_torch", "scatter_jax",
+__all__ = ["window_temporaries", "scatter_temporaries", "is_view", "ScatterSpec", "scatter_spec", "scatter_numpy",
+           "scatter_torch", "scatter_jax",
            "SCATTERS", "WindowSpec", "plain_positions", "window_spec", "window_numpy", "window_torch", "window_generic",
            "is_identity", "WINDOWS"]
 
@@ -350,3 +351,26 @@ def scatter_jax(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
 #: the kernel each backend's generated code binds as its scatter helper
 SCATTERS = {"numpy": scatter_numpy, "cupy": scatter_numpy, "torch": scatter_torch, "jax": scatter_jax,
             "dask": scatter_numpy}
+
+
+# ---------------------------------------------------------------- memory: what the kernels allocate
+def is_view(spec: WindowSpec, backend: str) -> bool:
+    """Whether the window is a view of its array (no memory of its own): unpadded, strided, on numpy or cupy."""
+    return spec[1] is None and _strided(spec) and backend in ("numpy", "cupy")
+
+
+def window_temporaries(spec: WindowSpec, source_shape: tuple[int, ...], itemsize: int) -> int:
+    """Bytes a window allocates besides its result: the zero-padded copy, and the flat positions of a take."""
+    shape, pads, _, _ = spec
+    total = 0
+    if pads is not None:
+        total += math.prod(n + before + after for n, (before, after) in zip(source_shape, pads)) * itemsize
+    if not _strided(spec):
+        total += math.prod(shape) * 8  # int64 positions, one per element of the window
+    return total
+
+
+def scatter_temporaries(spec: ScatterSpec) -> int:
+    """Bytes a scatter-add allocates besides its result: the flat positions and the mask of the value."""
+    _, value_shape, _, _ = spec
+    return math.prod(value_shape) * 9  # int64 positions and a boolean mask per element

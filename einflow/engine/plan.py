@@ -22,11 +22,14 @@ from einflow.engine.affine import (
     SCATTERS,
     WINDOWS,
     is_identity,
+    is_view,
     plain_positions,
     scatter_numpy,
     scatter_spec,
+    scatter_temporaries,
     window_generic,
     window_spec,
+    window_temporaries,
 )
 from einflow.engine.backends.base import Backend
 from einflow.engine.blocks import block_rows, render_kernel, run_blocks, threads_for
@@ -277,6 +280,8 @@ class _Specialiser(FittingRenderer, Source):
         self.blocks_name: str | None = None
         #: register -> the register whose array it updates in place (a diagonal added into its base)
         self.updated: dict[int, int] = {}
+        #: register -> the array a window (a strided view, einflow.engine.affine) views
+        self.window_views: dict[int, int] = {}
         #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
         self.scale_dtype: Any = None
         self._generic: tuple[Source, dict[str, Any]] | None = None
@@ -671,6 +676,7 @@ class _Specialiser(FittingRenderer, Source):
         if isinstance(step, Scatter):
             spec = scatter_spec(step.labels, tuple(self.resolve(ref) for ref in step.sizes), step.arg_labels,
                                 self.shape[step.arg], step.positions, self.lowered.statements[step.statement])
+            self.transient[step.out] = scatter_temporaries(spec)
             helper = self.alias.get("scatter") or "_scatter"
             self.namespace[helper] = SCATTERS.get(self.backend.name, scatter_numpy)
             gathers = "".join(f", {self.var(g)}" for g in step.gathers)
@@ -703,6 +709,9 @@ class _Specialiser(FittingRenderer, Source):
                            step.name)
         if is_identity(spec, self.shape[step.arg]):
             return self.var(step.arg)
+        self.transient[step.out] = window_temporaries(spec, self.shape[step.arg], self.itemsize(step.arg))
+        if is_view(spec, self.backend.name):
+            self.window_views[step.out] = step.arg  # memory: a view of its array, as a transpose is
         helper = self.alias.get("window") or "_window"
         self.namespace[helper] = WINDOWS.get(self.backend.name, window_generic)
         gathers = "".join(f", {self.var(g)}" for g in step.gathers)
@@ -950,6 +959,8 @@ def _render(program: ir.ProgramIR, lowered: Lowered, shapes: dict[str, tuple[int
             views[out] = step.expr.register
         elif out in specialiser.updated:
             views[out] = specialiser.updated[out]
+        elif out in specialiser.window_views:
+            views[out] = specialiser.window_views[out]
         elif out not in specialiser.fitting.fused:  # a fused expression exists only chunk by chunk
             allocations[out] = math.prod(shape) * size
         report.append(_report_step(step, specialiser, lowered))
