@@ -305,3 +305,21 @@ def test_memory_model_counts_padded_copies_not_views() -> None:
     window = 2 * 3 * 7 * 3 * 6 * 3 * 8  # the valid window, float64: a view (the contraction copies it once)
     assert window <= valid < 2 * window
     assert same - valid >= 2 * 3 * 11 * 10 * 8  # the padded copy
+
+
+def test_conv2d_and_embedding_gradient_on_cupy() -> None:
+    cupy = pytest.importorskip("cupy")
+    try:
+        cupy.zeros(1)
+    except Exception:  # noqa: BLE001 - cupy installed without a usable GPU
+        pytest.skip("no GPU")
+    x, K = RNG.standard_normal((2, 3, 9, 8)), RNG.standard_normal((4, 3, 3, 3))
+    got = ef.compile(CONV2D[1, "same"])(x=cupy.asarray(x), K=cupy.asarray(K), backend="cupy")
+    expected = F.conv2d(torch.tensor(x), torch.tensor(K), padding="same").numpy()
+    np.testing.assert_allclose(cupy.asnumpy(got), expected, rtol=1e-10, atol=1e-12)
+    E, t, G = RNG.standard_normal((20, 4)), RNG.integers(0, 20, size=7), RNG.standard_normal((7, 4))
+    gradient = ef.grad("y[b,d] = E[t[b], d]\nL = y[b,d] G[b,d]", wrt="E")
+    expected_E = np.zeros((20, 4))
+    np.add.at(expected_E, t, G)
+    got_E = gradient(E=cupy.asarray(E), t=cupy.asarray(t), G=cupy.asarray(G), backend="cupy")
+    np.testing.assert_allclose(cupy.asnumpy(got_E), expected_E, rtol=1e-12)

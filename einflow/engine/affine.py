@@ -95,7 +95,12 @@ def _check_gather(values: Any, name: str, axis: int, length: int) -> None:
         raise EinflowError(f"the gather into axis {axis} of '{name}' reads positions from an array of type "
                            f"{values.dtype}; gather tensors hold integers")
     try:
-        flat = np.asarray(values).reshape(-1) if not hasattr(values, "cpu") else values.cpu().numpy().reshape(-1)
+        if hasattr(values, "cpu"):  # torch
+            flat = values.cpu().numpy().reshape(-1)
+        elif type(values).__module__.startswith("cupy"):
+            flat = values.get().reshape(-1)
+        else:
+            flat = np.asarray(values).reshape(-1)
     except Exception:  # noqa: BLE001 - a traced (jax) or lazy (dask) array: checked where it becomes concrete
         return
     bad = np.flatnonzero((flat < 0) | (flat >= length))
@@ -314,7 +319,12 @@ def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     if xp is np and value.dtype == np.float64:
         return np.bincount(flat, weights=weights, minlength=total).reshape(out_shape)
     out = xp.zeros(total, dtype=value.dtype)
-    xp.add.at(out, flat, weights)
+    if xp.__name__ == "cupy":  # the accumulating kernel of cupy
+        import cupyx
+
+        cupyx.scatter_add(out, flat, weights)
+    else:
+        xp.add.at(out, flat, weights)
     return out.reshape(out_shape)
 
 
