@@ -22,6 +22,8 @@ Environment:
 * ``EINFLOW_DIFF_SEED=1234``: replay one seed with every check, printing each program;
 * ``EINFLOW_DIFF_LANGUAGE=v1``: programs without the reductions (max, min, mean, logsumexp), normalisers
   (softmax, log_softmax, argmax, argmin) and functions (maximum, minimum, erf, softplus) added in language v2;
+* ``EINFLOW_DIFF_LANGUAGE=v3``: also reads through shifted, strided and constant positions (``x[i+1]``,
+  ``x[2*i+1]``, ``X[2,i]``; LANGUAGE.md 8.2), drawn for about one new input in eight;
 * ``EINFLOW_DIFF_CHECKS=all``: every derivative check on every program (the long run:
   ``EINFLOW_DIFF_N=20000 EINFLOW_DIFF_CHECKS=all``);
 * ``EINFLOW_DIFF_REFERENCE=jax``: JAX float64 as the reference for every program (slow: XLA compiles

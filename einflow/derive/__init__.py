@@ -32,6 +32,7 @@ from einflow.derive.normal import (
 )
 from einflow.derive.outer import factor_outer
 from einflow.derive.rules import Leaf
+from einflow.derive.shifts import with_shifts
 from einflow.derive.simplify import is_zero
 from einflow.derive.simplify import simplify as simplified  # (the module keeps the name simplify here)
 from einflow.derive.sizes import IndexSizes, activated, active
@@ -52,8 +53,11 @@ def _deriving(function: _F) -> _F:
 
     @functools.wraps(function)
     def derive(*args, **kwargs):  # type: ignore[no-untyped-def]
-        with activated(IndexSizes()):
-            return function(*args, **kwargs)
+        def run(program, *rest, **options):  # type: ignore[no-untyped-def]
+            with activated(IndexSizes()):
+                return function(program, *rest, **options)
+
+        return with_shifts(run, args[0], args[1:], kwargs)  # reads through positions: einflow.derive.shifts
 
     return derive  # type: ignore[return-value]
 

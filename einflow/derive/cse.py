@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from einflow.derive.canonical import bound_inside, canonical_key
 from einflow.derive.normal import Fresh, rename
+from einflow.derive.shifts import PSEUDO
 from einflow.lang import ir
 
 __all__ = ["reuse_forward", "hoist_repeated", "hoist_shared_products", "coefficients_out"]
@@ -408,6 +409,8 @@ def _largest_shared(statements: list[ir.Assign],
                 continue
             if any(isinstance(product.factors[k], ir.Delta) for k in arrays):
                 continue
+            if any(isinstance(f, ir.Tensor) and f.name.startswith(PSEUDO) for f in product.factors):
+                continue  # a read through positions stays whole (its deltas give its indices their ranges)
             prints = {k: shapes.facts(product.factors[k])[0] for k in arrays}
             for size in range(2, len(arrays) + 1):
                 for subset in _combinations(arrays, size):

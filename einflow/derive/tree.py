@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import opt_einsum as oe
 
 from einflow.derive.normal import Fresh
+from einflow.derive.shifts import PSEUDO
 from einflow.derive.sizes import active
 from einflow.lang import ir
 
@@ -75,6 +76,8 @@ def _splittable(statement: ir.Assign, varying: set[str]) -> tuple[tuple[str, ...
     summed, numbers, tensors = parts
     if len(tensors) < 3 or sum(t.name in varying for t in tensors) < MIN_SHARED:
         return None
+    if any(t.name.startswith(PSEUDO) for t in tensors):
+        return None  # a read through positions stays whole (its deltas give its indices their ranges)
     output = set(statement.indices or ())
     seen: dict[str, int] = {}
     for tensor in tensors:

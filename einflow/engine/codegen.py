@@ -35,6 +35,7 @@ from einflow.engine.steps import (
     Diagonal,
     Elementwise,
     Free,
+    Inferred,
     Lowered,
     Mul,
     Node,
@@ -42,12 +43,16 @@ from einflow.engine.steps import (
     Ones,
     Pow,
     Reduce,
+    Scatter,
     Size,
     SizeRef,
     Solve,
     Step,
+    Window,
     node_args,
 )
+from einflow.lang import ir
+from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.numbers import _is_unit
 
@@ -320,6 +325,10 @@ def kind_of(step: Step) -> str:
         return "constant"
     if isinstance(step, Free):
         return "free"
+    if isinstance(step, Window):
+        return "window"
+    if isinstance(step, Scatter):
+        return "scatter"
     expr = step.expr
     if isinstance(expr, Arg):
         return "transpose"
@@ -411,6 +420,8 @@ class Source:
     def size(self, ref: SizeRef) -> str:
         if isinstance(ref, int):
             return repr(ref)
+        if isinstance(ref, Inferred):  # known only with the shapes (a generic rendering samples dtypes with it)
+            return "1"
         return f"{self.vars[ref[0]]}.shape[{ref[1]}]"
 
     def shape_text(self, refs: tuple[SizeRef, ...]) -> str:
@@ -655,6 +666,8 @@ class Source:
             return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
         if isinstance(step, Diagonal):
             return self.diagonal(step, out)
+        if isinstance(step, (Window, Scatter)):
+            return [f"{out} = {self.window(step)}"]
         return [f"{out} = {self.elementwise(step)}"]
 
     def matrix_name(self, register: int) -> str | None:
@@ -665,6 +678,11 @@ class Source:
         if register < len(self.lowered.inputs):
             return self.lowered.inputs[register]
         return dict(self.lowered.names).get(register)
+
+    def window(self, step: Window) -> str:
+        """A shifted or gathered read (``einflow.engine.affine``); shape-free: the sizes are computed when it runs."""
+        raise EinflowError("programs with shifted, strided or gathered reads cannot be exported to source yet "
+                           "(their ranges are found from the shapes when the program runs): call the Program")
 
     def note(self, number: int, step: Step) -> str:
         if isinstance(step, Contract):
@@ -683,6 +701,12 @@ class Source:
                 text = f"{self.var(step.base)} + {text}"
         elif isinstance(step, Elementwise):
             text = f"[{','.join(step.labels)}]"
+        elif isinstance(step, Scatter):
+            written = ", ".join(ir.format_position(position) for position in step.positions)
+            text = f"[{','.join(step.arg_labels)}] -> [{written}] of [{','.join(step.labels)}]"
+        elif isinstance(step, Window):
+            read = ", ".join(ir.format_position(position) for position in step.positions)
+            text = f"{step.name}[{read}] -> [{','.join(step.labels)}]"
         else:
             text = ""
         return f"[{number}] {kind_of(step)} {text}".rstrip()

@@ -35,6 +35,7 @@ from einflow.engine.steps import (
     Diagonal,
     Elementwise,
     Free,
+    Inferred,
     Lowered,
     Mul,
     Node,
@@ -42,10 +43,12 @@ from einflow.engine.steps import (
     Ones,
     Pow,
     Reduce,
+    Scatter,
     Size,
     SizeRef,
     Solve,
     Step,
+    Window,
     node_args,
     step_inputs,
     substitute,
@@ -53,9 +56,11 @@ from einflow.engine.steps import (
 from einflow.lang import ir
 from einflow.lang.check import check_program, free_indices, product_operands, top_level_terms
 from einflow.lang.contraction import eliminate_deltas, product_output, split_product
+from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
-from einflow.lang.indices import indices_in, join_partners, size_links
+from einflow.lang.indices import NOT_PLAIN, indices_in, join_partners, size_links
 from einflow.lang.numbers import _fold_power, _is_unit, _weak, exact_add
+from einflow.lang.positions import _mentions, read_through, solve_through
 from einflow.lang.stable import stabilize_program
 
 __all__ = ["lower", "fuse", "release"]
@@ -117,6 +122,8 @@ class _Lowering:
         self.input_names = frozenset(inputs)
         self.matrices = {name: statement.kind for statement in program.statements
                          if isinstance(statement, ir.MatrixDecl) for name in statement.names}
+        #: the indices of the current statement that shifted reads size (LANGUAGE.md 8.2)
+        self.shifted: frozenset[str] = frozenset()
 
     # ------------------------------------------------------------------ registers
     def emit(self, key: Any, make: Any, labels: tuple[str, ...]) -> _Value:
@@ -144,10 +151,21 @@ class _Lowering:
             if value.reg is not None:
                 known = self.register_sizes[value.reg]
                 for axis, index in enumerate(node.indices):
-                    if axis < len(known):
+                    if axis < len(known) and index != NOT_PLAIN:
                         sizes.setdefault(index, known[axis])
         for index, source in self.declared.items():
             sizes.setdefault(index, source)
+        # index arithmetic: an index of a shifted read without a declared size has the range its reads allow
+        self.shifted = frozenset(index for node in ir.walk(statement.expr) if isinstance(node, ir.Read)
+                                 for position in node.positions if isinstance(position, ir.Affine)
+                                 for index in position.indices if index not in self.declared)
+        for index in self.shifted:
+            sizes[index] = Inferred(self.statement, index)
+        for node in ir.walk(statement.expr):  # a delta's position sizes only the indices nothing else sizes
+            if isinstance(node, ir.ShiftDelta):
+                for index in node.position.indices:
+                    if index not in sizes and index not in self.declared:
+                        sizes[index] = Inferred(self.statement, index)
         self.sizes = join_partners(sizes, partners)
 
     def declare(self, statement: ir.SizeDecl) -> None:
@@ -218,7 +236,7 @@ class _Lowering:
         terms = []
         for term in top_level_terms(statement.expr):
             extra = frozenset(free_indices(term, bound)) - bound
-            if isinstance(term, (ir.Product, ir.Tensor, ir.Delta)):
+            if isinstance(term, (ir.Product, ir.Tensor, ir.Delta, ir.Read, ir.ShiftDelta)):
                 # a product term is produced directly in the target's axis order (no transpose after)
                 factors = term.factors if isinstance(term, ir.Product) else (term,)
                 terms.append(self.lower_product(factors, bound, extra, statement.indices))
@@ -230,7 +248,9 @@ class _Lowering:
     def lower(self, expr: ir.Expr, bound: frozenset[str], reduce: frozenset[str]) -> _Value:
         if isinstance(expr, ir.Num):
             return _Value(None, (), expr.value)  # exact while folding; _weak where it is used
-        if isinstance(expr, (ir.Tensor, ir.Delta)):
+        if isinstance(expr, ir.Read):
+            return self.sum_axes(self.window(expr), reduce)
+        if isinstance(expr, (ir.Tensor, ir.Delta, ir.ShiftDelta)):
             return self.lower_product((expr,), bound, reduce)
         if isinstance(expr, ir.Product):
             return self.lower_product(expr.factors, bound, reduce)
@@ -381,6 +401,11 @@ class _Lowering:
                       preferred: tuple[str, ...] = ()) -> _Value:
         if any(isinstance(factor, ir.Linalg) for factor in factors):
             factors = self.solves(factors, bound, reduce, preferred)
+        if any(isinstance(factor, ir.ShiftDelta) for factor in factors):
+            return self.lower_shifted(factors, bound, reduce, preferred)
+        if self.shifted:  # a plain read of an index that shifted reads size is a (sliced) window too
+            factors = tuple(ir.Read(f.name, f.indices) if isinstance(f, ir.Tensor) and set(f.indices) & self.shifted
+                            and len(set(f.indices)) == len(f.indices) else f for f in factors)
         parts = split_product(factors, self.names.__getitem__, lambda factor: self.lower(factor, bound, frozenset()),
                               lambda value: value.const if value.reg is None else None, lambda value: value.labels)
         output, summed = product_output(parts.sequence, bound, reduce, preferred)
@@ -453,6 +478,100 @@ class _Lowering:
         name = f"solve#{made.reg}"  # not a name the language can write: never a user's tensor
         self.names[name] = _Value(made.reg, labels)
         return ir.Tensor(name, labels)
+
+    def lower_shifted(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
+                      preferred: tuple[str, ...]) -> _Value:
+        """A product with deltas of positions: a summed one is read through (``x[p] delta[p, h+r]`` is the
+        padded read ``x[h+r]``), a kept one scatters the product of the other factors (:class:`Scatter`)."""
+        output, summed = product_output(product_operands(factors, bound), bound, reduce, preferred)
+        through = {f.index for f in factors if isinstance(f, ir.ShiftDelta)} & set(summed)
+        leaves = (ir.Num, ir.Tensor, ir.Read, ir.Delta, ir.ShiftDelta)
+        named: list[ir.Expr] = []
+        for factor in factors:  # a scope read through a delta is computed first, then read as a named array
+            if not isinstance(factor, leaves) and indices_in(factor) & through:
+                value = self.materialize(self.lower(factor, bound, frozenset()))
+                name = f"#{value.reg}"
+                self.names[name] = _Value(value.reg, value.labels)
+                factor = ir.Tensor(name, value.labels)
+            named.append(factor)
+        factors, shifts = read_through(solve_through(tuple(named), frozenset(summed)), frozenset(summed))
+        if any(shift.index in summed for shift in shifts):
+            raise EinflowError("this product of deltas of positions cannot be computed yet: "
+                               + ir.format_expr(ir.Product(factors)))
+        reduce = reduce | frozenset(summed)  # substituting changes how often an index occurs, not whether it sums
+        seen: set[str] = set()
+        dense: dict[int, ir.Expr] = {}
+        for shift in shifts:  # a delta whose index other factors read too (or another delta): a 0/1 array
+            others = {i for f in factors if f is not shift and not isinstance(f, ir.ShiftDelta) for i in _mentions(f)}
+            if shift.index in others or shift.index in seen:
+                dense[id(shift)] = self.indicator(shift)
+            seen.add(shift.index)
+        if dense:
+            factors = tuple(dense.get(id(factor), factor) for factor in factors)
+            shifts = [f for f in factors if isinstance(f, ir.ShiftDelta)]
+        if not shifts:
+            return self.lower_product(factors, bound, reduce, preferred)
+        rest = tuple(factor for factor in factors if not isinstance(factor, ir.ShiftDelta))
+        targets = [shift.index for shift in shifts]
+        needed = tuple(dict.fromkeys([*(label for label in output if label not in targets),
+                                      *(index for shift in shifts for index in shift.position.indices)]))
+        value = self.materialize(self.lower_product(rest, bound | frozenset(needed), reduce - frozenset(needed),
+                                                    needed)) if rest else _Value(None, (), 1)
+        if value.reg is None:  # deltas alone: ones of the inputs' floating type, times the number
+            ones = [self.ones(label) for label in needed]
+            node: Node = Mul(tuple(Arg(one.reg, _align((label,), needed)) for one, label in zip(ones, needed)))  # type: ignore
+            node = Mul((AsFloat(node), Number(_weak(value.const))))  # type: ignore[arg-type]
+            value = self.elementwise(("mul", node, _number_types(node)), node, needed)
+        missing = [label for label in needed if label not in value.labels]
+        if missing and value.reg is not None:  # broadcast over what the value lacks (a Toeplitz matrix of K)
+            ones = [self.ones(label) for label in missing]
+            product = Mul((Arg(value.reg, _align(value.labels, needed)),  # type: ignore[arg-type]
+                           *(Arg(one.reg, _align((label,), needed)) for one, label in zip(ones, missing))))  # type: ignore
+            value = self.elementwise(("mul", product, _number_types(product)), product, needed)
+        if (len(set(targets)) != len(targets) or value.reg is None or set(targets) & set(value.labels)
+                or set(needed) - set(value.labels)):
+            raise EinflowError("this product of deltas of positions cannot be computed yet: "
+                               + ir.format_expr(ir.Product(factors)))
+        by_target = {shift.index: shift for shift in shifts}
+        positions = tuple(by_target[label].position if label in by_target else label for label in output)
+        gathers = tuple(self.materialize(self.names[g.name]).reg for shift in shifts for g in shift.gathers)
+        labels = tuple(output)
+        sizes = self.sizes_of(labels)
+        key = ("scatter", value.reg, value.labels, positions, gathers, labels, sizes)
+        return self.emit(key, lambda out: Scatter(self.statement, out, value.reg, value.labels,  # type: ignore
+                                                  positions, gathers, labels, sizes), labels)  # type: ignore
+
+    def indicator(self, shift: ir.ShiftDelta) -> ir.Tensor:
+        """``delta[p, 2*k + 1]`` as a dense 0/1 array over ``p`` and the position's indices (a scatter of ones),
+        named so that a product reads it like any tensor."""
+        labels = tuple(shift.position.indices)
+        ones = [self.ones(label) for label in labels]
+        if ones:
+            node: Node = AsFloat(Mul(tuple(Arg(one.reg, _align((label,), labels))  # type: ignore[arg-type]
+                                           for one, label in zip(ones, labels))))
+        else:
+            node = AsFloat(Number(1))
+        value = self.elementwise(("mul", node, _number_types(node)), node, labels)
+        output = (shift.index, *labels)
+        gathers = tuple(self.materialize(self.names[g.name]).reg for g in shift.gathers)
+        sizes = self.sizes_of(output)
+        positions = (shift.position, *labels)
+        key = ("scatter", value.reg, labels, positions, gathers, output, sizes)
+        result = self.emit(key, lambda out: Scatter(self.statement, out, value.reg, labels,  # type: ignore[arg-type]
+                                                    positions, gathers, output, sizes), output)
+        name = f"#{result.reg}"
+        self.names[name] = _Value(result.reg, output)
+        return ir.Tensor(name, output)
+
+    def window(self, read: ir.Read) -> _Value:
+        """A shifted, strided, constant or gathered read: one :class:`Window` step (``einflow.engine.affine``)."""
+        source = self.materialize(self.names[read.name])
+        gathers = tuple(self.materialize(self.names[gather.name]).reg for gather in read.gathers)
+        labels = read.indices
+        sizes = self.sizes_of(labels)
+        key = ("window", source.reg, read.positions, gathers, labels, sizes)
+        return self.emit(key, lambda out: Window(self.statement, out, source.reg, read.name,  # type: ignore[arg-type]
+                                                 read.positions, gathers, labels, sizes), labels)  # type: ignore
 
     def ones(self, label: str) -> _Value:
         size = self.sizes.get(label, -1)

@@ -18,6 +18,19 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
+from einflow.engine.affine import (
+    SCATTERS,
+    WINDOWS,
+    is_identity,
+    is_view,
+    plain_positions,
+    scatter_numpy,
+    scatter_spec,
+    scatter_temporaries,
+    window_generic,
+    window_spec,
+    window_temporaries,
+)
 from einflow.engine.backends.base import Backend
 from einflow.engine.blocks import block_rows, render_kernel, run_blocks, threads_for
 from einflow.engine.codegen import (
@@ -46,6 +59,7 @@ from einflow.engine.steps import (
     Diagonal,
     Elementwise,
     Free,
+    Inferred,
     Lowered,
     Mul,
     Node,
@@ -53,10 +67,12 @@ from einflow.engine.steps import (
     Ones,
     Pow,
     Reduce,
+    Scatter,
     Size,
     SizeRef,
     Solve,
     Step,
+    Window,
     arg_nodes,
     node_args,
     step_inputs,
@@ -269,6 +285,8 @@ class _Specialiser(FittingRenderer, Source):
         self.blocks_name: str | None = None
         #: register -> the register whose array it updates in place (a diagonal added into its base)
         self.updated: dict[int, int] = {}
+        #: register -> the array a window (a strided view, einflow.engine.affine) views
+        self.window_views: dict[int, int] = {}
         #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
         self.scale_dtype: Any = None
         self._generic: tuple[Source, dict[str, Any]] | None = None
@@ -283,6 +301,8 @@ class _Specialiser(FittingRenderer, Source):
         self.tensor_literals = False  # (integer arrays are read in the step's floating type: ``read_as``)
         #: torch and jax: the floating type integer arrays are read in by the elementwise step being rendered
         self.read_as: str | None = None
+        #: (statement, index) -> its size, as each statement's check found it (shifted reads size some)
+        self.inferred: dict[tuple[int, str], int] = {}
         self.check(program, shapes, source)
 
     # ------------------------------------------------------------------ shapes and dtypes
@@ -297,7 +317,8 @@ class _Specialiser(FittingRenderer, Source):
             if isinstance(statement, ir.SizeDecl):
                 declared.update(declared_sizes(statement, tensors, source))
             elif isinstance(statement, ir.Assign):
-                statement_sizes(statement, tensors, declared, source)
+                sizes = statement_sizes(statement, tensors, declared, source)
+                self.inferred.update(((number, index), size) for index, size in sizes.items())
             while position < len(steps) and steps[position].statement == number:
                 self.specialise(steps[position])
                 position += 1
@@ -306,6 +327,8 @@ class _Specialiser(FittingRenderer, Source):
                 tensors[target] = self.shape[register] if register is not None else ()
 
     def resolve(self, ref: SizeRef) -> int:
+        if isinstance(ref, Inferred):
+            return self.inferred[(ref.statement, ref.index)]
         return ref if isinstance(ref, int) else self.shape[ref[0]][ref[1]]
 
     def specialise(self, step: Step) -> None:
@@ -346,6 +369,8 @@ class _Specialiser(FittingRenderer, Source):
             return np.dtype(bool)
         if isinstance(step, Constant):
             return np.asarray(step.value).dtype
+        if isinstance(step, (Window, Scatter)):
+            return self.dtype[step.arg]
         if isinstance(step, Diagonal):
             value = self.sample(step.arg)
             if not _is_unit(step.coefficient):
@@ -700,6 +725,16 @@ class _Specialiser(FittingRenderer, Source):
             big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES
                    and r not in held]
             return super().step_lines(Free(step.statement, tuple(big))) if big else []
+        if isinstance(step, Window):
+            return [f"{self.var(step.out)} = {self.window(step)}"]
+        if isinstance(step, Scatter):
+            spec = scatter_spec(step.labels, tuple(self.resolve(ref) for ref in step.sizes), step.arg_labels,
+                                self.shape[step.arg], step.positions, self.lowered.statements[step.statement])
+            self.transient[step.out] = scatter_temporaries(spec)
+            helper = self.alias.get("scatter") or "_scatter"
+            self.namespace[helper] = SCATTERS.get(self.backend.name, scatter_numpy)
+            gathers = "".join(f", {self.var(g)}" for g in step.gathers)
+            return [f"{self.var(step.out)} = {helper}({self.var(step.arg)}, {spec!r}{gathers})"]
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
         # torch and jax: integer arrays in an elementwise step of floating type are read in that type, as
@@ -756,6 +791,21 @@ class _Specialiser(FittingRenderer, Source):
             else:
                 typed.append(self.astype(name, np.dtype(dtype).name))
         return typed
+    def window(self, step: Window) -> str:
+        """A shifted or gathered read: the backend's kernel (``einflow.engine.affine``) with its plan as literals."""
+        labels = step.labels
+        spec = window_spec(labels, tuple(self.resolve(ref) for ref in step.sizes), self.shape[step.arg],
+                           plain_positions(step.positions, labels), tuple(self.shape[g] for g in step.gathers),
+                           step.name)
+        if is_identity(spec, self.shape[step.arg]):
+            return self.var(step.arg)
+        self.transient[step.out] = window_temporaries(spec, self.shape[step.arg], self.itemsize(step.arg))
+        if is_view(spec, self.backend.name):
+            self.window_views[step.out] = step.arg  # memory: a view of its array, as a transpose is
+        helper = self.alias.get("window") or "_window"
+        self.namespace[helper] = WINDOWS.get(self.backend.name, window_generic)
+        gathers = "".join(f", {self.var(g)}" for g in step.gathers)
+        return f"{helper}({self.var(step.arg)}, {spec!r}{gathers})"
 
     def floating_register(self, register: int) -> bool:
         """Whether a register holds a numpy array of a floating type (not a weak Python number)."""
@@ -999,6 +1049,8 @@ def _render(program: ir.ProgramIR, lowered: Lowered, shapes: dict[str, tuple[int
             views[out] = step.expr.register
         elif out in specialiser.updated:
             views[out] = specialiser.updated[out]
+        elif out in specialiser.window_views:
+            views[out] = specialiser.window_views[out]
         elif out not in specialiser.fitting.fused:  # a fused expression exists only chunk by chunk
             allocations[out] = math.prod(shape) * size
         report.append(_report_step(step, specialiser, lowered))

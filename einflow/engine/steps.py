@@ -21,14 +21,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from einflow.lang import ir
+
 __all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
-           "Contract", "Reduce", "Elementwise", "Diagonal", "Free", "Solve", "Step", "Lowered", "step_inputs",
-           "arg_nodes",
-           "node_args",
+           "Contract", "Reduce", "Elementwise", "Diagonal", "Window", "Scatter", "Inferred", "Free", "Solve", "Step",
+           "Lowered", "step_inputs", "arg_nodes", "node_args",
            "realign", "substitute"]
 
-#: an index's size: a literal (``size n = 10``) or ``(input register, axis)``
-SizeRef = Union[int, tuple[int, int]]
+@dataclass(frozen=True, slots=True)
+class Inferred:
+    """The size of an index that a shifted read sizes (LANGUAGE.md 8.2): known once the statement's shapes are."""
+
+    statement: int
+    index: str
+
+
+#: an index's size: a literal (``size n = 10``), ``(input register, axis)``, or inferred from shifted reads
+SizeRef = Union[int, tuple[int, int], Inferred]
 
 
 # ---------------------------------------------------------------- elementwise expressions
@@ -158,6 +167,39 @@ class Diagonal:
 
 
 @dataclass(frozen=True, slots=True)
+class Window:
+    """A read through shifted, strided, constant or gathered positions (``x[2*h + r - 1]``, ``E[t[b], d]``):
+    the array with one axis per index of ``labels``, a strided view of ``arg`` where it can be (a gather takes;
+    a position outside the axis reads 0 where a ``size`` declaration allows it). ``positions`` are the IR's,
+    a gather's tensor read from ``gathers`` (registers, in the order of the read's gathers)."""
+
+    statement: int
+    out: int
+    arg: int
+    name: str
+    positions: tuple[ir.Position, ...]
+    gathers: tuple[int, ...]
+    labels: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Scatter:
+    """A scatter-add (``delta[p, h + r]`` or ``delta[v, t[b]]`` kept in a product's output): a zeroed array with axes
+    ``labels`` into which every element of ``arg`` (axes ``arg_labels``) is added at the position each of
+    ``positions`` gives (a plain label: the same axis of ``arg``); elements landing outside are dropped."""
+
+    statement: int
+    out: int
+    arg: int
+    arg_labels: tuple[str, ...]
+    positions: tuple[ir.Position, ...]
+    gathers: tuple[int, ...]
+    labels: tuple[str, ...]
+    sizes: tuple[SizeRef, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Free:
     statement: int
     registers: tuple[int, ...]
@@ -183,7 +225,8 @@ class Solve:
     kind: str = "solve"
 
 
-Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Free, Solve]
+
+Step = Union[Constant, Ones, Contract, Reduce, Elementwise, Diagonal, Window, Scatter, Free, Solve]
 
 
 @dataclass(frozen=True)
@@ -237,6 +280,8 @@ def step_inputs(step: Step) -> list[int]:
         return [step.arg]
     if isinstance(step, Solve):
         return [step.matrix, step.rhs]
+    if isinstance(step, (Window, Scatter)):
+        return [step.arg, *step.gathers]
     return []
 
 

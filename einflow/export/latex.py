@@ -57,6 +57,17 @@ def _subscript(indices: tuple[str, ...]) -> str:
     return "_{" + ",".join(_escape(index) for index in indices) + "}"
 
 
+def _positions(positions: tuple[ir.Position, ...]) -> str:
+    """The subscript of a read through positions: ``_{i+1}``, ``_{2h+r-1,w}``, ``_{t_{b},d}``."""
+    texts = []
+    for position in positions:
+        if isinstance(position, ir.Gather):
+            texts.append(render_name(position.name) + _subscript(position.indices))
+        else:
+            texts.append(_escape(ir.format_position(position).replace(" ", "").replace("*", "")))
+    return "_{" + ",".join(texts) + "}"
+
+
 def _sum_symbol(indices: list[str]) -> str:
     return r"\sum_{" + ",".join(_escape(index) for index in indices) + "} "
 
@@ -113,7 +124,7 @@ class _Renderer:
         if isinstance(expr, ir.Reduce) and expr.kind == "sum":
             inner = bound | frozenset(expr.indices)
             return self.render(expr.body, inner, _merge(extra, expr.indices))
-        if isinstance(expr, (ir.Product, ir.Tensor, ir.Delta)):
+        if isinstance(expr, (ir.Product, ir.Tensor, ir.Delta, ir.Read, ir.ShiftDelta)):
             factors = expr.factors if isinstance(expr, ir.Product) else (expr,)
             negative, text, kind = self.product(factors, bound, extra)
             return ("-" + text, _NEGATIVE) if negative else (text, kind)
@@ -221,6 +232,10 @@ class _Renderer:
                 numerator.append(self.tensor(factor.name, factor.indices))
             elif isinstance(factor, ir.Delta):
                 numerator.append(r"\delta" + _subscript((factor.first, factor.second)))
+            elif isinstance(factor, ir.Read):  # x_{i+1}, E_{t_{b},d}
+                numerator.append(render_name(factor.name) + _positions(factor.positions))
+            elif isinstance(factor, ir.ShiftDelta):
+                numerator.append(r"\delta" + _positions((factor.index, factor.position)))
             else:
                 text, kind = self.render(factor, bound)
                 if several and kind in (_SUM, _NEGATIVE, _SIGMA):

@@ -29,7 +29,7 @@ def product_operands(factors: tuple[ir.Expr, ...], bound: frozenset[str]) -> lis
     """The index lists a product's factors contribute (leaves with multiplicity, scopes once each)."""
     lists: list[tuple[str, ...]] = []
     for factor in factors:
-        if isinstance(factor, ir.Tensor):
+        if isinstance(factor, (ir.Tensor, ir.Read, ir.ShiftDelta)):
             lists.append(factor.indices)
         elif isinstance(factor, ir.Delta):
             lists.append((factor.first, factor.second))
@@ -54,7 +54,7 @@ def free_indices(expr: ir.Expr, bound: frozenset[str] = frozenset()) -> tuple[st
     """
     if isinstance(expr, ir.Num):
         return ()
-    if isinstance(expr, ir.Tensor):
+    if isinstance(expr, (ir.Tensor, ir.Read, ir.ShiftDelta)):
         return _product_split((expr,), bound)[0]
     if isinstance(expr, ir.Delta):
         return _product_split((expr,), bound)[0]
@@ -157,6 +157,13 @@ def check_names(program: ir.ProgramIR) -> None:
                 check_name(node.name, "a tensor name")
                 for index in node.indices:
                     check_name(index, "an index name")
+            elif isinstance(node, (ir.Read, ir.ShiftDelta)):
+                if isinstance(node, ir.Read):
+                    check_name(node.name, "a tensor name")
+                for index in node.indices:
+                    check_name(index, "an index name")
+                for gather in node.gathers:
+                    check_name(gather.name, "a tensor name")
             elif isinstance(node, ir.Delta):
                 check_name(node.first, "an index name")
                 check_name(node.second, "an index name")
@@ -174,15 +181,15 @@ class _Checker:
 
     def analyze(self, expr: ir.Expr, bound: frozenset[str]) -> set[str]:
         """Check ``expr`` and return the indices contracted anywhere inside it."""
-        if isinstance(expr, (ir.Num, ir.Tensor, ir.Delta)):
-            if isinstance(expr, (ir.Tensor, ir.Delta)):
+        if isinstance(expr, (ir.Num, ir.Tensor, ir.Delta, ir.Read, ir.ShiftDelta)):
+            if isinstance(expr, (ir.Tensor, ir.Delta, ir.Read, ir.ShiftDelta)):
                 return _product_split((expr,), bound)[1]
             return set()
         if isinstance(expr, ir.Product):
             free, contracted = _product_split(expr.factors, bound)
             inner = set(contracted)
             for factor in expr.factors:
-                if isinstance(factor, (ir.Num, ir.Tensor, ir.Delta)):
+                if isinstance(factor, (ir.Num, ir.Tensor, ir.Delta, ir.Read, ir.ShiftDelta)):
                     continue
                 nested = self.analyze(factor, bound)
                 clash = nested & set(free)
@@ -261,7 +268,17 @@ class _Checker:
                   f"rename one of them, or make the intent explicit with a target or sum[{index}](...)", node)
 
     def tensor_refs(self, expr: ir.Expr) -> list[ir.Tensor]:
-        return [node for node in ir.walk(expr) if isinstance(node, ir.Tensor)]
+        """Every tensor the expression reads, as plain references of its rank (a Read's tensor and gathers too)."""
+        refs: list[ir.Tensor] = []
+        for node in ir.walk(expr):
+            if isinstance(node, ir.Tensor):
+                refs.append(node)
+            elif isinstance(node, (ir.Read, ir.ShiftDelta)):
+                if isinstance(node, ir.Read):
+                    refs.append(ir.Tensor(node.name, tuple(f"_{k}" for k in range(len(node.positions))),
+                                          span=node.span))
+                refs.extend(ir.Tensor(gather.name, gather.indices, span=node.span) for gather in node.gathers)
+        return refs
 
     def check(self, program: ir.ProgramIR) -> ProgramInfo:
         inputs: dict[str, None] = {}

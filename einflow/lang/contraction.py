@@ -52,6 +52,9 @@ def split_product(factors: tuple[ir.Expr, ...], tensor: Callable[[str], V], lowe
         if isinstance(factor, ir.Tensor):
             value = tensor(factor.name)
             indices = factor.indices
+        elif isinstance(factor, ir.Read):  # a window: one axis per index it mentions
+            value = lower(factor)
+            indices = factor.indices
         else:
             value = lower(factor)
             indices = labels(value)

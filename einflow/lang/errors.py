@@ -20,6 +20,7 @@ __all__ = [
     "IndexRuleError",
     "ShapeError",
     "TensorNameError",
+    "GatherIndexError",
     "DerivativeError",
     "BackendError",
     "MemoryLimitError",
@@ -57,6 +58,10 @@ class IndexRuleError(EinflowError, ValueError):
 
 class ShapeError(EinflowError, ValueError):
     """Array shapes do not agree with the program (index sizes, ranks)."""
+
+
+class GatherIndexError(EinflowError, IndexError):
+    """A gather (``E[t[b], d]``) reads a position outside its axis: negative or too large (no wrap, no clamp)."""
 
 
 class TensorNameError(EinflowError):

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 from einflow.lang import ir
 from einflow.lang.errors import ShapeError, TensorNameError, located
 
-__all__ = ["indices_in", "size_links", "join_partners", "statement_sizes", "declared_sizes"]
+__all__ = ["indices_in", "size_links", "join_partners", "statement_sizes", "declared_sizes", "plain_axes",
+           "NOT_PLAIN", "infer_ranges", "position_bounds"]
 
 T = TypeVar("T")
 
@@ -30,7 +31,7 @@ def indices_in(expr: ir.Expr) -> frozenset[str]:
     >>> sorted(indices_in(ir.Product((ir.Tensor("A", ("i", "k")), ir.Delta("k", "j")))))
     ['i', 'j', 'k']
     """
-    if isinstance(expr, ir.Tensor):
+    if isinstance(expr, (ir.Tensor, ir.Read, ir.ShiftDelta)):
         return frozenset(expr.indices)
     if isinstance(expr, ir.Delta):
         return frozenset((expr.first, expr.second))
@@ -51,6 +52,10 @@ def size_links(expr: ir.Expr) -> tuple[list[ir.Tensor], list[tuple[str, str, ir.
     for node in ir.walk(expr):
         if isinstance(node, ir.Tensor):
             tensors.append(node)
+        elif isinstance(node, ir.Read):
+            tensors.extend(plain_axes(node))
+        elif isinstance(node, ir.ShiftDelta):
+            tensors.extend(ir.Tensor(gather.name, gather.indices, span=node.span) for gather in node.gathers)
         elif isinstance(node, ir.Delta):
             partners.append((node.first, node.second, node))
     return tensors, partners
@@ -133,6 +138,8 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
         shape = _bound_shape(node.name, len(node.indices), shapes, node.span, source, f"tensor '{node.name}' has rank",
                              f" but is used with {len(node.indices)} indices")
         for axis, (index, size) in enumerate(zip(node.indices, shape)):
+            if index == NOT_PLAIN:
+                continue
             mentioned.setdefault(index, None)
             note(index, size, f"{node.name} (axis {axis})", node)
     for first, second, _ in partners:
@@ -153,6 +160,21 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
     sizes = {index: size for index, (size, _) in found.items()}
     join_partners(sizes, partners, lambda index, size, where, node: (note(index, size, where, node),
                                                                      sizes.__setitem__(index, size)), clash)
+    reads = [node for node in ir.walk(statement.expr) if isinstance(node, ir.Read)]
+    shifts = [node for node in ir.walk(statement.expr) if isinstance(node, ir.ShiftDelta)]
+    if reads or shifts:
+        for node in reads + shifts:  # type: ignore[operator]
+            for index in node.indices:
+                mentioned.setdefault(index, None)
+        padded = frozenset(index for index in mentioned if index in declared)
+        shapes = dict(shapes)
+        for node in shifts:  # a delta reads like an axis as long as its index, and is 0 outside (never an error)
+            if node.index in sizes:
+                shapes[_DELTA + node.index] = (sizes[node.index],)
+                reads.append(ir.Read(_DELTA + node.index, (node.position,), span=node.span))
+        for index, size in infer_ranges(reads, sizes, padded, shapes, source).items():
+            if index not in found or found[index][0] != size:
+                found[index] = (size, "the reads of " + ", ".join(ir.format_expr(r) for r in reads))
     for index in mentioned:
         if index not in found:
             raise ShapeError(located(
@@ -167,3 +189,134 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
                     f"{rows} ({row_where}) but '{node.indices[1]}' has size {columns} ({column_where})",
                     node.span, source))
     return {index: size for index, (size, _) in found.items()}
+
+
+# ---------------------------------------------------------------- index arithmetic (LANGUAGE.md 8.2)
+#: the label :func:`size_links` gives a shifted, constant or gathered axis (it gives no index a size)
+NOT_PLAIN = "#"
+
+
+def plain_axes(read: ir.Read) -> list[ir.Tensor]:
+    """The plain references hidden in a Read, for size bookkeeping: the read tensor with its non-plain axes
+    labelled :data:`NOT_PLAIN`, and each gather tensor with its indices.
+
+    >>> [ir.format_expr(t) for t in plain_axes(ir.Read("E", (ir.Gather("t", ("b",)), "d")))]
+    ['E[#,d]', 't[b]']
+    """
+    own = ir.Tensor(read.name, tuple(p if isinstance(p, str) else NOT_PLAIN for p in read.positions), span=read.span)
+    return [own, *(ir.Tensor(gather.name, gather.indices, span=read.span) for gather in read.gathers)]
+
+
+def position_bounds(position: ir.Affine, sizes: Mapping[str, int]) -> tuple[int, int]:
+    """The least and greatest value of an affine position over its indices' ranges (all sizes positive).
+
+    >>> position_bounds(ir.Affine(((2, "h"), (1, "r")), -1), {"h": 4, "r": 3})
+    (-1, 7)
+    """
+    low = high = position.offset
+    for coefficient, index in position.terms:
+        reach = coefficient * (sizes[index] - 1)
+        low += min(reach, 0)
+        high += max(reach, 0)
+    return low, high
+
+
+#: the name a delta's position reads under while ranges are inferred (it never reads outside: it is 0 there)
+_DELTA = "#delta "
+
+
+def _describe(read: ir.Read, axis: int) -> str:
+    return f"{ir.format_expr(read)} (axis {axis} of '{read.name}')"
+
+
+def infer_ranges(reads: list[ir.Read], sizes: dict[str, int], padded: frozenset[str],
+                 shapes: Mapping[str, tuple[int, ...]], source: str | None) -> dict[str, int]:
+    """Sizes for the indices only affine reads mention, by Tullio's rule, then every affine position checked.
+
+    An index without a size gets the largest range in which every read it takes part in (with its other
+    indices known) stays inside its axis: the intersection. Then each affine position must stay inside its
+    axis, unless one of its indices has a declared size (``padded``: such a read outside reads 0). ``sizes``
+    holds the sizes known so far and is updated; a ``ShapeError`` names the read otherwise.
+
+    >>> x = ir.Read("x", (ir.Affine(((1, "h"), (1, "r"))),))
+    >>> infer_ranges([x], {"r": 3}, frozenset(), {"x": (10,)}, None)
+    {'r': 3, 'h': 8}
+    """
+    affine = [(read, axis, position) for read in reads for axis, position in enumerate(read.positions)
+              if isinstance(position, ir.Affine)]
+    lenient = {id(read) for read in reads if read.name.startswith(_DELTA)}
+    changed = True
+    while changed:
+        changed = False
+        limits: dict[str, int] = {}
+        for read, axis, position in affine:
+            unknown = [(c, index) for c, index in position.terms if index not in sizes]
+            if len(unknown) != 1:
+                continue
+            coefficient, index = unknown[0]
+            known = ir.Affine(tuple(t for t in position.terms if t[1] != index), position.offset)
+            if any(sizes[i] == 0 for i in known.indices):
+                continue
+            low, high = position_bounds(known, sizes)
+            length = shapes[read.name][axis]
+            if id(read) in lenient:
+                low, high = max(low, 0), min(high, length - 1)
+            if coefficient > 0:
+                if low < 0:
+                    raise ShapeError(located(
+                        f"{_describe(read, axis)} reads position {low} at {index} = 0, before the axis starts; "
+                        f"declare the size of '{index}' with 'size {index} = ...' to read zeros there",
+                        read.span, source))
+                limit = (length - 1 - high) // coefficient + 1
+            else:
+                if high > length - 1:
+                    raise ShapeError(located(
+                        f"{_describe(read, axis)} reads position {high} at {index} = 0, past the axis' length "
+                        f"{length}; declare the size of '{index}' with 'size {index} = ...' to read zeros there",
+                        read.span, source))
+                limit = low // -coefficient + 1
+            limits[index] = min(limits.get(index, limit), max(limit, 0))
+        for index, limit in limits.items():
+            sizes[index] = limit
+            changed = True
+    changed = True
+    while changed:  # the intersection: an index a plain read sizes shrinks to what its affine reads allow
+        changed = False
+        for read, axis, position in affine:
+            if id(read) in lenient or set(position.indices) & padded or not set(position.indices) <= sizes.keys():
+                continue
+            for coefficient, index in position.terms:
+                known = ir.Affine(tuple(t for t in position.terms if t[1] != index), position.offset)
+                if sizes[index] == 0 or any(sizes[i] == 0 for i in known.indices):
+                    continue
+                low, high = position_bounds(known, sizes)
+                length = shapes[read.name][axis]
+                limit = (length - 1 - high) // coefficient + 1 if coefficient > 0 else low // -coefficient + 1
+                if 0 <= limit < sizes[index]:
+                    sizes[index] = limit
+                    changed = True
+    for read, axis, position in affine:
+        missing = [index for index in position.indices if index not in sizes]
+        if missing:
+            raise ShapeError(located(
+                f"the ranges of {', '.join(repr(i) for i in missing)} in {_describe(read, axis)} cannot be inferred: "
+                f"no other read gives them; declare one with 'size {missing[0]} = ...'", read.span, source))
+        length = shapes[read.name][axis]
+        if id(read) in lenient:
+            continue
+        if not position.terms:
+            if not 0 <= position.offset < length:
+                raise ShapeError(located(
+                    f"{_describe(read, axis)} reads position {position.offset}, outside the axis of length {length}",
+                    read.span, source))
+            continue
+        if any(sizes[index] == 0 for index in position.indices) or set(position.indices) & padded:
+            continue
+        low, high = position_bounds(position, sizes)
+        if low < 0 or high >= length:
+            ranges = ", ".join(f"{index} < {sizes[index]}" for index in position.indices)
+            raise ShapeError(located(
+                f"{_describe(read, axis)} reads positions {low}..{high} ({ranges}), outside the axis of length "
+                f"{length}; only indices with a declared size read zeros outside (declare one with 'size')",
+                read.span, source))
+    return sizes

@@ -20,6 +20,11 @@ __all__ = [
     "Normalize",
     "Binary",
     "Linalg",
+    "Affine",
+    "Gather",
+    "Position",
+    "Read",
+    "ShiftDelta",
     "Expr",
     "Assign",
     "SizeDecl",
@@ -41,6 +46,8 @@ __all__ = [
     "product",
     "negate",
     "format_expr",
+    "format_position",
+    "position_indices",
     "format_statement",
     "format_program",
 ]
@@ -191,7 +198,106 @@ class Linalg:
     span: Span | None = _span()
 
 
-Expr = Union[Num, Tensor, Delta, Product, Sum, Call, Power, Reduce, Normalize, Binary, Linalg]
+
+# ---------------------------------------------------------------- index arithmetic (LANGUAGE.md §8.2)
+@dataclass(frozen=True, slots=True)
+class Affine:
+    """An index position ``2*h + r - 1``: ``terms`` are (coefficient, index) pairs, nonzero, each index once;
+    an integer literal position is ``Affine((), value)``."""
+
+    terms: tuple[tuple[int, str], ...]
+    offset: int = 0
+
+    @property
+    def indices(self) -> tuple[str, ...]:
+        return tuple(index for _, index in self.terms)
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """An index position read from an integer tensor: ``t[b]`` in ``E[t[b], d]`` (plain indices only)."""
+
+    name: str
+    indices: tuple[str, ...]
+
+
+#: one position of a :class:`Read`: a plain index, an affine expression of indices, or a gather
+Position = Union[str, Affine, Gather]
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A tensor reference with at least one non-plain position: ``x[h+r]``, ``X[0,i]``, ``E[t[b],d]``.
+
+    ``indices`` are the distinct indices its positions mention, in order of first occurrence (the axes of the
+    array it reads: ``x[i+1, i]`` is a shifted diagonal, one axis ``i``); a Read is a leaf, like :class:`Tensor`.
+    """
+
+    name: str
+    positions: tuple[Position, ...]
+    span: Span | None = _span()
+
+    @property
+    def indices(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(index for position in self.positions for index in position_indices(position)))
+
+    @property
+    def gathers(self) -> tuple[Gather, ...]:
+        return tuple(position for position in self.positions if isinstance(position, Gather))
+
+
+@dataclass(frozen=True, slots=True)
+class ShiftDelta:
+    """``delta[p, h + r]`` or ``delta[v, t[b]]``: 1 where ``index`` equals the position's value, else 0.
+
+    Summed against a tensor it reads (``x[p] delta[p, h+r]`` is ``x[h+r]``, zero outside ``x``); kept, it
+    scatters (``delta[v, t[b]] g[b,d]`` adds each ``g[b,:]`` into row ``t[b]``). Its indices need not have equal
+    sizes: that is what the adjoint of a shifted read is made of.
+    """
+
+    index: str
+    position: Affine | Gather
+    span: Span | None = _span()
+
+    @property
+    def indices(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.index, *self.position.indices)))
+
+    @property
+    def gathers(self) -> tuple[Gather, ...]:
+        return (self.position,) if isinstance(self.position, Gather) else ()
+
+
+def position_indices(position: Position) -> tuple[str, ...]:
+    """The indices one position mentions (a plain index is itself)."""
+    return (position,) if isinstance(position, str) else position.indices
+
+
+def format_position(position: Position) -> str:
+    """``2*h + r - 1``, ``t[b]``, ``0``: a position as it is written."""
+    if isinstance(position, str):
+        return position
+    if isinstance(position, Gather):
+        return position.name + _indices(position.indices)
+    if position.offset == 0 and len(position.terms) == 1 and position.terms[0][0] == 1:
+        return f"{position.terms[0][1]} + 0"  # a shifted read by 0 (zero outside), not a plain index
+    parts: list[str] = []
+    for coefficient, index in position.terms:
+        magnitude = abs(coefficient)
+        text = index if magnitude == 1 else f"{magnitude}*{index}"
+        if not parts:
+            parts.append(("-" if coefficient < 0 else "") + text)
+        else:
+            parts.append(("- " if coefficient < 0 else "+ ") + text)
+    if position.offset or not parts:
+        if not parts:
+            parts.append(str(position.offset))
+        else:
+            parts.append(("- " if position.offset < 0 else "+ ") + str(abs(position.offset)))
+    return " ".join(parts)
+
+
+Expr = Union[Num, Tensor, Delta, Product, Sum, Call, Power, Reduce, Normalize, Binary, Linalg, Read, ShiftDelta]
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +507,10 @@ def format_expr(expr: Expr) -> str:
         return expr.name + (_indices(expr.indices) if expr.indices else "")
     if isinstance(expr, Delta):
         return f"delta[{expr.first},{expr.second}]"
+    if isinstance(expr, Read):
+        return expr.name + "[" + ", ".join(format_position(position) for position in expr.positions) + "]"
+    if isinstance(expr, ShiftDelta):
+        return f"delta[{expr.index}, {format_position(expr.position)}]"
     if isinstance(expr, Call):
         return f"{expr.func}({format_expr(expr.arg)})"
     if isinstance(expr, (Reduce, Normalize, Linalg)):

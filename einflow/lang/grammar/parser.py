@@ -141,6 +141,11 @@ class _ToIR(Transformer):
     @v_args(meta=True)
     def assign_indexed(self, meta: Any, items: list[Any]) -> ir.Assign:
         name, indices, expr = items
+        for position in indices:
+            if not isinstance(position, str):
+                raise ParseError(f"a target keeps plain indices: {str(name)}[...] cannot hold "
+                                 f"'{ir.format_position(position)}' (shifted, constant and gathered positions are "
+                                 "for reads)", meta.line, meta.column, _line_of(self.source, meta.line))
         return ir.Assign(self._name(name, "a tensor name"), indices, _unparen(expr), span=_span(meta))
 
     @v_args(meta=True)
@@ -226,8 +231,60 @@ class _ToIR(Transformer):
         return ir.Num(_number(items[0]), span=_span(items[0]))
 
     @v_args(meta=True)
-    def tensor(self, meta: Any, items: list[Any]) -> ir.Tensor:
-        return ir.Tensor(self._name(items[0], "a tensor name"), items[1], span=_span(meta))
+    def tensor(self, meta: Any, items: list[Any]) -> ir.Tensor | ir.Read:
+        name = self._name(items[0], "a tensor name")
+        positions = items[1]
+        if all(isinstance(position, str) for position in positions):
+            return ir.Tensor(name, positions, span=_span(meta))
+        return ir.Read(name, positions, span=_span(meta))
+
+    # ---- index arithmetic (LANGUAGE.md 8.2)
+    def position_list(self, items: list[Any]) -> tuple[ir.Position, ...]:
+        return tuple(items)
+
+    def gather_position(self, items: list[Any]) -> ir.Gather:
+        return ir.Gather(self._name(items[0], "a tensor name"), items[1])
+
+    def affine_position(self, items: list[Any]) -> ir.Position:
+        sign = 1
+        coefficients: dict[str, int] = {}
+        offset = 0
+        explicit = False  # `i + 0` is a shifted read by 0 (zero outside), kept apart from the plain `i`
+        for item in items:
+            if isinstance(item, Token) and item.type == "SIGN":
+                sign = -1 if item == "-" else 1
+                continue
+            coefficient, index = item
+            if index is None:
+                offset += sign * coefficient
+                explicit = True
+            else:
+                coefficients[index] = coefficients.get(index, 0) + sign * coefficient
+            sign = 1
+        terms = tuple((c, index) for index, c in coefficients.items() if c != 0)
+        if len(terms) == 1 and terms[0][0] == 1 and offset == 0 and not explicit:
+            return terms[0][1]  # a plain index
+        return ir.Affine(terms, offset)
+
+    def position_term(self, items: list[Token]) -> Any:
+        numbers = [t for t in items if t.type == "NUMBER"]
+        names = [t for t in items if t.type == "NAME"]
+        operators = [t for t in items if t.type == "MULOP"]
+        for number in numbers:
+            if str(number).isdigit() and len(str(number).lstrip("0")) > 18:
+                raise ParseError(f"an index position's integer must be below 10**18, not a {len(str(number))}-digit "
+                                 "number", number.line or 1, number.column or 1,
+                                 _line_of(self.source, number.line or 1))
+            if not str(number).isdigit():
+                raise ParseError(f"an index position takes integer coefficients and offsets, not {str(number)!r}",
+                                 number.line or 1, number.column or 1, _line_of(self.source, number.line or 1))
+        for operator in operators:
+            if operator != "*":
+                raise ParseError("an index position multiplies an index by an integer with '*' only",
+                                 operator.line or 1, operator.column or 1, _line_of(self.source, operator.line or 1))
+        value = int(str(numbers[0]).lstrip("0") or "0") if numbers else 1
+        index = self._name(names[0], "an index name") if names else None
+        return (value, index)
 
     def scalar(self, items: list[Token]) -> ir.Tensor:
         return ir.Tensor(self._name(items[0], "a tensor name"), (), span=_span(items[0]))
@@ -280,9 +337,11 @@ class _ToIR(Transformer):
                          _line_of(self.source, token.line or 1))
 
     @v_args(meta=True)
-    def delta(self, meta: Any, items: list[Token]) -> ir.Delta:
-        return ir.Delta(self._name(items[0], "an index name"), self._name(items[1], "an index name"),
-                        span=_span(meta))
+    def delta(self, meta: Any, items: list[Any]) -> ir.Delta | ir.ShiftDelta:
+        first = self._name(items[0], "an index name")
+        if isinstance(items[1], str):
+            return ir.Delta(first, items[1], span=_span(meta))
+        return ir.ShiftDelta(first, items[1], span=_span(meta))
 
     def paren(self, items: list[Any]) -> _Paren:
         inner = _unparen(items[0])

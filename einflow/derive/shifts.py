@@ -1,0 +1,261 @@
+"""Derivatives through shifted, strided, constant and gathered reads (LANGUAGE.md 8.2).
+
+A read through positions is a plain read times deltas of positions: ``x[h+r]`` is ``x[q] delta[q, h+r]``
+summed over ``q``. Before a derivation each such delta is written as a constant tensor of its own
+(``_shift1[q,h,r]``), so every rule, the simplifier and the sweeps see only plain tensors; the deltas
+come back afterwards. The adjoint of a shifted read is then a scatter-add (``delta[p, h+r]`` kept, read
+through where its index is summed), the tangent is a shifted read of the tangent, and second
+derivatives follow, since a derivative program's deltas are written the same way before the next one.
+A plain read of an index that a shifted read sizes (``x[i]`` beside ``x[i+1]``) is a shifted read by 0:
+its range is the shifted one's, not its axis.
+
+>>> from einflow.lang.check import checked
+>>> from einflow.lang.grammar import parse
+>>> program, table = disguise(checked(parse("y[h] = x[h+r] K[r]")))
+>>> print(program.ir)
+size q1 = x
+y[h] = x[q1] _shift1[q1,h,r] K[r]
+>>> print(ir.format_program(reveal(program.ir, table)))
+size q1 = x
+y[h] = x[q1] delta[q1, h + r] K[r]
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from einflow.lang import ir
+from einflow.lang.check import Checked, checked
+from einflow.lang.errors import DerivativeError
+from einflow.lang.indices import indices_in
+from einflow.lang.positions import compose, read_through
+
+__all__ = ["PSEUDO", "has_shifts", "disguise", "reveal", "gather_tensors", "with_shifts"]
+
+
+#: the names of the pseudo tensors standing for deltas of positions during a derivation start with this
+PSEUDO = "_shift"
+
+
+def _nodes(program: ir.ProgramIR) -> list[ir.Expr]:
+    return [node for statement in program.statements if isinstance(statement, ir.Assign)
+            for node in ir.walk(statement.expr)]
+
+
+def has_shifts(program: ir.ProgramIR) -> bool:
+    """Whether the program reads through positions or has deltas of positions."""
+    return any(isinstance(node, (ir.Read, ir.ShiftDelta)) for node in _nodes(program))
+
+
+def gather_tensors(program: ir.ProgramIR) -> set[str]:
+    """The integer tensors the program gathers through (they cannot be differentiated)."""
+    return {gather.name for node in _nodes(program) if isinstance(node, (ir.Read, ir.ShiftDelta))
+            for gather in node.gathers}
+
+
+class _Table:
+    """Pseudo tensor name -> (the delta's index, its position); fresh names for the pseudo tensors and indices."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.taken = set(taken)
+        self.deltas: dict[str, tuple[str, ir.Affine | ir.Gather]] = {}
+        #: pseudo tensor -> (tensor, axis) whose length its first axis has (a read's), where known
+        self.lengths: dict[str, tuple[str, int]] = {}
+
+    def fresh(self, stem: str) -> str:
+        number = 1
+        while f"{stem}{number}" in self.taken:
+            number += 1
+        self.taken.add(f"{stem}{number}")
+        return f"{stem}{number}"
+
+    def tensor(self, index: str, position: ir.Affine | ir.Gather) -> ir.Tensor:
+        name = self.fresh(PSEUDO)
+        self.deltas[name] = (index, position)
+        return ir.Tensor(name, tuple(dict.fromkeys((index, *position.indices))))
+
+
+def _names(program: ir.ProgramIR) -> set[str]:
+    found: set[str] = set()
+    for statement in program.statements:
+        if isinstance(statement, ir.SizeDecl):
+            found |= set(statement.names)
+            continue
+        if isinstance(statement, ir.Return):
+            found |= set(statement.names)
+            continue
+        found |= {statement.target or ""} | set(statement.indices or ())
+        for node in ir.walk(statement.expr):
+            if isinstance(node, (ir.Tensor, ir.Read)):
+                found |= {node.name, *node.indices}
+            elif isinstance(node, (ir.Reduce, ir.Normalize)):
+                found |= set(node.indices)
+            elif isinstance(node, ir.Delta):
+                found |= {node.first, node.second}
+            elif isinstance(node, ir.ShiftDelta):
+                found |= set(node.indices)
+            if isinstance(node, (ir.Read, ir.ShiftDelta)):
+                found |= {gather.name for gather in node.gathers}
+    return found
+
+
+def _disguised(expr: ir.Expr, table: _Table, shifted: frozenset[str], indices: set[str],
+               sizes: list[ir.SizeDecl], ranks: dict[str, int], inputs: tuple[str, ...] = ()) -> ir.Expr:
+    if isinstance(expr, ir.ShiftDelta):
+        return table.tensor(expr.index, expr.position)
+    read: ir.Read | None = None
+    if isinstance(expr, ir.Read):
+        read = expr
+    elif isinstance(expr, ir.Tensor) and set(expr.indices) & shifted and len(set(expr.indices)) == len(expr.indices):
+        read = ir.Read(expr.name, tuple(ir.Affine(((1, i),)) if i in shifted else i for i in expr.indices))
+    if read is not None:
+        plain: list[str] = []
+        deltas: list[ir.Expr] = []
+        for axis, position in enumerate(read.positions):
+            if isinstance(position, str):
+                plain.append(position)
+                continue
+            index = table.fresh("q")
+            plain.append(index)
+            deltas.append(table.tensor(index, position))
+            table.lengths[deltas[-1].name] = (read.name, axis)  # type: ignore[union-attr]
+            if read.name in inputs:  # the index runs over the whole axis, wherever a derivation moves it
+                names = tuple(index if k == axis else table.fresh("_axis") for k in range(ranks[read.name]))
+                sizes.append(ir.SizeDecl(names, read.name))
+        return ir.Product((ir.Tensor(read.name, tuple(plain)), *deltas))
+    if isinstance(expr, ir.Product):
+        return ir.product(*(_disguised(factor, table, shifted, indices, sizes, ranks, inputs)
+                            for factor in expr.factors))
+    children = ir.children(expr)
+    if not children:
+        return expr
+    return ir.with_children(expr, tuple(_disguised(child, table, shifted, indices, sizes, ranks, inputs)
+                                        for child in children))
+
+
+def _shifted(expr: ir.Expr) -> frozenset[str]:
+    """The indices whose range a statement's shifted reads may shorten (those alone in a position, as ``i`` in
+    ``x[i+1]``): a plain read of one of them reads that shorter range, so it is a shifted read by 0."""
+    return frozenset(position.terms[0][1] for node in ir.walk(expr) if isinstance(node, ir.Read)
+                     for position in node.positions if isinstance(position, ir.Affine) and len(position.terms) == 1)
+
+
+def disguise(program: Checked) -> tuple[Checked, _Table]:
+    """The program with every delta of a position (those of shifted reads too) as a pseudo tensor."""
+    table = _Table(_names(program.ir))
+    indices = set(table.taken)
+    declared = {name for s in program.ir.statements if isinstance(s, ir.SizeDecl) for name in s.names}
+    statements: list[ir.Statement] = []
+    for statement in program.ir.statements:
+        if isinstance(statement, ir.Assign):
+            shifted = _shifted(statement.expr) - declared
+            sizes: list[ir.SizeDecl] = []
+            statement = replace(statement, expr=_disguised(statement.expr, table, shifted, indices, sizes,
+                                                           program.info.ranks, program.info.inputs))
+            statements.extend(sizes)
+        statements.append(statement)
+    return checked(ir.ProgramIR(tuple(statements))), table
+
+
+def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] | None = None) -> ir.Expr:
+    if isinstance(expr, ir.Tensor) and expr.name in table.deltas:
+        index, position = table.deltas[expr.name]
+        original = tuple(dict.fromkeys((index, *position.indices)))
+        mapping = dict(zip(original, expr.indices))
+        if lengths is not None and expr.name in table.lengths:
+            lengths[mapping[index]] = table.lengths[expr.name]
+        found: ir.Position | None = position
+        renamed = position
+        if isinstance(position, ir.Gather):
+            renamed = ir.Gather(position.name, tuple(mapping[i] for i in position.indices))
+        else:  # rename through placeholders, so that a swap of two names is a swap
+            holders = {i: f"#{k}" for k, i in enumerate(position.indices)}
+            for old, holder in holders.items():
+                found = compose(found, old, ir.Affine(((1, holder),)))  # type: ignore[arg-type]
+            for old, holder in holders.items():
+                found = compose(found, holder, ir.Affine(((1, mapping[old]),)))  # type: ignore[arg-type]
+            renamed = found  # type: ignore[assignment]
+        if isinstance(renamed, ir.Affine) and not renamed.terms:  # delta[p, 3]: an index fixed by a literal
+            return ir.ShiftDelta(mapping[index], renamed)
+        return ir.ShiftDelta(mapping[index], renamed)
+    children = ir.children(expr)
+    if not children:
+        return expr
+    rebuilt = ir.with_children(expr, tuple(_revealed(child, table, lengths) for child in children))
+    return rebuilt
+
+
+def _read_through(expr: ir.Expr, bound: frozenset[str]) -> ir.Expr:
+    """Deltas of positions summed against a read become the read (``x[q] delta[q, h+r]`` -> ``x[h+r]``)."""
+    from einflow.lang.check import product_operands
+    from einflow.lang.contraction import product_output
+
+    if isinstance(expr, ir.Product) and any(isinstance(f, ir.ShiftDelta) for f in expr.factors):
+        _, summed = product_output(product_operands(expr.factors, bound), bound, frozenset())
+        factors, _ = read_through(expr.factors, frozenset(summed))
+        factors = tuple(_read_through(f, bound) for f in factors)
+        return ir.product(*factors)
+    if isinstance(expr, ir.Reduce):
+        return ir.Reduce(expr.indices, _read_through(expr.body, bound | frozenset(expr.indices)), expr.kind)
+    children = ir.children(expr)
+    if not children:
+        return expr
+    return ir.with_children(expr, tuple(_read_through(child, bound) for child in children))
+
+
+def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = frozenset(),
+           ranks: dict[str, int] | None = None) -> ir.ProgramIR:
+    """The pseudo tensors back as deltas of positions; in the statements computing ``forward`` targets
+    (the program's own values), deltas summed against reads are read through, as they were written."""
+    ranks = ranks or {}
+    statements: list[ir.Statement] = []
+    declared: set[str] = set()
+    for statement in program.statements:
+        if isinstance(statement, ir.SizeDecl):
+            declared |= set(statement.names)
+        if isinstance(statement, ir.Assign):
+            lengths: dict[str, tuple[str, int]] = {}
+            expr = _revealed(statement.expr, table, lengths)
+            sized = declared | {index for node in ir.walk(expr) if isinstance(node, ir.Tensor)
+                                for index in node.indices}
+            for index, (tensor, axis) in lengths.items():
+                if index not in sized and tensor in ranks:  # a scattered index that a pseudo tensor sized
+                    names = tuple(index if k == axis else table.fresh("_axis") for k in range(ranks[tensor]))
+                    statements.append(ir.SizeDecl(names, tensor))
+                    declared.add(index)
+            if statement.target in forward:
+                expr = _read_through(expr, frozenset(statement.indices or ()))
+            statement = replace(statement, expr=expr)
+        elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str) \
+                and statement.source in table.deltas:
+            # the first axis has its read's length; the position's indices are sized where they are read
+            length = table.lengths.get(statement.source)
+            if length is None:
+                continue
+            tensor, axis = length
+            rank = ranks.get(tensor, axis + 1)
+            names = tuple(statement.names[0] if k == axis else table.fresh("_axis") for k in range(rank))
+            statement = ir.SizeDecl(names, tensor)
+        statements.append(statement)
+    used = {index for statement in statements if isinstance(statement, ir.Assign)
+            for index in (*indices_in(statement.expr), *(statement.indices or ()))}
+    return ir.ProgramIR(tuple(s for s in statements  # the sizes of indices a derivation no longer reads go
+                              if not isinstance(s, ir.SizeDecl) or set(s.names) & used))
+
+
+def with_shifts(derivation: Any, program: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run ``derivation(program, *args, **kwargs)`` on the disguised program; reveal the deltas in its result."""
+    if not isinstance(program, Checked) or not has_shifts(program.ir):
+        return derivation(program, *args, **kwargs)
+    wrt = kwargs.get("wrt", args[0] if args else None)
+    names = [wrt] if isinstance(wrt, str) else list(wrt or ())
+    gathered = gather_tensors(program.ir)
+    for name in names:
+        if name in gathered:
+            raise DerivativeError(f"'{name}' holds the integer positions of a gather; a program cannot be "
+                                  f"differentiated with respect to it")
+    disguised, table = disguise(program)
+    result = derivation(disguised, *args, **kwargs)
+    revealed = reveal(result.ir, table, frozenset(program.info.targets), dict(program.info.ranks))
+    return checked(revealed)

@@ -1,0 +1,386 @@
+"""Shifted, strided, constant and gathered reads (LANGUAGE.md 8.2) on arrays: the :class:`~einflow.engine.steps.Window`
+step's plan and its kernels.
+
+A read ``x[n, c, 2*h + r - 1, 2*w + s - 1]`` becomes one array with an axis per index (``n, c, h, r, w, s``):
+on numpy and cupy a strided view of ``x`` (no copy; a zero-padded copy first only where a ``size`` declaration
+lets the read leave the axis), on torch ``torch.as_strided`` where every stride is non-negative; elsewhere
+(jax, dask, negative strides, gathers) one ``take`` at flat positions computed by broadcasting. The product
+that reads the window is then an ordinary contraction, planned by opt_einsum like any other.
+
+>>> import numpy as np
+>>> spec = window_spec(("h", "r"), (3, 2), (5,), (("affine", ((0, 1), (1, 1)), 0),), ())
+>>> window_numpy(np.arange(5.0), spec)
+array([[0., 1.],
+       [1., 2.],
+       [2., 3.]])
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from einflow.lang import ir
+from einflow.lang.errors import EinflowError, GatherIndexError
+from einflow.lang.indices import position_bounds
+
+__all__ = ["window_temporaries", "scatter_temporaries", "is_view", "ScatterSpec", "scatter_spec", "scatter_numpy",
+           "scatter_torch", "scatter_jax",
+           "SCATTERS", "WindowSpec", "plain_positions", "window_spec", "window_numpy", "window_torch", "window_generic",
+           "is_identity", "WINDOWS"]
+
+#: (shape, pads or None, positions, name): each position ``("affine", ((label axis, coefficient), ...), offset)``
+#: (offset after padding) or ``("gather", k, label axes of the gather's indices, axis length)``
+WindowSpec = tuple[tuple[int, ...], tuple[tuple[int, int], ...] | None, tuple[Any, ...], str]
+
+
+def plain_positions(positions: tuple[ir.Position, ...], labels: tuple[str, ...]) -> tuple[Any, ...]:
+    """IR positions as plain data over the window's label axes (shape-free)."""
+    found: list[Any] = []
+    gather = 0
+    for position in positions:
+        if isinstance(position, str):
+            found.append(("affine", ((labels.index(position), 1),), 0))
+        elif isinstance(position, ir.Affine):
+            found.append(("affine", tuple((labels.index(index), c) for c, index in position.terms), position.offset))
+        else:
+            found.append(("gather", gather, tuple(labels.index(index) for index in position.indices)))
+            gather += 1
+    return tuple(found)
+
+
+def window_spec(labels: tuple[str, ...], sizes: tuple[int, ...], source_shape: tuple[int, ...],
+                positions: tuple[Any, ...], gather_shapes: tuple[tuple[int, ...], ...], name: str = "x") -> WindowSpec:
+    """The window's plan for known sizes: its shape, the zero padding its reads need, positions after padding."""
+    named = dict(zip(labels, sizes))
+    pads: list[tuple[int, int]] = []
+    planned: list[Any] = []
+    for axis, position in enumerate(positions):
+        length = source_shape[axis]
+        if position[0] == "gather":
+            pads.append((0, 0))
+            planned.append((*position, length))
+            continue
+        _, terms, offset = position
+        if any(sizes[label] == 0 for label, _ in terms):
+            low, high = offset, offset
+        else:
+            low, high = position_bounds(ir.Affine(tuple((c, labels[label]) for label, c in terms), offset), named)
+        before, after = max(0, -low), max(0, high - (length - 1))
+        pads.append((before, after))
+        planned.append(("affine", terms, offset + before))
+    padding = tuple(pads) if any(p != (0, 0) for p in pads) else None
+    return tuple(sizes), padding, tuple(planned), name
+
+
+def is_identity(spec: WindowSpec, source_shape: tuple[int, ...]) -> bool:
+    """Whether the window is the array itself (plain positions in order, whole axes): no step needed."""
+    shape, pads, positions, _ = spec
+    return pads is None and shape == tuple(source_shape) and all(
+        position == ("affine", ((axis, 1),), 0) for axis, position in enumerate(positions))
+
+
+def _strided(spec: WindowSpec) -> bool:
+    return all(position[0] == "affine" for position in spec[2])
+
+
+def _check_gather(values: Any, name: str, axis: int, length: int) -> None:
+    """A gather's positions lie inside the axis (no wrap, no clamp): GatherIndexError naming where."""
+    kind = getattr(getattr(values, "dtype", None), "kind", None)
+    if kind is None:
+        kind = np.dtype(str(values.dtype).replace("torch.", "")).kind
+    if kind not in "iu":
+        raise EinflowError(f"the gather into axis {axis} of '{name}' reads positions from an array of type "
+                           f"{values.dtype}; gather tensors hold integers")
+    try:
+        if hasattr(values, "cpu"):  # torch
+            flat = values.cpu().numpy().reshape(-1)
+        elif type(values).__module__.startswith("cupy"):
+            flat = values.get().reshape(-1)
+        else:
+            flat = np.asarray(values).reshape(-1)
+    except Exception:  # noqa: BLE001 - a traced (jax) or lazy (dask) array: checked where it becomes concrete
+        return
+    bad = np.flatnonzero((flat < 0) | (flat >= length))
+    if bad.size:
+        where = np.unravel_index(int(bad[0]), np.shape(values))
+        raise GatherIndexError(f"gather into axis {axis} of '{name}' (length {length}) reads position "
+                               f"{int(flat[bad[0]])} at index {tuple(int(w) for w in where)} of its position "
+                               f"tensor; positions must lie in [0, {length})")
+
+
+def _permuted(values: Any, order: tuple[int, ...]) -> Any:
+    if order == tuple(range(len(order))):
+        return values
+    return values.permute(order) if hasattr(values, "permute") else values.transpose(order)
+
+
+def _broadcast_shape(rank: int, axes: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
+    shape = [1] * rank
+    for axis, size in zip(axes, sizes):
+        shape[axis] = size
+    return tuple(shape)
+
+
+def _flat_positions(xp: Any, spec: WindowSpec, padded_shape: tuple[int, ...], gathers: tuple[Any, ...],
+                    arange: Any) -> Any:
+    """Flat positions into the (padded, C-ordered) array for every element of the window, broadcast."""
+    shape, _, positions, name = spec
+    rank = len(shape)
+    flat: Any = 0
+    stride = 1
+    strides = []
+    for length in reversed(padded_shape):
+        strides.append(stride)
+        stride *= length
+    strides.reverse()
+    for axis, position in enumerate(positions):
+        if position[0] == "affine":
+            _, terms, offset = position
+            value: Any = offset
+            for label, coefficient in terms:
+                value = value + coefficient * arange(shape[label]).reshape(_broadcast_shape(rank, (label,),
+                                                                                          (shape[label],)))
+        else:
+            _, k, axes, length = position
+            values = gathers[k]
+            _check_gather(values, name, axis, length)
+            order = sorted(range(len(axes)), key=lambda a: axes[a])
+            values = _permuted(values, tuple(order))
+            value = values.reshape(_broadcast_shape(rank, tuple(sorted(axes)), tuple(shape[a] for a in sorted(axes))))
+        flat = flat + value * strides[axis]
+    return flat
+
+
+def window_numpy(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
+    """The window on numpy (or cupy): a strided view of ``array``, padded first where the reads leave it.
+
+    >>> spec = window_spec(("i",), (3,), (4,), (("affine", ((0, 1),), -1),), ())
+    >>> window_numpy(np.array([1.0, 2.0, 3.0, 4.0]), spec)
+    array([0., 1., 2.])
+    """
+    xp = np if isinstance(array, np.ndarray) else _module_of(array)
+    shape, pads, positions, _ = spec
+    if pads is not None:
+        array = xp.pad(array, pads)
+    if not _strided(spec) or not hasattr(getattr(xp, "lib", None), "stride_tricks"):
+        flat = _flat_positions(xp, spec, tuple(array.shape), gathers, lambda n: xp.arange(n))
+        return xp.reshape(array, (-1,))[flat]
+    start = tuple(slice(position[2], None) for position in positions)
+    strides = [0] * len(shape)
+    for axis, (_, terms, _) in enumerate(positions):
+        for label, coefficient in terms:
+            strides[label] += coefficient * array.strides[axis]
+    return xp.lib.stride_tricks.as_strided(array[start], shape=shape, strides=tuple(strides))
+
+
+def window_generic(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
+    """The window on any numpy-like module without strided views (jax, dask): one take at flat positions."""
+    xp = _module_of(array)
+    shape, pads, _, _ = spec
+    if pads is not None:
+        array = xp.pad(array, pads)
+    if xp.__name__.startswith("dask"):  # dask indexes by one flat vector of positions computed with numpy
+        gathers = tuple(np.asarray(g) for g in gathers)
+        flat = _flat_positions(np, spec, tuple(array.shape), gathers, np.arange)
+        flat = np.broadcast_to(flat, shape).reshape(-1)
+        return xp.reshape(xp.reshape(array, (-1,))[flat], shape)
+    flat = _flat_positions(xp, spec, tuple(array.shape), gathers, lambda n: xp.arange(n))
+    return xp.reshape(array, (-1,))[flat]
+
+
+def window_torch(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
+    """The window on torch: ``as_strided`` when every stride is non-negative, else one take."""
+    import torch
+
+    shape, pads, positions, _ = spec
+    if pads is not None:
+        widths = [w for pair in reversed(pads) for w in pair]
+        array = torch.nn.functional.pad(array, widths)
+    if _strided(spec):
+        strides = [0] * len(shape)
+        offset = array.storage_offset()
+        for axis, (_, terms, start) in enumerate(positions):
+            offset += start * array.stride(axis)
+            for label, coefficient in terms:
+                strides[label] += coefficient * array.stride(axis)
+        if all(s >= 0 for s in strides):
+            return array.as_strided(shape, strides, offset)
+    gathers = tuple(g.long() for g in gathers)
+    flat = _flat_positions(torch, spec, tuple(array.shape), gathers,
+                           lambda n: torch.arange(n, device=array.device))
+    return array.reshape(-1)[flat]
+
+
+def _module_of(array: Any) -> Any:
+    module = type(array).__module__.split(".")[0]
+    if module == "numpy":
+        return np
+    if module in ("jax", "jaxlib"):
+        import jax.numpy as jnp
+
+        return jnp
+    if module == "dask":
+        import dask.array as da
+
+        return da
+    if module == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+#: the kernel each backend's generated code binds as its window helper
+WINDOWS = {"numpy": window_numpy, "cupy": window_numpy, "torch": window_torch, "jax": window_generic,
+           "dask": window_generic}
+
+
+# ---------------------------------------------------------------- scatter-adds (deltas of positions kept)
+#: (output shape, value shape, positions, name): each position ``("plain", value axis)``,
+#: ``("affine", ((value axis, coefficient), ...), offset)`` or ``("gather", k, value axes, axis length)``
+ScatterSpec = tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...], str]
+
+
+def scatter_spec(labels: tuple[str, ...], sizes: tuple[int, ...], arg_labels: tuple[str, ...],
+                 arg_shape: tuple[int, ...], positions: tuple[ir.Position, ...], name: str) -> ScatterSpec:
+    """The scatter's plan for known sizes."""
+    planned: list[Any] = []
+    gather = 0
+    for position, size in zip(positions, sizes):
+        if isinstance(position, str):
+            planned.append(("plain", arg_labels.index(position)))
+        elif isinstance(position, ir.Affine):
+            planned.append(("affine", tuple((arg_labels.index(i), c) for c, i in position.terms), position.offset))
+        else:
+            planned.append(("gather", gather, tuple(arg_labels.index(i) for i in position.indices), size))
+            gather += 1
+    return tuple(sizes), tuple(arg_shape), tuple(planned), name
+
+
+def _scatter_positions(spec: ScatterSpec, gathers: tuple[Any, ...], arange: Any) -> tuple[Any, Any]:
+    """Flat positions in the (C-ordered) output for every element of the value, and which land inside."""
+    out_shape, value_shape, positions, name = spec
+    rank = len(value_shape)
+    strides, stride = [], 1
+    for length in reversed(out_shape):
+        strides.append(stride)
+        stride *= length
+    strides.reverse()
+    flat: Any = 0
+    inside: Any = None
+
+    def along(axis: int) -> Any:
+        return arange(value_shape[axis]).reshape(_broadcast_shape(rank, (axis,), (value_shape[axis],)))
+
+    for axis, position in enumerate(positions):
+        if position[0] == "plain":
+            value: Any = along(position[1])
+        elif position[0] == "affine":
+            value = position[2]
+            for source, coefficient in position[1]:
+                value = value + coefficient * along(source)
+            fits = (value >= 0) & (value < out_shape[axis])
+            inside = fits if inside is None else inside & fits
+        else:
+            _, k, axes, length = position
+            values = gathers[k]
+            _check_gather(values, name, axis, length)
+            order = sorted(range(len(axes)), key=lambda a: axes[a])
+            values = _permuted(values, tuple(order))
+            placed = tuple(sorted(axes))
+            value = values.reshape(_broadcast_shape(rank, placed, tuple(value_shape[a] for a in placed)))
+        flat = flat + value * strides[axis]
+    return flat, inside
+
+
+def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
+    """The scatter-add on numpy: ``bincount`` with weights (float64), ``add.at`` for other types.
+
+    >>> spec = scatter_spec(("p",), (4,), ("h", "r"), (3, 2), (ir.Affine(((1, "h"), (1, "r"))),), "x")
+    >>> scatter_numpy(np.ones((3, 2)), spec)
+    array([1., 2., 2., 1.])
+    """
+    xp = np if isinstance(value, np.ndarray) else _module_of(value)
+    if xp.__name__.startswith("dask"):  # no scatter on dask arrays: computed here, handed back as one chunk
+        import dask.array as da
+
+        return da.from_array(scatter_numpy(np.asarray(value), spec, *(np.asarray(g) for g in gathers)))
+    out_shape, value_shape, _, _ = spec
+    flat, inside = _scatter_positions(spec, gathers, xp.arange)
+    flat = xp.broadcast_to(flat, value_shape).reshape(-1)
+    weights = value.reshape(-1)
+    if inside is not None:
+        keep = xp.broadcast_to(inside, value_shape).reshape(-1)
+        flat, weights = flat[keep], weights[keep]
+    total = math.prod(out_shape)
+    if xp is np and value.dtype == np.float64:
+        return np.bincount(flat, weights=weights, minlength=total).reshape(out_shape)
+    out = xp.zeros(total, dtype=value.dtype)
+    if xp.__name__ == "cupy":  # the accumulating kernel of cupy
+        import cupyx
+
+        cupyx.scatter_add(out, flat, weights)
+    else:
+        xp.add.at(out, flat, weights)
+    return out.reshape(out_shape)
+
+
+def scatter_torch(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
+    """The scatter-add on torch: ``index_add_`` into a zeroed flat array."""
+    import torch
+
+    out_shape, value_shape, _, _ = spec
+    flat, inside = _scatter_positions(spec, tuple(g.long() for g in gathers),
+                                      lambda n: torch.arange(n, device=value.device))
+    flat = torch.as_tensor(flat, device=value.device).broadcast_to(value_shape).reshape(-1)
+    weights = value.reshape(-1)
+    if inside is not None:
+        keep = torch.as_tensor(inside, device=value.device).broadcast_to(value_shape).reshape(-1)
+        flat, weights = flat[keep], weights[keep]
+    out = torch.zeros(math.prod(out_shape), dtype=value.dtype, device=value.device)
+    return out.index_add_(0, flat, weights).reshape(out_shape)
+
+
+def scatter_jax(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
+    """The scatter-add on jax: ``.at[...].add`` (positions outside are dropped)."""
+    import jax.numpy as jnp
+
+    out_shape, value_shape, _, _ = spec
+    flat, inside = _scatter_positions(spec, gathers, jnp.arange)
+    flat = jnp.broadcast_to(flat, value_shape).reshape(-1)
+    total = math.prod(out_shape)
+    if inside is not None:
+        flat = jnp.where(jnp.broadcast_to(inside, value_shape).reshape(-1), flat, total)
+    out = jnp.zeros(total, dtype=value.dtype)
+    return out.at[flat].add(value.reshape(-1), mode="drop").reshape(out_shape)
+
+
+#: the kernel each backend's generated code binds as its scatter helper
+SCATTERS = {"numpy": scatter_numpy, "cupy": scatter_numpy, "torch": scatter_torch, "jax": scatter_jax,
+            "dask": scatter_numpy}
+
+
+# ---------------------------------------------------------------- memory: what the kernels allocate
+def is_view(spec: WindowSpec, backend: str) -> bool:
+    """Whether the window is a view of its array (no memory of its own): unpadded, strided, on numpy or cupy."""
+    return spec[1] is None and _strided(spec) and backend in ("numpy", "cupy")
+
+
+def window_temporaries(spec: WindowSpec, source_shape: tuple[int, ...], itemsize: int) -> int:
+    """Bytes a window allocates besides its result: the zero-padded copy, and the flat positions of a take."""
+    shape, pads, _, _ = spec
+    total = 0
+    if pads is not None:
+        total += math.prod(n + before + after for n, (before, after) in zip(source_shape, pads)) * itemsize
+    if not _strided(spec):
+        total += math.prod(shape) * 8  # int64 positions, one per element of the window
+    return total
+
+
+def scatter_temporaries(spec: ScatterSpec) -> int:
+    """Bytes a scatter-add allocates besides its result: the flat positions and the mask of the value."""
+    _, value_shape, _, _ = spec
+    return math.prod(value_shape) * 9  # int64 positions and a boolean mask per element
