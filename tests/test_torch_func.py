@@ -258,10 +258,15 @@ JAX_TRANSFORMS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = 
 }
 
 
-# jax traces each transform anew (seconds per case on a busy machine): two cases cover scalar and vector
-# results, one statement and several; tests/test_jax.py has more programs under jax.jit
-@pytest.mark.parametrize("transform", [*JAX_TRANSFORMS, "jvp", "vmap", "vmap(grad)"])
-@pytest.mark.parametrize("case", ["vector output", "two statements"])
+# jax traces each transform anew (seconds per case on a busy machine): each row once, on a scalar loss of two
+# statements or on a vector result; tests/test_jax.py has more programs under jax.jit
+JAX_ROWS = [("two statements", "grad"), ("two statements", "hessian"), ("two statements", "vmap(grad)"),
+            ("vector output", "jacrev"), ("vector output", "jacfwd"), ("vector output", "jvp"),
+            ("vector output", "vmap")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("case", "transform"), JAX_ROWS)
 def test_jax_transform_equals_plain_jax(case: str, transform: str) -> None:
     import numpy as np
 
@@ -274,8 +279,6 @@ def test_jax_transform_equals_plain_jax(case: str, transform: str) -> None:
         return program(dict(zip(names, values)))
 
     plain = JAX_PLAIN[case]
-    if "grad" in transform and not _scalar(case):
-        pytest.skip("grad needs a scalar function")
     if transform == "jvp":
         tangents = tuple(jnp.ones_like(a) for a in arrays)
         got, want = jax.jvp(einflow, tuple(arrays), tangents), jax.jvp(plain, tuple(arrays), tangents)

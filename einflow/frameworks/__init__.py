@@ -6,7 +6,9 @@ dtypes and, for torch, device). Its derivative is einflow's own: a torch tensor 
 gets one autograd node whose backward runs ``einflow.vjp(program)`` (:mod:`.torch_autograd`); under
 jax the call is a ``jax.custom_jvp`` whose tangent is ``einflow.jvp(program)`` (:mod:`.jax_jvp`; jax
 transposes it for reverse mode). The derivative program is called through the same mechanism, so
-second derivatives work too.
+second derivatives work too. The torch node also works inside ``torch.func`` (``grad``, ``jacrev``,
+``jacfwd``, ``hessian``, ``vmap``): forward mode runs ``einflow.jvp(program)`` and ``vmap`` runs the
+program batched by a leading index (:func:`batched_program`).
 
 >>> import torch, einflow as ef
 >>> loss = ef.compile("L = sum[n]((X[n,i] w[i] - y[n])^2)")

@@ -6,6 +6,11 @@ need grad>)`` (derived once per program and set of inputs) on the saved inputs a
 gradient. That call goes through this module again, so with ``create_graph=True`` the backward is
 itself a differentiable einflow node and double backward works.
 
+The node is written in ``torch.func``'s form (``setup_context``, a ``jvp`` rule running
+``einflow.jvp(program)``, a ``vmap`` rule running the program batched by a leading index), so the call
+works inside ``torch.func.grad``, ``jacrev``, ``jacfwd``, ``hessian`` and ``vmap`` (per-example gradients:
+``vmap(grad(f))``), each derivative einflow's.
+
 A program with a scalar value (a loss) does better in a training step: its forward pass runs
 ``einflow.value_and_grad(program, wrt=<the inputs that need grad>)``, value and gradients with shared
 work, and a plain backward pass only scales those gradients by the incoming scalar (the VJP of a scalar
@@ -185,17 +190,10 @@ class EinflowFunction(torch.autograd.Function):
                          memory_limit=node.memory_limit)
         return _like(result, torch.empty(shape, dtype=dtype, device=device))
 
-
     @staticmethod
     def vmap(info: Any, in_dims: tuple[Any, ...], node: _Node, *arrays: Any) -> tuple[Any, Any]:
         """``torch.func.vmap``: the program with a batch index on the batched inputs, run once."""
-        names = node.program.info.inputs
-        batched = tuple(name for name, dim in zip(names, in_dims[1:]) if dim is not None)
-        program, carries = batched_program(node.program, batched)
-        moved = {name: array if dim is None else array.movedim(dim, 0)
-                 for name, array, dim in zip(names, arrays, in_dims[1:])}
-        value = program({name: moved[name] for name in program.info.inputs}, optimize=node.optimize,
-                        memory_limit=node.memory_limit)
+        value, carries = _run_with_batch_index(node, in_dims[1:], arrays)
         return value, 0 if carries[0] else None
 
 
@@ -221,14 +219,19 @@ class BatchedFunction(torch.autograd.Function):
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple[Any, ...], node: _Node, *arrays: Any) -> tuple[Any, Any]:
-        names = node.program.info.inputs
-        batched = tuple(name for name, dim in zip(names, in_dims[1:]) if dim is not None)
-        program, carries = batched_program(node.program, batched)
-        moved = {name: array if dim is None else array.movedim(dim, 0)
-                 for name, array, dim in zip(names, arrays, in_dims[1:])}
-        values = program({name: moved[name] for name in program.info.inputs}, optimize=node.optimize,
-                         memory_limit=node.memory_limit)
+        values, carries = _run_with_batch_index(node, in_dims[1:], arrays)
         return tuple(values), tuple(0 if carried else None for carried in carries)
+
+
+def _run_with_batch_index(node: _Node, dims: tuple[Any, ...], arrays: tuple[Any, ...]) -> tuple[Any, tuple[bool, ...]]:
+    """A vmap rule's work: the node's program with a leading batch index on the inputs batched along ``dims``
+    (moved to the front), called once; its value(s) and which of them carry the batch index."""
+    names = node.program.info.inputs
+    program, carries = batched_program(node.program, tuple(name for name, dim in zip(names, dims) if dim is not None))
+    moved = {name: array if dim is None else array.movedim(dim, 0) for name, array, dim in zip(names, arrays, dims)}
+    value = program({name: moved[name] for name in program.info.inputs}, optimize=node.optimize,
+                    memory_limit=node.memory_limit)
+    return value, carries
 
 
 def _run_batched(program: Any, given: dict[str, Any], node: _Node) -> Any:
