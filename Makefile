@@ -14,10 +14,7 @@ $(BASE): $(PY) pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $(BASE)
 
-# TORCH_INDEX=https://download.pytorch.org/whl/cpu installs torch's CPU-only wheel first (about 1 GB less to
-# download than the default wheel from PyPI, which brings CUDA libraries: README.md, "Install and test time")
 $(TESTING): $(PY) pyproject.toml
-	$(if $(TORCH_INDEX),$(PY) -m pip install -q torch --index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(TESTING)
 
