@@ -9,7 +9,7 @@ import numpy as np
 from einflow.lang.errors import BackendError
 from einflow.lang.functions import FUNCTION_RULES
 
-__all__ = ["Backend", "refuse_masked"]
+__all__ = ["Backend", "refuse_masked", "numpy_input"]
 
 
 def refuse_masked(value: Any) -> None:
@@ -25,6 +25,23 @@ def refuse_masked(value: Any) -> None:
     if isinstance(value, np.ma.MaskedArray) or isinstance(getattr(value, "_meta", None), np.ma.MaskedArray):
         raise BackendError("masked arrays are not supported: pass x.filled(0) (masked entries count as 0) or "
                            "x.compressed() (only the unmasked entries)")
+
+
+def numpy_input(value: Any, backend: str, native: str) -> np.ndarray:
+    """``value`` (not yet the backend's own array) as a numpy array of numbers, for a backend that converts it.
+
+    Masked arrays and other libraries' arrays are refused with a BackendError (``native``: what to pass
+    instead), as are arrays of non-numbers.
+    """
+    refuse_masked(value)
+    library = type(value).__module__.split(".")[0]
+    if library in ("cupy", "dask", "torch", "jax", "jaxlib") and library != backend:
+        raise BackendError(f"backend {backend!r} cannot take a {library} array; pass {native} (or numpy arrays)")
+    array = np.asarray(value)
+    if array.dtype.kind not in "biufc":
+        raise BackendError(f"an input has dtype {array.dtype}; einflow computes with numbers "
+                           "(bool, int, float or complex arrays)")
+    return array
 
 
 class Backend:

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy
 
-from einflow.engine.backends.base import Backend, refuse_masked
+from einflow.engine.backends.base import Backend, numpy_input
 from einflow.lang.errors import BackendError
 
 __all__ = ["JaxBackend"]
@@ -45,14 +45,7 @@ class JaxBackend(Backend):
             return self.numbers(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
-        refuse_masked(value)
-        if type(value).__module__.startswith(("cupy", "dask", "torch")):
-            raise BackendError(f"backend 'jax' cannot take a {type(value).__module__.split('.')[0]} array; "
-                               "pass jax arrays (or numpy arrays)")
-        array = numpy.asarray(value)
-        if array.dtype.kind not in "biufc":
-            raise BackendError(f"an input has dtype {array.dtype}; einflow computes with numbers "
-                               "(bool, int, float or complex arrays)")
+        array = numpy_input(value, "jax", "jax arrays")
         return self.numbers(jnp.asarray(array))
 
     def numbers(self, array: Any) -> Any:

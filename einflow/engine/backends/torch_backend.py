@@ -13,7 +13,7 @@ from typing import Any
 import numpy
 import torch
 
-from einflow.engine.backends.base import Backend, refuse_masked
+from einflow.engine.backends.base import Backend, numpy_input
 from einflow.lang.errors import BackendError
 
 __all__ = ["TorchBackend", "numpy_dtype"]
@@ -65,14 +65,7 @@ class TorchBackend(Backend):
             return self.numbers(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return value
-        refuse_masked(value)
-        if type(value).__module__.startswith(("cupy", "dask", "jax")):
-            raise BackendError(f"backend 'torch' cannot take a {type(value).__module__.split('.')[0]} array; "
-                               "pass torch tensors (or numpy arrays)")
-        array = numpy.asarray(value)
-        if array.dtype.kind not in "biufc":
-            raise BackendError(f"an input has dtype {array.dtype}; einflow computes with numbers "
-                               "(bool, int, float or complex arrays)")
+        array = numpy_input(value, "torch", "torch tensors")
         return self.numbers(torch.as_tensor(array, device=device))
 
     def numbers(self, array: Any) -> Any:
