@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
 
-from einflow.lang.ir import BINARY_FUNCTIONS, FUNCTIONS, NORMALISERS, REDUCTIONS
+from einflow.lang.ir import BINARY_FUNCTIONS, FUNCTIONS, LINALG, MATRIX_DECLARATIONS, NORMALISERS, REDUCTIONS
 from einflow.shell.commands import COMMANDS
 from einflow.shell.session import CONTINUATION, PROMPT, Reply, Session, needs_more
 
@@ -18,7 +18,7 @@ __all__ = ["EinflowCompleter", "history_path", "run_repl", "colour_off", "BANNER
 
 HISTORY_VARIABLE = "EINFLOW_HISTORY"
 STYLE_VARIABLE = "EINFLOW_STYLE"
-_KEYWORDS = ("delta", "size", *REDUCTIONS, *NORMALISERS, *BINARY_FUNCTIONS)
+_KEYWORDS = ("delta", "size", *REDUCTIONS, *NORMALISERS, *BINARY_FUNCTIONS, *LINALG, *MATRIX_DECLARATIONS)
 
 
 def history_path() -> str | None:
