@@ -775,7 +775,7 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 # ---------------------------------------------------------------- linear algebra (LANGUAGE.md 8.1, issue 25)
-_LINALG_N = int(os.environ.get("EINFLOW_DIFF_LINALG_N", "24"))
+_LINALG_N = int(os.environ.get("EINFLOW_DIFF_LINALG_N", "12"))
 
 
 @pytest.mark.skipif(jax is None, reason="the linear-algebra reference is jax.numpy.linalg")

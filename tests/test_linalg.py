@@ -332,3 +332,16 @@ def test_latex() -> None:
     text = ef.compile(GP + " + det[i,j](K[j,i] + delta[i,j])").to_latex()
     assert r"\left(K^{-1}\right)_{i,j}" in text and r"\log\lvert\det K\rvert" in text
     assert r"\det \left[K_{ji} + \delta_{ij}\right]_{i,j}" in text
+
+
+def test_repl_session_declares_and_checks() -> None:
+    import subprocess
+    import sys
+
+    script = "spd K\n:randn X 5 2\nK[i,j] = X[i,d] X[j,d] + delta[i,j]\nf = logdet[i,j](K[i,j])\n:grad f X\n" \
+             "spd M\nM[i,j] = -delta[i,j] X[i,d] X[j,d]\n"
+    done = subprocess.run([sys.executable, "-m", "einflow.shell.cli"], input=script, capture_output=True, text=True,
+                          timeout=120)
+    out = done.stdout + done.stderr
+    assert "K: declared spd" in out and "df_dK[r,s] = inv[s,r](K[s,r])" in out
+    assert "MatrixError: matrix 'M' is declared spd but is not positive definite" in out

@@ -10,7 +10,7 @@ from pygments.style import Style
 from pygments.styles import get_all_styles, get_style_by_name
 from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Punctuation, String, Whitespace
 
-from einflow.lang.ir import BINARY_FUNCTIONS, FUNCTIONS, NORMALISERS, REDUCTIONS
+from einflow.lang.ir import BINARY_FUNCTIONS, FUNCTIONS, LINALG, NORMALISERS, REDUCTIONS
 
 __all__ = ["EinflowLexer", "EinflowStyle", "DEFAULT_STYLE", "style_names", "get_style"]
 
@@ -39,9 +39,9 @@ class EinflowLexer(RegexLexer):
             (r"^([ \t]*)(:[A-Za-z]+)", bygroups(Whitespace, Keyword.Pseudo)),  # a session command
             (r"\s+", Whitespace),
             (r"#.*?$", Comment.Single),
-            (r"\bsize\b", Keyword.Declaration),
+            (r"\b(size|symmetric|spd)\b", Keyword.Declaration),
             (r"\b(sum|delta|wrt)\b", Keyword),
-            (words(REDUCTIONS + NORMALISERS, prefix=r"\b", suffix=r"\b"), Keyword),
+            (words(REDUCTIONS + NORMALISERS + LINALG, prefix=r"\b", suffix=r"\b"), Keyword),
             (words(FUNCTIONS + BINARY_FUNCTIONS, prefix=r"\b", suffix=r"\b"), Name.Builtin),
             (r"[^\s\[\](){}=,;#'\"]*\.(npy|npz|ein)\b", String),  # file names in :load/:save
             (r"'[^'\n]*'|\"[^\"\n]*\"", String),

@@ -11,7 +11,7 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion, Path
 from prompt_toolkit.document import Document
 
 from einflow.lang.errors import EinflowError
-from einflow.lang.ir import BINARY_FUNCTIONS, FUNCTIONS, NORMALISERS, REDUCTIONS
+from einflow.lang.ir import BINARY_FUNCTIONS, FUNCTIONS, LINALG, MATRIX_DECLARATIONS, NORMALISERS, REDUCTIONS
 from einflow.shell.commands import COMMANDS, read_text_file
 from einflow.shell.session import CONTINUATION, PROMPT, Reply, Session, needs_more
 
@@ -19,7 +19,7 @@ __all__ = ["EinflowCompleter", "history_path", "check_history", "run_repl", "col
 
 HISTORY_VARIABLE = "EINFLOW_HISTORY"
 STYLE_VARIABLE = "EINFLOW_STYLE"
-_KEYWORDS = ("delta", "size", *REDUCTIONS, *NORMALISERS, *BINARY_FUNCTIONS)
+_KEYWORDS = ("delta", "size", *REDUCTIONS, *NORMALISERS, *BINARY_FUNCTIONS, *LINALG, *MATRIX_DECLARATIONS)
 
 
 def history_path() -> str | None:

@@ -115,6 +115,7 @@ class Session:
         self.definitions: dict[str, Definition] = {}
         self.origins: dict[str, str] = {}  # data names -> how they were bound
         self.sizes: dict[str, ir.SizeDecl] = {}  # index name -> its declaration
+        self.matrices: dict[str, str] = {}  # `symmetric A` / `spd K`: matrix name -> its declaration
         self.stale: dict[str, str] = {}  # name -> why it could not be re-evaluated
         self.order: dict[str, None] = {}  # every name, in the order it was first bound
         self.backend: str | None = None
@@ -215,6 +216,7 @@ class Session:
         self.definitions.clear()
         self.origins.clear()
         self.sizes.clear()
+        self.matrices.clear()
         self.stale.clear()
         self.order.clear()
         self.backend = None
@@ -227,6 +229,9 @@ class Session:
         for statement in program.statements:
             if isinstance(statement, ir.SizeDecl):
                 out.extend(self.declare_sizes(statement))
+            elif isinstance(statement, ir.MatrixDecl):  # kept for the session: checked and used by later statements
+                self.matrices.update(dict.fromkeys(statement.names, statement.kind))
+                out.append(f"{', '.join(statement.names)}: declared {statement.kind}")
             elif isinstance(statement, ir.Return):
                 for name in statement.names:
                     out.append(format_value(name, self.lookup(name), self.width))
@@ -253,6 +258,14 @@ class Session:
             if isinstance(statement, ir.Assign):
                 used |= self._indices_of(statement)
         decls = tuple(replace(decl, span=None) for decl in self._decls_for(used - own))
+        names: set[str] = set()
+        for statement in statements:
+            if isinstance(statement, ir.Assign):
+                names |= {node.name for node in ir.walk(statement.expr) if isinstance(node, ir.Tensor)}
+                names.add(statement.target or "")
+        kinds = sorted({kind for name, kind in self.matrices.items() if name in names})
+        decls += tuple(ir.MatrixDecl(kind, tuple(sorted(n for n, k in self.matrices.items()
+                                                         if k == kind and n in names))) for kind in kinds)
         program_ir = ir.ProgramIR(decls + tuple(statements))
         return Program(program_ir, source if source is not None else ir.format_program(program_ir))
 
