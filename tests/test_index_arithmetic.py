@@ -323,3 +323,19 @@ def test_conv2d_and_embedding_gradient_on_cupy() -> None:
     np.add.at(expected_E, t, G)
     got_E = gradient(E=cupy.asarray(E), t=cupy.asarray(t), G=cupy.asarray(G), backend="cupy")
     np.testing.assert_allclose(cupy.asnumpy(got_E), expected_E, rtol=1e-12)
+
+
+def test_inside_torch_autograd_and_jax_grad() -> None:
+    x, K = RNG.standard_normal((2, 3, 9, 8)), RNG.standard_normal((4, 3, 3, 3))
+    program = ef.compile(CONV2D[1, "same"])
+    tx, tK = torch.tensor(x, requires_grad=True), torch.tensor(K, requires_grad=True)
+    program(x=tx, K=tK).tanh().sum().backward()  # the backward pass is einflow's own gradient program
+    rx, rK = torch.tensor(x, requires_grad=True), torch.tensor(K, requires_grad=True)
+    F.conv2d(rx, rK, padding="same").tanh().sum().backward()
+    np.testing.assert_allclose(tx.grad.numpy(), rx.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(tK.grad.numpy(), rK.grad.numpy(), rtol=1e-10, atol=1e-12)
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    gradient = jax.grad(lambda k: jnp.sum(jnp.tanh(program(x=jnp.asarray(x), K=k))))(jnp.asarray(K))
+    np.testing.assert_allclose(np.asarray(gradient), rK.grad.numpy(), rtol=1e-10, atol=1e-12)

@@ -549,9 +549,9 @@ class _Lowering:
         if ones:
             node: Node = AsFloat(Mul(tuple(Arg(one.reg, _align((label,), labels))  # type: ignore[arg-type]
                                            for one, label in zip(ones, labels))))
-        else:
-            node = AsFloat(Number(1))
-        value = self.elementwise(("mul", node, _number_types(node)), node, labels)
+            value = self.elementwise(("mul", node, _number_types(node)), node, labels)
+        else:  # a constant position: one 1.0 put at it
+            value = self.materialize(_Value(None, (), 1.0))
         output = (shift.index, *labels)
         gathers = tuple(self.materialize(self.names[g.name]).reg for g in shift.gathers)
         sizes = self.sizes_of(output)

@@ -175,6 +175,8 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
         for index, size in infer_ranges(reads, sizes, padded, shapes, source).items():
             if index not in found or found[index][0] != size:
                 found[index] = (size, "the reads of " + ", ".join(ir.format_expr(r) for r in reads))
+        join_partners(sizes, partners, lambda index, size, where, node: (
+            found.setdefault(index, (size, where)), sizes.__setitem__(index, size)))  # a delta partner of one
     for index in mentioned:
         if index not in found:
             raise ShapeError(located(
