@@ -81,7 +81,7 @@ def main() -> None:
                                   cwd="/")
             results[side].append(json.loads(done.stdout))
     names = list(results["before"][0])
-    print(f"| workload | before (wall / CPU) | after (wall / CPU) | after / before (wall, CPU) |")
+    print("| workload | before (wall / CPU) | after (wall / CPU) | after / before (wall, CPU) |")
     print("|---|---|---|---|")
     for name in names:
         row = []
