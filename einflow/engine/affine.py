@@ -27,9 +27,8 @@ from einflow.lang.errors import EinflowError, GatherIndexError
 from einflow.lang.indices import position_bounds
 
 __all__ = ["window_temporaries", "scatter_temporaries", "is_view", "ScatterSpec", "scatter_spec", "scatter_numpy",
-           "scatter_torch", "scatter_jax",
-           "SCATTERS", "WindowSpec", "plain_positions", "window_spec", "window_numpy", "window_torch", "window_generic",
-           "is_identity", "WINDOWS"]
+           "scatter_torch", "scatter_jax", "scatter_kernel", "WindowSpec", "plain_positions", "window_spec",
+           "window_numpy", "window_torch", "window_generic", "is_identity", "window_kernel"]
 
 #: (shape, pads or None, positions, name): each position ``("affine", ((label axis, coefficient), ...), offset)``
 #: (offset after padding) or ``("gather", k, label axes of the gather's indices, axis length)``
@@ -233,9 +232,12 @@ def _module_of(array: Any) -> Any:
     return np
 
 
-#: the kernel each backend's generated code binds as its window helper
-WINDOWS = {"numpy": window_numpy, "cupy": window_numpy, "torch": window_torch, "jax": window_generic,
-           "dask": window_generic}
+def window_kernel(backend: Any) -> Any:
+    """The kernel a backend's generated code binds as its window helper, by the backend's capabilities: torch's
+    own, strided views where the array module has them (numpy, cupy), one flat take elsewhere (jax, dask)."""
+    if backend.target == "torch":
+        return window_torch
+    return window_numpy if backend.strided_views else window_generic
 
 
 # ---------------------------------------------------------------- scatter-adds (deltas of positions kept)
@@ -358,15 +360,17 @@ def scatter_jax(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     return out.at[flat].add(value.reshape(-1), mode="drop").reshape(out_shape)
 
 
-#: the kernel each backend's generated code binds as its scatter helper
-SCATTERS = {"numpy": scatter_numpy, "cupy": scatter_numpy, "torch": scatter_torch, "jax": scatter_jax,
-            "dask": scatter_numpy}
+def scatter_kernel(backend: Any) -> Any:
+    """The kernel a backend's generated code binds as its scatter helper: by the dialect its code is written in
+    (torch's index_add_, jax's .at[].add, numpy's add.at on numpy, cupy and dask)."""
+    return {"torch": scatter_torch, "jax": scatter_jax}.get(backend.target, scatter_numpy)
 
 
 # ---------------------------------------------------------------- memory: what the kernels allocate
-def is_view(spec: WindowSpec, backend: str) -> bool:
-    """Whether the window is a view of its array (no memory of its own): unpadded, strided, on numpy or cupy."""
-    return spec[1] is None and _strided(spec) and backend in ("numpy", "cupy")
+def is_view(spec: WindowSpec, backend: Any) -> bool:
+    """Whether the window is a view of its array (no memory of its own): unpadded, strided, on a backend whose
+    arrays have strided views (numpy, cupy)."""
+    return spec[1] is None and _strided(spec) and backend.strided_views
 
 
 def window_temporaries(spec: WindowSpec, source_shape: tuple[int, ...], itemsize: int) -> int:

@@ -19,15 +19,13 @@ import numpy as np
 import opt_einsum as oe
 
 from einflow.engine.affine import (
-    SCATTERS,
-    WINDOWS,
     is_identity,
     is_view,
     plain_positions,
-    scatter_numpy,
+    scatter_kernel,
     scatter_spec,
     scatter_temporaries,
-    window_generic,
+    window_kernel,
     window_spec,
     window_temporaries,
 )
@@ -732,7 +730,7 @@ class _Specialiser(FittingRenderer, Source):
                                 self.shape[step.arg], step.positions, self.lowered.statements[step.statement])
             self.transient[step.out] = scatter_temporaries(spec)
             helper = self.alias.get("scatter") or "_scatter"
-            self.namespace[helper] = SCATTERS.get(self.backend.name, scatter_numpy)
+            self.namespace[helper] = scatter_kernel(self.backend)
             gathers = "".join(f", {self.var(g)}" for g in step.gathers)
             return [f"{self.var(step.out)} = {helper}({self.var(step.arg)}, {spec!r}{gathers})"]
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
@@ -800,10 +798,10 @@ class _Specialiser(FittingRenderer, Source):
         if is_identity(spec, self.shape[step.arg]):
             return self.var(step.arg)
         self.transient[step.out] = window_temporaries(spec, self.shape[step.arg], self.itemsize(step.arg))
-        if is_view(spec, self.backend.name):
+        if is_view(spec, self.backend):
             self.window_views[step.out] = step.arg  # memory: a view of its array, as a transpose is
         helper = self.alias.get("window") or "_window"
-        self.namespace[helper] = WINDOWS.get(self.backend.name, window_generic)
+        self.namespace[helper] = window_kernel(self.backend)
         gathers = "".join(f", {self.var(g)}" for g in step.gathers)
         return f"{helper}({self.var(step.arg)}, {spec!r}{gathers})"
 

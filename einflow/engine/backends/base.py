@@ -58,6 +58,8 @@ class Backend:
     #: arrays are numpy.ndarray in this process: contractions become BLAS calls (engine.kernels), large fused
     #: elementwise work runs in ufunc blocks on threads (engine.blocks), diagonals are added in place
     numpy_native = False
+    #: the array module makes strided views (``lib.stride_tricks.as_strided``): shifted reads are views
+    strided_views = False
     #: contractions become pairwise BLAS-shaped calls planned per step (engine.kernels)
     pairwise_kernels = False
     #: a contraction over the memory limit can run as a loop over slices into a preallocated output

@@ -22,6 +22,7 @@ class CupyBackend(Backend):
     """
 
     name = "cupy"
+    strided_views = True
     numpy_result_types = True
     slices = True
     einsum_backend = "cupy"

@@ -21,6 +21,7 @@ class NumpyBackend(Backend):
     """
 
     name = "numpy"
+    strided_views = True
     numpy_result_types = True
     numpy_native = True
     pairwise_kernels = True
