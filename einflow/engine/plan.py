@@ -545,7 +545,7 @@ class _Specialiser(FittingRenderer, Source):
         order = list(range(len(node.factors)))
         arrays = [k for k, f in enumerate(node.factors) if isinstance(f, Arg)]
         numbers = [k for k, f in enumerate(node.factors) if isinstance(f, Number) and isinstance(f.value, float)]
-        if len(arrays) < 2 or not numbers or any(isinstance(self.dtype[node.factors[k].register], type)
+        if self.target != "numpy" or len(arrays) < 2 or not numbers or any(isinstance(self.dtype[node.factors[k].register], type)
                                                  or np.dtype(self.dtype[node.factors[k].register]).kind not in "biu"
                                                  for k in arrays):
             return order
