@@ -6,8 +6,8 @@ operands (an outer product, ``aijkl,amnop->ijklmnop``) makes output chunks as la
 kept axes' chunks: one 128 MiB task from two 1 MiB chunks. Here each step first cuts its operands' kept
 axes the way ``dask.array.einsum`` does: when the largest output chunk would exceed the largest operand
 chunk by more than dask's ``array.chunk-size-tolerance``, every operand's kept axes shrink by a share of
-that factor (the largest chunk of an axis halved first), so that no task's output outgrows the chunks it
-reads. ``opt_einsum.contract_expression(...)(*arrays, backend="einflow.engine.backends.dask_ops")``.
+that factor (every kept axis split evenly, as dask splits them), so that no task's output outgrows the
+chunks it reads. ``opt_einsum.contract_expression(...)(*arrays, backend="einflow.engine.backends.dask_ops")``.
 
 >>> import dask.array as da
 >>> a = da.ones((64, 8, 8, 8, 8), chunks=-1)
@@ -32,27 +32,26 @@ def _largest(chunks: Sequence[tuple[int, ...]]) -> int:
 
 
 def _cut(chunks: tuple[tuple[int, ...], ...], axes: Sequence[int], target: float) -> tuple[tuple[int, ...], ...]:
-    """``chunks`` with the largest chunk of ``axes`` halved, repeatedly, until the largest block holds at most
-    ``target`` elements (or no axis can be cut further)."""
-    sizes = [max(sizes, default=1) for sizes in chunks]
-    while math.prod(sizes) > target:
-        axis = max(axes, key=lambda k: sizes[k], default=None)
-        if axis is None or sizes[axis] <= 1:
+    """``chunks`` with the chunks of ``axes`` split evenly (each axis by the same share of the factor) until the
+    largest block holds at most ``target`` elements, as ``dask.array.einsum`` splits them."""
+    tolerance = dask.config.get("array.chunk-size-tolerance", 1.25)
+    new = list(chunks)
+    for _ in range(64):
+        factor = _largest(new) / max(target, 1)
+        if factor <= 1:
             break
-        sizes[axis] = -(-sizes[axis] // 2)
-    return tuple(tuple(_split(axis_chunks, sizes[k])) if k in axes else axis_chunks
-                 for k, axis_chunks in enumerate(chunks))
-
-
-def _split(chunks: tuple[int, ...], most: int) -> list[int]:
-    out: list[int] = []
-    for size in chunks:
-        while size > most:
-            out.append(most)
-            size -= most
-        if size:
-            out.append(size)
-    return out
+        changed = False
+        for axis in axes:
+            limit = max(new[axis], default=1) / factor ** (1 / len(axes))
+            sizes: list[int] = []
+            for size in new[axis]:
+                parts = min(math.ceil(size / max(limit, 1e-9)), size) if size > tolerance * limit else 1
+                sizes.extend(size // parts + (1 if k < size % parts else 0) for k in range(parts))
+            changed |= tuple(sizes) != new[axis]
+            new[axis] = tuple(sizes)
+        if not changed:
+            break
+    return tuple(new)
 
 
 def bounded_chunks(operands: Sequence[Any], kept: Sequence[Sequence[int]]) -> list[Any]:
@@ -61,7 +60,7 @@ def bounded_chunks(operands: Sequence[Any], kept: Sequence[Sequence[int]]) -> li
     >>> import dask.array as da
     >>> a = da.ones((4, 100), chunks=(4, 100))
     >>> [x.chunksize for x in bounded_chunks([a, a], [[1], [1]])]
-    [(4, 25), (4, 25)]
+    [(4, 20), (4, 20)]
     """
     output_axes = sum(len(axes) for axes in kept)
     if not output_axes:
