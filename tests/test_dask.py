@@ -211,3 +211,26 @@ def test_a_dead_scheduler_is_a_backend_error_saying_the_cluster_is_gone(tmp_path
         for process in (scheduler, worker):
             process.kill()
             process.wait()
+
+
+# ---------------------------------------------------------------------------------------------- output chunks
+OUTER = "O[i,j,k,l,m,n,o,q] = A[a,i,j,k,l] B[a,m,n,o,q]"
+
+
+def test_outer_output_chunks_are_no_coarser_than_dask_einsums(client: Any) -> None:
+    # dask's own regression test for einsum: chunks of 1 in, (1,...) out (a tensordot keeping the chunks
+    # would make (1,2,2,2,...)-sized blocks from the summed axis' neighbours)
+    rng = da.random.default_rng(0)
+    a, b = rng.random((2, 2, 3, 2, 2), chunks=1), rng.random((2, 3, 2, 2, 2), chunks=1)
+    value = ef.compile(OUTER)(A=a, B=b, backend="dask")
+    reference = da.einsum("aijkl,amnop->ijklmnop", a, b)
+    assert value.chunks == reference.chunks
+    np.testing.assert_allclose(client.compute(value).result(), client.compute(reference).result(), rtol=1e-12)
+
+
+def test_a_large_outer_product_of_one_chunk_is_cut_like_dask_einsums() -> None:
+    a = da.ones((64, 8, 8, 8, 8), chunks=-1)  # one 1 MiB chunk: the 128 MiB result was one chunk
+    value = ef.compile(OUTER)(A=a, B=a, backend="dask")
+    reference = da.einsum("aijkl,amnop->ijklmnop", a, a)
+    assert value.chunks == reference.chunks  # 512 KiB chunks
+    assert int(np.prod(value.chunksize)) * 8 <= 1.25 * a.nbytes

@@ -7,8 +7,10 @@ misses some orders when operands repeat an index set), which costs microseconds.
 takes opt_einsum's fast heuristic (``'branch-2'``, ``'branch-1'``, then ``'greedy'`` above 14 operands); when
 that path costs at least :data:`SEARCH_FLOPS`, a search runs for at most a time budget that grows with the
 work at stake (``flops / SEARCH_RATE`` seconds, between :data:`SEARCH_SECONDS_MIN` and
-:data:`SEARCH_SECONDS_MAX`): a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising
-FLOPs, :data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials) proposes a path, its subtrees and the
+:data:`SEARCH_SECONDS_MAX`; up to :data:`SEARCH_SECONDS_LARGE` for paths of :data:`SEARCH_LARGE_FLOPS` and
+more): a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs,
+:data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials, :data:`SEARCH_REPEATS_LARGE` for the large
+ones) proposes a path, its subtrees and the
 fast path's are re-solved exactly (:mod:`einflow.engine.subtrees`), and the cheapest path wins. The search stops
 early when the trials are done and a pass over the tree finds nothing cheaper; the minimum trials and one
 refinement pass of each tree run even past the budget, so that a loaded machine gets the same quality.
@@ -40,7 +42,8 @@ import opt_einsum as oe
 from einflow.engine.subtrees import refine, tree_flops
 
 __all__ = ["PathChoice", "choose_path", "EXACT_OPERANDS", "SEARCH_FLOPS", "SEARCH_REPEATS", "SEARCH_RATE",
-           "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_MIN_TRIALS", "fast_choice"]
+           "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_LARGE_FLOPS", "SEARCH_SECONDS_LARGE",
+           "SEARCH_REPEATS_LARGE", "SEARCH_MIN_TRIALS", "fast_choice"]
 
 #: products of at most this many operands take opt_einsum's exhaustive path ('optimal', 'branch-all')
 EXACT_OPERANDS = 6
@@ -54,6 +57,11 @@ SEARCH_MIN_TRIALS = 8
 SEARCH_RATE = 1e7
 SEARCH_SECONDS_MIN = 0.25
 SEARCH_SECONDS_MAX = 1.0
+#: a path costing at least this many FLOPs (minutes of compute and more: a 200-node random regular graph)
+#: may search for up to SEARCH_SECONDS_LARGE, with up to SEARCH_REPEATS_LARGE trials, instead
+SEARCH_LARGE_FLOPS = 1e12
+SEARCH_SECONDS_LARGE = 4.0
+SEARCH_REPEATS_LARGE = 256
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,8 @@ def fast_choice(operands: int) -> str:
 
 
 def _budget(flops: float) -> float:
-    return min(SEARCH_SECONDS_MAX, max(SEARCH_SECONDS_MIN, flops / SEARCH_RATE))
+    most = SEARCH_SECONDS_LARGE if flops >= SEARCH_LARGE_FLOPS else SEARCH_SECONDS_MAX
+    return min(most, max(SEARCH_SECONDS_MIN, flops / SEARCH_RATE))
 
 
 def _sizes(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[list[str], str, dict[str, int]]:
@@ -127,8 +136,9 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
     search = oe.RandomGreedy(max_repeats=SEARCH_MIN_TRIALS, minimize="flops")
     found = search([set(term) for term in terms], set(output), sizes)
     left = start + budget / 3 - time.perf_counter()
-    if left > 0 and SEARCH_REPEATS > SEARCH_MIN_TRIALS:
-        search.max_repeats, search.max_time = SEARCH_REPEATS - SEARCH_MIN_TRIALS, left
+    repeats = SEARCH_REPEATS_LARGE if flops >= SEARCH_LARGE_FLOPS else SEARCH_REPEATS
+    if left > 0 and repeats > SEARCH_MIN_TRIALS:
+        search.max_repeats, search.max_time = repeats - SEARCH_MIN_TRIALS, left
         found = search([set(term) for term in terms], set(output), sizes)
     trials = f"random-greedy ({len(search.costs)} trials)"
     candidates.append((tree_flops(terms, output, sizes, found), 1, found, trials))

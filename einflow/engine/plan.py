@@ -596,9 +596,9 @@ class _Specialiser(FittingRenderer, Source):
         order = list(range(len(node.factors)))
         arrays = [k for k, f in enumerate(node.factors) if isinstance(f, Arg)]
         numbers = [k for k, f in enumerate(node.factors) if isinstance(f, Number) and isinstance(f.value, float)]
-        if len(arrays) < 2 or not numbers or any(isinstance(self.dtype[node.factors[k].register], type)
-                                                 or np.dtype(self.dtype[node.factors[k].register]).kind not in "biu"
-                                                 for k in arrays):
+        dtypes = [self.dtype[node.factors[k].register] for k in arrays]  # type: ignore[attr-defined]
+        if self.target != "numpy" or len(arrays) < 2 or not numbers or any(
+                isinstance(dtype, type) or np.dtype(dtype).kind not in "biu" for dtype in dtypes):
             return order
         smallest = min(arrays, key=lambda k: math.prod(self.shape[node.factors[k].register]))
         rest = [k for k in order if k != smallest and k not in numbers]

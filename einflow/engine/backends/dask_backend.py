@@ -114,7 +114,7 @@ class DaskBackend(Backend):
     name = "dask"
     slices = True
     lazy = True
-    einsum_backend = "dask"
+    einsum_backend = "einflow.engine.backends.dask_ops"
     # a dask array has no strides: surviving deltas are "written" by zeros() and diagonal_view() below,
     # which select (``where``) rather than multiply by an identity, so inf and nan stay on the diagonal
     strided_writes = True

@@ -1,0 +1,103 @@
+"""The functions opt_einsum calls for contractions on dask arrays, with output chunks no coarser than
+``dask.array.einsum`` makes them.
+
+``dask.array.tensordot`` keeps its operands' chunks, so a pairwise step whose result is much larger than its
+operands (an outer product, ``aijkl,amnop->ijklmnop``) makes output chunks as large as the product of the
+kept axes' chunks: one 128 MiB task from two 1 MiB chunks. Here each step first cuts its operands' kept
+axes the way ``dask.array.einsum`` does: when the largest output chunk would exceed the largest operand
+chunk by more than dask's ``array.chunk-size-tolerance``, every operand's kept axes shrink by a share of
+that factor (every kept axis split evenly, as dask splits them), so that no task's output outgrows the
+chunks it reads. ``opt_einsum.contract_expression(...)(*arrays, backend="einflow.engine.backends.dask_ops")``.
+
+>>> import dask.array as da
+>>> a = da.ones((64, 8, 8, 8, 8), chunks=-1)
+>>> tensordot(a, a, axes=([0], [0])).chunksize
+(4, 4, 4, 4, 4, 4, 4, 4)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import dask
+import dask.array as da
+
+__all__ = ["tensordot", "transpose", "einsum", "bounded_chunks"]
+
+
+def _largest(chunks: Sequence[tuple[int, ...]]) -> int:
+    return math.prod(max(sizes, default=1) for sizes in chunks)
+
+
+def _cut(chunks: tuple[tuple[int, ...], ...], axes: Sequence[int], target: float) -> tuple[tuple[int, ...], ...]:
+    """``chunks`` with the chunks of ``axes`` split evenly (each axis by the same share of the factor) until the
+    largest block holds at most ``target`` elements, as ``dask.array.einsum`` splits them."""
+    tolerance = dask.config.get("array.chunk-size-tolerance", 1.25)
+    new = list(chunks)
+    for _ in range(64):
+        factor = _largest(new) / max(target, 1)
+        if factor <= 1:
+            break
+        changed = False
+        for axis in axes:
+            limit = max(new[axis], default=1) / factor ** (1 / len(axes))
+            sizes: list[int] = []
+            for size in new[axis]:
+                parts = min(math.ceil(size / max(limit, 1e-9)), size) if size > tolerance * limit else 1
+                sizes.extend(size // parts + (1 if k < size % parts else 0) for k in range(parts))
+            changed |= tuple(sizes) != new[axis]
+            new[axis] = tuple(sizes)
+        if not changed:
+            break
+    return tuple(new)
+
+
+def bounded_chunks(operands: Sequence[Any], kept: Sequence[Sequence[int]]) -> list[Any]:
+    """``operands`` rechunked along their ``kept`` axes (those the result keeps) as ``dask.array.einsum`` would.
+
+    >>> import dask.array as da
+    >>> a = da.ones((4, 100), chunks=(4, 100))
+    >>> [x.chunksize for x in bounded_chunks([a, a], [[1], [1]])]
+    [(4, 20), (4, 20)]
+    """
+    output_axes = sum(len(axes) for axes in kept)
+    if not output_axes:
+        return list(operands)
+    largest_input = max(_largest(operand.chunks) for operand in operands)
+    largest_output = math.prod(max(operand.chunks[k], default=1) for operand, axes in zip(operands, kept)
+                               for k in axes)
+    factor = largest_output / (largest_input * dask.config.get("array.chunk-size-tolerance", 1.25))
+    if factor <= 1:
+        return list(operands)
+    result = []
+    for operand, axes in zip(operands, kept):
+        shrink = factor ** (len(axes) / output_axes)
+        if not axes or shrink <= 1:
+            result.append(operand)
+            continue
+        chunks = _cut(operand.chunks, axes, _largest(operand.chunks) / shrink)
+        result.append(operand if chunks == operand.chunks else operand.rechunk(chunks))
+    return result
+
+
+def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
+    """``dask.array.tensordot`` on operands whose kept axes are chunked for a bounded output chunk."""
+    if isinstance(axes, int):
+        summed_a, summed_b = list(range(a.ndim - axes, a.ndim)), list(range(axes))
+    else:
+        summed_a, summed_b = ([axes_k] if isinstance(axes_k, int) else list(axes_k) for axes_k in axes)
+    kept_a = [k for k in range(a.ndim) if k not in summed_a]
+    kept_b = [k for k in range(b.ndim) if k not in summed_b]
+    a, b = bounded_chunks([a, b], [kept_a, kept_b])
+    return da.tensordot(a, b, axes=(summed_a, summed_b))
+
+
+def transpose(a: Any, axes: Any = None) -> Any:
+    return da.transpose(a, axes)
+
+
+def einsum(*operands: Any, **kwargs: Any) -> Any:
+    """``dask.array.einsum`` (it bounds its output chunks itself)."""
+    return da.einsum(*operands, **kwargs)
