@@ -266,4 +266,6 @@ if __name__ == "__main__":  # python tests/test_cross_backend.py START COUNT: ev
         if problem is not None:
             failed += 1
             print(_report(seed, problem), flush=True)
+        if (seed - first + 1) % 50 == 0:
+            print(f"{seed - first + 1} programs, {failed} differ (seeds {first}..{seed})", flush=True)
     print(f"{failed} of {count} programs differ between backends")
