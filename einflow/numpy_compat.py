@@ -482,13 +482,14 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         # one operand: numpy's einsum returns views for transposes and diagonals; the checks above are einflow's
         result = _numpy_einsum(equation, arrays[0], dtype=dtype, order=order, casting=casting)
         return _finish(_apply_order(result, order, arrays), out, casting)
-    if out is not None and len(arrays) > 1 and key is not False and \
+    numpy_optimized = key is True or key in _NUMPY_PATHS or isinstance(key, tuple) and (
+        key[0] == "memory" or key[0] == "path" and key[1][:1] == ("einsum_path",))
+    if out is not None and len(arrays) > 1 and numpy_optimized and \
             not np.can_cast(compute, out.dtype, casting=casting):  # type: ignore[arg-type]
-        # numpy's optimized einsum copies a last BLAS step into out= whatever the casting: its answer is numpy's
-        numpy_optimize = optimize if isinstance(key, bool) or key in _NUMPY_PATHS or (
-            isinstance(key, tuple) and key[0] in ("memory", "path")) else True
+        # numpy's optimized einsum (numpy's own optimize= values) copies a last BLAS step into out= whatever
+        # casting= says (optimize=False refuses): such a call gets numpy's answer, or its refusal typed
         try:
-            return _numpy_einsum(equation, *arrays, out=out, optimize=numpy_optimize, **options)
+            return _numpy_einsum(equation, *arrays, out=out, optimize=optimize, **options)
         except TypeError as error:
             raise ArgumentError(f"cannot cast the result into out= from {compute} to {out.dtype} under "
                                 f"casting={casting!r} ({error})") from None

@@ -49,12 +49,7 @@ _spec.loader.exec_module(_suite)
 _suite.np = _EinflowNumpy()
 
 #: (class, test) -> why it is not run against einflow
-DESELECTED: dict[tuple[str, str], str] = {
-    ("TestEinsum", "test_einsum_0d_out"):
-        "numpy's optimized path writes its last tensordot step into out= with out[...] = ..., ignoring "
-        "casting=; the same call with optimize=False raises TypeError under casting='safe'. einflow applies "
-        "casting= to out= on every path (test_deselected_numpy_quirk_is_a_casting_error checks both).",
-}
+DESELECTED: dict[tuple[str, str], str] = {}
 
 for _name, _value in vars(_suite).items():
     if _name.startswith("test_"):
@@ -78,13 +73,24 @@ def test_every_deselected_test_is_documented() -> None:
         assert getattr(collected, test, None) is None  # not collected here
 
 
-def test_deselected_numpy_quirk_is_a_casting_error() -> None:
+def test_einsum_0d_out_of_another_type_after_numpy_s_optimized_path() -> None:
+    # numpy's optimized path copies its last tensordot step into out= (out[...] = ...) whatever casting=
+    # says; optimize=False (and einflow's own path algorithms, which numpy does not have) apply casting=
     a = np.ones(7)
     with pytest.raises(TypeError):
         np.einsum("i,i->", a, a, out=np.array(0), optimize=False)
-    for optimize in (False, True, "optimal", "auto"):
+    for optimize in (False, "auto", "dp"):
         with pytest.raises(ef.ArgumentError, match="casting"):
             ef.einsum("i,i->", a, a, out=np.array(0), optimize=optimize)
+    for optimize in (True, "greedy", "optimal", ("greedy", 10**6), ["einsum_path", (0, 1)]):
+        out = np.array(0)
+        want = np.einsum("i,i->", a, a, out=np.array(0), optimize=optimize)
+        assert ef.einsum("i,i->", a, a, out=out, optimize=optimize) is out
+        assert out == want == 7
+    with pytest.raises(TypeError):  # the last step is not a tensordot: numpy applies casting= there too
+        np.einsum("i,i->i", a, a, out=np.zeros(7, int), optimize=True)
+    with pytest.raises(ef.ArgumentError, match="casting"):
+        ef.einsum("i,i->i", a, a, out=np.zeros(7, int), optimize=True)
     out = np.array(0)
-    assert ef.einsum("i,i->", a, a, out=out, casting="unsafe", optimize="optimal") is out
+    assert ef.einsum("i,i->", a, a, out=out, casting="unsafe", optimize="auto") is out
     assert out == 7

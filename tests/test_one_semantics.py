@@ -95,12 +95,14 @@ def test_softmax_at_1e17_is_one_half(backend: str) -> None:
     np.testing.assert_array_equal(got, [0.5, 0.5])
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # 1e308 - (-1e308), as in numpy
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_log_softmax_at_the_largest_floats(backend: str) -> None:
     got = run("y[i] = log_softmax[i](x[i])", backend, x=np.array([1e308, 1e308, -1e308]))
     np.testing.assert_allclose(got, [-math.log(2), -math.log(2), -np.inf], rtol=1e-15)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # 1e308 - (-1e308), as in numpy
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_logsumexp_at_the_largest_floats(backend: str) -> None:
     got = run("y = logsumexp[i](x[i])", backend, x=np.array([1e308, 1e308, -1e308]))
@@ -306,3 +308,14 @@ def test_einsum_refuses_a_split_ellipsis() -> None:
     with pytest.raises(ef.SubscriptsError, match="ellipsis"):
         ef.einsum(". ..", np.ones(3))
     np.testing.assert_array_equal(ef.einsum("... ", np.ones(3)), np.einsum("... ", np.ones(3)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_contraction_of_int64_and_float32_computes_in_float64(backend: str) -> None:
+    # numpy's type for int64 with float32 is float64; torch and jax alone would contract in float32
+    a = (np.arange(6, dtype=np.int64).reshape(2, 3) * 10**9 + 1)
+    b = np.array([0.1, 0.7, 1.3], dtype=np.float32)
+    want = np.einsum("ij,j->i", a, b)
+    got = run("y[i] = A[i,j] b[j]", backend, A=a, b=b)
+    assert got.dtype == want.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-15)

@@ -368,8 +368,13 @@ class Source:
         self.used = set(self.vars.values()) | set(self.alias.values())
         self.temp_count = 0
         self.labels: dict[int, tuple[str, ...]] = {}
-        #: registers known to hold booleans (a specialised rendering knows them; a generic one does not)
+        #: registers known to hold booleans (a specialised rendering knows them all; a generic one knows the
+        #: ones vectors of deltas and the diagonals written from them)
         self.booleans: set[int] = set()
+        for step in lowered.steps:
+            if isinstance(step, Ones) or isinstance(step, Diagonal) and step.arg in self.booleans and \
+                    step.base is None and _is_unit(step.coefficient):
+                self.booleans.add(step.out)
         #: float literals as 0-d float64 tensors (generic torch code): torch computes ``0.5 * x`` of an integer
         #: tensor in float32, but with a 0-d float64 tensor in float64 and with a float32 ``x`` in float32, as
         #: numpy does with a Python float (a specialised rendering knows the dtypes and casts instead)

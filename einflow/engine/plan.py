@@ -464,7 +464,7 @@ class _Specialiser(FittingRenderer, Source):
         self.paths[step.out] = (equation, shapes, path, info, names)
         operands = [self.var(register) if order == tuple(range(len(order)))
                     else f"{self.var(register)}.permute({order})" for register, order in zip(step.args, orders)]
-        if len(step.args) > 2 or step.scale:
+        if len(step.args) > 2 or step.scale or self.target != "numpy":  # (torch, jax: int64 with float32 is float32)
             # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
             # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);
             # two arrays alone already promote like numpy
