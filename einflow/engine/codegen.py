@@ -684,7 +684,7 @@ class Source:
             return self.lowered.inputs[register]
         return dict(self.lowered.names).get(register)
 
-    def window(self, step: Window) -> str:
+    def window(self, step: Window | Scatter) -> str:
         """A shifted or gathered read (``einflow.engine.affine``); shape-free: the sizes are computed when it runs."""
         raise EinflowError("programs with shifted, strided or gathered reads cannot be exported to source yet "
                            "(their ranges are found from the shapes when the program runs): call the Program")
