@@ -34,8 +34,11 @@ from einflow.engine.blocks import block_rows, render_kernel, run_blocks, threads
 from einflow.engine.codegen import (
     HELPER_KEYS,
     Source,
+    _args_in_order,
+    _describe,
     _negated,
-    _positive_first,
+    _operations,
+    _temporaries,
     diagonal_spec,
     diagonal_view_labels,
     kind_of,
@@ -51,7 +54,6 @@ from einflow.engine.steps import (
     Add,
     Apply,
     Arg,
-    AsFloat,
     Constant,
     Contract,
     Diagonal,
@@ -227,27 +229,6 @@ def _check_optimize(optimize: Any) -> None:
         return  # an explicit contraction path
     raise EinflowError(f"optimize= must be a path algorithm's name (e.g. 'greedy', 'dp', 'optimal'), True/False, "
                        f"or an opt_einsum PathOptimizer, not {type(optimize).__name__}")
-
-
-def _temporaries(node: Node) -> tuple[int, float]:
-    """(arrays needed to evaluate ``node`` with ufuncs, counting the result; extra temporaries of functions)."""
-    if isinstance(node, (Arg, Number, Size)):
-        return 0, 0.0
-    if isinstance(node, Apply) and node.other is not None:
-        return _temporaries(Add((node.arg, node.other)))
-    if isinstance(node, (Apply, AsFloat, Pow)):
-        inner, extra = _temporaries(node.base if isinstance(node, Pow) else node.arg)
-        own = FUNCTION_RULES[node.func].temporaries if isinstance(node, Apply) else 0.0
-        return max(inner, 1), max(extra, own + inner)
-    parts = node.terms if isinstance(node, Add) else node.factors
-    need = 0
-    extra = 0.0
-    for position, part in enumerate(parts):
-        count, more = _temporaries(part)
-        # earlier partial results stay alive while this operand is computed
-        need = max(need, count + (1 if position > 1 else 0), 1)
-        extra = max(extra, more)
-    return need, extra
 
 
 class _Specialiser(FittingRenderer, Source):
@@ -902,22 +883,6 @@ def _torch_tensor_type() -> Any:
     return torch.Tensor
 
 
-def _args_in_order(node: Node) -> list[Arg]:
-    """The registers an expression reads, in the order its operations meet them."""
-    if isinstance(node, Arg):
-        return [node]
-    if isinstance(node, (Number, Size)):
-        return []
-    if isinstance(node, Apply):
-        return _args_in_order(node.arg) + ([] if node.other is None else _args_in_order(node.other))
-    if isinstance(node, AsFloat):
-        return _args_in_order(node.arg)
-    if isinstance(node, Pow):
-        return _args_in_order(node.base)
-    parts = _positive_first(node.terms) if isinstance(node, Add) else node.factors
-    return [arg for part in parts for arg in _args_in_order(part)]
-
-
 @functools.lru_cache(maxsize=1024)
 def _compiled(text: str) -> Any:
     return compile(text, "<einflow dtype>", "eval")
@@ -1107,49 +1072,6 @@ def _step_report(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
         text = _describe(step.expr, step.labels, specialiser)
         return PlanStep(statement, kind, text, flops, shape, size)
     return PlanStep(statement, kind, equation, elements, shape, size)
-
-
-def _describe(node: Node, labels: tuple[str, ...], specialiser: _Specialiser) -> str:
-    """An elementwise expression in einflow-like text: ``tanh(A[i,j]) exp(B[i,j]) + sigmoid(A[i,j])``."""
-    if isinstance(node, Arg):
-        rank = len(specialiser.shape[node.register])
-        axes = node.axes if node.axes is not None else tuple(range(rank)) if rank else ()
-        own = [label for _, label in sorted((axis, labels[k]) for k, axis in enumerate(axes) if axis is not None)]
-        name = specialiser.var(node.register)
-        return f"{name}[{','.join(own)}]" if own else name
-    if isinstance(node, Number):
-        return repr(node.value)
-    if isinstance(node, Size):
-        return repr(specialiser.resolve(node.ref))
-    if isinstance(node, Apply) and node.other is not None:
-        return f"{node.func}({_describe(node.arg, labels, specialiser)}, {_describe(node.other, labels, specialiser)})"
-    if isinstance(node, Apply):
-        return f"{node.func}({_describe(node.arg, labels, specialiser)})"
-    if isinstance(node, AsFloat):
-        return _describe(node.arg, labels, specialiser)
-    if isinstance(node, Pow):
-        base = _describe(node.base, labels, specialiser)
-        return f"({base})^{node.exponent}" if " " in base else f"{base}^{node.exponent}"
-    if isinstance(node, Add):
-        return " + ".join(_describe(term, labels, specialiser) for term in node.terms)
-    factors = sorted(node.factors, key=lambda factor: not isinstance(factor, Number))  # the number first
-    return " ".join(f"({_describe(f, labels, specialiser)})" if isinstance(f, Add) else
-                    _describe(f, labels, specialiser) for f in factors)
-
-
-def _operations(node: Node, call: int | None = None, leaves: Any = ()) -> int:
-    """Operations per element (a function counts its ``cost``, or ``call`` when given; ``leaves``: nodes computed
-    apart, which count none)."""
-    if isinstance(node, (Arg, Number, Size)) or node in leaves:
-        return 0
-    if isinstance(node, Apply) and node.other is not None:
-        return 1 + _operations(node.arg, call, leaves) + _operations(node.other, call, leaves)
-    if isinstance(node, Apply):
-        return (FUNCTION_RULES[node.func].cost if call is None else call) + _operations(node.arg, call, leaves)
-    if isinstance(node, (Pow, AsFloat)):
-        return 1 + _operations(node.base if isinstance(node, Pow) else node.arg, call, leaves)
-    parts = node.terms if isinstance(node, Add) else node.factors
-    return len(parts) - 1 + sum(_operations(part, call, leaves) for part in parts)
 
 
 #: a product's factors that together vary along at most 1/HOIST_SHARE of its elements are multiplied first
