@@ -57,7 +57,7 @@ from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.numbers import _is_unit
 
-__all__ = ["Source", "NodeRule", "NODE_RULES",
+__all__ = ["Source", "NodeRule", "NODE_RULES", "StepRule", "STEP_RULES",
            "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS", "kind_of", "diagonal_spec",
            "diagonal_view_labels"]
 
@@ -312,34 +312,8 @@ def number_text(value: int | float, np_alias: str = "_np") -> str:
 
 
 def kind_of(step: Step) -> str:
-    """The report's name for a step."""
-    if isinstance(step, Contract):
-        return "contract"
-    if isinstance(step, Reduce):
-        return step.kind
-    if isinstance(step, Solve):
-        return step.kind
-    if isinstance(step, Diagonal):
-        return "diagonal"
-    if isinstance(step, Ones):
-        return "ones"
-    if isinstance(step, Constant):
-        return "constant"
-    if isinstance(step, Free):
-        return "free"
-    if isinstance(step, Window):
-        return "window"
-    if isinstance(step, Scatter):
-        return "scatter"
-    expr = step.expr
-    if isinstance(expr, Arg):
-        return "transpose"
-    if isinstance(expr, Add):
-        return "add"
-    if isinstance(expr, Mul):
-        arrays = [f for f in expr.factors if isinstance(f, (Arg, AsFloat)) or not isinstance(f, (Number, Size))]
-        return "scale" if len(arrays) <= 1 or all(isinstance(f, (Number, Size, AsFloat)) for f in arrays) else "product"
-    return "elementwise"
+    """The report's name for a step (its row of ``STEP_RULES``)."""
+    return STEP_RULES[type(step)].kind(step)
 
 
 class Source:
@@ -594,40 +568,8 @@ class Source:
                 f"del {view}"]
 
     def step_lines(self, step: Step) -> list[str]:
-        """The statement(s) computing one step."""
-        if isinstance(step, Free):
-            names = [self.vars[r] for r in step.registers if r in self.vars]
-            return [f"del {', '.join(names)}"] if names else []
-        out = self.var(step.out)
-        np_ = self.alias["np"]
-        if isinstance(step, Constant):
-            if self.target == "torch":  # a 0-d tensor (numpy's default types; 0-d tensors do not widen others)
-                dtype = "float64" if isinstance(step.value, float) else "int64"
-                return [f"{out} = {np_}.tensor({self.number(step.value)}, dtype={np_}.{dtype})"]
-            return [f"{out} = {np_}.asarray({self.number(step.value)})"]
-        if isinstance(step, Ones):
-            if self.target == "torch":
-                return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype={np_}.bool, device={self.device()})"]
-            return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype=\"bool\")"]
-        if isinstance(step, Contract):
-            return [f"{out} = {self.contract(step)}"]
-        if isinstance(step, Reduce) and step.kind == "sum":
-            return [f"{out} = {self.reduce(self.var(step.arg), step.axes)}"]
-        if isinstance(step, Solve):
-            extra = f", {self.matrix_name(step.matrix)!r}" if step.kind == "spd_solve" else ""
-            return [f"{out} = {self.helper('solve')}({step.kind!r}, {self.var(step.matrix)}, {step.axes!r}, "
-                    f"{self.var(step.rhs)}, {step.rhs_axis}, {step.transposed}{extra})"]
-        if isinstance(step, Reduce) and is_linalg(step):
-            named = step.kind in CHECK_KINDS or step.kind.startswith("spd_")
-            extra = f", {self.matrix_name(step.arg)!r}" if named else ""
-            return [f"{out} = {self.helper('linalg')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r}{extra})"]
-        if isinstance(step, Reduce):
-            return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
-        if isinstance(step, Diagonal):
-            return self.diagonal(step, out)
-        if isinstance(step, (Window, Scatter)):
-            return [f"{out} = {self.window(step)}"]
-        return [f"{out} = {self.elementwise(step)}"]
+        """The statement(s) computing one step (its row of ``STEP_RULES``)."""
+        return STEP_RULES[type(step)].render(self, step, self.var(step.out) if hasattr(step, "out") else "")
 
     def matrix_name(self, register: int) -> str | None:
         """The name of the declared matrix in ``register`` (an input or a target, read through its check)."""
@@ -644,31 +586,7 @@ class Source:
                            "(their ranges are found from the shapes when the program runs): call the Program")
 
     def note(self, number: int, step: Step) -> str:
-        if isinstance(step, Contract):
-            text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
-        elif isinstance(step, Reduce):
-            keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", "spd_by_factor", *CHECK_KINDS)
-            kept = step.labels if step.kind in keeps else tuple(
-                label for k, label in enumerate(step.labels) if k not in step.axes)
-            text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
-        elif isinstance(step, Solve):
-            over = "rows" if step.transposed else "columns"
-            text = f"inv({self.var(step.matrix)}) {self.var(step.rhs)} over its {over} -> [{','.join(step.labels)}]"
-        elif isinstance(step, Diagonal):
-            text = "delta " + ", ".join("=".join(group) for group in step.groups)
-            if step.base is not None:
-                text = f"{self.var(step.base)} + {text}"
-        elif isinstance(step, Elementwise):
-            text = f"[{','.join(step.labels)}]"
-        elif isinstance(step, Scatter):
-            written = ", ".join(ir.format_position(position) for position in step.positions)
-            text = f"[{','.join(step.arg_labels)}] -> [{written}] of [{','.join(step.labels)}]"
-        elif isinstance(step, Window):
-            read = ", ".join(ir.format_position(position) for position in step.positions)
-            text = f"{step.name}[{read}] -> [{','.join(step.labels)}]"
-        else:
-            text = ""
-        return f"[{number}] {kind_of(step)} {text}".rstrip()
+        return f"[{number}] {kind_of(step)} {STEP_RULES[type(step)].note(self, step)}".rstrip()
 
     def body(self) -> list[str]:
         """The function body (4-space indented): a comment per statement, each step's lines."""
@@ -972,3 +890,152 @@ def _temporaries(node: Node) -> tuple[int, float]:
 def _args_in_order(node: Node) -> list[Arg]:
     """The registers an expression reads, in the order its operations meet them."""
     return NODE_RULES[type(node)].args(node)
+
+
+# ---------------------------------------------------------------------------------------------- step rules
+# One row per step kind: the report's name for it (``kind``), the statements computing it (``render``, given
+# the renderer and the name of its result) and the text after the name in its comment and the plan report
+# (``note``). The plan's own rows (FLOPs, dtypes, specialised code) are ``einflow.engine.plan.PLAN_RULES``.
+
+
+def _free_lines(source: Source, step: Free, out: str) -> list[str]:
+    names = [source.vars[r] for r in step.registers if r in source.vars]
+    return [f"del {', '.join(names)}"] if names else []
+
+
+def _constant_lines(source: Source, step: Constant, out: str) -> list[str]:
+    np_ = source.alias["np"]
+    if source.target == "torch":  # a 0-d tensor (numpy's default types; 0-d tensors do not widen others)
+        dtype = "float64" if isinstance(step.value, float) else "int64"
+        return [f"{out} = {np_}.tensor({source.number(step.value)}, dtype={np_}.{dtype})"]
+    return [f"{out} = {np_}.asarray({source.number(step.value)})"]
+
+
+def _ones_lines(source: Source, step: Ones, out: str) -> list[str]:
+    np_ = source.alias["np"]
+    if source.target == "torch":
+        return [f"{out} = {np_}.ones(({source.size(step.size)},), dtype={np_}.bool, device={source.device()})"]
+    return [f"{out} = {np_}.ones(({source.size(step.size)},), dtype=\"bool\")"]
+
+
+def _reduce_lines(source: Source, step: Reduce, out: str) -> list[str]:
+    if step.kind == "sum":
+        return [f"{out} = {source.reduce(source.var(step.arg), step.axes)}"]
+    if is_linalg(step):
+        named = step.kind in CHECK_KINDS or step.kind.startswith("spd_")
+        extra = f", {source.matrix_name(step.arg)!r}" if named else ""
+        return [f"{out} = {source.helper('linalg')}({step.kind!r}, {source.var(step.arg)}, {step.axes!r}{extra})"]
+    return [f"{out} = {source.helper('reduce')}({step.kind!r}, {source.var(step.arg)}, {step.axes!r})"]
+
+
+def _solve_lines(source: Source, step: Solve, out: str) -> list[str]:
+    extra = f", {source.matrix_name(step.matrix)!r}" if step.kind == "spd_solve" else ""
+    return [f"{out} = {source.helper('solve')}({step.kind!r}, {source.var(step.matrix)}, {step.axes!r}, "
+            f"{source.var(step.rhs)}, {step.rhs_axis}, {step.transposed}{extra})"]
+
+
+def _reduce_note(source: Source, step: Reduce) -> str:
+    keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", "spd_by_factor", *CHECK_KINDS)
+    kept = step.labels if step.kind in keeps else tuple(
+        label for k, label in enumerate(step.labels) if k not in step.axes)
+    return f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
+
+
+def _solve_note(source: Source, step: Solve) -> str:
+    over = "rows" if step.transposed else "columns"
+    return f"inv({source.var(step.matrix)}) {source.var(step.rhs)} over its {over} -> [{','.join(step.labels)}]"
+
+
+def _diagonal_note(source: Source, step: Diagonal) -> str:
+    text = "delta " + ", ".join("=".join(group) for group in step.groups)
+    if step.base is not None:
+        text = f"{source.var(step.base)} + {text}"
+    return text
+
+
+def _scatter_note(source: Source, step: Scatter) -> str:
+    written = ", ".join(ir.format_position(position) for position in step.positions)
+    return f"[{','.join(step.arg_labels)}] -> [{written}] of [{','.join(step.labels)}]"
+
+
+def _window_note(source: Source, step: Window) -> str:
+    read = ", ".join(ir.format_position(position) for position in step.positions)
+    return f"{step.name}[{read}] -> [{','.join(step.labels)}]"
+
+
+def _elementwise_kind(step: Elementwise) -> str:
+    expr = step.expr
+    if isinstance(expr, Arg):
+        return "transpose"
+    if isinstance(expr, Add):
+        return "add"
+    if isinstance(expr, Mul):
+        arrays = [f for f in expr.factors if isinstance(f, (Arg, AsFloat)) or not isinstance(f, (Number, Size))]
+        return "scale" if len(arrays) <= 1 or all(isinstance(f, (Number, Size, AsFloat)) for f in arrays) else "product"
+    return "elementwise"
+
+
+def _no_note(source: Source, step: Step) -> str:
+    return ""
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """One step kind: ``kind(step)`` the report's name for it; ``render(source, step, out)`` the statements
+    computing it (``out`` the name of its result); ``note(source, step)`` the text after the name in its comment
+    in the generated code and in the plan report (e.g. ``[i,k] [k,j] -> [i,j]``).
+
+    >>> STEP_RULES[Contract].kind(Contract(0, 2, (0, 1), (("i", "k"), ("k", "j")), ("i", "j"), (), ()))
+    'contract'
+    """
+
+    kind: Callable[[Any], str]
+    render: Callable[[Source, Any, str], list[str]]
+    note: Callable[[Source, Any], str]
+
+
+STEP_RULES: dict[type, StepRule] = {
+    Constant: StepRule(
+        kind=lambda step: "constant",
+        render=_constant_lines,
+        note=_no_note),
+    Ones: StepRule(
+        kind=lambda step: "ones",
+        render=_ones_lines,
+        note=_no_note),
+    Contract: StepRule(
+        kind=lambda step: "contract",
+        render=lambda source, step, out: [f"{out} = {source.contract(step)}"],
+        note=lambda source, step: " ".join(f"[{','.join(labels)}]" for labels in step.operands)
+        + f" -> [{','.join(step.output)}]"),
+    Reduce: StepRule(  # plain reductions, the normalisers and the linear-algebra kinds (einflow.engine.linalg)
+        kind=lambda step: step.kind,
+        render=_reduce_lines,
+        note=_reduce_note),
+    Solve: StepRule(
+        kind=lambda step: step.kind,
+        render=_solve_lines,
+        note=_solve_note),
+    Elementwise: StepRule(
+        kind=_elementwise_kind,
+        render=lambda source, step, out: [f"{out} = {source.elementwise(step)}"],
+        note=lambda source, step: f"[{','.join(step.labels)}]"),
+    Diagonal: StepRule(
+        kind=lambda step: "diagonal",
+        render=lambda source, step, out: source.diagonal(step, out),
+        note=_diagonal_note),
+    Window: StepRule(
+        kind=lambda step: "window",
+        render=lambda source, step, out: [f"{out} = {source.window(step)}"],
+        note=_window_note),
+    Scatter: StepRule(
+        kind=lambda step: "scatter",
+        render=lambda source, step, out: [f"{out} = {source.window(step)}"],
+        note=_scatter_note),
+    Free: StepRule(
+        kind=lambda step: "free",
+        render=_free_lines,
+        note=_no_note),
+}
+
+assert set(STEP_RULES) == set(Step.__args__)  # type: ignore[attr-defined]
