@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -343,35 +344,18 @@ class _Specialiser(FittingRenderer, Source):
         return np.ones((1,) * len(self.shape[register]), dtype=dtype)
 
     def dtype_of(self, step: Step) -> Any:
-        """The result dtype, from running the step's generic code on one-element arrays of the input dtypes."""
-        if isinstance(step, Ones):
-            return np.dtype(bool)
-        if isinstance(step, Constant):
-            return np.asarray(step.value).dtype
-        if isinstance(step, (Window, Scatter)):
-            return self.dtype[step.arg]
-        if isinstance(step, Diagonal):
-            value = self.sample(step.arg)
-            if not _is_unit(step.coefficient):
-                value = value * step.coefficient
-            return np.result_type(value if step.base is None else self.sample(step.base) + value)
+        """The result dtype, from running the step's generic code on one-element arrays of the input dtypes
+        (the step's row of ``PLAN_RULES``)."""
+        return PLAN_RULES[type(step)].dtype(self, step)
+
+    def sampled(self, step: Step) -> tuple[Source, dict[str, Any]]:
+        """``generic()`` with one-element arrays of the dtypes ``step`` reads in its namespace."""
         generic, namespace = self.generic()
         namespace.update({f"_v{register}": self.sample(register) for register in step_inputs(step)})
-        if isinstance(step, Elementwise):
-            text = generic.elementwise(step)
-        elif isinstance(step, Contract):  # einsum's type is its operands' (bools stay bools), then the scale's
-            namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
-            text = generic.scaled("_contracted", step.scale)
-        elif isinstance(step, Solve):
-            return linalg_dtype(np.result_type(self.dtype[step.matrix], self.dtype[step.rhs]))
-        elif is_linalg(step):
-            return linalg_result_dtype(step.kind, self.dtype[step.arg])
-        elif step.kind == "sum":
-            return self.sample(step.arg).sum(axis=step.axes).dtype
-        else:  # max keeps the type; mean, the normalisers and logsumexp compute in floats (the reduce helper)
-            with np.errstate(all="ignore"):
-                sample = np.asarray(self.sample(step.arg))
-                return np.asarray(namespace[generic.alias["reduce"]](step.kind, sample, step.axes)).dtype
+        return generic, namespace
+
+    def evaluated_dtype(self, text: str, namespace: dict[str, Any]) -> Any:
+        """The dtype of the generic code ``text`` run in ``namespace`` (weak Python numbers stay their type)."""
         with np.errstate(all="ignore"):
             try:
                 value = eval(_compiled(text), namespace)  # noqa: S307 - text generated here from plain data
@@ -699,21 +683,9 @@ class _Specialiser(FittingRenderer, Source):
                 f"{rows}, {kernel.buffers})")
 
     def step_lines(self, step: Step) -> list[str]:
-        if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
-            held = self.fitting.held()  # read later, inside a loop computing an expression in blocks
-            big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES
-                   and r not in held]
-            return super().step_lines(Free(step.statement, tuple(big))) if big else []
-        if isinstance(step, Window):
-            return [f"{self.var(step.out)} = {self.window(step)}"]
-        if isinstance(step, Scatter):
-            spec = scatter_spec(step.labels, tuple(self.resolve(ref) for ref in step.sizes), step.arg_labels,
-                                self.shape[step.arg], step.positions, self.lowered.statements[step.statement])
-            self.transient[step.out] = scatter_temporaries(spec)
-            helper = self.alias.get("scatter") or "_scatter"
-            self.namespace[helper] = scatter_kernel(self.backend)
-            gathers = "".join(f", {self.var(g)}" for g in step.gathers)
-            return [f"{self.var(step.out)} = {helper}({self.var(step.arg)}, {spec!r}{gathers})"]
+        rule = PLAN_RULES[type(step)]
+        if rule.lines is not None:  # the step's own lines, never sliced nor chunked
+            return rule.lines(self, step)
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
         # torch and jax: integer arrays in an elementwise step of floating type are read in that type, as
@@ -725,19 +697,9 @@ class _Specialiser(FittingRenderer, Source):
             fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.engine.fitting)
             if fitted is not None:
                 return fitted
-            if isinstance(step, Reduce) and step.kind in ("softmax", "log_softmax", "logsumexp"):
-                inline = self.normaliser_lines(step)
-                if inline is not None:
-                    return inline
-            if isinstance(step, Reduce) and self.backend.lazy and not math.prod(self.shape[step.out]) \
-                    and step.kind in ("max", "min", "argmax", "argmin"):
-                # an empty result (its other axes are empty): dask's chunked max of empty blocks raises
-                return [f"{self.var(step.out)} = {self.alias['np']}.zeros({self.shape[step.out]!r}, "
-                        f"dtype={np.dtype(self.dtype[step.out]).name!r})"]
-            if isinstance(step, Reduce) and self.backend.numpy_native and (
-                    step.kind in ("max", "min") or step.kind == "mean" and self.floating_register(step.arg)):
-                # the array's own method, as the ``reduce`` helper would call it, without the call through it
-                return [f"{self.var(step.out)} = {self.var(step.arg)}.{step.kind}(axis={step.axes!r})"]
+            inline = rule.inline(self, step) if rule.inline is not None else None
+            if inline is not None:
+                return inline
             return super().step_lines(step)
         finally:
             self.scale_dtype = None
@@ -1022,6 +984,166 @@ def _render(program: ir.ProgramIR, lowered: Lowered, shapes: dict[str, tuple[int
     return specialiser, plan
 
 
+# ---------------------------------------------------------------------------------------------- plan rules
+# One row per step kind, for what the specialiser decides with the shapes and dtypes: the result's dtype
+# (``dtype``), the plan report's FLOPs (``count``) and text (``describe``; None: the step's note, see
+# ``codegen.STEP_RULES``), the step's own lines (``lines``: replacing the generic rendering, never sliced nor
+# chunked) and lines tried before the generic rendering once fitting leaves the step whole (``inline``).
+
+
+def _free_lines(specialiser: _Specialiser, step: Free) -> list[str]:
+    # small arrays: releasing them early costs more time than it saves memory
+    held = specialiser.fitting.held()  # read later, inside a loop computing an expression in blocks
+    big = [r for r in step.registers if math.prod(specialiser.shape.get(r, ())) * specialiser.itemsize(r)
+           >= RELEASE_BYTES and r not in held]
+    return Source.step_lines(specialiser, Free(step.statement, tuple(big))) if big else []
+
+
+def _scatter_lines(specialiser: _Specialiser, step: Scatter) -> list[str]:
+    spec = scatter_spec(step.labels, tuple(specialiser.resolve(ref) for ref in step.sizes), step.arg_labels,
+                        specialiser.shape[step.arg], step.positions, specialiser.lowered.statements[step.statement])
+    specialiser.transient[step.out] = scatter_temporaries(spec)
+    helper = specialiser.alias.get("scatter") or "_scatter"
+    specialiser.namespace[helper] = scatter_kernel(specialiser.backend)
+    gathers = "".join(f", {specialiser.var(g)}" for g in step.gathers)
+    return [f"{specialiser.var(step.out)} = {helper}({specialiser.var(step.arg)}, {spec!r}{gathers})"]
+
+
+def _reduce_inline(specialiser: _Specialiser, step: Reduce) -> list[str] | None:
+    if step.kind in ("softmax", "log_softmax", "logsumexp"):
+        inline = specialiser.normaliser_lines(step)
+        if inline is not None:
+            return inline
+    if specialiser.backend.lazy and not math.prod(specialiser.shape[step.out]) \
+            and step.kind in ("max", "min", "argmax", "argmin"):
+        # an empty result (its other axes are empty): dask's chunked max of empty blocks raises
+        return [f"{specialiser.var(step.out)} = {specialiser.alias['np']}.zeros({specialiser.shape[step.out]!r}, "
+                f"dtype={np.dtype(specialiser.dtype[step.out]).name!r})"]
+    if specialiser.backend.numpy_native and (
+            step.kind in ("max", "min") or step.kind == "mean" and specialiser.floating_register(step.arg)):
+        # the array's own method, as the ``reduce`` helper would call it, without the call through it
+        return [f"{specialiser.var(step.out)} = {specialiser.var(step.arg)}.{step.kind}(axis={step.axes!r})"]
+    return None
+
+
+def _diagonal_dtype(specialiser: _Specialiser, step: Diagonal) -> Any:
+    value = specialiser.sample(step.arg)
+    if not _is_unit(step.coefficient):
+        value = value * step.coefficient
+    return np.result_type(value if step.base is None else specialiser.sample(step.base) + value)
+
+
+def _elementwise_dtype(specialiser: _Specialiser, step: Elementwise) -> Any:
+    generic, namespace = specialiser.sampled(step)
+    return specialiser.evaluated_dtype(generic.elementwise(step), namespace)
+
+
+def _contract_dtype(specialiser: _Specialiser, step: Contract) -> Any:
+    generic, namespace = specialiser.sampled(step)
+    # einsum's type is its operands' (bools stay bools), then the scale's
+    namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(specialiser.sample(r) for r in step.args)))
+    return specialiser.evaluated_dtype(generic.scaled("_contracted", step.scale), namespace)
+
+
+def _solve_dtype(specialiser: _Specialiser, step: Solve) -> Any:
+    specialiser.sampled(step)
+    return linalg_dtype(np.result_type(specialiser.dtype[step.matrix], specialiser.dtype[step.rhs]))
+
+
+def _reduce_dtype(specialiser: _Specialiser, step: Reduce) -> Any:
+    generic, namespace = specialiser.sampled(step)
+    if is_linalg(step):
+        return linalg_result_dtype(step.kind, specialiser.dtype[step.arg])
+    if step.kind == "sum":
+        return specialiser.sample(step.arg).sum(axis=step.axes).dtype
+    # max keeps the type; mean, the normalisers and logsumexp compute in floats (the reduce helper)
+    with np.errstate(all="ignore"):
+        sample = np.asarray(specialiser.sample(step.arg))
+        return np.asarray(namespace[generic.alias["reduce"]](step.kind, sample, step.axes)).dtype
+
+
+def _reduce_flops(specialiser: _Specialiser, step: Reduce) -> int:
+    if is_linalg(step):
+        return linalg_flops(step.kind, specialiser.shape[step.arg], step.axes)
+    return math.prod(specialiser.shape[step.arg])
+
+
+def _solve_flops(specialiser: _Specialiser, step: Solve) -> int:
+    n = specialiser.shape[step.matrix][step.axes[0]]
+    return solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n, 1))
+
+
+def _diagonal_flops(specialiser: _Specialiser, step: Diagonal) -> int:
+    shape = specialiser.shape[step.out]
+    if step.base is not None:  # an addition into the diagonal only
+        return math.prod(shape[step.output.index(label)] for label in diagonal_view_labels(step))
+    return math.prod(shape)
+
+
+def _elements(specialiser: _Specialiser, step: Step) -> int:
+    return math.prod(specialiser.shape[step.out])  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class PlanRule:
+    """One step kind as the specialiser sees it: ``dtype(specialiser, step)`` its result's dtype;
+    ``count(specialiser, step)`` its FLOPs in the plan report; ``describe(specialiser, step)`` the report's text
+    (None: the step's note); ``lines(specialiser, step)`` its own lines (None: sliced or chunked when it must
+    fit, else ``inline`` or the generic rendering); ``inline(specialiser, step)`` lines tried before the generic
+    rendering (None when they do not apply)."""
+
+    dtype: Callable[[Any, Any], Any]
+    count: Callable[[Any, Any], int]
+    describe: Callable[[Any, Any], str] | None = None
+    lines: Callable[[Any, Any], list[str]] | None = None
+    inline: Callable[[Any, Any], list[str] | None] | None = None
+
+
+def _no_dtype(specialiser: _Specialiser, step: Step) -> Any:
+    raise AssertionError("a Free step has no result")
+
+
+PLAN_RULES: dict[type, PlanRule] = {
+    Constant: PlanRule(
+        dtype=lambda specialiser, step: np.asarray(step.value).dtype,
+        count=_elements),
+    Ones: PlanRule(
+        dtype=lambda specialiser, step: np.dtype(bool),
+        count=_elements),
+    Contract: PlanRule(
+        dtype=_contract_dtype,
+        count=lambda specialiser, step: specialiser.report[step.out][0]),
+    Reduce: PlanRule(  # plain reductions, the normalisers and the linear-algebra kinds (einflow.engine.linalg)
+        dtype=_reduce_dtype,
+        count=_reduce_flops,
+        inline=_reduce_inline),
+    Solve: PlanRule(
+        dtype=_solve_dtype,
+        count=_solve_flops),
+    Elementwise: PlanRule(
+        dtype=_elementwise_dtype,
+        count=lambda specialiser, step: _elements(specialiser, step) * max(1, _operations(step.expr)),
+        describe=lambda specialiser, step: _describe(step.expr, step.labels, specialiser)),
+    Diagonal: PlanRule(
+        dtype=_diagonal_dtype,
+        count=_diagonal_flops),
+    Window: PlanRule(
+        dtype=lambda specialiser, step: specialiser.dtype[step.arg],
+        count=_elements,
+        lines=lambda specialiser, step: [f"{specialiser.var(step.out)} = {specialiser.window(step)}"]),
+    Scatter: PlanRule(
+        dtype=lambda specialiser, step: specialiser.dtype[step.arg],
+        count=_elements,
+        lines=_scatter_lines),
+    Free: PlanRule(
+        dtype=_no_dtype,
+        count=lambda specialiser, step: 0,
+        lines=_free_lines),
+}
+
+assert set(PLAN_RULES) == set(Step.__args__)  # type: ignore[attr-defined]
+
+
 def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> PlanStep:
     reported = _step_report(step, specialiser, lowered)
     out = step.out  # type: ignore[union-attr]
@@ -1046,32 +1168,18 @@ def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
 def _step_report(step: Step, specialiser: _Specialiser, lowered: Lowered) -> PlanStep:
     out = step.out  # type: ignore[union-attr]
     shape = specialiser.shape[out]
-    elements = math.prod(shape)
     statement = lowered.statements[step.statement]
     size = specialiser.itemsize(out)
     kind = kind_of(step)
     equation = specialiser.note(0, step).split(" ", 2)[2] if len(specialiser.note(0, step).split(" ", 2)) > 2 else ""
-    if isinstance(step, Contract):
-        flops, pairwise, largest = specialiser.report[out]
-        return PlanStep(statement, kind, equation, flops, shape, size, pairwise, largest,
+    rule = PLAN_RULES[type(step)]
+    text = equation if rule.describe is None else rule.describe(specialiser, step)
+    flops = rule.count(specialiser, step)
+    if out in specialiser.report:  # a contraction: its pairwise steps, largest intermediate and path
+        _, pairwise, largest = specialiser.report[out]
+        return PlanStep(statement, kind, text, flops, shape, size, pairwise, largest,
                         path=specialiser.path_choices.get(out))
-    if isinstance(step, Reduce) and is_linalg(step):
-        flops = linalg_flops(step.kind, specialiser.shape[step.arg], step.axes)
-        return PlanStep(statement, kind, equation, flops, shape, size)
-    if isinstance(step, Solve):
-        n = specialiser.shape[step.matrix][step.axes[0]]
-        flops = solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n, 1))
-        return PlanStep(statement, kind, equation, flops, shape, size)
-    if isinstance(step, Reduce):
-        return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
-    if isinstance(step, Diagonal) and step.base is not None:  # an addition into the diagonal only
-        flops = math.prod(shape[step.output.index(label)] for label in diagonal_view_labels(step))
-        return PlanStep(statement, kind, equation, flops, shape, size)
-    if isinstance(step, Elementwise):
-        flops = elements * max(1, _operations(step.expr))
-        text = _describe(step.expr, step.labels, specialiser)
-        return PlanStep(statement, kind, text, flops, shape, size)
-    return PlanStep(statement, kind, equation, elements, shape, size)
+    return PlanStep(statement, kind, text, flops, shape, size)
 
 
 #: a product's factors that together vary along at most 1/HOIST_SHARE of its elements are multiplied first
