@@ -314,12 +314,11 @@ class _Specialiser(FittingRenderer, Source):
     def specialise(self, step: Step) -> None:
         if isinstance(step, Free):
             return
-        if isinstance(step, Ones):
-            self.shape[step.out] = (self.resolve(step.size),)
-        elif isinstance(step, Constant):
-            self.shape[step.out] = ()
+        rule = PLAN_RULES[type(step)]
+        if rule.shape is not None:
+            self.shape[step.out] = rule.shape(self, step)
         else:
-            self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)
+            self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)  # type: ignore[union-attr]
             if len(step.sizes) > MAX_AXES:
                 text = self.lowered.statements[step.statement]
                 text = text if len(text) <= 80 else text[:77] + "..."
@@ -327,11 +326,8 @@ class _Specialiser(FittingRenderer, Source):
                 raise ShapeError(f"statement {text!r} needs an array of {len(step.sizes)} axes (indices {labels}, "
                                  f"...) at once; arrays have at most {MAX_AXES}: split the statement so that each "
                                  "part keeps fewer indices")
-        if isinstance(step, Reduce) and step.kind in ("max", "min", "argmax", "argmin") and \
-                any(self.shape[step.arg][axis] == 0 for axis in step.axes):
-            empty = next(step.labels[axis] for axis in step.axes if self.shape[step.arg][axis] == 0)
-            raise ShapeError(f"{step.kind}[{empty}] over index {empty!r} of size 0: the {step.kind} of no values is "
-                             "undefined (numpy refuses it alike); give the index at least one value")
+        if rule.check is not None:
+            rule.check(self, step)
         self.dtype[step.out] = self.dtype_of(step)
         if self.dtype[step.out] == np.dtype(bool):
             self.booleans.add(step.out)
@@ -985,10 +981,11 @@ def _render(program: ir.ProgramIR, lowered: Lowered, shapes: dict[str, tuple[int
 
 
 # ---------------------------------------------------------------------------------------------- plan rules
-# One row per step kind, for what the specialiser decides with the shapes and dtypes: the result's dtype
-# (``dtype``), the plan report's FLOPs (``count``) and text (``describe``; None: the step's note, see
-# ``codegen.STEP_RULES``), the step's own lines (``lines``: replacing the generic rendering, never sliced nor
-# chunked) and lines tried before the generic rendering once fitting leaves the step whole (``inline``).
+# One row per step kind, for what the specialiser decides with the shapes and dtypes: the result's shape
+# (``shape``; None: its sizes resolved), a check of the shapes (``check``), the result's dtype (``dtype``),
+# the plan report's FLOPs (``count``) and text (``describe``; None: the step's note, see
+# ``codegen.STEP_RULES``), the step's own lines (``lines``: replacing the generic rendering, never sliced
+# nor chunked) and lines tried before the generic rendering once fitting leaves the step whole (``inline``).
 
 
 def _free_lines(specialiser: _Specialiser, step: Free) -> list[str]:
@@ -1024,6 +1021,14 @@ def _reduce_inline(specialiser: _Specialiser, step: Reduce) -> list[str] | None:
         # the array's own method, as the ``reduce`` helper would call it, without the call through it
         return [f"{specialiser.var(step.out)} = {specialiser.var(step.arg)}.{step.kind}(axis={step.axes!r})"]
     return None
+
+
+def _reduce_check(specialiser: _Specialiser, step: Reduce) -> None:
+    if step.kind in ("max", "min", "argmax", "argmin") and \
+            any(specialiser.shape[step.arg][axis] == 0 for axis in step.axes):
+        empty = next(step.labels[axis] for axis in step.axes if specialiser.shape[step.arg][axis] == 0)
+        raise ShapeError(f"{step.kind}[{empty}] over index {empty!r} of size 0: the {step.kind} of no values is "
+                         "undefined (numpy refuses it alike); give the index at least one value")
 
 
 def _diagonal_dtype(specialiser: _Specialiser, step: Diagonal) -> Any:
@@ -1086,7 +1091,9 @@ def _elements(specialiser: _Specialiser, step: Step) -> int:
 
 @dataclass(frozen=True)
 class PlanRule:
-    """One step kind as the specialiser sees it: ``dtype(specialiser, step)`` its result's dtype;
+    """One step kind as the specialiser sees it: ``shape(specialiser, step)`` its result's shape (None: the
+    step's ``sizes`` resolved); ``check(specialiser, step)`` raises ShapeError for shapes it cannot compute
+    with (None: none); ``dtype(specialiser, step)`` its result's dtype;
     ``count(specialiser, step)`` its FLOPs in the plan report; ``describe(specialiser, step)`` the report's text
     (None: the step's note); ``lines(specialiser, step)`` its own lines (None: sliced or chunked when it must
     fit, else ``inline`` or the generic rendering); ``inline(specialiser, step)`` lines tried before the generic
@@ -1097,6 +1104,8 @@ class PlanRule:
     describe: Callable[[Any, Any], str] | None = None
     lines: Callable[[Any, Any], list[str]] | None = None
     inline: Callable[[Any, Any], list[str] | None] | None = None
+    shape: Callable[[Any, Any], tuple[int, ...]] | None = None
+    check: Callable[[Any, Any], None] | None = None
 
 
 def _no_dtype(specialiser: _Specialiser, step: Step) -> Any:
@@ -1106,17 +1115,20 @@ def _no_dtype(specialiser: _Specialiser, step: Step) -> Any:
 PLAN_RULES: dict[type, PlanRule] = {
     Constant: PlanRule(
         dtype=lambda specialiser, step: np.asarray(step.value).dtype,
-        count=_elements),
+        count=_elements,
+        shape=lambda specialiser, step: ()),
     Ones: PlanRule(
         dtype=lambda specialiser, step: np.dtype(bool),
-        count=_elements),
+        count=_elements,
+        shape=lambda specialiser, step: (specialiser.resolve(step.size),)),
     Contract: PlanRule(
         dtype=_contract_dtype,
         count=lambda specialiser, step: specialiser.report[step.out][0]),
     Reduce: PlanRule(  # plain reductions, the normalisers and the linear-algebra kinds (einflow.engine.linalg)
         dtype=_reduce_dtype,
         count=_reduce_flops,
-        inline=_reduce_inline),
+        inline=_reduce_inline,
+        check=_reduce_check),
     Solve: PlanRule(
         dtype=_solve_dtype,
         count=_solve_flops),
