@@ -190,3 +190,15 @@ def test_count_of_deltas_alone_has_the_inputs_floating_type(dtype: str, expected
     assert n == 5 and np.asarray(n).dtype == expected
     assert r == pytest.approx(0.2)
     assert "ones(" not in next(iter(program._plans.values())).source
+
+
+def test_node_rows_read_the_registers_the_steps_read() -> None:
+    from einflow.engine.codegen import NODE_RULES, STEP_RULES, _args_in_order
+    from einflow.engine.plan import PLAN_RULES
+    from einflow.engine.steps import Node, Step, node_args
+
+    assert set(NODE_RULES) == set(Node.__args__) and set(STEP_RULES) == set(PLAN_RULES) == set(Step.__args__)
+    for text, _ in CORPUS:
+        for step in lower(ef.compile(text)).steps:
+            if isinstance(step, Elementwise):
+                assert {arg.register for arg in _args_in_order(step.expr)} == set(node_args(step.expr))

@@ -13,6 +13,7 @@ import builtins
 import keyword
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import opt_einsum as oe
@@ -56,7 +57,8 @@ from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.numbers import _is_unit
 
-__all__ = ["Source", "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS", "kind_of", "diagonal_spec",
+__all__ = ["Source", "NodeRule", "NODE_RULES", "StepRule", "STEP_RULES",
+           "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS", "kind_of", "diagonal_spec",
            "diagonal_view_labels"]
 
 #: function templates that differ on torch (``torch.maximum`` needs two tensors)
@@ -310,34 +312,8 @@ def number_text(value: int | float, np_alias: str = "_np") -> str:
 
 
 def kind_of(step: Step) -> str:
-    """The report's name for a step."""
-    if isinstance(step, Contract):
-        return "contract"
-    if isinstance(step, Reduce):
-        return step.kind
-    if isinstance(step, Solve):
-        return step.kind
-    if isinstance(step, Diagonal):
-        return "diagonal"
-    if isinstance(step, Ones):
-        return "ones"
-    if isinstance(step, Constant):
-        return "constant"
-    if isinstance(step, Free):
-        return "free"
-    if isinstance(step, Window):
-        return "window"
-    if isinstance(step, Scatter):
-        return "scatter"
-    expr = step.expr
-    if isinstance(expr, Arg):
-        return "transpose"
-    if isinstance(expr, Add):
-        return "add"
-    if isinstance(expr, Mul):
-        arrays = [f for f in expr.factors if isinstance(f, (Arg, AsFloat)) or not isinstance(f, (Number, Size))]
-        return "scale" if len(arrays) <= 1 or all(isinstance(f, (Number, Size, AsFloat)) for f in arrays) else "product"
-    return "elementwise"
+    """The report's name for a step (its row of ``STEP_RULES``)."""
+    return STEP_RULES[type(step)].kind(step)
 
 
 class Source:
@@ -445,51 +421,8 @@ class Source:
         return text
 
     def node(self, node: Node) -> tuple[str, int]:
-        """(text, precedence): 1 sum, 2 product, 3 power, 4 atom."""
-        if isinstance(node, Arg):
-            return self.arg(node), 4
-        if isinstance(node, Number) and self.tensor_literals and isinstance(node.value, float):
-            return self.torch_number(node.value), 4
-        if isinstance(node, Number):
-            text = self.number(node.value)
-            return text, 1 if text.startswith("-") else 4
-        if isinstance(node, Size):
-            return self.size(node.ref), 4
-        if isinstance(node, Apply) and node.other is not None:
-            operands = [self.node(part)[0] if self.target != "torch" or not isinstance(part, Number)
-                        else self.torch_number(part.value) for part in (node.arg, node.other)]
-            return f"{self.alias['np']}.{node.func}({operands[0]}, {operands[1]})", 4
-        if isinstance(node, Apply):
-            inner = self.node(node.arg)[0]
-            # a promoting function's result is already floating: no second promotion around it
-            computed_float = (isinstance(node.arg, Apply) and node.arg.other is None  # maximum(a, b) keeps ints
-                              and FUNCTION_RULES[node.arg.func].promotes)
-            return self.call(node.func, inner, promote=not computed_float), 4
-        if isinstance(node, AsFloat) and isinstance(node.arg, Size):
-            return self.count(self.size(node.arg.ref)), 4
-        if isinstance(node, AsFloat):
-            return self.as_float(self.node(node.arg)[0]), 4
-        if isinstance(node, Pow):
-            return self.power(node), 4
-        if isinstance(node, Add):
-            return _grouped(_positive_first(node.terms), self.add_terms, " + "), 1
-        factors = []
-        casts = self.product_casts(node)
-        divisors = [f.base for f in node.factors if _divisor(f)]  # type: ignore[union-attr]
-        if len(divisors) == len(node.factors):
-            divisors = []  # reciprocals alone: 1 / x is the reciprocal
-        for position in self.product_order(node):
-            factor = node.factors[position]
-            if divisors and _divisor(factor):
-                continue
-            text, level = self.node(factor)
-            if position in casts:
-                text, level = self.astype(text if level >= 4 else f"({text})", casts[position]), 4
-            factors.append(f"({text})" if level < 2 else text)
-        product = _grouped(factors, " * ".join, " * ")
-        if divisors:  # division is division (x / x is 1 where x * (1 / x) may not be)
-            return self.divided(node, product, divisors), 2
-        return product, 2
+        """(text, precedence): 1 sum, 2 product, 3 power, 4 atom (the node's row of ``NODE_RULES``)."""
+        return NODE_RULES[type(node)].render(self, node)
 
     def add_terms(self, terms: Sequence[Node]) -> str:
         """``a + b - c``: the terms of a sum, a negative one subtracted (not the first)."""
@@ -640,40 +573,8 @@ class Source:
                 f"del {view}"]
 
     def step_lines(self, step: Step) -> list[str]:
-        """The statement(s) computing one step."""
-        if isinstance(step, Free):
-            names = [self.vars[r] for r in step.registers if r in self.vars]
-            return [f"del {', '.join(names)}"] if names else []
-        out = self.var(step.out)
-        np_ = self.alias["np"]
-        if isinstance(step, Constant):
-            if self.target == "torch":  # a 0-d tensor (numpy's default types; 0-d tensors do not widen others)
-                dtype = "float64" if isinstance(step.value, float) else "int64"
-                return [f"{out} = {np_}.tensor({self.number(step.value)}, dtype={np_}.{dtype})"]
-            return [f"{out} = {np_}.asarray({self.number(step.value)})"]
-        if isinstance(step, Ones):
-            if self.target == "torch":
-                return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype={np_}.bool, device={self.device()})"]
-            return [f"{out} = {np_}.ones(({self.size(step.size)},), dtype=\"bool\")"]
-        if isinstance(step, Contract):
-            return [f"{out} = {self.contract(step)}"]
-        if isinstance(step, Reduce) and step.kind == "sum":
-            return [f"{out} = {self.reduce(self.var(step.arg), step.axes)}"]
-        if isinstance(step, Solve):
-            extra = f", {self.matrix_name(step.matrix)!r}" if step.kind == "spd_solve" else ""
-            return [f"{out} = {self.helper('solve')}({step.kind!r}, {self.var(step.matrix)}, {step.axes!r}, "
-                    f"{self.var(step.rhs)}, {step.rhs_axis}, {step.transposed}{extra})"]
-        if isinstance(step, Reduce) and is_linalg(step):
-            named = step.kind in CHECK_KINDS or step.kind.startswith("spd_")
-            extra = f", {self.matrix_name(step.arg)!r}" if named else ""
-            return [f"{out} = {self.helper('linalg')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r}{extra})"]
-        if isinstance(step, Reduce):
-            return [f"{out} = {self.helper('reduce')}({step.kind!r}, {self.var(step.arg)}, {step.axes!r})"]
-        if isinstance(step, Diagonal):
-            return self.diagonal(step, out)
-        if isinstance(step, (Window, Scatter)):
-            return [f"{out} = {self.window(step)}"]
-        return [f"{out} = {self.elementwise(step)}"]
+        """The statement(s) computing one step (its row of ``STEP_RULES``)."""
+        return STEP_RULES[type(step)].render(self, step, self.var(step.out) if hasattr(step, "out") else "")
 
     def matrix_name(self, register: int) -> str | None:
         """The name of the declared matrix in ``register`` (an input or a target, read through its check)."""
@@ -690,31 +591,7 @@ class Source:
                            "(their ranges are found from the shapes when the program runs): call the Program")
 
     def note(self, number: int, step: Step) -> str:
-        if isinstance(step, Contract):
-            text = " ".join(f"[{','.join(labels)}]" for labels in step.operands) + f" -> [{','.join(step.output)}]"
-        elif isinstance(step, Reduce):
-            keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", "spd_by_factor", *CHECK_KINDS)
-            kept = step.labels if step.kind in keeps else tuple(
-                label for k, label in enumerate(step.labels) if k not in step.axes)
-            text = f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
-        elif isinstance(step, Solve):
-            over = "rows" if step.transposed else "columns"
-            text = f"inv({self.var(step.matrix)}) {self.var(step.rhs)} over its {over} -> [{','.join(step.labels)}]"
-        elif isinstance(step, Diagonal):
-            text = "delta " + ", ".join("=".join(group) for group in step.groups)
-            if step.base is not None:
-                text = f"{self.var(step.base)} + {text}"
-        elif isinstance(step, Elementwise):
-            text = f"[{','.join(step.labels)}]"
-        elif isinstance(step, Scatter):
-            written = ", ".join(ir.format_position(position) for position in step.positions)
-            text = f"[{','.join(step.arg_labels)}] -> [{written}] of [{','.join(step.labels)}]"
-        elif isinstance(step, Window):
-            read = ", ".join(ir.format_position(position) for position in step.positions)
-            text = f"{step.name}[{read}] -> [{','.join(step.labels)}]"
-        else:
-            text = ""
-        return f"[{number}] {kind_of(step)} {text}".rstrip()
+        return f"[{number}] {kind_of(step)} {STEP_RULES[type(step)].note(self, step)}".rstrip()
 
     def body(self) -> list[str]:
         """The function body (4-space indented): a comment per statement, each step's lines."""
@@ -804,3 +681,366 @@ def _negated(term: Node) -> Node | None:
             return Mul((*rest, Number(-value)))
     return None
 
+
+
+# ---------------------------------------------------------------------------------------------- node rules
+# One row per elementwise expression node: how the generated code computes it (``render``: text and
+# precedence, children through ``source.node`` so a renderer's overrides apply), the plan report's text
+# (``describe``), its operations per element (``operations``), the arrays ufuncs need to evaluate it
+# (``temporaries``, the memory model) and the registers it reads in the order its operations meet them
+# (``args``). Adding a node kind is adding a row.
+
+
+def _render_number(source: Source, node: Number) -> tuple[str, int]:
+    if source.tensor_literals and isinstance(node.value, float):
+        return source.torch_number(node.value), 4
+    text = source.number(node.value)
+    return text, 1 if text.startswith("-") else 4
+
+
+def _render_apply(source: Source, node: Apply) -> tuple[str, int]:
+    if node.other is not None:
+        operands = [source.node(part)[0] if source.target != "torch" or not isinstance(part, Number)
+                    else source.torch_number(part.value) for part in (node.arg, node.other)]
+        return f"{source.alias['np']}.{node.func}({operands[0]}, {operands[1]})", 4
+    inner = source.node(node.arg)[0]
+    # a promoting function's result is already floating: no second promotion around it
+    computed_float = (isinstance(node.arg, Apply) and node.arg.other is None  # maximum(a, b) keeps ints
+                      and FUNCTION_RULES[node.arg.func].promotes)
+    return source.call(node.func, inner, promote=not computed_float), 4
+
+
+def _render_as_float(source: Source, node: AsFloat) -> tuple[str, int]:
+    if isinstance(node.arg, Size):
+        return source.count(source.size(node.arg.ref)), 4
+    return source.as_float(source.node(node.arg)[0]), 4
+
+
+def _render_mul(source: Source, node: Mul) -> tuple[str, int]:
+    factors = []
+    casts = source.product_casts(node)
+    divisors = [f.base for f in node.factors if _divisor(f)]  # type: ignore[union-attr]
+    if len(divisors) == len(node.factors):
+        divisors = []  # reciprocals alone: 1 / x is the reciprocal
+    for position in source.product_order(node):
+        factor = node.factors[position]
+        if divisors and _divisor(factor):
+            continue
+        text, level = source.node(factor)
+        if position in casts:
+            text, level = source.astype(text if level >= 4 else f"({text})", casts[position]), 4
+        factors.append(f"({text})" if level < 2 else text)
+    product = _grouped(factors, " * ".join, " * ")
+    if divisors:  # division is division (x / x is 1 where x * (1 / x) may not be)
+        return source.divided(node, product, divisors), 2
+    return product, 2
+
+
+def _describe_arg(node: Arg, labels: tuple[str, ...], specialiser: Any) -> str:
+    rank = len(specialiser.shape[node.register])
+    axes = node.axes if node.axes is not None else tuple(range(rank)) if rank else ()
+    own = [label for _, label in sorted((axis, labels[k]) for k, axis in enumerate(axes) if axis is not None)]
+    name = specialiser.var(node.register)
+    return f"{name}[{','.join(own)}]" if own else name
+
+
+def _describe_apply(node: Apply, labels: tuple[str, ...], specialiser: Any) -> str:
+    if node.other is not None:
+        return f"{node.func}({_describe(node.arg, labels, specialiser)}, {_describe(node.other, labels, specialiser)})"
+    return f"{node.func}({_describe(node.arg, labels, specialiser)})"
+
+
+def _describe_pow(node: Pow, labels: tuple[str, ...], specialiser: Any) -> str:
+    base = _describe(node.base, labels, specialiser)
+    return f"({base})^{node.exponent}" if " " in base else f"{base}^{node.exponent}"
+
+
+def _describe_mul(node: Mul, labels: tuple[str, ...], specialiser: Any) -> str:
+    factors = sorted(node.factors, key=lambda factor: not isinstance(factor, Number))  # the number first
+    return " ".join(f"({_describe(f, labels, specialiser)})" if isinstance(f, Add) else
+                    _describe(f, labels, specialiser) for f in factors)
+
+
+def _operations_apply(node: Apply, call: int | None, leaves: Any) -> int:
+    if node.other is not None:
+        return 1 + _operations(node.arg, call, leaves) + _operations(node.other, call, leaves)
+    return (FUNCTION_RULES[node.func].cost if call is None else call) + _operations(node.arg, call, leaves)
+
+
+def _operations_of_parts(parts: tuple[Node, ...], call: int | None, leaves: Any) -> int:
+    return len(parts) - 1 + sum(_operations(part, call, leaves) for part in parts)
+
+
+def _temporaries_apply(node: Apply) -> tuple[int, float]:
+    if node.other is not None:
+        return _temporaries(Add((node.arg, node.other)))
+    return _temporaries_unary(node.arg, FUNCTION_RULES[node.func].temporaries)
+
+
+def _temporaries_unary(arg: Node, own: float = 0.0) -> tuple[int, float]:
+    inner, extra = _temporaries(arg)
+    return max(inner, 1), max(extra, own + inner)
+
+
+def _temporaries_of_parts(parts: tuple[Node, ...]) -> tuple[int, float]:
+    need = 0
+    extra = 0.0
+    for position, part in enumerate(parts):
+        count, more = _temporaries(part)
+        # earlier partial results stay alive while this operand is computed
+        need = max(need, count + (1 if position > 1 else 0), 1)
+        extra = max(extra, more)
+    return need, extra
+
+
+def _no_temporaries(node: Node) -> tuple[int, float]:
+    return 0, 0.0
+
+
+def _no_operations(node: Node, call: int | None, leaves: Any) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class NodeRule:
+    """One elementwise expression node kind: ``render(source, node)`` the generated code's (text, precedence);
+    ``describe(node, labels, specialiser)`` the plan report's text; ``operations(node, call, leaves)`` its
+    operations per element (see ``_operations``); ``temporaries(node)`` (arrays needed, counting the result;
+    extra temporaries of functions); ``args(node)`` the registers it reads, in the order its operations meet them.
+
+    >>> NODE_RULES[Add].describe(Add((Number(1), Number(2.5))), (), None)
+    '1 + 2.5'
+    """
+
+    render: Callable[[Source, Any], tuple[str, int]]
+    describe: Callable[[Any, tuple[str, ...], Any], str]
+    operations: Callable[[Any, int | None, Any], int]
+    temporaries: Callable[[Any], tuple[int, float]]
+    args: Callable[[Any], list[Arg]]
+
+
+NODE_RULES: dict[type, NodeRule] = {
+    Arg: NodeRule(
+        render=lambda source, node: (source.arg(node), 4),
+        describe=_describe_arg,
+        operations=_no_operations,
+        temporaries=_no_temporaries,
+        args=lambda node: [node]),
+    Number: NodeRule(
+        render=_render_number,
+        describe=lambda node, labels, specialiser: repr(node.value),
+        operations=_no_operations,
+        temporaries=_no_temporaries,
+        args=lambda node: []),
+    Size: NodeRule(
+        render=lambda source, node: (source.size(node.ref), 4),
+        describe=lambda node, labels, specialiser: repr(specialiser.resolve(node.ref)),
+        operations=_no_operations,
+        temporaries=_no_temporaries,
+        args=lambda node: []),
+    Apply: NodeRule(
+        render=_render_apply,
+        describe=_describe_apply,
+        operations=_operations_apply,
+        temporaries=_temporaries_apply,
+        args=lambda node: _args_in_order(node.arg) + ([] if node.other is None else _args_in_order(node.other))),
+    AsFloat: NodeRule(
+        render=_render_as_float,
+        describe=lambda node, labels, specialiser: _describe(node.arg, labels, specialiser),
+        operations=lambda node, call, leaves: 1 + _operations(node.arg, call, leaves),
+        temporaries=lambda node: _temporaries_unary(node.arg),
+        args=lambda node: _args_in_order(node.arg)),
+    Pow: NodeRule(
+        render=lambda source, node: (source.power(node), 4),
+        describe=_describe_pow,
+        operations=lambda node, call, leaves: 1 + _operations(node.base, call, leaves),
+        temporaries=lambda node: _temporaries_unary(node.base),
+        args=lambda node: _args_in_order(node.base)),
+    Add: NodeRule(
+        render=lambda source, node: (_grouped(_positive_first(node.terms), source.add_terms, " + "), 1),
+        describe=lambda node, labels, specialiser: " + ".join(_describe(term, labels, specialiser)
+                                                              for term in node.terms),
+        operations=lambda node, call, leaves: _operations_of_parts(node.terms, call, leaves),
+        temporaries=lambda node: _temporaries_of_parts(node.terms),
+        args=lambda node: [arg for part in _positive_first(node.terms) for arg in _args_in_order(part)]),
+    Mul: NodeRule(
+        render=_render_mul,
+        describe=_describe_mul,
+        operations=lambda node, call, leaves: _operations_of_parts(node.factors, call, leaves),
+        temporaries=lambda node: _temporaries_of_parts(node.factors),
+        args=lambda node: [arg for part in node.factors for arg in _args_in_order(part)]),
+}
+
+assert set(NODE_RULES) == set(Node.__args__)  # type: ignore[attr-defined]
+
+
+def _describe(node: Node, labels: tuple[str, ...], specialiser: Any) -> str:
+    """An elementwise expression in einflow-like text: ``tanh(A[i,j]) exp(B[i,j]) + sigmoid(A[i,j])``."""
+    return NODE_RULES[type(node)].describe(node, labels, specialiser)
+
+
+def _operations(node: Node, call: int | None = None, leaves: Any = ()) -> int:
+    """Operations per element (a function counts its ``cost``, or ``call`` when given; ``leaves``: nodes computed
+    apart, which count none)."""
+    if node in leaves:
+        return 0
+    return NODE_RULES[type(node)].operations(node, call, leaves)
+
+
+def _temporaries(node: Node) -> tuple[int, float]:
+    """(arrays needed to evaluate ``node`` with ufuncs, counting the result; extra temporaries of functions)."""
+    return NODE_RULES[type(node)].temporaries(node)
+
+
+def _args_in_order(node: Node) -> list[Arg]:
+    """The registers an expression reads, in the order its operations meet them."""
+    return NODE_RULES[type(node)].args(node)
+
+
+# ---------------------------------------------------------------------------------------------- step rules
+# One row per step kind: the report's name for it (``kind``), the statements computing it (``render``, given
+# the renderer and the name of its result) and the text after the name in its comment and the plan report
+# (``note``). The plan's own rows (FLOPs, dtypes, specialised code) are ``einflow.engine.plan.PLAN_RULES``.
+
+
+def _free_lines(source: Source, step: Free, out: str) -> list[str]:
+    names = [source.vars[r] for r in step.registers if r in source.vars]
+    return [f"del {', '.join(names)}"] if names else []
+
+
+def _constant_lines(source: Source, step: Constant, out: str) -> list[str]:
+    np_ = source.alias["np"]
+    if source.target == "torch":  # a 0-d tensor (numpy's default types; 0-d tensors do not widen others)
+        dtype = "float64" if isinstance(step.value, float) else "int64"
+        return [f"{out} = {np_}.tensor({source.number(step.value)}, dtype={np_}.{dtype})"]
+    return [f"{out} = {np_}.asarray({source.number(step.value)})"]
+
+
+def _ones_lines(source: Source, step: Ones, out: str) -> list[str]:
+    np_ = source.alias["np"]
+    if source.target == "torch":
+        return [f"{out} = {np_}.ones(({source.size(step.size)},), dtype={np_}.bool, device={source.device()})"]
+    return [f"{out} = {np_}.ones(({source.size(step.size)},), dtype=\"bool\")"]
+
+
+def _reduce_lines(source: Source, step: Reduce, out: str) -> list[str]:
+    if step.kind == "sum":
+        return [f"{out} = {source.reduce(source.var(step.arg), step.axes)}"]
+    if is_linalg(step):
+        named = step.kind in CHECK_KINDS or step.kind.startswith("spd_")
+        extra = f", {source.matrix_name(step.arg)!r}" if named else ""
+        return [f"{out} = {source.helper('linalg')}({step.kind!r}, {source.var(step.arg)}, {step.axes!r}{extra})"]
+    return [f"{out} = {source.helper('reduce')}({step.kind!r}, {source.var(step.arg)}, {step.axes!r})"]
+
+
+def _solve_lines(source: Source, step: Solve, out: str) -> list[str]:
+    extra = f", {source.matrix_name(step.matrix)!r}" if step.kind == "spd_solve" else ""
+    return [f"{out} = {source.helper('solve')}({step.kind!r}, {source.var(step.matrix)}, {step.axes!r}, "
+            f"{source.var(step.rhs)}, {step.rhs_axis}, {step.transposed}{extra})"]
+
+
+def _reduce_note(source: Source, step: Reduce) -> str:
+    keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", "spd_by_factor", *CHECK_KINDS)
+    kept = step.labels if step.kind in keeps else tuple(
+        label for k, label in enumerate(step.labels) if k not in step.axes)
+    return f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
+
+
+def _solve_note(source: Source, step: Solve) -> str:
+    over = "rows" if step.transposed else "columns"
+    return f"inv({source.var(step.matrix)}) {source.var(step.rhs)} over its {over} -> [{','.join(step.labels)}]"
+
+
+def _diagonal_note(source: Source, step: Diagonal) -> str:
+    text = "delta " + ", ".join("=".join(group) for group in step.groups)
+    if step.base is not None:
+        text = f"{source.var(step.base)} + {text}"
+    return text
+
+
+def _scatter_note(source: Source, step: Scatter) -> str:
+    written = ", ".join(ir.format_position(position) for position in step.positions)
+    return f"[{','.join(step.arg_labels)}] -> [{written}] of [{','.join(step.labels)}]"
+
+
+def _window_note(source: Source, step: Window) -> str:
+    read = ", ".join(ir.format_position(position) for position in step.positions)
+    return f"{step.name}[{read}] -> [{','.join(step.labels)}]"
+
+
+def _elementwise_kind(step: Elementwise) -> str:
+    expr = step.expr
+    if isinstance(expr, Arg):
+        return "transpose"
+    if isinstance(expr, Add):
+        return "add"
+    if isinstance(expr, Mul):
+        arrays = [f for f in expr.factors if isinstance(f, (Arg, AsFloat)) or not isinstance(f, (Number, Size))]
+        return "scale" if len(arrays) <= 1 or all(isinstance(f, (Number, Size, AsFloat)) for f in arrays) else "product"
+    return "elementwise"
+
+
+def _no_note(source: Source, step: Step) -> str:
+    return ""
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """One step kind: ``kind(step)`` the report's name for it; ``render(source, step, out)`` the statements
+    computing it (``out`` the name of its result); ``note(source, step)`` the text after the name in its comment
+    in the generated code and in the plan report (e.g. ``[i,k] [k,j] -> [i,j]``).
+
+    >>> STEP_RULES[Contract].kind(Contract(0, 2, (0, 1), (("i", "k"), ("k", "j")), ("i", "j"), (), ()))
+    'contract'
+    """
+
+    kind: Callable[[Any], str]
+    render: Callable[[Source, Any, str], list[str]]
+    note: Callable[[Source, Any], str]
+
+
+STEP_RULES: dict[type, StepRule] = {
+    Constant: StepRule(
+        kind=lambda step: "constant",
+        render=_constant_lines,
+        note=_no_note),
+    Ones: StepRule(
+        kind=lambda step: "ones",
+        render=_ones_lines,
+        note=_no_note),
+    Contract: StepRule(
+        kind=lambda step: "contract",
+        render=lambda source, step, out: [f"{out} = {source.contract(step)}"],
+        note=lambda source, step: " ".join(f"[{','.join(labels)}]" for labels in step.operands)
+        + f" -> [{','.join(step.output)}]"),
+    Reduce: StepRule(  # plain reductions, the normalisers and the linear-algebra kinds (einflow.engine.linalg)
+        kind=lambda step: step.kind,
+        render=_reduce_lines,
+        note=_reduce_note),
+    Solve: StepRule(
+        kind=lambda step: step.kind,
+        render=_solve_lines,
+        note=_solve_note),
+    Elementwise: StepRule(
+        kind=_elementwise_kind,
+        render=lambda source, step, out: [f"{out} = {source.elementwise(step)}"],
+        note=lambda source, step: f"[{','.join(step.labels)}]"),
+    Diagonal: StepRule(
+        kind=lambda step: "diagonal",
+        render=lambda source, step, out: source.diagonal(step, out),
+        note=_diagonal_note),
+    Window: StepRule(
+        kind=lambda step: "window",
+        render=lambda source, step, out: [f"{out} = {source.window(step)}"],
+        note=_window_note),
+    Scatter: StepRule(
+        kind=lambda step: "scatter",
+        render=lambda source, step, out: [f"{out} = {source.window(step)}"],
+        note=_scatter_note),
+    Free: StepRule(
+        kind=lambda step: "free",
+        render=_free_lines,
+        note=_no_note),
+}
+
+assert set(STEP_RULES) == set(Step.__args__)  # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,8 +35,11 @@ from einflow.engine.blocks import block_rows, render_kernel, run_blocks, threads
 from einflow.engine.codegen import (
     HELPER_KEYS,
     Source,
+    _args_in_order,
+    _describe,
     _negated,
-    _positive_first,
+    _operations,
+    _temporaries,
     diagonal_spec,
     diagonal_view_labels,
     kind_of,
@@ -51,7 +55,6 @@ from einflow.engine.steps import (
     Add,
     Apply,
     Arg,
-    AsFloat,
     Constant,
     Contract,
     Diagonal,
@@ -229,27 +232,6 @@ def _check_optimize(optimize: Any) -> None:
                        f"or an opt_einsum PathOptimizer, not {type(optimize).__name__}")
 
 
-def _temporaries(node: Node) -> tuple[int, float]:
-    """(arrays needed to evaluate ``node`` with ufuncs, counting the result; extra temporaries of functions)."""
-    if isinstance(node, (Arg, Number, Size)):
-        return 0, 0.0
-    if isinstance(node, Apply) and node.other is not None:
-        return _temporaries(Add((node.arg, node.other)))
-    if isinstance(node, (Apply, AsFloat, Pow)):
-        inner, extra = _temporaries(node.base if isinstance(node, Pow) else node.arg)
-        own = FUNCTION_RULES[node.func].temporaries if isinstance(node, Apply) else 0.0
-        return max(inner, 1), max(extra, own + inner)
-    parts = node.terms if isinstance(node, Add) else node.factors
-    need = 0
-    extra = 0.0
-    for position, part in enumerate(parts):
-        count, more = _temporaries(part)
-        # earlier partial results stay alive while this operand is computed
-        need = max(need, count + (1 if position > 1 else 0), 1)
-        extra = max(extra, more)
-    return need, extra
-
-
 class _Specialiser(FittingRenderer, Source):
     """Renders the steps for one signature: literal sizes, planned contractions, fused elementwise engines."""
 
@@ -332,12 +314,11 @@ class _Specialiser(FittingRenderer, Source):
     def specialise(self, step: Step) -> None:
         if isinstance(step, Free):
             return
-        if isinstance(step, Ones):
-            self.shape[step.out] = (self.resolve(step.size),)
-        elif isinstance(step, Constant):
-            self.shape[step.out] = ()
+        rule = PLAN_RULES[type(step)]
+        if rule.shape is not None:
+            self.shape[step.out] = rule.shape(self, step)
         else:
-            self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)
+            self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)  # type: ignore[union-attr]
             if len(step.sizes) > MAX_AXES:
                 text = self.lowered.statements[step.statement]
                 text = text if len(text) <= 80 else text[:77] + "..."
@@ -345,11 +326,8 @@ class _Specialiser(FittingRenderer, Source):
                 raise ShapeError(f"statement {text!r} needs an array of {len(step.sizes)} axes (indices {labels}, "
                                  f"...) at once; arrays have at most {MAX_AXES}: split the statement so that each "
                                  "part keeps fewer indices")
-        if isinstance(step, Reduce) and step.kind in ("max", "min", "argmax", "argmin") and \
-                any(self.shape[step.arg][axis] == 0 for axis in step.axes):
-            empty = next(step.labels[axis] for axis in step.axes if self.shape[step.arg][axis] == 0)
-            raise ShapeError(f"{step.kind}[{empty}] over index {empty!r} of size 0: the {step.kind} of no values is "
-                             "undefined (numpy refuses it alike); give the index at least one value")
+        if rule.check is not None:
+            rule.check(self, step)
         self.dtype[step.out] = self.dtype_of(step)
         if self.dtype[step.out] == np.dtype(bool):
             self.booleans.add(step.out)
@@ -362,35 +340,18 @@ class _Specialiser(FittingRenderer, Source):
         return np.ones((1,) * len(self.shape[register]), dtype=dtype)
 
     def dtype_of(self, step: Step) -> Any:
-        """The result dtype, from running the step's generic code on one-element arrays of the input dtypes."""
-        if isinstance(step, Ones):
-            return np.dtype(bool)
-        if isinstance(step, Constant):
-            return np.asarray(step.value).dtype
-        if isinstance(step, (Window, Scatter)):
-            return self.dtype[step.arg]
-        if isinstance(step, Diagonal):
-            value = self.sample(step.arg)
-            if not _is_unit(step.coefficient):
-                value = value * step.coefficient
-            return np.result_type(value if step.base is None else self.sample(step.base) + value)
+        """The result dtype, from running the step's generic code on one-element arrays of the input dtypes
+        (the step's row of ``PLAN_RULES``)."""
+        return PLAN_RULES[type(step)].dtype(self, step)
+
+    def sampled(self, step: Step) -> tuple[Source, dict[str, Any]]:
+        """``generic()`` with one-element arrays of the dtypes ``step`` reads in its namespace."""
         generic, namespace = self.generic()
         namespace.update({f"_v{register}": self.sample(register) for register in step_inputs(step)})
-        if isinstance(step, Elementwise):
-            text = generic.elementwise(step)
-        elif isinstance(step, Contract):  # einsum's type is its operands' (bools stay bools), then the scale's
-            namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(self.sample(r) for r in step.args)))
-            text = generic.scaled("_contracted", step.scale)
-        elif isinstance(step, Solve):
-            return linalg_dtype(np.result_type(self.dtype[step.matrix], self.dtype[step.rhs]))
-        elif is_linalg(step):
-            return linalg_result_dtype(step.kind, self.dtype[step.arg])
-        elif step.kind == "sum":
-            return self.sample(step.arg).sum(axis=step.axes).dtype
-        else:  # max keeps the type; mean, the normalisers and logsumexp compute in floats (the reduce helper)
-            with np.errstate(all="ignore"):
-                sample = np.asarray(self.sample(step.arg))
-                return np.asarray(namespace[generic.alias["reduce"]](step.kind, sample, step.axes)).dtype
+        return generic, namespace
+
+    def evaluated_dtype(self, text: str, namespace: dict[str, Any]) -> Any:
+        """The dtype of the generic code ``text`` run in ``namespace`` (weak Python numbers stay their type)."""
         with np.errstate(all="ignore"):
             try:
                 value = eval(_compiled(text), namespace)  # noqa: S307 - text generated here from plain data
@@ -718,21 +679,9 @@ class _Specialiser(FittingRenderer, Source):
                 f"{rows}, {kernel.buffers})")
 
     def step_lines(self, step: Step) -> list[str]:
-        if isinstance(step, Free):  # small arrays: releasing them early costs more time than it saves memory
-            held = self.fitting.held()  # read later, inside a loop computing an expression in blocks
-            big = [r for r in step.registers if math.prod(self.shape.get(r, ())) * self.itemsize(r) >= RELEASE_BYTES
-                   and r not in held]
-            return super().step_lines(Free(step.statement, tuple(big))) if big else []
-        if isinstance(step, Window):
-            return [f"{self.var(step.out)} = {self.window(step)}"]
-        if isinstance(step, Scatter):
-            spec = scatter_spec(step.labels, tuple(self.resolve(ref) for ref in step.sizes), step.arg_labels,
-                                self.shape[step.arg], step.positions, self.lowered.statements[step.statement])
-            self.transient[step.out] = scatter_temporaries(spec)
-            helper = self.alias.get("scatter") or "_scatter"
-            self.namespace[helper] = scatter_kernel(self.backend)
-            gathers = "".join(f", {self.var(g)}" for g in step.gathers)
-            return [f"{self.var(step.out)} = {helper}({self.var(step.arg)}, {spec!r}{gathers})"]
+        rule = PLAN_RULES[type(step)]
+        if rule.lines is not None:  # the step's own lines, never sliced nor chunked
+            return rule.lines(self, step)
         # a contraction's scale factors are grouped when that keeps its type (``scaled``)
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
         # torch and jax: integer arrays in an elementwise step of floating type are read in that type, as
@@ -744,19 +693,9 @@ class _Specialiser(FittingRenderer, Source):
             fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.engine.fitting)
             if fitted is not None:
                 return fitted
-            if isinstance(step, Reduce) and step.kind in ("softmax", "log_softmax", "logsumexp"):
-                inline = self.normaliser_lines(step)
-                if inline is not None:
-                    return inline
-            if isinstance(step, Reduce) and self.backend.lazy and not math.prod(self.shape[step.out]) \
-                    and step.kind in ("max", "min", "argmax", "argmin"):
-                # an empty result (its other axes are empty): dask's chunked max of empty blocks raises
-                return [f"{self.var(step.out)} = {self.alias['np']}.zeros({self.shape[step.out]!r}, "
-                        f"dtype={np.dtype(self.dtype[step.out]).name!r})"]
-            if isinstance(step, Reduce) and self.backend.numpy_native and (
-                    step.kind in ("max", "min") or step.kind == "mean" and self.floating_register(step.arg)):
-                # the array's own method, as the ``reduce`` helper would call it, without the call through it
-                return [f"{self.var(step.out)} = {self.var(step.arg)}.{step.kind}(axis={step.axes!r})"]
+            inline = rule.inline(self, step) if rule.inline is not None else None
+            if inline is not None:
+                return inline
             return super().step_lines(step)
         finally:
             self.scale_dtype = None
@@ -902,22 +841,6 @@ def _torch_tensor_type() -> Any:
     return torch.Tensor
 
 
-def _args_in_order(node: Node) -> list[Arg]:
-    """The registers an expression reads, in the order its operations meet them."""
-    if isinstance(node, Arg):
-        return [node]
-    if isinstance(node, (Number, Size)):
-        return []
-    if isinstance(node, Apply):
-        return _args_in_order(node.arg) + ([] if node.other is None else _args_in_order(node.other))
-    if isinstance(node, AsFloat):
-        return _args_in_order(node.arg)
-    if isinstance(node, Pow):
-        return _args_in_order(node.base)
-    parts = _positive_first(node.terms) if isinstance(node, Add) else node.factors
-    return [arg for part in parts for arg in _args_in_order(part)]
-
-
 @functools.lru_cache(maxsize=1024)
 def _compiled(text: str) -> Any:
     return compile(text, "<einflow dtype>", "eval")
@@ -1057,6 +980,182 @@ def _render(program: ir.ProgramIR, lowered: Lowered, shapes: dict[str, tuple[int
     return specialiser, plan
 
 
+# ---------------------------------------------------------------------------------------------- plan rules
+# One row per step kind, for what the specialiser decides with the shapes and dtypes: the result's shape
+# (``shape``; None: its sizes resolved), a check of the shapes (``check``), the result's dtype (``dtype``),
+# the plan report's FLOPs (``count``) and text (``describe``; None: the step's note, see
+# ``codegen.STEP_RULES``), the step's own lines (``lines``: replacing the generic rendering, never sliced
+# nor chunked) and lines tried before the generic rendering once fitting leaves the step whole (``inline``).
+
+
+def _free_lines(specialiser: _Specialiser, step: Free) -> list[str]:
+    # small arrays: releasing them early costs more time than it saves memory
+    held = specialiser.fitting.held()  # read later, inside a loop computing an expression in blocks
+    big = [r for r in step.registers if math.prod(specialiser.shape.get(r, ())) * specialiser.itemsize(r)
+           >= RELEASE_BYTES and r not in held]
+    return Source.step_lines(specialiser, Free(step.statement, tuple(big))) if big else []
+
+
+def _scatter_lines(specialiser: _Specialiser, step: Scatter) -> list[str]:
+    spec = scatter_spec(step.labels, tuple(specialiser.resolve(ref) for ref in step.sizes), step.arg_labels,
+                        specialiser.shape[step.arg], step.positions, specialiser.lowered.statements[step.statement])
+    specialiser.transient[step.out] = scatter_temporaries(spec)
+    helper = specialiser.alias.get("scatter") or "_scatter"
+    specialiser.namespace[helper] = scatter_kernel(specialiser.backend)
+    gathers = "".join(f", {specialiser.var(g)}" for g in step.gathers)
+    return [f"{specialiser.var(step.out)} = {helper}({specialiser.var(step.arg)}, {spec!r}{gathers})"]
+
+
+def _reduce_inline(specialiser: _Specialiser, step: Reduce) -> list[str] | None:
+    if step.kind in ("softmax", "log_softmax", "logsumexp"):
+        inline = specialiser.normaliser_lines(step)
+        if inline is not None:
+            return inline
+    if specialiser.backend.lazy and not math.prod(specialiser.shape[step.out]) \
+            and step.kind in ("max", "min", "argmax", "argmin"):
+        # an empty result (its other axes are empty): dask's chunked max of empty blocks raises
+        return [f"{specialiser.var(step.out)} = {specialiser.alias['np']}.zeros({specialiser.shape[step.out]!r}, "
+                f"dtype={np.dtype(specialiser.dtype[step.out]).name!r})"]
+    if specialiser.backend.numpy_native and (
+            step.kind in ("max", "min") or step.kind == "mean" and specialiser.floating_register(step.arg)):
+        # the array's own method, as the ``reduce`` helper would call it, without the call through it
+        return [f"{specialiser.var(step.out)} = {specialiser.var(step.arg)}.{step.kind}(axis={step.axes!r})"]
+    return None
+
+
+def _reduce_check(specialiser: _Specialiser, step: Reduce) -> None:
+    if step.kind in ("max", "min", "argmax", "argmin") and \
+            any(specialiser.shape[step.arg][axis] == 0 for axis in step.axes):
+        empty = next(step.labels[axis] for axis in step.axes if specialiser.shape[step.arg][axis] == 0)
+        raise ShapeError(f"{step.kind}[{empty}] over index {empty!r} of size 0: the {step.kind} of no values is "
+                         "undefined (numpy refuses it alike); give the index at least one value")
+
+
+def _diagonal_dtype(specialiser: _Specialiser, step: Diagonal) -> Any:
+    value = specialiser.sample(step.arg)
+    if not _is_unit(step.coefficient):
+        value = value * step.coefficient
+    return np.result_type(value if step.base is None else specialiser.sample(step.base) + value)
+
+
+def _elementwise_dtype(specialiser: _Specialiser, step: Elementwise) -> Any:
+    generic, namespace = specialiser.sampled(step)
+    return specialiser.evaluated_dtype(generic.elementwise(step), namespace)
+
+
+def _contract_dtype(specialiser: _Specialiser, step: Contract) -> Any:
+    generic, namespace = specialiser.sampled(step)
+    # einsum's type is its operands' (bools stay bools), then the scale's
+    namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(specialiser.sample(r) for r in step.args)))
+    return specialiser.evaluated_dtype(generic.scaled("_contracted", step.scale), namespace)
+
+
+def _solve_dtype(specialiser: _Specialiser, step: Solve) -> Any:
+    specialiser.sampled(step)
+    return linalg_dtype(np.result_type(specialiser.dtype[step.matrix], specialiser.dtype[step.rhs]))
+
+
+def _reduce_dtype(specialiser: _Specialiser, step: Reduce) -> Any:
+    generic, namespace = specialiser.sampled(step)
+    if is_linalg(step):
+        return linalg_result_dtype(step.kind, specialiser.dtype[step.arg])
+    if step.kind == "sum":
+        return specialiser.sample(step.arg).sum(axis=step.axes).dtype
+    # max keeps the type; mean, the normalisers and logsumexp compute in floats (the reduce helper)
+    with np.errstate(all="ignore"):
+        sample = np.asarray(specialiser.sample(step.arg))
+        return np.asarray(namespace[generic.alias["reduce"]](step.kind, sample, step.axes)).dtype
+
+
+def _reduce_flops(specialiser: _Specialiser, step: Reduce) -> int:
+    if is_linalg(step):
+        return linalg_flops(step.kind, specialiser.shape[step.arg], step.axes)
+    return math.prod(specialiser.shape[step.arg])
+
+
+def _solve_flops(specialiser: _Specialiser, step: Solve) -> int:
+    n = specialiser.shape[step.matrix][step.axes[0]]
+    return solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n, 1))
+
+
+def _diagonal_flops(specialiser: _Specialiser, step: Diagonal) -> int:
+    shape = specialiser.shape[step.out]
+    if step.base is not None:  # an addition into the diagonal only
+        return math.prod(shape[step.output.index(label)] for label in diagonal_view_labels(step))
+    return math.prod(shape)
+
+
+def _elements(specialiser: _Specialiser, step: Step) -> int:
+    return math.prod(specialiser.shape[step.out])  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class PlanRule:
+    """One step kind as the specialiser sees it: ``shape(specialiser, step)`` its result's shape (None: the
+    step's ``sizes`` resolved); ``check(specialiser, step)`` raises ShapeError for shapes it cannot compute
+    with (None: none); ``dtype(specialiser, step)`` its result's dtype;
+    ``count(specialiser, step)`` its FLOPs in the plan report; ``describe(specialiser, step)`` the report's text
+    (None: the step's note); ``lines(specialiser, step)`` its own lines (None: sliced or chunked when it must
+    fit, else ``inline`` or the generic rendering); ``inline(specialiser, step)`` lines tried before the generic
+    rendering (None when they do not apply)."""
+
+    dtype: Callable[[Any, Any], Any]
+    count: Callable[[Any, Any], int]
+    describe: Callable[[Any, Any], str] | None = None
+    lines: Callable[[Any, Any], list[str]] | None = None
+    inline: Callable[[Any, Any], list[str] | None] | None = None
+    shape: Callable[[Any, Any], tuple[int, ...]] | None = None
+    check: Callable[[Any, Any], None] | None = None
+
+
+def _no_dtype(specialiser: _Specialiser, step: Step) -> Any:
+    raise AssertionError("a Free step has no result")
+
+
+PLAN_RULES: dict[type, PlanRule] = {
+    Constant: PlanRule(
+        dtype=lambda specialiser, step: np.asarray(step.value).dtype,
+        count=_elements,
+        shape=lambda specialiser, step: ()),
+    Ones: PlanRule(
+        dtype=lambda specialiser, step: np.dtype(bool),
+        count=_elements,
+        shape=lambda specialiser, step: (specialiser.resolve(step.size),)),
+    Contract: PlanRule(
+        dtype=_contract_dtype,
+        count=lambda specialiser, step: specialiser.report[step.out][0]),
+    Reduce: PlanRule(  # plain reductions, the normalisers and the linear-algebra kinds (einflow.engine.linalg)
+        dtype=_reduce_dtype,
+        count=_reduce_flops,
+        inline=_reduce_inline,
+        check=_reduce_check),
+    Solve: PlanRule(
+        dtype=_solve_dtype,
+        count=_solve_flops),
+    Elementwise: PlanRule(
+        dtype=_elementwise_dtype,
+        count=lambda specialiser, step: _elements(specialiser, step) * max(1, _operations(step.expr)),
+        describe=lambda specialiser, step: _describe(step.expr, step.labels, specialiser)),
+    Diagonal: PlanRule(
+        dtype=_diagonal_dtype,
+        count=_diagonal_flops),
+    Window: PlanRule(
+        dtype=lambda specialiser, step: specialiser.dtype[step.arg],
+        count=_elements,
+        lines=lambda specialiser, step: [f"{specialiser.var(step.out)} = {specialiser.window(step)}"]),
+    Scatter: PlanRule(
+        dtype=lambda specialiser, step: specialiser.dtype[step.arg],
+        count=_elements,
+        lines=_scatter_lines),
+    Free: PlanRule(
+        dtype=_no_dtype,
+        count=lambda specialiser, step: 0,
+        lines=_free_lines),
+}
+
+assert set(PLAN_RULES) == set(Step.__args__)  # type: ignore[attr-defined]
+
+
 def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> PlanStep:
     reported = _step_report(step, specialiser, lowered)
     out = step.out  # type: ignore[union-attr]
@@ -1081,75 +1180,18 @@ def _report_step(step: Step, specialiser: _Specialiser, lowered: Lowered) -> Pla
 def _step_report(step: Step, specialiser: _Specialiser, lowered: Lowered) -> PlanStep:
     out = step.out  # type: ignore[union-attr]
     shape = specialiser.shape[out]
-    elements = math.prod(shape)
     statement = lowered.statements[step.statement]
     size = specialiser.itemsize(out)
     kind = kind_of(step)
     equation = specialiser.note(0, step).split(" ", 2)[2] if len(specialiser.note(0, step).split(" ", 2)) > 2 else ""
-    if isinstance(step, Contract):
-        flops, pairwise, largest = specialiser.report[out]
-        return PlanStep(statement, kind, equation, flops, shape, size, pairwise, largest,
+    rule = PLAN_RULES[type(step)]
+    text = equation if rule.describe is None else rule.describe(specialiser, step)
+    flops = rule.count(specialiser, step)
+    if out in specialiser.report:  # a contraction: its pairwise steps, largest intermediate and path
+        _, pairwise, largest = specialiser.report[out]
+        return PlanStep(statement, kind, text, flops, shape, size, pairwise, largest,
                         path=specialiser.path_choices.get(out))
-    if isinstance(step, Reduce) and is_linalg(step):
-        flops = linalg_flops(step.kind, specialiser.shape[step.arg], step.axes)
-        return PlanStep(statement, kind, equation, flops, shape, size)
-    if isinstance(step, Solve):
-        n = specialiser.shape[step.matrix][step.axes[0]]
-        flops = solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n, 1))
-        return PlanStep(statement, kind, equation, flops, shape, size)
-    if isinstance(step, Reduce):
-        return PlanStep(statement, kind, equation, math.prod(specialiser.shape[step.arg]), shape, size)
-    if isinstance(step, Diagonal) and step.base is not None:  # an addition into the diagonal only
-        flops = math.prod(shape[step.output.index(label)] for label in diagonal_view_labels(step))
-        return PlanStep(statement, kind, equation, flops, shape, size)
-    if isinstance(step, Elementwise):
-        flops = elements * max(1, _operations(step.expr))
-        text = _describe(step.expr, step.labels, specialiser)
-        return PlanStep(statement, kind, text, flops, shape, size)
-    return PlanStep(statement, kind, equation, elements, shape, size)
-
-
-def _describe(node: Node, labels: tuple[str, ...], specialiser: _Specialiser) -> str:
-    """An elementwise expression in einflow-like text: ``tanh(A[i,j]) exp(B[i,j]) + sigmoid(A[i,j])``."""
-    if isinstance(node, Arg):
-        rank = len(specialiser.shape[node.register])
-        axes = node.axes if node.axes is not None else tuple(range(rank)) if rank else ()
-        own = [label for _, label in sorted((axis, labels[k]) for k, axis in enumerate(axes) if axis is not None)]
-        name = specialiser.var(node.register)
-        return f"{name}[{','.join(own)}]" if own else name
-    if isinstance(node, Number):
-        return repr(node.value)
-    if isinstance(node, Size):
-        return repr(specialiser.resolve(node.ref))
-    if isinstance(node, Apply) and node.other is not None:
-        return f"{node.func}({_describe(node.arg, labels, specialiser)}, {_describe(node.other, labels, specialiser)})"
-    if isinstance(node, Apply):
-        return f"{node.func}({_describe(node.arg, labels, specialiser)})"
-    if isinstance(node, AsFloat):
-        return _describe(node.arg, labels, specialiser)
-    if isinstance(node, Pow):
-        base = _describe(node.base, labels, specialiser)
-        return f"({base})^{node.exponent}" if " " in base else f"{base}^{node.exponent}"
-    if isinstance(node, Add):
-        return " + ".join(_describe(term, labels, specialiser) for term in node.terms)
-    factors = sorted(node.factors, key=lambda factor: not isinstance(factor, Number))  # the number first
-    return " ".join(f"({_describe(f, labels, specialiser)})" if isinstance(f, Add) else
-                    _describe(f, labels, specialiser) for f in factors)
-
-
-def _operations(node: Node, call: int | None = None, leaves: Any = ()) -> int:
-    """Operations per element (a function counts its ``cost``, or ``call`` when given; ``leaves``: nodes computed
-    apart, which count none)."""
-    if isinstance(node, (Arg, Number, Size)) or node in leaves:
-        return 0
-    if isinstance(node, Apply) and node.other is not None:
-        return 1 + _operations(node.arg, call, leaves) + _operations(node.other, call, leaves)
-    if isinstance(node, Apply):
-        return (FUNCTION_RULES[node.func].cost if call is None else call) + _operations(node.arg, call, leaves)
-    if isinstance(node, (Pow, AsFloat)):
-        return 1 + _operations(node.base if isinstance(node, Pow) else node.arg, call, leaves)
-    parts = node.terms if isinstance(node, Add) else node.factors
-    return len(parts) - 1 + sum(_operations(part, call, leaves) for part in parts)
+    return PlanStep(statement, kind, text, flops, shape, size)
 
 
 #: a product's factors that together vary along at most 1/HOIST_SHARE of its elements are multiplied first
