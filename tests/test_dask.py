@@ -234,3 +234,24 @@ def test_a_large_outer_product_of_one_chunk_is_cut_like_dask_einsums() -> None:
     reference = da.einsum("aijkl,amnop->ijklmnop", a, a)
     assert value.chunks == reference.chunks  # 512 KiB chunks
     assert int(np.prod(value.chunksize)) * 8 <= 1.25 * a.nbytes
+
+
+# cases that previously failed: the cross-backend differential test's seeds 1500, 1760, 5043, 5120, 5316, 5494
+# raised "dimensions in operand 0 for collapsing index 'a' don't match (2 != 3)": a statement's array was
+# chunked (2, 1) along one axis and (3,) along another (a numpy array of ones broadcast against a chunked
+# one), and dask's einsum cannot take the trace or diagonal of axes chunked differently
+CROSS_SEED_5494 = """size b = z
+G[k,b] = -delta[b,b] z[k] * e
+size p = 2
+L = G[i,t2] delta[p,p] logsumexp[b](G[t2,hid] G[t2,b] u[hid]) delta[i,t2]"""
+
+
+def test_a_trace_over_axes_chunked_differently_gives_numpys_value() -> None:
+    rng = np.random.default_rng(5494)
+    z, u = rng.normal(size=3), rng.normal(size=3)
+    program = ef.compile(CROSS_SEED_5494)
+    expected = program(z=z, u=u, e=0.7)
+    value = program(z=da.from_array(z, chunks=2), u=da.from_array(u, chunks=2), e=0.7)
+    np.testing.assert_allclose(value.compute(), expected, rtol=1e-12)
+    trace = ef.compile("t = A[i,i]")(A=da.from_array(np.eye(3), chunks=((2, 1), (3,))))
+    assert float(trace.compute()) == 3.0

@@ -98,6 +98,27 @@ def transpose(a: Any, axes: Any = None) -> Any:
     return da.transpose(a, axes)
 
 
-def einsum(*operands: Any, **kwargs: Any) -> Any:
-    """``dask.array.einsum`` (it bounds its output chunks itself)."""
-    return da.einsum(*operands, **kwargs)
+def einsum(subscripts: Any, *operands: Any, **kwargs: Any) -> Any:
+    """``dask.array.einsum`` (it bounds its output chunks itself), with each operand's repeated index (a trace or
+    a diagonal, ``aa->``) chunked alike on all its axes: dask's einsum refuses to collapse axes whose chunks
+    differ (``dimensions in operand 0 for collapsing index 'a' don't match (2 != 3)``).
+
+    >>> import dask.array as da, numpy as np
+    >>> float(einsum("aa->", da.from_array(np.eye(3), chunks=((2, 1), (3,)))).compute())
+    3.0
+    """
+    if isinstance(subscripts, str):
+        operands = tuple(_diagonal_chunks(labels, operand)
+                         for labels, operand in zip(subscripts.split("->")[0].split(","), operands))
+    return da.einsum(subscripts, *operands, **kwargs)
+
+
+def _diagonal_chunks(labels: str, operand: Any) -> Any:
+    """``operand`` with every axis of a repeated label chunked as that label's first axis."""
+    chunks = list(getattr(operand, "chunks", ()))
+    if len(set(labels)) == len(labels) or len(chunks) != len(labels):
+        return operand
+    first = {}
+    for axis, label in enumerate(labels):
+        chunks[axis] = first.setdefault(label, chunks[axis])
+    return operand if tuple(chunks) == operand.chunks else operand.rechunk(tuple(chunks))
