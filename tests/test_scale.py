@@ -45,10 +45,12 @@ def seconds(make, count: int) -> tuple[float, object]:  # type: ignore[no-untype
 @pytest.mark.parametrize("make, count", [(chain, 1000), (product, 600)], ids=["statements", "factors"])
 def test_compile_and_first_call_grow_linearly(make, count: int) -> None:  # type: ignore[no-untyped-def]
     seconds(make, 50)  # imports, the parser's cache
-    small, _ = seconds(make, count)
+    small = min(seconds(make, count)[0] for _ in range(2))  # the quicker of two runs: less of the noise
     large, value = seconds(make, 4 * count)
-    # quadratic work would take 16x as long; 4x the size takes at most 6x the time (noise included)
-    assert large < 6 * small + 0.1, (small, large)
+    large = min(large, seconds(make, 4 * count)[0])
+    # quadratic work would take 16x as long; 4x the size takes at most 8x the time (a loaded machine's
+    # noise and the garbage collector's passes included: 7.4x was measured once at a load average of 8)
+    assert large < 8 * small + 0.1, (small, large)
     if make is chain:
         assert value == 4 * count + 1.0
     else:
