@@ -204,6 +204,54 @@ def _read_through(expr: ir.Expr, bound: frozenset[str]) -> ir.Expr:
     return ir.with_children(expr, tuple(_read_through(child, bound) for child in children))
 
 
+def _sizing(expr: ir.Expr) -> set[str]:
+    """The indices whose range a revealed expression fixes: those of tensors, reads and deltas of positions."""
+    found: set[str] = set()
+    for node in ir.walk(expr):
+        if isinstance(node, (ir.Tensor, ir.Read)):
+            found |= set(indices_in(node))
+        elif isinstance(node, ir.ShiftDelta):
+            found |= {node.index, *node.position.indices}
+    return found
+
+
+def _unsized(program: ir.ProgramIR, table: _Table) -> set[str]:
+    """The indices some statement uses but whose range nothing in it fixes once the pseudo tensors are deltas
+    again (a mean's count over a strided index, ``delta[r2,r2]``), and no ``size`` declaration but one from
+    a pseudo tensor fixes: they need a declaration of their own."""
+    declared = {name for s in program.statements if isinstance(s, ir.SizeDecl)
+                and not (isinstance(s.source, str) and s.source in table.deltas) for name in s.names}
+    unsized: set[str] = set()
+    for statement in program.statements:
+        if isinstance(statement, ir.Assign):
+            expr = _revealed(statement.expr, table)
+            used = set(indices_in(expr)) | set(statement.indices or ())
+            unsized |= used - _sizing(expr) - declared
+    return unsized
+
+
+def _position_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: int, rank: int,
+                    unsized: set[str]) -> list[ir.Statement]:
+    """For ``size z, r2 = _shift1`` where ``_shift1`` stands for ``delta[z, 2*r]`` of a read of ``x``'s axis
+    and ``r2`` has no other size: ``_range1[r2] = x[2*r2]`` and ``size r2 = _range1`` (the range inferred from
+    the read, as it was in the program). Positions of two or more indices are left as they are."""
+    _, position = table.deltas[str(statement.source)]
+    emitted: list[ir.Statement] = []
+    if not isinstance(position, ir.Affine) or len(position.terms) != 1:
+        return emitted
+    name = statement.names[1] if len(statement.names) > 1 else None
+    if name is None or name not in unsized:
+        return emitted
+    coefficient, _ = position.terms[0]
+    read = ir.Affine(((coefficient, name),), position.offset)
+    helper = table.fresh("_range")
+    positions = tuple(read if k == axis else ir.Affine((), 0) for k in range(rank))
+    emitted.append(ir.Assign(helper, (name,), ir.Read(tensor, positions)))
+    emitted.append(ir.SizeDecl((name,), helper))
+    unsized.discard(name)
+    return emitted
+
+
 def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = frozenset(),
            ranks: dict[str, int] | None = None) -> ir.ProgramIR:
     """The pseudo tensors back as deltas of positions; in the statements computing ``forward`` targets
@@ -211,6 +259,7 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
     ranks = ranks or {}
     statements: list[ir.Statement] = []
     declared: set[str] = set()
+    unsized = _unsized(program, table)
     for statement in program.statements:
         if isinstance(statement, ir.SizeDecl):
             declared |= set(statement.names)
@@ -235,6 +284,7 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
                 continue
             tensor, axis = length
             rank = ranks.get(tensor, axis + 1)
+            statements.extend(_position_sizes(statement, table, tensor, axis, rank, unsized))
             names = tuple(statement.names[0] if k == axis else table.fresh("_axis") for k in range(rank))
             statement = ir.SizeDecl(names, tensor)
         statements.append(statement)
