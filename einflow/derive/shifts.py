@@ -62,6 +62,8 @@ class _Table:
         self.deltas: dict[str, tuple[str, ir.Affine | ir.Gather]] = {}
         #: pseudo tensor -> (tensor, axis) whose length its first axis has (a read's), where known
         self.lengths: dict[str, tuple[str, int]] = {}
+        #: pseudo tensor -> the number of the statement whose read it stands for
+        self.origins: dict[str, int] = {}
 
     def fresh(self, stem: str) -> str:
         number = 1
@@ -147,13 +149,15 @@ def disguise(program: Checked) -> tuple[Checked, _Table]:
     indices = set(table.taken)
     declared = {name for s in program.ir.statements if isinstance(s, ir.SizeDecl) for name in s.names}
     statements: list[ir.Statement] = []
-    for statement in program.ir.statements:
+    for number, statement in enumerate(program.ir.statements):
         if isinstance(statement, ir.Assign):
             shifted = _shifted(statement.expr) - declared
+            before = set(table.deltas)
             sizes: list[ir.SizeDecl] = []
             statement = replace(statement, expr=_disguised(statement.expr, table, shifted, indices, sizes,
                                                            program.info.ranks, program.info.inputs))
             statements.extend(sizes)
+            table.origins.update(dict.fromkeys(set(table.deltas) - before, number))
         statements.append(statement)
     return checked(ir.ProgramIR(tuple(statements))), table
 
@@ -231,25 +235,40 @@ def _unsized(program: ir.ProgramIR, table: _Table) -> set[str]:
 
 
 def _position_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: int, rank: int,
-                    unsized: set[str]) -> list[ir.Statement]:
-    """For ``size z, r2 = _shift1`` where ``_shift1`` stands for ``delta[z, 2*r]`` of a read of ``x``'s axis
-    and ``r2`` has no other size: ``_range1[r2] = x[2*r2]`` and ``size r2 = _range1`` (the range inferred from
-    the read, as it was in the program). Positions of two or more indices are left as they are."""
-    _, position = table.deltas[str(statement.source)]
+                    unsized: set[str], ranks: dict[str, int]) -> list[ir.Statement]:
+    """For ``size z, r2 = _shift1`` where ``_shift1`` stands for ``delta[z, 2*r]`` of a read ``x[2*r]`` and
+    ``r2`` has no other size: ``_range1[r2] = x[2*r2]`` and ``size r2 = _range1``, the range inferred as it was
+    in the program (every read of ``r`` alone in a position in that statement, ``s[r]`` too, joins the
+    product: the range is their intersection). Positions of two or more indices are left as they are."""
+    source = str(statement.source)
     emitted: list[ir.Statement] = []
-    if not isinstance(position, ir.Affine) or len(position.terms) != 1:
-        return emitted
     name = statement.names[1] if len(statement.names) > 1 else None
-    if name is None or name not in unsized:
+    index = _alone(table.deltas[source][1])
+    if name is None or name not in unsized or index is None:
         return emitted
-    coefficient, _ = position.terms[0]
-    read = ir.Affine(((coefficient, name),), position.offset)
+    reads: list[ir.Expr] = []
+    for pseudo, (_, position) in table.deltas.items():
+        if table.origins.get(pseudo) != table.origins.get(source) or _alone(position) != index \
+                or pseudo not in table.lengths:
+            continue
+        coefficient, _ = position.terms[0]  # type: ignore[union-attr]
+        read = ir.Affine(((coefficient, name),), position.offset)  # type: ignore[union-attr]
+        read_tensor, read_axis = table.lengths[pseudo]
+        read_rank = ranks.get(read_tensor, read_axis + 1) if pseudo != source else rank
+        reads.append(ir.Read(read_tensor, tuple(read if k == read_axis else ir.Affine((), 0)
+                                                for k in range(read_rank))))
     helper = table.fresh("_range")
-    positions = tuple(read if k == axis else ir.Affine((), 0) for k in range(rank))
-    emitted.append(ir.Assign(helper, (name,), ir.Read(tensor, positions)))
+    emitted.append(ir.Assign(helper, (name,), ir.product(*dict.fromkeys(reads))))
     emitted.append(ir.SizeDecl((name,), helper))
     unsized.discard(name)
     return emitted
+
+
+def _alone(position: ir.Affine | ir.Gather) -> str | None:
+    """The index of a position with one index (``2*r + 1``), else None."""
+    if isinstance(position, ir.Affine) and len(position.terms) == 1:
+        return position.terms[0][1]
+    return None
 
 
 def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = frozenset(),
@@ -284,7 +303,7 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
                 continue
             tensor, axis = length
             rank = ranks.get(tensor, axis + 1)
-            statements.extend(_position_sizes(statement, table, tensor, axis, rank, unsized))
+            statements.extend(_position_sizes(statement, table, tensor, axis, rank, unsized, ranks))
             names = tuple(statement.names[0] if k == axis else table.fresh("_axis") for k in range(rank))
             statement = ir.SizeDecl(names, tensor)
         statements.append(statement)
