@@ -362,19 +362,26 @@ class _Eval:
         unique = tuple(dict.fromkeys(node.indices))
         if node.positions:  # a read through positions: one index array per axis over the unique labels
             index: list[Any] = []
-            for position in node.positions:
+            inside = np.ones((), dtype=bool)  # where a padded read stays inside the tensor (it reads 0 elsewhere)
+            for axis, position in enumerate(node.positions):
                 if isinstance(position, str) or position[0] == "affine":
                     coefficient, label, offset = (1, position, 0) if isinstance(position, str) else position[1:]
                     shape = [1] * len(unique)
                     shape[unique.index(label)] = self.sizes[label]
-                    index.append(coefficient * np.arange(self.sizes[label]).reshape(shape) + offset)
+                    at = coefficient * np.arange(self.sizes[label]).reshape(shape) + offset
+                    length = np.shape(value)[axis]
+                    inside = inside & (at >= 0) & (at < length)
+                    index.append(np.clip(at, 0, length - 1))
                 elif position[0] == "gather":
                     shape = [1] * len(unique)
                     shape[unique.index(position[2])] = self.sizes[position[2]]
                     index.append(np.asarray(self.arrays[position[1]]).reshape(shape))
                 else:
                     index.append(np.asarray(position[1]))
-            return value[tuple(np.broadcast_arrays(*index))], unique
+            read = value[tuple(np.broadcast_arrays(*index))]
+            if not inside.all():
+                read = read * np.broadcast_to(inside, np.shape(read))
+            return read, unique
         if len(unique) == len(node.indices):
             return value, unique
         index = []
@@ -641,6 +648,7 @@ class _Generator:
         self.v3 = os.environ.get("EINFLOW_DIFF_LANGUAGE", "v3") not in ("v1", "v2")
         self.shifts = random.Random(seed * 7919 + 26)
         self.integers: dict[str, int] = {}
+        self.padded: set[str] = set()  # indices read past an end (they get a ``size`` line)
         self.sizes: dict[str, int] = {}
         self.inputs: dict[str, tuple[int, ...]] = {}
         self.positive: set[str] = set()
@@ -702,7 +710,8 @@ class _Generator:
     def shifted_ref(self, name: str, indices: list[str]) -> Ref:
         """A new input read through a shifted (``x[i+1]``), strided (``x[2*i+1]``) or constant (``X[2,i]``)
         position or gathered through an integer input (``E[t[b],d]``), its axis exactly as long as the index's range
-        needs (in range, nothing inferred smaller)."""
+        needs (in range, nothing inferred smaller); or, one shifted or strided read in four, a padded one: the axis
+        as long as the index's range, the read past an end reading 0, and a ``size`` line for the index."""
         r = self.shifts
         axis = r.randrange(len(indices))
         index = indices[axis]
@@ -710,14 +719,17 @@ class _Generator:
         kind = r.choice(("shift", "shift", "stride", "const", "gather"))
         positions: list[Any] = list(indices)
         shape = [self.size_of(i) for i in indices]
+        padded = kind in ("shift", "stride") and r.random() < 0.25
         if kind == "shift":
-            offset = r.choice((1, 2))
+            offset = r.choice((1, 2, -1) if padded else (1, 2))
             positions[axis] = ("affine", 1, index, offset)
-            shape[axis] = n + offset
+            shape[axis] = n if padded else n + offset
         elif kind == "stride":
             offset = r.choice((0, 1))
             positions[axis] = ("affine", 2, index, offset)
-            shape[axis] = 2 * (n - 1) + offset + 1
+            shape[axis] = n if padded else 2 * (n - 1) + offset + 1
+        if padded:
+            self.padded.add(index)
         elif kind == "gather":  # E[t[b],d]: t an integer input with values in the axis, repeats allowed
             gather = next(f"ix{k}" for k in range(1, 100) if f"ix{k}" not in self.inputs)
             length = r.choice((2, 3, 4))
@@ -1049,6 +1061,9 @@ class _Generator:
             else:
                 decls.append(SizeDecl((index,), self.sizes[index]))
                 declared.add(index)
+        for index in sorted(self.padded & used - declared):  # no draw: the main stream's programs stay as they were
+            decls.append(SizeDecl((index,), self.sizes[index]))
+            declared.add(index)
         return decls
 
 

@@ -383,3 +383,11 @@ def test_inside_torch_autograd_and_jax_grad() -> None:
     jnp = jax.numpy
     gradient = jax.grad(lambda k: jnp.sum(jnp.tanh(program(x=jnp.asarray(x), K=k))))(jnp.asarray(K))
     np.testing.assert_allclose(np.asarray(gradient), rK.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_a_declared_size_pads_a_read_whose_index_only_a_reduction_names() -> None:
+    # i is neither a target index nor a plain read's: its declared size still fixes its range (padding x)
+    x = np.random.default_rng(6).standard_normal(3)
+    padded = np.concatenate([[0.0], x])
+    assert float(ef.compile("size i = 4\nL = max[i](x[i-1])")(x=x)) == pytest.approx(padded.max())
+    assert float(ef.compile("size i = 4\nL = sum[i](tanh(x[i-1]))")(x=x)) == pytest.approx(np.tanh(padded).sum())

@@ -64,6 +64,8 @@ class _Table:
         self.lengths: dict[str, tuple[str, int]] = {}
         #: pseudo tensor -> the number of the statement whose read it stands for
         self.origins: dict[str, int] = {}
+        #: index -> the program's ``size`` declaration of it (a padded read's range)
+        self.declared: dict[str, ir.SizeDecl] = {}
 
     def fresh(self, stem: str) -> str:
         number = 1
@@ -148,6 +150,7 @@ def disguise(program: Checked) -> tuple[Checked, _Table]:
     table = _Table(_names(program.ir))
     indices = set(table.taken)
     declared = {name for s in program.ir.statements if isinstance(s, ir.SizeDecl) for name in s.names}
+    table.declared = {name: s for s in program.ir.statements if isinstance(s, ir.SizeDecl) for name in s.names}
     statements: list[ir.Statement] = []
     for number, statement in enumerate(program.ir.statements):
         if isinstance(statement, ir.Assign):
@@ -246,6 +249,11 @@ def _position_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: in
     index = _alone(table.deltas[source][1])
     if name is None or name not in unsized or index is None:
         return emitted
+    if index in table.declared:  # a declared range (padded reads): the same declaration for the copy
+        original = table.declared[index]
+        names = tuple(name if n == index else table.fresh("_axis") for n in original.names)
+        unsized.discard(name)
+        return [ir.SizeDecl(names, original.source)]
     reads: list[ir.Expr] = []
     for pseudo, (_, position) in table.deltas.items():
         if table.origins.get(pseudo) != table.origins.get(source) or _alone(position) != index \
