@@ -391,3 +391,29 @@ def test_a_declared_size_pads_a_read_whose_index_only_a_reduction_names() -> Non
     padded = np.concatenate([[0.0], x])
     assert float(ef.compile("size i = 4\nL = max[i](x[i-1])")(x=x)) == pytest.approx(padded.max())
     assert float(ef.compile("size i = 4\nL = sum[i](tanh(x[i-1]))")(x=x)) == pytest.approx(np.tanh(padded).sum())
+
+
+def test_hessian_diagonal_through_a_shifted_read_inside_a_function() -> None:
+    # two deltas of positions share the kept index p: both become 0/1 arrays (no scatter can hold them)
+    program = ef.compile("S[k,m] = sqrt(2. M[k,q] U[m,n] y[n+1]) g[q]\nf = S[k,m] V[k,m]")
+    rng = np.random.default_rng(7)
+    values = {"M": rng.uniform(0.5, 1.5, (2, 3)), "U": rng.uniform(0.5, 1.5, (3, 2)), "y": rng.uniform(0.5, 1.5, 3),
+              "g": rng.standard_normal(3), "V": rng.standard_normal((2, 3))}
+    gradient = ef.grad(program, "y")
+    step = 1e-6
+    central = []
+    for k, e in enumerate(np.eye(3)):
+        up, down = dict(values, y=values["y"] + step * e), dict(values, y=values["y"] - step * e)
+        central.append((np.asarray(gradient(**up))[k] - np.asarray(gradient(**down))[k]) / (2 * step))
+    np.testing.assert_allclose(ef.hessian_diagonal(program, "y")(**values), central, atol=1e-6)
+
+
+def test_laplacian_through_a_gather_sums_two_deltas_of_one_index() -> None:
+    # d2/ds2 of (sum_n s[ix[n]] w[n])^2 is 2 a a^T with a = bincount(ix, w): its trace sums two deltas over v
+    program = ef.compile("L = (sum[n](s[ix[n]] w[n]))^2")
+    rng = np.random.default_rng(8)
+    ix = np.array([0, 2, 2, 3])
+    w = rng.standard_normal(4)
+    a = np.bincount(ix, w, minlength=5)
+    found = ef.laplacian(program, "s")(s=rng.standard_normal(5), ix=ix, w=w)
+    assert float(found) == pytest.approx(2 * float(a @ a))
