@@ -287,6 +287,8 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
     statements: list[ir.Statement] = []
     declared: set[str] = set()
     unsized = _unsized(program, table)
+    assigned: set[str] = set()
+    pending: dict[str, list[ir.Statement]] = {}
     for statement in program.statements:
         if isinstance(statement, ir.SizeDecl):
             declared |= set(statement.names)
@@ -296,6 +298,8 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
             sized = declared | {index for node in ir.walk(expr) if isinstance(node, ir.Tensor)
                                 for index in node.indices}
             for index, (tensor, axis) in lengths.items():
+                if tensor in forward and tensor not in assigned:  # its own statement, or a later one's: no size yet
+                    continue
                 if index not in sized and tensor in ranks:  # a scattered index that a pseudo tensor sized
                     names = tuple(index if k == axis else table.fresh("_axis") for k in range(ranks[tensor]))
                     statements.append(ir.SizeDecl(names, tensor))
@@ -303,6 +307,10 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
             if statement.target in forward:
                 expr = _read_through(expr, frozenset(statement.indices or ()))
             statement = replace(statement, expr=expr)
+            assigned.add(statement.target or "")
+            statements.append(statement)
+            statements.extend(pending.pop(statement.target or "", []))  # sizes from this target's axes
+            continue
         elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str) \
                 and statement.source in table.deltas:
             # the first axis has its read's length; the position's indices are sized where they are read
@@ -314,6 +322,9 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
             statements.extend(_position_sizes(statement, table, tensor, axis, rank, unsized, ranks))
             names = tuple(statement.names[0] if k == axis else table.fresh("_axis") for k in range(rank))
             statement = ir.SizeDecl(names, tensor)
+            if tensor in forward and tensor not in assigned:  # a target's axis: declared once it is assigned
+                pending.setdefault(tensor, []).append(statement)
+                continue
         statements.append(statement)
     used = {index for statement in statements if isinstance(statement, ir.Assign)
             for index in (*indices_in(statement.expr), *(statement.indices or ()))}
