@@ -417,3 +417,16 @@ def test_laplacian_through_a_gather_sums_two_deltas_of_one_index() -> None:
     a = np.bincount(ix, w, minlength=5)
     found = ef.laplacian(program, "s")(s=rng.standard_normal(5), ix=ix, w=w)
     assert float(found) == pytest.approx(2 * float(a @ a))
+
+
+def test_jacobian_keeps_the_declared_range_of_a_padded_index_a_derivation_renames() -> None:
+    # b is padded (v[b+1] reads 0 at b = 1); the derivation writes b as m and factors out t1[m]: m keeps size 2
+    program = ef.compile("size b = 2\nL[r] = sigmoid(H[l] v[b+1] H[l] y[k] C[h,k] H[h]) M[b,r] u[m] delta[b,m]")
+    rng = np.random.default_rng(9)
+    values = {"H": rng.standard_normal(3), "v": rng.standard_normal(2), "y": rng.standard_normal(2),
+              "C": rng.standard_normal((3, 2)), "M": rng.standard_normal((2, 4)), "u": rng.standard_normal(2)}
+    step = 1e-6
+    central = np.stack([(np.asarray(program(**dict(values, H=values["H"] + step * e)))
+                         - np.asarray(program(**dict(values, H=values["H"] - step * e)))) / (2 * step)
+                        for e in np.eye(3)], axis=-1)
+    np.testing.assert_allclose(ef.jacobian(program, "H", mode="reverse")(**values), central, atol=1e-7)

@@ -165,13 +165,16 @@ def disguise(program: Checked) -> tuple[Checked, _Table]:
     return checked(ir.ProgramIR(tuple(statements))), table
 
 
-def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] | None = None) -> ir.Expr:
+def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] | None = None,
+              renamed_from: dict[str, str] | None = None) -> ir.Expr:
     if isinstance(expr, ir.Tensor) and expr.name in table.deltas:
         index, position = table.deltas[expr.name]
         original = tuple(dict.fromkeys((index, *position.indices)))
         mapping = dict(zip(original, expr.indices))
         if lengths is not None and expr.name in table.lengths:
             lengths[mapping[index]] = table.lengths[expr.name]
+        if renamed_from is not None:
+            renamed_from.update({mapping[i]: i for i in position.indices})
         found: ir.Position | None = position
         renamed = position
         if isinstance(position, ir.Gather):
@@ -189,7 +192,7 @@ def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] 
     children = ir.children(expr)
     if not children:
         return expr
-    rebuilt = ir.with_children(expr, tuple(_revealed(child, table, lengths) for child in children))
+    rebuilt = ir.with_children(expr, tuple(_revealed(child, table, lengths, renamed_from) for child in children))
     return rebuilt
 
 
@@ -294,9 +297,17 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
             declared |= set(statement.names)
         if isinstance(statement, ir.Assign):
             lengths: dict[str, tuple[str, int]] = {}
-            expr = _revealed(statement.expr, table, lengths)
+            renamed_from: dict[str, str] = {}
+            expr = _revealed(statement.expr, table, lengths, renamed_from)
             sized = declared | {index for node in ir.walk(expr) if isinstance(node, ir.Tensor)
                                 for index in node.indices}
+            for index, original in renamed_from.items():  # a copy of a declared (padded) index: its declaration
+                if index not in sized and original != index and original in table.declared:
+                    source = table.declared[original]
+                    statements.append(ir.SizeDecl(tuple(index if n == original else table.fresh("_axis")
+                                                        for n in source.names), source.source))
+                    declared.add(index)
+                    sized.add(index)
             for index, (tensor, axis) in lengths.items():
                 if tensor in forward and tensor not in assigned:  # its own statement, or a later one's: no size yet
                     continue
