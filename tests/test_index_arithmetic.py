@@ -430,3 +430,11 @@ def test_jacobian_keeps_the_declared_range_of_a_padded_index_a_derivation_rename
                          - np.asarray(program(**dict(values, H=values["H"] - step * e)))) / (2 * step)
                         for e in np.eye(3)], axis=-1)
     np.testing.assert_allclose(ef.jacobian(program, "H", mode="reverse")(**values), central, atol=1e-7)
+
+
+def test_gradient_of_a_shifted_read_beside_a_matrix_declaration() -> None:
+    program = ef.compile("symmetric A\nL = A[h,k] x[k+1] y[h]")
+    rng = np.random.default_rng(10)
+    A = rng.standard_normal((3, 3))
+    values = {"A": A + A.T, "x": rng.standard_normal(4), "y": rng.standard_normal(3)}
+    np.testing.assert_allclose(ef.grad(program, "x")(**values), _central_gradient(program, "x", values), atol=1e-8)

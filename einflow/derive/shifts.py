@@ -86,7 +86,7 @@ def _names(program: ir.ProgramIR) -> set[str]:
         if isinstance(statement, ir.SizeDecl):
             found |= set(statement.names)
             continue
-        if isinstance(statement, ir.Return):
+        if isinstance(statement, (ir.Return, ir.MatrixDecl)):
             found |= set(statement.names)
             continue
         found |= {statement.target or ""} | set(statement.indices or ())
