@@ -438,3 +438,10 @@ def test_gradient_of_a_shifted_read_beside_a_matrix_declaration() -> None:
     A = rng.standard_normal((3, 3))
     values = {"A": A + A.T, "x": rng.standard_normal(4), "y": rng.standard_normal(3)}
     np.testing.assert_allclose(ef.grad(program, "x")(**values), _central_gradient(program, "x", values), atol=1e-8)
+
+
+def test_laplacian_through_a_constant_position() -> None:
+    # d2/dy[1,a]2 of (sum_a y[1,a])^2 is 2 for each a: the Laplacian sums deltas of a constant position alone
+    program = ef.compile("L = sum[a](y[1,a])^2")
+    y = np.random.default_rng(11).standard_normal((2, 3))
+    assert float(ef.laplacian(program, "y")(y=y)) == pytest.approx(6.0)

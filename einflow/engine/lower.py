@@ -517,7 +517,9 @@ class _Lowering:
                                       *(index for shift in shifts for index in shift.position.indices)]))
         value = self.materialize(self.lower_product(rest, bound | frozenset(needed), reduce - frozenset(needed),
                                                     needed)) if rest else _Value(None, (), 1)
-        if value.reg is None:  # deltas alone: ones of the inputs' floating type, times the number
+        if value.reg is None and not needed:  # deltas of constant positions alone (``delta[p, 1]``): the number
+            value = self.materialize(_Value(None, (), value.const))
+        elif value.reg is None:  # deltas alone: ones of the inputs' floating type, times the number
             ones = [self.ones(label) for label in needed]
             node: Node = Mul(tuple(Arg(one.reg, _align((label,), needed)) for one, label in zip(ones, needed)))  # type: ignore
             node = Mul((AsFloat(node), Number(_weak(value.const))))  # type: ignore[arg-type]
