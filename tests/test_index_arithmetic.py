@@ -445,3 +445,11 @@ def test_laplacian_through_a_constant_position() -> None:
     program = ef.compile("L = sum[a](y[1,a])^2")
     y = np.random.default_rng(11).standard_normal((2, 3))
     assert float(ef.laplacian(program, "y")(y=y)) == pytest.approx(6.0)
+
+
+def test_gradient_of_a_mean_over_an_index_only_a_gather_sizes() -> None:
+    # the count runs over m, which only ix[m] sizes: the gradient declares it from ix (a scatter of 1/3s)
+    program = ef.compile("L = mean[m](s[ix[m]])")
+    ix = np.array([0, 3, 3])
+    found = ef.grad(program, "s")(s=np.random.default_rng(12).standard_normal(4), ix=ix)
+    np.testing.assert_allclose(found, np.bincount(ix, minlength=4) / 3)

@@ -252,6 +252,11 @@ def _position_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: in
     index = _alone(table.deltas[source][1])
     if name is None or name not in unsized or index is None:
         return emitted
+    position = table.deltas[source][1]
+    if isinstance(position, ir.Gather):  # ``t[m]``: the gather tensor's axis is m's range
+        names = tuple(name if i == index else table.fresh("_axis") for i in position.indices)
+        unsized.discard(name)
+        return [ir.SizeDecl(names, position.name)]
     if index in table.declared:  # a declared range (padded reads): the same declaration for the copy
         original = table.declared[index]
         names = tuple(name if n == index else table.fresh("_axis") for n in original.names)
@@ -260,6 +265,7 @@ def _position_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: in
     reads: list[ir.Expr] = []
     for pseudo, (_, position) in table.deltas.items():
         if table.origins.get(pseudo) != table.origins.get(source) or _alone(position) != index \
+                or not isinstance(position, ir.Affine) \
                 or pseudo not in table.lengths:
             continue
         coefficient, _ = position.terms[0]  # type: ignore[union-attr]
@@ -276,9 +282,11 @@ def _position_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: in
 
 
 def _alone(position: ir.Affine | ir.Gather) -> str | None:
-    """The index of a position with one index (``2*r + 1``), else None."""
+    """The index of a position with one index (``2*r + 1``, ``t[m]``), else None."""
     if isinstance(position, ir.Affine) and len(position.terms) == 1:
         return position.terms[0][1]
+    if isinstance(position, ir.Gather) and len(position.indices) == 1:
+        return position.indices[0]
     return None
 
 
