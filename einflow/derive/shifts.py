@@ -310,7 +310,7 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
             sized = declared | {index for node in ir.walk(expr) if isinstance(node, ir.Tensor)
                                 for index in node.indices}
             for index, original in renamed_from.items():  # a copy of a declared (padded) index: its declaration
-                if index not in sized and original != index and original in table.declared:
+                if index not in declared and original != index and original in table.declared:
                     source = table.declared[original]
                     statements.append(ir.SizeDecl(tuple(index if n == original else table.fresh("_axis")
                                                         for n in source.names), source.source))
