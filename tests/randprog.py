@@ -139,6 +139,8 @@ class Program:
     sizes: dict[str, int]
     inputs: dict[str, tuple[int, ...]]  # name -> shape
     positive: set[str]  # inputs whose entries must be positive
+    #: integer inputs that gathers read through (``t`` in ``E[t[b],d]``) -> the length of the axis they index
+    integers: dict[str, int] = field(default_factory=dict)
 
     @property
     def statements(self) -> list[Stmt]:
@@ -169,6 +171,8 @@ def _position_text(position: Any) -> str:
         return position
     if position[0] == "const":
         return str(position[1])
+    if position[0] == "gather":
+        return f"{position[1]}[{position[2]}]"
     _, coefficient, index, offset = position
     text = index if coefficient == 1 else f"{coefficient}*{index}"
     return text + (f"+{offset}" if offset > 0 else f"-{-offset}" if offset < 0 else "")
@@ -358,15 +362,26 @@ class _Eval:
         unique = tuple(dict.fromkeys(node.indices))
         if node.positions:  # a read through positions: one index array per axis over the unique labels
             index: list[Any] = []
-            for position in node.positions:
+            inside = np.ones((), dtype=bool)  # where a padded read stays inside the tensor (it reads 0 elsewhere)
+            for axis, position in enumerate(node.positions):
                 if isinstance(position, str) or position[0] == "affine":
                     coefficient, label, offset = (1, position, 0) if isinstance(position, str) else position[1:]
                     shape = [1] * len(unique)
                     shape[unique.index(label)] = self.sizes[label]
-                    index.append(coefficient * np.arange(self.sizes[label]).reshape(shape) + offset)
+                    at = coefficient * np.arange(self.sizes[label]).reshape(shape) + offset
+                    length = np.shape(value)[axis]
+                    inside = inside & (at >= 0) & (at < length)
+                    index.append(np.clip(at, 0, length - 1))
+                elif position[0] == "gather":
+                    shape = [1] * len(unique)
+                    shape[unique.index(position[2])] = self.sizes[position[2]]
+                    index.append(np.asarray(self.arrays[position[1]]).reshape(shape))
                 else:
                     index.append(np.asarray(position[1]))
-            return value[tuple(np.broadcast_arrays(*index))], unique
+            read = value[tuple(np.broadcast_arrays(*index))]
+            if not inside.all():
+                read = read * np.broadcast_to(inside, np.shape(read))
+            return read, unique
         if len(unique) == len(node.indices):
             return value, unique
         index = []
@@ -626,12 +641,14 @@ class _Generator:
         # EINFLOW_DIFF_LANGUAGE=v1: without the reductions and functions added later (the same programs as
         # the v1 generator drew for each seed)
         self.v2 = os.environ.get("EINFLOW_DIFF_LANGUAGE", "v2") != "v1"
-        # EINFLOW_DIFF_LANGUAGE=v3: also reads through shifted, strided and constant positions (LANGUAGE.md 8.2),
-        # in range, drawn from a stream of their own (a declared size makes them padded reads, all still in
-        # range); not yet the default: 3 of the first 300 programs (seeds 8, 36, 149) still fail a
-        # derivative check with "index ... has no size"
-        self.v3 = os.environ.get("EINFLOW_DIFF_LANGUAGE", "v2") == "v3"
+        # language v3 (the default; EINFLOW_DIFF_LANGUAGE=v1 or v2 leave it out): also reads through shifted,
+        # strided and constant positions (LANGUAGE.md 8.2), in range, drawn from a stream of their own, so
+        # that the main stream's programs keep their shape (a declared size makes them padded reads, all
+        # still in range)
+        self.v3 = os.environ.get("EINFLOW_DIFF_LANGUAGE", "v3") not in ("v1", "v2")
         self.shifts = random.Random(seed * 7919 + 26)
+        self.integers: dict[str, int] = {}
+        self.padded: set[str] = set()  # indices read past an end (they get a ``size`` line)
         self.sizes: dict[str, int] = {}
         self.inputs: dict[str, tuple[int, ...]] = {}
         self.positive: set[str] = set()
@@ -667,7 +684,8 @@ class _Generator:
         targets = [t for t, s in self.targets.items() if s == shape and (not positive or t in self.positive_targets)]
         if targets and r.random() < 0.8:
             return Ref(r.choice(targets), tuple(indices))
-        existing = [n for n, s in self.inputs.items() if s == shape and (not positive or n in self.positive)]
+        existing = [n for n, s in self.inputs.items() if s == shape and (not positive or n in self.positive)
+                    and n not in self.integers]
         if existing and r.random() < 0.6:
             return Ref(r.choice(existing), tuple(indices))
         free = [n for n in _INPUT_POOL if n not in self.inputs and n not in self.targets]
@@ -691,22 +709,35 @@ class _Generator:
 
     def shifted_ref(self, name: str, indices: list[str]) -> Ref:
         """A new input read through a shifted (``x[i+1]``), strided (``x[2*i+1]``) or constant (``X[2,i]``)
-        position, its axis exactly as long as the index's range needs (in range, nothing inferred smaller)."""
+        position or gathered through an integer input (``E[t[b],d]``), its axis exactly as long as the index's range
+        needs (in range, nothing inferred smaller); or, one shifted or strided read in four, a padded one: the axis
+        as long as the index's range, the read past an end reading 0, and a ``size`` line for the index."""
         r = self.shifts
         axis = r.randrange(len(indices))
         index = indices[axis]
         n = self.size_of(index)
-        kind = r.choice(("shift", "shift", "stride", "const"))
+        kind = r.choice(("shift", "shift", "stride", "const", "gather"))
         positions: list[Any] = list(indices)
         shape = [self.size_of(i) for i in indices]
+        # a padded read reads zeros: never of an input a divisor, log or root needs positive
+        padded = kind in ("shift", "stride") and r.random() < 0.25 and name not in self.positive
         if kind == "shift":
-            offset = r.choice((1, 2))
+            offset = r.choice((1, 2, -1) if padded else (1, 2))
             positions[axis] = ("affine", 1, index, offset)
-            shape[axis] = n + offset
+            shape[axis] = n if padded else n + offset
         elif kind == "stride":
             offset = r.choice((0, 1))
             positions[axis] = ("affine", 2, index, offset)
-            shape[axis] = 2 * (n - 1) + offset + 1
+            shape[axis] = n if padded else 2 * (n - 1) + offset + 1
+        if padded:
+            self.padded.add(index)
+        elif kind == "gather":  # E[t[b],d]: t an integer input with values in the axis, repeats allowed
+            gather = next(f"ix{k}" for k in range(1, 100) if f"ix{k}" not in self.inputs)
+            length = r.choice((2, 3, 4))
+            self.inputs[gather] = (n,)
+            self.integers[gather] = length
+            positions[axis] = ("gather", gather, index)
+            shape[axis] = length
         else:
             value = r.choice((0, 1, 2))
             positions.insert(axis, ("const", value))
@@ -981,7 +1012,7 @@ class _Generator:
                 self.targets[s.target] = tuple(self.sizes[i] for i in labels)
                 if _is_positive(s.expr, self.positive, self.positive_targets):
                     self.positive_targets.add(s.target)
-        return Program(items, dict(self.sizes), dict(self.inputs), set(self.positive))
+        return Program(items, dict(self.sizes), dict(self.inputs), set(self.positive), dict(self.integers))
 
     def size_declarations(self, s: Stmt, declared: set[str]) -> list[SizeDecl]:
         """``size`` lines for the statement's indices no tensor sizes (and, sometimes, redundant ones)."""
@@ -1031,6 +1062,9 @@ class _Generator:
             else:
                 decls.append(SizeDecl((index,), self.sizes[index]))
                 declared.add(index)
+        for index in sorted(self.padded & used - declared):  # no draw: the main stream's programs stay as they were
+            decls.append(SizeDecl((index,), self.sizes[index]))
+            declared.add(index)
         return decls
 
 
@@ -1089,7 +1123,9 @@ def make_arrays(program: Program, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = {}
     for name, shape in sorted(program.inputs.items()):
-        if name in program.positive:
+        if name in program.integers:  # gather positions, inside the axis they index
+            arrays[name] = rng.integers(0, program.integers[name], size=shape)
+        elif name in program.positive:
             arrays[name] = rng.uniform(0.5, 1.5, size=shape)
         else:
             arrays[name] = rng.uniform(-1.0, 1.0, size=shape)
@@ -1481,6 +1517,18 @@ def features(case: Case) -> set[str]:
         _scan(s.expr, bound, frozenset(), found, orders, uses)
     if any(c > 1 for c in uses.values()):
         found.add("tensor used several times")
+    declared = {name for item in program.items if isinstance(item, SizeDecl) for name in item.names}
+    for s in statements:
+        for node in _walk(s.expr):
+            for position in node.positions if isinstance(node, Ref) else ():
+                if isinstance(position, str):
+                    continue
+                if position[0] == "affine":
+                    found.add("strided read" if position[1] != 1 else "shifted read")
+                    if position[2] in declared:
+                        found.add("padded read")
+                else:
+                    found.add(f"{'gathered' if position[0] == 'gather' else 'constant'} read")
     if any(len({tuple(sorted(set(o), key=o.index)) for o in v}) > 1 and any(len(set(o)) > 1 for o in v)
            for v in orders.values()):
         found.add("permuted index order")

@@ -22,8 +22,10 @@ Environment:
 * ``EINFLOW_DIFF_SEED=1234``: replay one seed with every check, printing each program;
 * ``EINFLOW_DIFF_LANGUAGE=v1``: programs without the reductions (max, min, mean, logsumexp), normalisers
   (softmax, log_softmax, argmax, argmin) and functions (maximum, minimum, erf, softplus) added in language v2;
-* ``EINFLOW_DIFF_LANGUAGE=v3``: also reads through shifted, strided and constant positions (``x[i+1]``,
-  ``x[2*i+1]``, ``X[2,i]``; LANGUAGE.md 8.2), drawn for about one new input in eight;
+* language v3 (the default): also reads through shifted, strided, constant and gathered positions
+  (``x[i+1]``, ``x[2*i+1]``, ``X[2,i]``, ``E[ix1[b],d]`` with integer positions inside the axis; LANGUAGE.md
+  8.2), drawn for about one new input in eight from a stream of their own; ``EINFLOW_DIFF_LANGUAGE=v2``
+  leaves them out (the programs each seed drew before);
 * ``EINFLOW_DIFF_CHECKS=all``: every derivative check on every program (the long run:
   ``EINFLOW_DIFF_N=20000 EINFLOW_DIFF_CHECKS=all``);
 * ``EINFLOW_DIFF_REFERENCE=jax``: JAX float64 as the reference for every program (slow: XLA compiles
@@ -521,10 +523,10 @@ def _smaller_programs(program: randprog.Program):  # type: ignore[no-untyped-def
     for k, item in enumerate(program.items):
         if isinstance(item, randprog.Stmt) and item is not statements[-1] and item.target not in targets_read:
             yield randprog.Program(program.items[:k] + program.items[k + 1:], program.sizes, program.inputs,
-                                   program.positive)
+                                   program.positive, program.integers)
         if isinstance(item, randprog.SizeDecl):
             yield randprog.Program(program.items[:k] + program.items[k + 1:], program.sizes, program.inputs,
-                                   program.positive)
+                                   program.positive, program.integers)
     for k, item in enumerate(program.items):
         if not isinstance(item, randprog.Stmt):
             continue
@@ -532,7 +534,7 @@ def _smaller_programs(program: randprog.Program):  # type: ignore[no-untyped-def
             parens = item.outer_parens and isinstance(expr, randprog.Add)
             statement = randprog.Stmt(item.target, item.indices, expr, parens)
             yield randprog.Program(program.items[:k] + [statement] + program.items[k + 1:], program.sizes,
-                                   program.inputs, program.positive)
+                                   program.inputs, program.positive, program.integers)
 
 
 def _smaller_exprs(e: Any):  # type: ignore[no-untyped-def]
@@ -647,10 +649,14 @@ _V2_FEATURES = (
     *(f"function {name}" for name in ("maximum", "minimum", "softplus", "erf")),
 )
 
+# language v3 (drawn unless EINFLOW_DIFF_LANGUAGE=v1 or v2): reads through positions (LANGUAGE.md 8.2)
+_V3_FEATURES = ("shifted read", "strided read", "constant read", "gathered read", "padded read")
+
 
 def test_generator_covers_the_language() -> None:
     """Every feature the differential test is meant to exercise occurs in the default run's programs."""
-    wanted = _FEATURES + (() if os.environ.get("EINFLOW_DIFF_LANGUAGE") == "v1" else _V2_FEATURES)
+    language = os.environ.get("EINFLOW_DIFF_LANGUAGE", "v3")
+    wanted = _FEATURES + (() if language == "v1" else _V2_FEATURES) + (_V3_FEATURES if language == "v3" else ())
     seen: dict[str, int] = dict.fromkeys(wanted, 0)
     count = 400
     for seed in range(count):

@@ -62,6 +62,10 @@ class _Table:
         self.deltas: dict[str, tuple[str, ir.Affine | ir.Gather]] = {}
         #: pseudo tensor -> (tensor, axis) whose length its first axis has (a read's), where known
         self.lengths: dict[str, tuple[str, int]] = {}
+        #: pseudo tensor -> the number of the statement whose read it stands for
+        self.origins: dict[str, int] = {}
+        #: index -> the program's ``size`` declaration of it (a padded read's range)
+        self.declared: dict[str, ir.SizeDecl] = {}
 
     def fresh(self, stem: str) -> str:
         number = 1
@@ -146,25 +150,31 @@ def disguise(program: Checked) -> tuple[Checked, _Table]:
     table = _Table(_names(program.ir))
     indices = set(table.taken)
     declared = {name for s in program.ir.statements if isinstance(s, ir.SizeDecl) for name in s.names}
+    table.declared = {name: s for s in program.ir.statements if isinstance(s, ir.SizeDecl) for name in s.names}
     statements: list[ir.Statement] = []
-    for statement in program.ir.statements:
+    for number, statement in enumerate(program.ir.statements):
         if isinstance(statement, ir.Assign):
             shifted = _shifted(statement.expr) - declared
+            before = set(table.deltas)
             sizes: list[ir.SizeDecl] = []
             statement = replace(statement, expr=_disguised(statement.expr, table, shifted, indices, sizes,
                                                            program.info.ranks, program.info.inputs))
             statements.extend(sizes)
+            table.origins.update(dict.fromkeys(set(table.deltas) - before, number))
         statements.append(statement)
     return checked(ir.ProgramIR(tuple(statements))), table
 
 
-def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] | None = None) -> ir.Expr:
+def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] | None = None,
+              renamed_from: dict[str, str] | None = None) -> ir.Expr:
     if isinstance(expr, ir.Tensor) and expr.name in table.deltas:
         index, position = table.deltas[expr.name]
         original = tuple(dict.fromkeys((index, *position.indices)))
         mapping = dict(zip(original, expr.indices))
         if lengths is not None and expr.name in table.lengths:
             lengths[mapping[index]] = table.lengths[expr.name]
+        if renamed_from is not None:
+            renamed_from.update({mapping[i]: i for i in position.indices})
         found: ir.Position | None = position
         renamed = position
         if isinstance(position, ir.Gather):
@@ -182,7 +192,7 @@ def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] 
     children = ir.children(expr)
     if not children:
         return expr
-    rebuilt = ir.with_children(expr, tuple(_revealed(child, table, lengths) for child in children))
+    rebuilt = ir.with_children(expr, tuple(_revealed(child, table, lengths, renamed_from) for child in children))
     return rebuilt
 
 
@@ -204,6 +214,82 @@ def _read_through(expr: ir.Expr, bound: frozenset[str]) -> ir.Expr:
     return ir.with_children(expr, tuple(_read_through(child, bound) for child in children))
 
 
+def _sizing(expr: ir.Expr) -> set[str]:
+    """The indices whose range a revealed expression fixes: those of tensors, reads and deltas of positions."""
+    found: set[str] = set()
+    for node in ir.walk(expr):
+        if isinstance(node, (ir.Tensor, ir.Read)):
+            found |= set(indices_in(node))
+        elif isinstance(node, ir.ShiftDelta):
+            found |= {node.index, *node.position.indices}
+    return found
+
+
+def _unsized(program: ir.ProgramIR, table: _Table) -> set[str]:
+    """The indices some statement uses but whose range nothing in it fixes once the pseudo tensors are deltas
+    again (a mean's count over a strided index, ``delta[r2,r2]``), and no ``size`` declaration but one from
+    a pseudo tensor fixes: they need a declaration of their own."""
+    declared = {name for s in program.statements if isinstance(s, ir.SizeDecl)
+                and not (isinstance(s.source, str) and s.source in table.deltas) for name in s.names}
+    unsized: set[str] = set()
+    for statement in program.statements:
+        if isinstance(statement, ir.Assign):
+            expr = _revealed(statement.expr, table)
+            used = set(indices_in(expr)) | set(statement.indices or ())
+            unsized |= used - _sizing(expr) - declared
+    return unsized
+
+
+def _position_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: int, rank: int,
+                    unsized: set[str], ranks: dict[str, int]) -> list[ir.Statement]:
+    """For ``size z, r2 = _shift1`` where ``_shift1`` stands for ``delta[z, 2*r]`` of a read ``x[2*r]`` and
+    ``r2`` has no other size: ``_range1[r2] = x[2*r2]`` and ``size r2 = _range1``, the range inferred as it was
+    in the program (every read of ``r`` alone in a position in that statement, ``s[r]`` too, joins the
+    product: the range is their intersection). Positions of two or more indices are left as they are."""
+    source = str(statement.source)
+    emitted: list[ir.Statement] = []
+    name = statement.names[1] if len(statement.names) > 1 else None
+    index = _alone(table.deltas[source][1])
+    if name is None or name not in unsized or index is None:
+        return emitted
+    position = table.deltas[source][1]
+    if isinstance(position, ir.Gather):  # ``t[m]``: the gather tensor's axis is m's range
+        names = tuple(name if i == index else table.fresh("_axis") for i in position.indices)
+        unsized.discard(name)
+        return [ir.SizeDecl(names, position.name)]
+    if index in table.declared:  # a declared range (padded reads): the same declaration for the copy
+        original = table.declared[index]
+        names = tuple(name if n == index else table.fresh("_axis") for n in original.names)
+        unsized.discard(name)
+        return [ir.SizeDecl(names, original.source)]
+    reads: list[ir.Expr] = []
+    for pseudo, (_, position) in table.deltas.items():
+        if table.origins.get(pseudo) != table.origins.get(source) or _alone(position) != index \
+                or not isinstance(position, ir.Affine) \
+                or pseudo not in table.lengths:
+            continue
+        coefficient, _ = position.terms[0]  # type: ignore[union-attr]
+        read = ir.Affine(((coefficient, name),), position.offset)  # type: ignore[union-attr]
+        read_tensor, read_axis = table.lengths[pseudo]
+        read_rank = ranks.get(read_tensor, read_axis + 1) if pseudo != source else rank
+        reads.append(ir.Read(read_tensor, tuple(read if k == read_axis else ir.Affine((), 0)
+                                                for k in range(read_rank))))
+    helper = table.fresh("_range")
+    emitted.append(ir.Assign(helper, (name,), ir.product(*dict.fromkeys(reads))))
+    emitted.append(ir.SizeDecl((name,), helper))
+    unsized.discard(name)
+    return emitted
+
+
+def _alone(position: ir.Affine | ir.Gather) -> str | None:
+    """The index of a position with one index (``2*r + 1``, ``t[m]``), else None."""
+    if isinstance(position, ir.Affine) and len(position.terms) == 1:
+        return position.terms[0][1]
+    if isinstance(position, ir.Gather) and len(position.indices) == 1:
+        return position.indices[0]
+    return None
+
+
 def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = frozenset(),
            ranks: dict[str, int] | None = None) -> ir.ProgramIR:
     """The pseudo tensors back as deltas of positions; in the statements computing ``forward`` targets
@@ -211,15 +297,28 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
     ranks = ranks or {}
     statements: list[ir.Statement] = []
     declared: set[str] = set()
+    unsized = _unsized(program, table)
+    assigned: set[str] = set()
+    pending: dict[str, list[ir.Statement]] = {}
     for statement in program.statements:
         if isinstance(statement, ir.SizeDecl):
             declared |= set(statement.names)
         if isinstance(statement, ir.Assign):
             lengths: dict[str, tuple[str, int]] = {}
-            expr = _revealed(statement.expr, table, lengths)
+            renamed_from: dict[str, str] = {}
+            expr = _revealed(statement.expr, table, lengths, renamed_from)
             sized = declared | {index for node in ir.walk(expr) if isinstance(node, ir.Tensor)
                                 for index in node.indices}
+            for index, original in renamed_from.items():  # a copy of a declared (padded) index: its declaration
+                if index not in declared and original != index and original in table.declared:
+                    source = table.declared[original]
+                    statements.append(ir.SizeDecl(tuple(index if n == original else table.fresh("_axis")
+                                                        for n in source.names), source.source))
+                    declared.add(index)
+                    sized.add(index)
             for index, (tensor, axis) in lengths.items():
+                if tensor in forward and tensor not in assigned:  # its own statement, or a later one's: no size yet
+                    continue
                 if index not in sized and tensor in ranks:  # a scattered index that a pseudo tensor sized
                     names = tuple(index if k == axis else table.fresh("_axis") for k in range(ranks[tensor]))
                     statements.append(ir.SizeDecl(names, tensor))
@@ -227,6 +326,10 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
             if statement.target in forward:
                 expr = _read_through(expr, frozenset(statement.indices or ()))
             statement = replace(statement, expr=expr)
+            assigned.add(statement.target or "")
+            statements.append(statement)
+            statements.extend(pending.pop(statement.target or "", []))  # sizes from this target's axes
+            continue
         elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str) \
                 and statement.source in table.deltas:
             # the first axis has its read's length; the position's indices are sized where they are read
@@ -235,8 +338,12 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
                 continue
             tensor, axis = length
             rank = ranks.get(tensor, axis + 1)
+            statements.extend(_position_sizes(statement, table, tensor, axis, rank, unsized, ranks))
             names = tuple(statement.names[0] if k == axis else table.fresh("_axis") for k in range(rank))
             statement = ir.SizeDecl(names, tensor)
+            if tensor in forward and tensor not in assigned:  # a target's axis: declared once it is assigned
+                pending.setdefault(tensor, []).append(statement)
+                continue
         statements.append(statement)
     used = {index for statement in statements if isinstance(statement, ir.Assign)
             for index in (*indices_in(statement.expr), *(statement.indices or ()))}

@@ -495,17 +495,17 @@ class _Lowering:
                 factor = ir.Tensor(name, value.labels)
             named.append(factor)
         factors, shifts = read_through(solve_through(tuple(named), frozenset(summed)), frozenset(summed))
-        if any(shift.index in summed for shift in shifts):
-            raise EinflowError("this product of deltas of positions cannot be computed yet: "
-                               + ir.format_expr(ir.Product(factors)))
+        stuck = {id(shift): self.indicator(shift) for shift in shifts if shift.index in summed}
+        if stuck:  # a summed delta nothing reads through (``delta[v, t[n]] delta[v, t[m]]``): a dense 0/1 array
+            factors = tuple(stuck.get(id(factor), factor) for factor in factors)
+            shifts = [shift for shift in shifts if id(shift) not in stuck]
         reduce = reduce | frozenset(summed)  # substituting changes how often an index occurs, not whether it sums
-        seen: set[str] = set()
+        repeated = {index for index, count in Counter(shift.index for shift in shifts).items() if count > 1}
         dense: dict[int, ir.Expr] = {}
-        for shift in shifts:  # a delta whose index other factors read too (or another delta): a 0/1 array
+        for shift in shifts:  # a delta whose index other factors read too (or other deltas, all of them): 0/1 arrays
             others = {i for f in factors if f is not shift and not isinstance(f, ir.ShiftDelta) for i in _mentions(f)}
-            if shift.index in others or shift.index in seen:
+            if shift.index in others or shift.index in repeated:
                 dense[id(shift)] = self.indicator(shift)
-            seen.add(shift.index)
         if dense:
             factors = tuple(dense.get(id(factor), factor) for factor in factors)
             shifts = [f for f in factors if isinstance(f, ir.ShiftDelta)]
@@ -517,7 +517,9 @@ class _Lowering:
                                       *(index for shift in shifts for index in shift.position.indices)]))
         value = self.materialize(self.lower_product(rest, bound | frozenset(needed), reduce - frozenset(needed),
                                                     needed)) if rest else _Value(None, (), 1)
-        if value.reg is None:  # deltas alone: ones of the inputs' floating type, times the number
+        if value.reg is None and not needed:  # deltas of constant positions alone (``delta[p, 1]``): the number
+            value = self.materialize(_Value(None, (), value.const))
+        elif value.reg is None:  # deltas alone: ones of the inputs' floating type, times the number
             ones = [self.ones(label) for label in needed]
             node: Node = Mul(tuple(Arg(one.reg, _align((label,), needed)) for one, label in zip(ones, needed)))  # type: ignore
             node = Mul((AsFloat(node), Number(_weak(value.const))))  # type: ignore[arg-type]

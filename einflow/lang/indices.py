@@ -147,6 +147,10 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
         mentioned.setdefault(second, None)
     for index in statement.indices or ():
         mentioned.setdefault(index, None)
+    for node in ir.walk(statement.expr):  # an index only reads through positions mention (``max[i](x[i-1])``)
+        if isinstance(node, (ir.Read, ir.ShiftDelta)):
+            for index in node.indices:
+                mentioned.setdefault(index, None)
     for index in mentioned:
         if index in declared:
             size, where = declared[index]
