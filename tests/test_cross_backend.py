@@ -171,15 +171,9 @@ def extras(kind: str, derived: ef.Program, values: dict[str, Any], wrt: str, val
 
 
 def _generate(seed: int) -> randprog.Case:
-    """The seed's program in language v2 (EINFLOW_DIFF_LANGUAGE overrides): reads through positions are not
-    yet run on every backend here (dask fails a jvp of seed 168's v3 program)."""
-    language = os.environ.get("EINFLOW_DIFF_LANGUAGE")
-    os.environ["EINFLOW_DIFF_LANGUAGE"] = language or "v2"
-    try:
-        return randprog.generate(seed)
-    finally:
-        if language is None:
-            del os.environ["EINFLOW_DIFF_LANGUAGE"]
+    """The seed's program, shifted, strided, constant and gathered reads included (as the differential test
+    draws them; EINFLOW_DIFF_LANGUAGE=v2 draws the programs of before)."""
+    return randprog.generate(seed)
 
 
 def check(seed: int) -> str | None:
