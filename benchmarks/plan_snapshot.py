@@ -8,6 +8,7 @@ the repository root so that its einflow is the one imported.
 from __future__ import annotations
 
 import math
+import pathlib
 import re
 import sys
 import warnings
@@ -15,23 +16,14 @@ import warnings
 import numpy as np
 
 import einflow as ef
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+from test_lower import CORPUS as LOWER_CORPUS  # noqa: E402
+
 from einflow.engine.backends import get_backend
 from einflow.engine.plan import build_plan
 
-CORPUS: list[tuple[str, dict[str, tuple[int, ...]]]] = [  # tests/test_lower.py's corpus
-    ("a = x[i] y[i]\nb = x[j] y[j]\na, b", dict(x=(4,), y=(4,))),
-    ("C[i,j] = A[i,k] B[k,j]", dict(A=(3, 4), B=(4, 5))),
-    ("y[i,j] = tanh(A[i,j]) exp(B[i,j]) + sigmoid(A[i,j])", dict(A=(3, 4), B=(3, 4))),
-    ("D[i,j] = A[i,j] - B[j,i]", dict(A=(3, 3), B=(3, 3))),
-    ("O[i,j] = 2 u[i] v[j]", dict(u=(3,), v=(4,))),
-    ("t = A[i,i]", dict(A=(4, 4))),
-    ("H[p,q] = 2 delta[p,q] + x[p] x[q]", dict(x=(3,))),
-    ("h[j] = tanh(W1[j,k] x[k])\nL = 0.5 * sum[i]((W2[i,j] h[j] - t[i])^2)",
-     dict(W1=(3, 4), x=(4,), W2=(2, 3), t=(2,))),
-    ("y[i] = A[i,j] B[j,k] v[k] + c[i]", dict(A=(3, 4), B=(4, 5), v=(5,), c=(3,))),
-    ("L = sum[s](log(1 + exp(-y[s] X[s,f] w[f])))", dict(X=(6, 3), y=(6,), w=(3,))),
-    ("u[i,j] = (1 - h[i,j]^2) x[i,j]\nv[k,l] = (1 - h[k,l]^2) y[k,l]\nu, v", dict(h=(3, 4), x=(3, 4), y=(3, 4))),
-    ("size n = 3\nT[i,j] = delta[i,n] v[n] x[j]", dict(v=(3,), x=(2,))),
+CORPUS: list[tuple[str, dict[str, tuple[int, ...]]]] = [*LOWER_CORPUS,  # tests/test_lower.py's corpus, then
     # more elementwise nodes and reductions
     ("y[i] = maximum(x[i], 0) + relu(x[i] - 1) + minimum(x[i], n[i]) + x[i]^3 / n[i] + exp(2 x[i])",
      dict(x=(5,), n=(5,))),
