@@ -319,3 +319,15 @@ def test_contraction_of_int64_and_float32_computes_in_float64(backend: str) -> N
     got = run("y[i] = A[i,j] b[j]", backend, A=a, b=b)
     assert got.dtype == want.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+def test_cross_seed_6301_a_delta_over_a_float32_value_stays_float32_on_torch() -> None:
+    # the gradient of log(Q[m,m]) is delta[p,q] / t1: a bool array of ones over a float32 0-d array; the
+    # planner predicted float64 (its divide helper promoted the bool to float64 first) and torch cast to it
+    gradient = ef.grad("f = log(Q[m,m])", wrt="Q")
+    Q = 2 * np.eye(3, dtype=np.float32)
+    expected = gradient(Q=Q)
+    assert expected.dtype == np.float32
+    value = gradient(Q=torch.tensor(Q))
+    assert value.dtype == torch.float32
+    np.testing.assert_allclose(value.numpy(), expected, rtol=1e-6)

@@ -86,14 +86,15 @@ HELPERS: dict[str, str] = {
         return 1.0 / x if x != 0 else float({np}.copysign({np}.inf, x))
     return {np}.reciprocal({as_float}(x))''',
     "divide": '''def {divide}(a, b):
-    """a / b as numpy divides: integers as float64, Python numbers too (a zero divisor gives inf or nan)."""
+    """a / b as numpy divides: Python numbers too (a zero divisor gives inf or nan, not ZeroDivisionError);
+    arrays by numpy's own true division (integers as float64, ``bool / float32`` as float32)."""
     if isinstance(b, (int, float)) and isinstance(a, (int, float)):
         if b != 0:
             return a / b
         if a != a or a == 0:
             return float("nan")
         return float("inf") if (a > 0) == (str(float(b))[0] != "-") else float("-inf")
-    return {as_float}(a) / {as_float}(b)''',
+    return a / b''',
     "sigmoid": '''def {sigmoid}(x):
     """1 / (1 + exp(-x)) without overflow, accurate in both tails (as einflow computes it).
 
@@ -279,6 +280,8 @@ HELPERS["contract"] = '''def {contract}(equation, *operands):
 HELPERS["device"] = '''def {device}(*inputs):
     """Where new arrays go (numpy: the host)."""
     return None'''
+#: torch divides integer tensors in float32: there both sides become float64 first, as numpy divides integers
+TORCH_HELPERS["divide"] = HELPERS["divide"].replace("    return a / b", "    return {as_float}(a) / {as_float}(b)")
 HELPERS["linalg"] = LINALG_HELPER
 TORCH_HELPERS["linalg"] = TORCH_LINALG_HELPER
 HELPERS["solve"] = SOLVE_HELPER
