@@ -14,8 +14,7 @@ from collections.abc import Iterable
 
 from einflow.derive.sizes import IndexSizes, active
 from einflow.lang import ir
-from einflow.lang.check import free_indices, product_operands, top_level_terms
-from einflow.lang.indices import indices_in
+from einflow.lang.indices import free_indices, indices_in, product_operands, top_level_terms
 
 __all__ = ["Fresh", "rename", "to_normal", "normal_statement", "readable", "tensor_names", "all_index_names"]
 

@@ -198,8 +198,8 @@ def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] 
 
 def _read_through(expr: ir.Expr, bound: frozenset[str]) -> ir.Expr:
     """Deltas of positions summed against a read become the read (``x[q] delta[q, h+r]`` -> ``x[h+r]``)."""
-    from einflow.lang.check import product_operands
     from einflow.lang.contraction import product_output
+    from einflow.lang.indices import product_operands
 
     if isinstance(expr, ir.Product) and any(isinstance(f, ir.ShiftDelta) for f in expr.factors):
         _, summed = product_output(product_operands(expr.factors, bound), bound, frozenset())

@@ -22,8 +22,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from contextvars import ContextVar
 
 from einflow.lang import ir
-from einflow.lang.check import free_indices
-from einflow.lang.indices import size_links
+from einflow.lang.indices import free_indices, size_links
 
 __all__ = ["IndexSizes", "active", "activated"]
 

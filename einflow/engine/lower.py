@@ -54,11 +54,19 @@ from einflow.engine.steps import (
     substitute,
 )
 from einflow.lang import ir
-from einflow.lang.check import check_program, free_indices, product_operands, top_level_terms
+from einflow.lang.check import check_program
 from einflow.lang.contraction import eliminate_deltas, product_output, split_product
 from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
-from einflow.lang.indices import NOT_PLAIN, indices_in, join_partners, size_links
+from einflow.lang.indices import (
+    NOT_PLAIN,
+    free_indices,
+    indices_in,
+    join_partners,
+    product_operands,
+    size_links,
+    top_level_terms,
+)
 from einflow.lang.numbers import _fold_power, _is_unit, _weak, exact_add
 from einflow.lang.positions import _mentions, read_through, solve_through
 from einflow.lang.stable import stabilize_program

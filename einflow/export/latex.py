@@ -6,9 +6,10 @@ import re
 from typing import Any
 
 from einflow.lang import ir
-from einflow.lang.check import as_checked, free_indices, product_operands, top_level_terms
+from einflow.lang.check import as_checked
 from einflow.lang.contraction import product_output
 from einflow.lang.functions import FUNCTION_RULES
+from einflow.lang.indices import free_indices, product_operands, top_level_terms
 
 __all__ = ["to_latex", "render_name", "render_expression"]
 

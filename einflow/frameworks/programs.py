@@ -11,8 +11,8 @@ from einflow.derivatives import jvp, value_and_grad, vjp
 from einflow.engine.memory import memory_limit_bytes
 from einflow.engine.plan import build_plan
 from einflow.lang import ir
-from einflow.lang.check import free_indices
 from einflow.lang.errors import DerivativeError, EinflowError
+from einflow.lang.indices import free_indices
 from einflow.program import Program
 
 __all__ = ["vjp_program", "jvp_program", "value_and_grad_program", "batched_program", "plan_for"]

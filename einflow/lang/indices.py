@@ -16,12 +16,80 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from einflow.lang import ir
+from einflow.lang.contraction import product_output
 from einflow.lang.errors import ShapeError, TensorNameError, located
 
-__all__ = ["indices_in", "size_links", "join_partners", "statement_sizes", "declared_sizes", "plain_axes",
-           "NOT_PLAIN", "infer_ranges", "position_bounds"]
+__all__ = ["indices_in", "free_indices", "product_operands", "product_split", "top_level_terms", "size_links",
+           "join_partners", "statement_sizes", "declared_sizes", "plain_axes", "NOT_PLAIN", "infer_ranges",
+           "position_bounds"]
 
 T = TypeVar("T")
+
+
+def product_operands(factors: tuple[ir.Expr, ...], bound: frozenset[str]) -> list[tuple[str, ...]]:
+    """The index lists a product's factors contribute (leaves with multiplicity, scopes once each)."""
+    lists: list[tuple[str, ...]] = []
+    for factor in factors:
+        if isinstance(factor, (ir.Tensor, ir.Read, ir.ShiftDelta)):
+            lists.append(factor.indices)
+        elif isinstance(factor, ir.Delta):
+            lists.append((factor.first, factor.second))
+        elif isinstance(factor, ir.Num):
+            lists.append(())
+        else:
+            lists.append(free_indices(factor, bound))
+    return lists
+
+
+def product_split(factors: tuple[ir.Expr, ...], bound: frozenset[str]) -> tuple[tuple[str, ...], set[str]]:
+    """(free indices in order, contracted indices) of a product of ``factors`` with ``bound`` indices bound."""
+    output, summed = product_output(product_operands(factors, bound), bound, frozenset())
+    return tuple(output), set(summed)
+
+
+def free_indices(expr: ir.Expr, bound: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """Free indices of ``expr`` in their order, when ``bound`` indices are bound around it.
+
+    >>> from einflow.lang.grammar import parse_expression
+    >>> free_indices(parse_expression("A[i,k] B[k,j]"))
+    ('i', 'j')
+    """
+    if isinstance(expr, ir.Num):
+        return ()
+    if isinstance(expr, (ir.Tensor, ir.Read, ir.ShiftDelta)):
+        return product_split((expr,), bound)[0]
+    if isinstance(expr, ir.Delta):
+        return product_split((expr,), bound)[0]
+    if isinstance(expr, ir.Product):
+        return product_split(expr.factors, bound)[0]
+    if isinstance(expr, ir.Sum):
+        seen: dict[str, None] = {}
+        for term in expr.terms:
+            for index in free_indices(term, bound):
+                seen.setdefault(index, None)
+        return tuple(seen)
+    if isinstance(expr, ir.Call):
+        return free_indices(expr.arg, bound)
+    if isinstance(expr, ir.Power):
+        return free_indices(expr.base, bound)
+    if isinstance(expr, ir.Reduce):
+        inner = bound | frozenset(expr.indices)
+        return tuple(i for i in free_indices(expr.body, inner) if i not in expr.indices)
+    if isinstance(expr, ir.Normalize):
+        return free_indices(expr.body, bound)
+    if isinstance(expr, ir.Binary):
+        return free_indices(ir.Sum((expr.left, expr.right)), bound)
+    if isinstance(expr, ir.Linalg):  # inv keeps its indices free (as a normaliser); det/logdet reduce them
+        if expr.kind == "inv":
+            return free_indices(expr.body, bound)
+        inner = bound | frozenset(expr.indices)
+        return tuple(i for i in free_indices(expr.body, inner) if i not in expr.indices)
+    raise TypeError(f"not an expression: {expr!r}")
+
+
+def top_level_terms(expr: ir.Expr) -> tuple[ir.Expr, ...]:
+    """The operands of the outermost sum (each reduced on its own in an explicit statement)."""
+    return expr.terms if isinstance(expr, ir.Sum) else (expr,)
 
 
 @functools.lru_cache(maxsize=4096)
