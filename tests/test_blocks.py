@@ -16,6 +16,7 @@ import pytest
 import einflow as ef
 import einflow.engine.blocks as blocks
 import einflow.engine.plan as plan_module
+import einflow.engine.specialise as specialise_module
 from einflow.engine.backends import get_backend
 from einflow.engine.plan import build_plan
 from einflow.lang.functions import FUNCTION_RULES
@@ -44,7 +45,7 @@ def _plan(text: str, arrays: dict[str, np.ndarray]) -> plan_module.Plan:
 def _one_expression(text: str, arrays: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
     """The program computed as one numpy expression (block evaluation switched off)."""
     with monkeypatch.context() as patch:
-        patch.setattr(plan_module, "BLOCK_ELEMENTS", 1 << 62)
+        patch.setattr(specialise_module, "BLOCK_ELEMENTS", 1 << 62)
         plan = _plan(text, arrays)
         assert "_run_blocks(" not in plan.source
         return plan.run(list(arrays.values()))
@@ -56,7 +57,7 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(blocks, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(blocks, "THREAD_ELEMENTS", 4096)
     monkeypatch.setattr(blocks, "THREADS", 2)
-    monkeypatch.setattr(plan_module, "BLOCK_ELEMENTS", 4096)
+    monkeypatch.setattr(specialise_module, "BLOCK_ELEMENTS", 4096)
 
 
 BLOCK_FUNCTIONS = sorted(name for name, rule in FUNCTION_RULES.items() if rule.block is not None)
@@ -198,7 +199,7 @@ def test_random_programs_and_their_gradients_give_the_same_numbers_in_blocks(mon
             results = []
             for blocked in (False, True):
                 with monkeypatch.context() as patch:
-                    patch.setattr(plan_module, "BLOCK_ELEMENTS", 2 if blocked else 1 << 62)
+                    patch.setattr(specialise_module, "BLOCK_ELEMENTS", 2 if blocked else 1 << 62)
                     patch.setattr(blocks, "BLOCK_BYTES", 8)
                     patch.setattr(blocks, "THREAD_ELEMENTS", 2)
                     patch.setattr(blocks, "THREADS", 2)

@@ -53,11 +53,11 @@ from einflow.engine.steps import (
     node_args,
 )
 from einflow.lang import ir
-from einflow.lang.errors import EinflowError
+from einflow.lang.errors import EinflowError, MatrixError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.numbers import _is_unit
 
-__all__ = ["Source", "NodeRule", "NODE_RULES", "StepRule", "STEP_RULES",
+__all__ = ["Source", "generic_booleans", "helpers", "taken_names", "NodeRule", "NODE_RULES", "StepRule", "STEP_RULES",
            "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS", "kind_of", "diagonal_spec",
            "diagonal_view_labels"]
 
@@ -349,11 +349,7 @@ class Source:
         self.labels: dict[int, tuple[str, ...]] = {}
         #: registers known to hold booleans (a specialised rendering knows them all; a generic one knows the
         #: ones vectors of deltas and the diagonals written from them)
-        self.booleans: set[int] = set()
-        for step in lowered.steps:
-            if isinstance(step, Ones) or isinstance(step, Diagonal) and step.arg in self.booleans and \
-                    step.base is None and _is_unit(step.coefficient):
-                self.booleans.add(step.out)
+        self.booleans: set[int] = generic_booleans(lowered)
         #: float literals as 0-d float64 tensors (generic torch code): torch computes ``0.5 * x`` of an integer
         #: tensor in float32, but with a 0-d float64 tensor in float64 and with a float32 ``x`` in float32, as
         #: numpy does with a Python float (a specialised rendering knows the dtypes and casts instead)
@@ -619,6 +615,38 @@ class Source:
 
     def returned(self) -> list[str]:
         return [self.var(register) for register in self.lowered.outputs]
+
+
+def generic_booleans(lowered: Lowered) -> set[int]:
+    """The registers known to hold booleans without knowing the inputs' dtypes: the ones vectors of deltas and
+    the diagonals written from them."""
+    booleans: set[int] = set()
+    for step in lowered.steps:
+        if isinstance(step, Ones) or isinstance(step, Diagonal) and step.arg in booleans and \
+                step.base is None and _is_unit(step.coefficient):
+            booleans.add(step.out)
+    return booleans
+
+
+def taken_names(lowered: Lowered) -> set[str]:
+    """The names the generated code may not give its own variables: the inputs' and the targets'."""
+    return set(lowered.inputs) | {name for _, name in lowered.names}
+
+
+_HELPER_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def helpers(source: Source, xp: Any) -> dict[str, Any]:
+    """The generated code's helper functions under the renderer's names, on the array module ``xp`` (cached)."""
+    key = (tuple(sorted(source.alias.items())), xp.__name__, source.target)
+    found = _HELPER_CACHE.get(key)
+    if found is None:
+        found = {source.alias["np"]: xp, "MatrixError": MatrixError}  # raised by the linalg helper's checks
+        for name in HELPER_KEYS:
+            exec(source.helper_text(name), found)  # noqa: S102 - our own helper text
+        if len(_HELPER_CACHE) < 64:
+            _HELPER_CACHE[key] = found
+    return dict(found)
 
 
 def diagonal_view_labels(step: Diagonal) -> tuple[str, ...]:

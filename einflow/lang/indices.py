@@ -215,7 +215,8 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
         mentioned.setdefault(second, None)
     for index in statement.indices or ():
         mentioned.setdefault(index, None)
-    for node in ir.walk(statement.expr):  # an index only reads through positions mention (``max[i](x[i-1])``)
+    nodes = ir.walk(statement.expr)
+    for node in nodes:  # an index only reads through positions mention (``max[i](x[i-1])``)
         if isinstance(node, (ir.Read, ir.ShiftDelta)):
             for index in node.indices:
                 mentioned.setdefault(index, None)
@@ -232,8 +233,8 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
     sizes = {index: size for index, (size, _) in found.items()}
     join_partners(sizes, partners, lambda index, size, where, node: (note(index, size, where, node),
                                                                      sizes.__setitem__(index, size)), clash)
-    reads = [node for node in ir.walk(statement.expr) if isinstance(node, ir.Read)]
-    shifts = [node for node in ir.walk(statement.expr) if isinstance(node, ir.ShiftDelta)]
+    reads = [node for node in nodes if isinstance(node, ir.Read)]
+    shifts = [node for node in nodes if isinstance(node, ir.ShiftDelta)]
     if reads or shifts:
         for node in reads + shifts:  # type: ignore[operator]
             for index in node.indices:
@@ -254,7 +255,7 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
             raise ShapeError(located(
                 f"index '{index}' has no size: it is not an axis of any tensor; declare it with "
                 f"'size {index} = ...'", statement.span, source))
-    for node in ir.walk(statement.expr):  # linear algebra: square matrices (LANGUAGE.md 8.1)
+    for node in nodes:  # linear algebra: square matrices (LANGUAGE.md 8.1)
         if isinstance(node, ir.Linalg):
             (rows, row_where), (columns, column_where) = (found[index] for index in node.indices)
             if rows != columns:

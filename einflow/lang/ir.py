@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -369,13 +368,18 @@ def children(expr: Expr) -> tuple[Expr, ...]:
     return ()
 
 
-def walk(expr: Expr) -> Iterator[Expr]:
-    """Every node of ``expr``, parents before children, left to right (source order)."""
+def walk(expr: Expr) -> list[Expr]:
+    """Every node of ``expr``, parents before children, left to right (source order).
+
+    A list, not a generator: callers read every node, and a generator's every resumption is a call.
+    """
+    found = []
     stack = [expr]
     while stack:
         node = stack.pop()
-        yield node
+        found.append(node)
         stack.extend(reversed(children(node)))
+    return found
 
 
 def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:
