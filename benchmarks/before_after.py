@@ -49,6 +49,9 @@ work = {
     "grad of a 2-layer MLP: derivation (ms)": (lambda: ef.grad(fresh(mlp), wrt=["W1", "W2"]), 1e3, 30),
     "hessian of least squares by W: derivation (ms)": (
         lambda: ef.hessian(fresh("L = sum[n,j]((X[n,i] W[i,j] - y[n,j])^2)"), wrt="W"), 1e3, 30),
+    "first plan under a memory limit, sliced 3-matrix chain (ms)": (
+        lambda: ef.compile(fresh("C[i,j] = A[i,k] B[k,l] D[l,j]")).plan(
+            {"A": (300, 200), "B": (200, 250), "D": (250, 300)}, memory_limit=1_000_000), 1e3, 30),
     "MLP gradient call, 512x256 (ms)": (lambda: grad_mlp(**mlp_big), 1e3, 200),
     "least-squares Hessian call, (48x48)^2 (ms)": (lambda: hess(**batch), 1e3, 20),
 }

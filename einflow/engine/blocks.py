@@ -122,56 +122,66 @@ class _Writer:
         return written
 
     def value(self, node: Node, out: str | None = None) -> str:
-        """The name (or literal) holding ``node``'s value for the block; ``out``: where it must be written."""
-        if isinstance(node, Arg):
-            name = self.operands.setdefault(node, f"a{len(self.operands)}")
-            return name if out is None else self.call("positive", [name], out)
-        if isinstance(node, (Number, Size)):
-            if isinstance(node, Number) and (isinstance(node.value, bool)
-                                             or isinstance(node.value, int) and abs(node.value) >= 2**53):
-                raise _Unsupported
-            literal = self.number(node.value) if isinstance(node, Number) else self.size(node.ref)
-            return literal if out is None else self.call("add", [literal, "0"], out)
-        if isinstance(node, Apply) and node.other is not None:
+        """The name (or literal) holding ``node``'s value for the block; ``out``: where it must be written (the
+        node's row of ``_VALUES``; a node without one has no block form)."""
+        write = _VALUES.get(type(node))
+        if write is None:
+            raise _Unsupported  # AsFloat: deltas alone (booleans), never large fused work
+        return write(self, node, out)
+
+    def arg(self, node: Arg, out: str | None) -> str:
+        name = self.operands.setdefault(node, f"a{len(self.operands)}")
+        return name if out is None else self.call("positive", [name], out)
+
+    def literal(self, node: Number | Size, out: str | None) -> str:
+        if isinstance(node, Number) and (isinstance(node.value, bool)
+                                         or isinstance(node.value, int) and abs(node.value) >= 2**53):
+            raise _Unsupported
+        literal = self.number(node.value) if isinstance(node, Number) else self.size(node.ref)
+        return literal if out is None else self.call("add", [literal, "0"], out)
+
+    def apply(self, node: Apply, out: str | None) -> str:
+        if node.other is not None:
             if node.func not in ("maximum", "minimum"):
                 raise _Unsupported
             first = self.value(node.arg)
             return self.call(node.func, [first, self.value(node.other)], out)
-        if isinstance(node, Apply):
-            lines = FUNCTION_RULES[node.func].block
-            if lines is None:
-                raise _Unsupported
-            x = self.value(node.arg)
-            written = self.target(out, x)
-            temporary = self.buffer() if any("{t}" in line for line in lines) else ""
-            self.lines.extend(line.format(np=self.np, x=x, out=written, t=temporary) for line in lines)
-            self.release(*(name for name in (x, temporary) if name and name != written))
-            return written
-        if isinstance(node, Pow):
-            base = self.value(node.base)
-            exponent = node.exponent
-            if exponent == 2:
-                return self.call("square", [base], out)
-            if exponent == -1:
-                return self.call("reciprocal", [base], out)
-            if exponent == 0.5:
-                return self.call("sqrt", [base], out)
-            if isinstance(exponent, bool):
-                raise _Unsupported
-            return self.call("power", [base, self.number(exponent)], out)
-        if isinstance(node, Add):
-            parts: list[tuple[str, Node]] = []
-            for position, term in enumerate(_positive_first(node.terms)):
-                negated = _negated(term) if position else None
-                parts.append(("subtract", negated) if negated is not None else ("add", term))
+        lines = FUNCTION_RULES[node.func].block
+        if lines is None:
+            raise _Unsupported
+        x = self.value(node.arg)
+        written = self.target(out, x)
+        temporary = self.buffer() if any("{t}" in line for line in lines) else ""
+        self.lines.extend(line.format(np=self.np, x=x, out=written, t=temporary) for line in lines)
+        self.release(*(name for name in (x, temporary) if name and name != written))
+        return written
+
+    def power(self, node: Pow, out: str | None) -> str:
+        base = self.value(node.base)
+        exponent = node.exponent
+        if exponent == 2:
+            return self.call("square", [base], out)
+        if exponent == -1:
+            return self.call("reciprocal", [base], out)
+        if exponent == 0.5:
+            return self.call("sqrt", [base], out)
+        if isinstance(exponent, bool):
+            raise _Unsupported
+        return self.call("power", [base, self.number(exponent)], out)
+
+    def add(self, node: Add, out: str | None) -> str:
+        parts: list[tuple[str, Node]] = []
+        for position, term in enumerate(_positive_first(node.terms)):
+            negated = _negated(term) if position else None
+            parts.append(("subtract", negated) if negated is not None else ("add", term))
+        return self.fold(parts, out)
+
+    def multiply(self, node: Mul, out: str | None) -> str:
+        parts = [("multiply", factor) for factor in node.factors if not _divisor(factor)]
+        if parts:  # division is division, as in the one-expression form
+            parts += [("divide", factor.base) for factor in node.factors if _divisor(factor)]  # type: ignore
             return self.fold(parts, out)
-        if isinstance(node, Mul):
-            parts = [("multiply", factor) for factor in node.factors if not _divisor(factor)]
-            if parts:  # division is division, as in the one-expression form
-                parts += [("divide", factor.base) for factor in node.factors if _divisor(factor)]  # type: ignore
-                return self.fold(parts, out)
-            return self.fold([("multiply", factor) for factor in node.factors], out)
-        raise _Unsupported  # AsFloat: deltas alone (booleans), never large fused work
+        return self.fold([("multiply", factor) for factor in node.factors], out)
 
     def fold(self, parts: list[tuple[str, Node]], out: str | None) -> str:
         """``((p0 op1 p1) op2 p2) ...``, left to right as Python evaluates the one-expression form."""
@@ -180,6 +190,13 @@ class _Writer:
             other = self.value(part)
             total = self.call(operation, [total, other], out if position == len(parts) else None)
         return total
+
+
+#: one row per node kind with a block form: how the writer computes it
+_VALUES: dict[type, Callable[[_Writer, Any, str | None], str]] = {
+    Arg: _Writer.arg, Number: _Writer.literal, Size: _Writer.literal, Apply: _Writer.apply, Pow: _Writer.power,
+    Add: _Writer.add, Mul: _Writer.multiply,
+}
 
 
 class _Unsupported(Exception):
