@@ -931,7 +931,8 @@ def _args_in_order(node: Node) -> list[Arg]:
 # ---------------------------------------------------------------------------------------------- step rules
 # One row per step kind: the report's name for it (``kind``), the statements computing it (``render``, given
 # the renderer and the name of its result) and the text after the name in its comment and the plan report
-# (``note``). The plan's own rows (FLOPs, dtypes, specialised code) are ``einflow.engine.plan.PLAN_RULES``.
+# (``note``). The specialised rows are ``einflow.engine.specialise.PLAN_RULES`` (shapes, dtypes, FLOPs, memory) and
+# ``einflow.engine.render.RENDER_RULES`` (lines with shapes).
 
 
 def _free_lines(source: Source, step: Free, out: str) -> list[str]:

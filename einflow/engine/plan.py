@@ -16,6 +16,7 @@ over its memory limit is refused before anything is rendered or allocated.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +117,7 @@ class Plan:
                                "(e.g. to float64) first") from None
 
 
-def _peak(steps: tuple[Step, ...], allocations: dict[int, int], transients: dict[int, int]) -> tuple[int, int]:
+def _peak(steps: tuple[Step, ...], allocations: Mapping[int, int], transients: Mapping[int, int]) -> tuple[int, int]:
     """(peak bytes, the register being made at the peak)."""
     live = peak = 0
     at = -1

@@ -31,9 +31,8 @@ from einflow.engine.codegen import (
     helpers,
 )
 from einflow.engine.fitting import Fitting
-from einflow.engine.kernels import contraction_steps
 from einflow.engine.render_fitted import FittedRenderer
-from einflow.engine.specialise import Specialised, common_dtype, one_float_type
+from einflow.engine.specialise import NP, OPS, Specialised, common_dtype, one_float_type
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -172,13 +171,13 @@ class Renderer(FittedRenderer, Source):
             if self.target == "torch" and self.ops_alias is None:
                 self.ops_alias = self.fresh("_ops")
                 self.namespace[self.ops_alias] = importlib.import_module(self.backend.einsum_backend)
-            in_place = planned.in_place
+            in_place, fresh = planned.in_place, planned.fresh
             # numpy: the scale multiplies the smallest operand, intermediate or result (the dot product in
             # `w[i] t[i] t[p]`); torch scales the contraction's own new array in place (below)
             scale = self.scaled("", step.scale) if step.scale and self.backend.numpy_native else None
-            text, _, _, fresh = contraction_steps(equation, shapes, planned.info.contraction_list, operands,
-                                                  self.alias["np"], dialect=self.target,
-                                                  ops_alias=self.ops_alias or "_ops", in_place=in_place, scale=scale)
+            assert planned.text is not None
+            text = planned.text.format(*operands, scale=scale).replace(NP, self.alias["np"]) \
+                .replace(OPS, self.ops_alias or "_ops")
             scaled_inside = scale is not None
         else:
             if step.scale:

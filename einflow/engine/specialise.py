@@ -16,6 +16,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -87,6 +88,8 @@ BLOCK_ELEMENTS = 1 << 16
 HOIST_ELEMENTS = 1 << 16
 #: a product's factors that together vary along at most 1/HOIST_SHARE of its elements are multiplied first
 HOIST_SHARE = 8
+#: the array module's and torch_ops' names in a contraction's text until the render pass names them
+NP, OPS = "\x00np", "\x00ops"
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,12 @@ class ContractionPlan:
     orders: tuple[tuple[int, ...], ...]
     #: torch, operands and result of one floating type: products of intermediates may be made in place
     in_place: bool
+    #: backends with pairwise kernels: the contraction's text (``einflow.engine.kernels``) with the operands as
+    #: ``{0}``, ``{1}``, ..., the scale as ``{scale}``, the array module as ``NP`` and torch_ops as ``OPS``,
+    #: for the render pass to fill in with its names (None on other backends)
+    text: str | None
+    #: whether that text makes a new array (torch may then scale it in place)
+    fresh: bool
 
 
 @dataclass(frozen=True)
@@ -341,10 +350,12 @@ class _Specialising:
                 allocations[out] = math.prod(self.shape[out]) * self.itemsize(out)
         itemsizes = {register: 8 if isinstance(dtype, type) else np.dtype(dtype).itemsize
                      for register, dtype in self.dtype.items()}
-        return Specialised(self.lowered, self.backend, self.float_dtype, self.shape, self.dtype, self.inferred,
-                           itemsizes, frozenset(self.booleans), frozenset(self.taken), self.orders,
-                           self.contractions, self.expressions, self.specs,
-                           flops, allocations, views, self.updated, self.transient)
+        frozen = MappingProxyType  # read-only views: the passes after this one read the record, never write it
+        return Specialised(self.lowered, self.backend, self.float_dtype, frozen(self.shape), frozen(self.dtype),
+                           frozen(self.inferred), frozen(itemsizes), frozenset(self.booleans), frozenset(self.taken),
+                           frozen(self.orders), frozen(self.contractions), frozen(self.expressions),
+                           frozen(self.specs), frozen(flops), frozen(allocations), frozen(views),
+                           frozen(self.updated), frozen(self.transient))
 
 
 def common_dtype(dtypes: Mapping[int, Any], step: Contract) -> np.dtype:
@@ -402,24 +413,25 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
         readable += " -> [" + ",".join(names[c] for c in result) + "]"
         pairwise.append((readable, int(flops), tuple(info.size_dict[c] for c in result)))
     dtypes = specialiser.dtype
-    in_place = False
+    in_place = fresh = False
+    text = None
     if specialiser.backend.pairwise_kernels:
         # scale factors: numbers, and 0-d values that do not widen a floating array (torch keeps its type)
         in_place = one_float_type(target, dtypes, list(step.args), step.out) and all(
             dtypes[r] in (int, float) or not specialiser.shape[r] and np.dtype(dtypes[r]).kind in "biuf"
             for factor in step.scale for r in node_args(factor))
-        # the pairwise calls' intermediates and the order the last one makes the result in (the names of the
-        # operands and of the scale do not change either: the render pass writes the same calls with its own)
-        scale = " * _scale" if step.scale and specialiser.backend.numpy_native else None
-        _, internal, final, _ = contraction_steps(equation, shapes, info.contraction_list,
-                                                  [f"_v{k}" for k in range(len(step.args))], "_np", dialect=target,
-                                                  ops_alias="_ops", in_place=in_place, scale=scale)
+        # each pairwise step as a direct call, with its intermediates' memory and the order the last one makes
+        # the result in; the names are the render pass's to fill in (they change neither the calls nor the memory)
+        scale = "{scale}" if step.scale and specialiser.backend.numpy_native else None
+        text, internal, final, fresh = contraction_steps(
+            equation, shapes, info.contraction_list, [f"{{{k}}}" for k in range(len(step.args))], NP,
+            dialect=target, ops_alias=OPS, in_place=in_place, scale=scale)
         specialiser.orders[step.out] = tuple(step.output.index(names[letter]) for letter in final)
     else:
         internal = max((math.prod(shape) for _, _, shape in pairwise[:-1]), default=0)
     specialiser.contractions[step.out] = ContractionPlan(
         equation, tuple(shapes), path, info, names, choice, int(info.opt_cost), tuple(pairwise),
-        int(info.largest_intermediate), tuple(orders), in_place)
+        int(info.largest_intermediate), tuple(orders), in_place, text, fresh)
     specialiser.transient[step.out] = internal * specialiser.itemsize(step.out)
 
 
