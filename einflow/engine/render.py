@@ -267,14 +267,24 @@ class Renderer(FittedRenderer, Source):
 
     def node_in_place(self, node: Node) -> tuple[str, int] | None:
         """torch: a function of a sum or product, or ``c - product``, computed in place on the array the sum
-        or product just made (autograd allows it: those operations keep no output for their backward)."""
-        if isinstance(node, Apply) and node.other is None and _fresh(node.arg):
+        or product just made (autograd allows it: those operations keep no output for their backward); the
+        node's row of ``_IN_PLACE`` (None: as usual)."""
+        rule = _IN_PLACE.get(type(node))
+        return None if rule is None else rule(self, node)
+
+    def function_in_place(self, node: Apply) -> tuple[str, int] | None:
+        """``tanh(a + b)`` as ``(a + b).tanh_()``."""
+        if node.other is None and _fresh(node.arg):
             inner, _ = self.node(node.arg)
             np_ = self.alias["np"]
             if self.call(node.func, "{x}", promote=False) == f"{np_}.{node.func}({{x}})" and \
                     hasattr(_torch_tensor_type(), f"{node.func}_"):
                 return f"({inner}).{node.func}_()", 4
-        if isinstance(node, Add) and len(node.terms) == 2:
+        return None
+
+    def difference_in_place(self, node: Add) -> tuple[str, int] | None:
+        """``c - a b`` as ``(a * b).neg_().add_(c)``."""
+        if len(node.terms) == 2:
             numbers = [t for t in node.terms if isinstance(t, Number) and not isinstance(t.value, bool)]
             others = [t for t in node.terms if not isinstance(t, Number)]
             if len(numbers) == 1 and len(others) == 1:
@@ -451,6 +461,12 @@ class Renderer(FittedRenderer, Source):
                                                 self.shape[step.out])
         written = f"{name}({self.diagonal_value(step, True)})"
         return [f"{out} = {written}" if step.base is None else f"{out} = {self.var(step.base)} + {written}"]
+
+
+#: torch: the node kinds computed in place on an array their argument just made
+_IN_PLACE: dict[type, Callable[[Renderer, Any], tuple[str, int] | None]] = {
+    Apply: Renderer.function_in_place, Add: Renderer.difference_in_place,
+}
 
 
 def _fresh(node: Node) -> bool:
