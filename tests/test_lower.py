@@ -194,7 +194,7 @@ def test_count_of_deltas_alone_has_the_inputs_floating_type(dtype: str, expected
 
 def test_node_rows_read_the_registers_the_steps_read() -> None:
     from einflow.engine.codegen import NODE_RULES, STEP_RULES, _args_in_order
-    from einflow.engine.plan import PLAN_RULES
+    from einflow.engine.specialise import PLAN_RULES
     from einflow.engine.steps import Node, Step, node_args
 
     assert set(NODE_RULES) == set(Node.__args__) and set(STEP_RULES) == set(PLAN_RULES) == set(Step.__args__)

@@ -30,7 +30,7 @@ from einflow.engine.lower import lower
 from einflow.engine.memory import format_bytes
 from einflow.engine.paths import PathChoice
 from einflow.engine.render import render
-from einflow.engine.specialise import PLAN_RULES, Specialised, _hoist, specialise
+from einflow.engine.specialise import PLAN_RULES, Specialised, specialise
 from einflow.engine.steps import Free, Lowered, Step
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
@@ -38,7 +38,7 @@ from einflow.lang.errors import EinflowError, MemoryLimitError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import indices_in
 
-__all__ = ["Plan", "PlanStep", "build_plan", "report_steps", "indices_in", "TEMPORARIES", "PLAN_RULES", "_hoist"]
+__all__ = ["Plan", "PlanStep", "build_plan", "report_steps", "indices_in", "TEMPORARIES"]
 
 # temporaries (in arrays of the argument's size, float64) that functions.py's value rules build besides
 # their result; tests/test_speed_features.py measures them
