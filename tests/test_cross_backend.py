@@ -210,6 +210,8 @@ def check(seed: int) -> str | None:
         wants = want if isinstance(want, tuple) else (want,)
         if any(not np.all(np.isfinite(_numpy(w))) or np.max(np.abs(_numpy(w)), initial=0) > LIMIT for w in wants):
             continue
+        if not well_conditioned(compiled, given, want, rtol, seed):
+            continue  # numpy's answer is not stable to rtol: there is nothing to compare with
         for backend in ("torch", "jax", "dask"):
             if backend == "jax" and seed % JAX_EVERY:
                 continue
@@ -245,6 +247,32 @@ def check(seed: int) -> str | None:
             if found_difference:
                 return f"to_source(target={target!r}): {found_difference}"
     return None
+
+
+def well_conditioned(compiled: ef.Program, given: dict[str, Any], want: Any, rtol: float, seed: int) -> bool:
+    """Whether numpy's own answer is stable enough to compare the other backends with, to ``rtol``.
+
+    float32 inputs: numpy's float32 answer must be its float64 answer (seed 5605: a vjp whose two terms cancel
+    exactly, so the float32 result is rounding noise of size 35 on a value of 5e8). float64 inputs: the answer
+    must not move when the inputs move by a relative 1e-11 (seed 5163: cos of an argument near 1e12, where the
+    last bits of the argument decide the value). Integer inputs are exact and always compared."""
+    rng = np.random.default_rng(seed + 2)
+    floating = {name: value for name, value in given.items()
+                if isinstance(value, float) or (isinstance(value, np.ndarray) and value.dtype.kind == "f")}
+    if not floating:
+        return True
+    if family(seed) == "float32":
+        moved = {name: np.asarray(value, np.float64) for name, value in floating.items()}
+    else:
+        moved = {name: value * (1 + 1e-11 * rng.uniform(-1, 1, np.shape(value))) for name, value in floating.items()}
+        moved = {name: float(value) if isinstance(given[name], float) else value for name, value in moved.items()}
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            other = compiled(**{**given, **moved}, backend="numpy")
+        except ef.EinflowError:
+            return False
+    return mismatch(want, other, rtol, exact_dtype=False) is None
 
 
 def _report(seed: int, problem: str) -> str:

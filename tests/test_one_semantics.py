@@ -331,3 +331,17 @@ def test_cross_seed_6301_a_delta_over_a_float32_value_stays_float32_on_torch() -
     value = gradient(Q=torch.tensor(Q))
     assert value.dtype == torch.float32
     np.testing.assert_allclose(value.numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cross_seed_10543_deltas_times_a_number_and_a_float32_value_stay_float32(backend: str) -> None:
+    # the Hessian of P[l,l]^0.5 is -0.25 delta[p,q] delta[r,s] t1^-1.5: bool ones times a Python float made a
+    # float64 array on numpy before the float32 factor came (the number multiplied the smallest integer array
+    # first, a memory rule meant for products of integer arrays alone); the numbers now come after it
+    hessian = ef.hessian("loss = P[l,l]^0.5", wrt="P")
+    P = (2 * np.eye(3) + 0.1).astype(np.float32)
+    value = host(hessian(P=native(P, backend)))
+    assert value.dtype == np.float32
+    t1 = np.trace(P.astype(np.float64))
+    want = -0.25 * np.einsum("pq,rs->pqrs", np.eye(3), np.eye(3)) * t1**-1.5
+    np.testing.assert_allclose(value, want, rtol=1e-6)

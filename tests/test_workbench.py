@@ -60,6 +60,26 @@ def test_save_reset_load_restores_a_live_session(tmp_path: Path) -> None:
     assert session.sizes["j"].source == "W2"  # size declarations come back too
 
 
+def test_load_chooses_the_saved_backend_again(tmp_path: Path) -> None:
+    pytest.importorskip("dask")
+    session = Session()
+    network(session)
+    assert session.execute(":backend dask").ok
+    path = tmp_path / "s.npz"
+    session.execute(f":save {path}")
+    restored = Session()
+    reply = restored.execute(f":load {path}")
+    assert reply.ok and "backend: dask" in reply.text and restored.backend == "dask"
+    assert restored.execute(":backend").text == "backend: dask"
+    np.testing.assert_allclose(np.asarray(restored.values["L"]), np.asarray(session.values["L"]))
+    # a backend this machine lacks is named, and the session stays on its own backend
+    record = load_session_record(str(path))
+    assert record is not None
+    with np.load(path) as arrays:
+        notes = Session().restore(dict(arrays), {**record, "backend": "no-such-backend"}, "test")
+    assert any("saved backend 'no-such-backend' is not available here" in note for note in notes)
+
+
 def test_a_session_npz_stays_a_plain_npz_of_arrays(tmp_path: Path) -> None:
     session = Session()
     network(session)

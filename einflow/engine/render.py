@@ -251,7 +251,8 @@ class Renderer(FittedRenderer, Source):
         arrays = [k for k, f in enumerate(node.factors) if isinstance(f, Arg)]
         numbers = [k for k, f in enumerate(node.factors) if isinstance(f, Number) and isinstance(f.value, float)]
         dtypes = [self.dtype[node.factors[k].register] for k in arrays]  # type: ignore[attr-defined]
-        if self.target != "numpy" or len(arrays) < 2 or not numbers or any(
+        others = [k for k in order if k not in arrays and k not in numbers]  # calls, powers: maybe floating
+        if self.target != "numpy" or len(arrays) < 2 or not numbers or others or any(
                 isinstance(dtype, type) or np.dtype(dtype).kind not in "biu" for dtype in dtypes):
             return order
         smallest = min(arrays, key=lambda k: math.prod(self.shape[node.factors[k].register]))

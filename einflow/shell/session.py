@@ -425,8 +425,9 @@ class Session:
     def restore(self, arrays: Mapping[str, Any], record: Mapping[str, Any], origin: str) -> list[str]:
         """Bind the saved data, then keep and re-evaluate the saved statements (the inverse of :meth:`record`);
         a statement that does not evaluate now is kept stale, as it would be after an edit."""
+        notes = self._restore_backend(record.get("backend"))
         data = {name: arrays[name] for name in record.get("data", ()) if name in arrays}
-        notes = self.bind_many(data, origin)
+        notes += self.bind_many(data, origin)
         for text in record.get("sizes", ()):
             for statement in parse(text).statements:
                 if isinstance(statement, ir.SizeDecl):
@@ -456,6 +457,22 @@ class Session:
         if restored:
             notes.append("statements restored (re-evaluated when their inputs change): " + ", ".join(restored))
         return notes
+
+    def _restore_backend(self, saved: str | None) -> list[str]:
+        """Choose the saved backend again (before any statement re-evaluates); a backend this machine lacks is
+        named in a note and the session keeps its own."""
+        from einflow.engine.backends import get_backend
+
+        if saved is None or saved == self.backend:
+            return []
+        try:
+            if saved != "auto":
+                get_backend(saved)
+        except EinflowError as error:
+            return [f"saved backend '{saved}' is not available here ({_first_line(_error_text(error))}); "
+                    f"staying on {self.backend or 'the default backend'}"]
+        self.backend = saved
+        return [f"backend: {saved}"]
 
     # ------------------------------------------------------------------ helpers
     def names(self) -> list[str]:
