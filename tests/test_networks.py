@@ -137,3 +137,99 @@ def test_an_array_of_more_than_64_axes_is_a_shape_error_naming_the_statement() -
     text = "y = " + " + ".join(f"x{k}[i{k}]" for k in range(70))
     with pytest.raises(ef.ShapeError, match="70 axes .*at most 64"):
         ef.compile(text)({f"x{k}": np.ones(1) for k in range(70)})
+
+
+# ------------------------------------------------------ issue 27 item 2: paths for big networks, shared adjoints
+
+@pytest.mark.parametrize("network", [grid(6, 4), grid(10, 2), random_regular(60, 3, 2, seed=1)],
+                         ids=lambda network: network.name)
+def test_the_gradient_by_every_tensor_costs_about_three_forwards(network: Network) -> None:
+    # reverse mode along the product's tree: each node's cotangent is its parent's contracted with its sibling,
+    # so the forward's partial products are shared. Tensor by tensor it would be ~N forwards (36 on the grid;
+    # the earlier greedy tree gave 41x on the 6x6 grid and 4.2x on the 10x10); the tree is searched at bond 2
+    forward = ef.compile(network.text)
+    names = [name for name, _ in network.tensors]
+    gradient = ef.grad(forward, wrt=names)
+    ratio = gradient.plan(network.shapes).flops / forward.plan(network.shapes).flops
+    assert ratio <= 3.05, ratio
+    assert "dvalue_dt" in str(gradient)  # the cotangents of the tree's partial products, by name
+
+
+def test_the_gradient_by_every_tensor_of_a_grid_matches_jax() -> None:
+    jax = pytest.importorskip("jax", reason="jax is a test dependency (make test installs it)")
+    jax.config.update("jax_enable_x64", True)
+    network = grid(5, 2)  # 25 tensors: beyond derive.tree.DP_LIMIT, the tree is searched
+    arrays = arrays_for(network, seed=7)
+    names = [name for name, _ in network.tensors]
+    got = ef.grad(ef.compile(network.text), wrt=names)(arrays)
+    equation, _ = network.equation()
+    terms = equation.split("->")[0].split(",")
+    letters = {c: chr(ord("a") + k) for k, c in enumerate(dict.fromkeys("".join(terms)))}
+    assert len(letters) <= 52
+    spec = ",".join("".join(letters[c] for c in term) for term in terms) + "->"
+
+    def value(*xs: object) -> object:
+        return jax.numpy.einsum(spec, *xs, optimize="greedy")
+
+    expected = jax.grad(value, argnums=tuple(range(len(names))))(*[arrays[name] for name in names])
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, np.asarray(b), rtol=1e-9)
+
+
+def test_the_split_tree_is_the_same_on_every_derivation() -> None:
+    network = grid(6, 4)
+    names = [name for name, _ in network.tensors]
+    first = str(ef.grad(ef.compile(network.text), wrt=names))
+    assert str(ef.grad(ef.compile(network.text), wrt=names)) == first
+
+
+def test_default_paths_match_cotengras_hyper_optimiser_at_the_same_budget() -> None:
+    pytest.importorskip("cotengra", reason="cotengra (the networks and test extras) plans large networks")
+    import warnings
+
+    import cotengra as ctg
+    import opt_einsum as oe
+
+    from einflow.engine import paths
+
+    network = grid(6, 4)
+    equation, shapes = network.equation()
+    _, _, choice = paths._auto(equation, tuple(tuple(s) for s in shapes))
+    assert choice.optimizer.startswith("cotengra hyper")  # cotengra's search ran (not the fallback)
+    ours = choice.flops
+    best = None
+    for seed in range(2):
+        optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=paths.HYPER_MIN_TRIALS, parallel=False,
+                                       progbar=False, seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, info = oe.contract_path(equation, *shapes, shapes=True, optimize=optimizer)
+        best = int(info.opt_cost) if best is None else min(best, int(info.opt_cost))
+    assert best is not None and ours <= 1.1 * best, (ours, best)
+
+
+def test_without_cotengra_paths_and_trees_fall_back_to_opt_einsum(monkeypatch: pytest.MonkeyPatch) -> None:
+    from einflow.engine import paths
+
+    monkeypatch.setitem(sys.modules, "cotengra", None)  # ``import cotengra`` raises ImportError
+    network = grid(5, 3)
+    equation, shapes = network.equation()
+    _, info, choice = paths._auto(equation, tuple(tuple(s) for s in shapes))
+    assert "cotengra" not in choice.optimizer and choice.flops == int(info.opt_cost)
+    forward = ef.compile(network.text)
+    names = [name for name, _ in network.tensors]
+    gradient = ef.grad(forward, wrt=names)
+    assert gradient.plan(network.shapes).flops <= 3.5 * forward.plan(network.shapes).flops
+
+
+def test_hyper_paths_are_seeded() -> None:
+    pytest.importorskip("cotengra", reason="cotengra (the networks and test extras) plans large networks")
+    from einflow.lang.trees import hyper_path
+
+    network = grid(5, 2)
+    equation, shapes = network.equation()
+    terms = equation.split("->")[0].split(",")
+    sizes = {c: 2 for term in terms for c in term}
+    first = hyper_path(terms, "", sizes, 3, 3)
+    assert first is not None and first[1] == 3
+    assert hyper_path(terms, "", sizes, 3, 3) == first

@@ -8,12 +8,22 @@ takes opt_einsum's fast heuristic (``'branch-2'``, ``'branch-1'``, then ``'greed
 that path costs at least :data:`SEARCH_FLOPS`, a search runs for at most a time budget that grows with the
 work at stake (``flops / SEARCH_RATE`` seconds, between :data:`SEARCH_SECONDS_MIN` and
 :data:`SEARCH_SECONDS_MAX`; up to :data:`SEARCH_SECONDS_LARGE` for paths of :data:`SEARCH_LARGE_FLOPS` and
-more): a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs,
-:data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials, :data:`SEARCH_REPEATS_LARGE` for the large
-ones) proposes a path, its subtrees and the
-fast path's are re-solved exactly (:mod:`einflow.engine.subtrees`), and the cheapest path wins. The search stops
-early when the trials are done and a pass over the tree finds nothing cheaper; the minimum trials and one
-refinement pass of each tree run even past the budget, so that a loaded machine gets the same quality.
+more) and with the operand count (at least :data:`SEARCH_SECONDS_PER_OPERAND` a operand: 0.72 s for a 6x6
+grid, 2 s for a 10x10 one, 4 s for 200 tensors), and the cheapest of the candidates wins:
+
+* with cotengra installed (the ``networks`` extra), cotengra's ``HyperOptimizer`` at its own defaults
+  (greedy and label-propagation trees, tuned by its hyper-parameter search, each trial's tree reconfigured
+  by exact subtree re-solving), minimising FLOPs, seeded (``einflow.lang.trees.HYPER_SEED``): at least
+  :data:`HYPER_MIN_TRIALS` trials whatever the clock, at most :data:`HYPER_TRIALS` within two thirds of
+  the budget; its best tree as it is and with its subtrees of up to 8 leaves re-solved exactly
+  (:mod:`einflow.lang.trees`);
+* without it, a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs,
+  :data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials, :data:`SEARCH_REPEATS_LARGE` for the large
+  ones) whose path's subtrees are re-solved exactly (:mod:`einflow.lang.trees`);
+* and in both cases the fast path with its subtrees re-solved.
+
+The minimum trials and one refinement pass of each tree run even past the budget, so that a loaded machine
+gets the same quality; on an idle one the same product gets the same path (the searches are seeded).
 Any other ``optimize=`` value (an opt_einsum algorithm's name, ``True``/``False``, a ``PathOptimizer``, an
 explicit path) is opt_einsum's, unchanged.
 
@@ -39,11 +49,12 @@ from typing import Any
 
 import opt_einsum as oe
 
-from einflow.engine.subtrees import refine, tree_flops
+from einflow.lang.trees import hyper_path, refine, tree_flops
 
 __all__ = ["PathChoice", "choose_path", "EXACT_OPERANDS", "SEARCH_FLOPS", "SEARCH_REPEATS", "SEARCH_RATE",
-           "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_LARGE_FLOPS", "SEARCH_SECONDS_LARGE",
-           "SEARCH_REPEATS_LARGE", "SEARCH_MIN_TRIALS", "fast_choice"]
+           "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_SECONDS_PER_OPERAND", "SEARCH_LARGE_FLOPS",
+           "SEARCH_SECONDS_LARGE", "SEARCH_REPEATS_LARGE", "SEARCH_MIN_TRIALS", "HYPER_TRIALS", "HYPER_MIN_TRIALS",
+           "fast_choice"]
 
 #: products of at most this many operands take opt_einsum's exhaustive path ('optimal', 'branch-all')
 EXACT_OPERANDS = 6
@@ -57,11 +68,18 @@ SEARCH_MIN_TRIALS = 8
 SEARCH_RATE = 1e7
 SEARCH_SECONDS_MIN = 0.25
 SEARCH_SECONDS_MAX = 1.0
+#: a product of many operands gets at least this many seconds per operand (2 s for a 10x10 grid): the
+#: search, not the contraction, is what grows with the operand count
+SEARCH_SECONDS_PER_OPERAND = 0.02
 #: a path costing at least this many FLOPs (minutes of compute and more: a 200-node random regular graph)
 #: may search for up to SEARCH_SECONDS_LARGE, with up to SEARCH_REPEATS_LARGE trials, instead
 SEARCH_LARGE_FLOPS = 1e12
-SEARCH_SECONDS_LARGE = 4.0
+SEARCH_SECONDS_LARGE = 8.0
 SEARCH_REPEATS_LARGE = 256
+#: cotengra's HyperOptimizer (when installed): at most HYPER_TRIALS trials within the budget, at least
+#: HYPER_MIN_TRIALS whatever the time (seeded: einflow.lang.trees.HYPER_SEED)
+HYPER_TRIALS = 64
+HYPER_MIN_TRIALS = 4
 
 
 @dataclass(frozen=True)
@@ -96,9 +114,10 @@ def fast_choice(operands: int) -> str:
     return "branch-1" if operands <= 14 else "greedy"
 
 
-def _budget(flops: float) -> float:
+def _budget(flops: float, operands: int) -> float:
     most = SEARCH_SECONDS_LARGE if flops >= SEARCH_LARGE_FLOPS else SEARCH_SECONDS_MAX
-    return min(most, max(SEARCH_SECONDS_MIN, flops / SEARCH_RATE))
+    least = max(SEARCH_SECONDS_MIN, operands * SEARCH_SECONDS_PER_OPERAND)
+    return min(max(most, least), max(least, flops / SEARCH_RATE))
 
 
 def _sizes(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[list[str], str, dict[str, int]]:
@@ -127,23 +146,34 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
         return path, info, PathChoice(name, time.perf_counter() - start, flops)
     if flops < SEARCH_FLOPS:
         return path, info, PathChoice(name, time.perf_counter() - start, flops)
-    budget = _budget(flops)
+    budget = _budget(flops, len(shapes))
     terms, output, sizes = _sizes(equation, shapes)
-    # three candidates besides the fast path: random-greedy's best, it refined, and the fast path refined.
-    # At least SEARCH_MIN_TRIALS trials and one refinement pass each run whatever the clock says, so the
-    # result does not hinge on the machine's load; the rest stops at the budget.
     candidates = [(flops, 0, path, name)]
-    search = oe.RandomGreedy(max_repeats=SEARCH_MIN_TRIALS, minimize="flops")
-    found = search([set(term) for term in terms], set(output), sizes)
-    left = start + budget / 3 - time.perf_counter()
-    repeats = SEARCH_REPEATS_LARGE if flops >= SEARCH_LARGE_FLOPS else SEARCH_REPEATS
-    if left > 0 and repeats > SEARCH_MIN_TRIALS:
-        search.max_repeats, search.max_time = repeats - SEARCH_MIN_TRIALS, left
-        found = search([set(term) for term in terms], set(output), sizes)
-    trials = f"random-greedy ({len(search.costs)} trials)"
-    candidates.append((tree_flops(terms, output, sizes, found), 1, found, trials))
-    refined = refine(terms, output, sizes, found, deadline=start + 2 * budget / 3)
-    candidates.append((tree_flops(terms, output, sizes, refined), 2, refined, f"{trials} + subtree refinement"))
+    found = hyper_path(terms, output, sizes, HYPER_TRIALS, HYPER_MIN_TRIALS, deadline=start + 2 * budget / 3)
+    if found is not None:
+        # cotengra's tree, it refined (einflow's frontiers of 8 leaves after cotengra's of 6), the fast path refined
+        tree, trials = found
+        described = f"cotengra hyper ({trials} trials)"
+        candidates.append((tree_flops(terms, output, sizes, tree), 1, tree, described))
+        refined = refine(terms, output, sizes, tree, deadline=start + 5 * budget / 6)
+        candidates.append((tree_flops(terms, output, sizes, refined), 2, refined,
+                           f"{described} + subtree refinement"))
+    else:
+        # random-greedy's best, it refined, and the fast path refined. At least SEARCH_MIN_TRIALS trials and
+        # one refinement pass each run whatever the clock says, so the result does not hinge on the
+        # machine's load; the rest stops at the budget.
+        search = oe.RandomGreedy(max_repeats=SEARCH_MIN_TRIALS, minimize="flops")
+        greedy = search([set(term) for term in terms], set(output), sizes)
+        left = start + budget / 3 - time.perf_counter()
+        repeats = SEARCH_REPEATS_LARGE if flops >= SEARCH_LARGE_FLOPS else SEARCH_REPEATS
+        if left > 0 and repeats > SEARCH_MIN_TRIALS:
+            search.max_repeats, search.max_time = repeats - SEARCH_MIN_TRIALS, left
+            greedy = search([set(term) for term in terms], set(output), sizes)
+        trials = f"random-greedy ({len(search.costs)} trials)"
+        candidates.append((tree_flops(terms, output, sizes, greedy), 1, greedy, trials))
+        refined = refine(terms, output, sizes, greedy, deadline=start + 2 * budget / 3)
+        candidates.append((tree_flops(terms, output, sizes, refined), 2, refined,
+                           f"{trials} + subtree refinement"))
     refined = refine(terms, output, sizes, path, deadline=start + budget)
     candidates.append((tree_flops(terms, output, sizes, refined), 3, refined, f"{name} + subtree refinement"))
     best, _, best_path, best_name = min(candidates)

@@ -6,6 +6,11 @@ in, the node's index set out. Re-solving that small contraction with opt_einsum'
 programming and keeping the result when it is cheaper never makes the whole path worse, and repeating it
 over the tree's most expensive nodes removes the local mistakes a greedy or random-greedy path makes
 (the idea of subtree reconfiguration from the tensor-network literature, written here for einflow).
+:func:`hyper_path` asks cotengra's ``HyperOptimizer`` (when installed) for a tree, seeded.
+
+The engine's path search (einflow/engine/paths.py) and the derivation's split of a product into its
+pairwise tree (einflow/derive/tree.py) both search with these, so that the tree a gradient's shared
+adjoints follow is found the way the forward's path is.
 
 >>> import opt_einsum as oe
 >>> equation = "ab,bc,cd,de,ea->"
@@ -19,16 +24,22 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import math
+import random
 import time
+import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import opt_einsum as oe
 
-__all__ = ["refine", "tree_flops"]
+__all__ = ["refine", "tree_flops", "hyper_path", "HYPER_SEED"]
 
 Path = list[tuple[int, ...]]
+
+#: the seed of cotengra's search (its hyper-parameter search and Python's ``random`` for its trials)
+HYPER_SEED = 0
 
 
 class _Tree:
@@ -158,3 +169,42 @@ def refine(inputs: Sequence[Iterable[str]], output: Iterable[str], sizes: dict[s
                 improved = True
         passes += 1
     return tree.path()
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Python's ``random`` seeded within (cotengra's trials draw from it), its state restored after."""
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
+def hyper_path(terms: Sequence[str], output: str, sizes: dict[str, int], trials: int, least: int,
+               deadline: float | None = None, seed: int | None = None) -> tuple[Path, int] | None:
+    """(path, trials run) of cotengra's ``HyperOptimizer`` at its defaults, minimising FLOPs; None without cotengra.
+
+    ``terms`` are the operands' index letters, ``output`` the result's. At least ``least`` trials run
+    whatever the clock; the rest, up to ``trials`` in all, while ``time.perf_counter() < deadline`` (no
+    limit when ``deadline`` is None). The same ``seed`` (default :data:`HYPER_SEED`) and trials give the
+    same path: cotengra draws from Python's ``random``, seeded for the search and restored after (its
+    hyper-parameter search is seeded too).
+    """
+    try:
+        import cotengra as ctg
+    except ImportError:
+        return None
+    seed = HYPER_SEED if seed is None else seed
+    inputs = [tuple(term) for term in terms]
+    with _seeded(seed), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # cotengra's note that kahypar/optuna, optional for it, are missing
+        optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=min(least, trials), parallel=False,
+                                       progbar=False, seed=seed)
+        optimizer.search(inputs, tuple(output), sizes)
+        left = None if deadline is None else deadline - time.perf_counter()
+        if trials > least and (left is None or left > 0):
+            optimizer.max_repeats, optimizer.max_time = trials - least, left
+            optimizer.search(inputs, tuple(output), sizes)
+    return [tuple(step) for step in optimizer.path], len(optimizer.scores)
