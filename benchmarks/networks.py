@@ -255,8 +255,7 @@ def versus_cotengra(network: Network, seeds: int) -> dict[str, object]:
             _, _, choice = paths._auto(equation, tuple(tuple(s) for s in shapes))
         finally:
             trees.HYPER_SEED = 0
-        found = re.search(r"\((\d+) trials\)", choice.optimizer)
-        trials = int(found.group(1)) if found else paths.HYPER_MIN_TRIALS
+        trials = trees.HYPER_TRIALS
         ours.append(choice.flops)
         budgets.append((trials, choice.seconds))
         state = random.getstate()

@@ -74,9 +74,9 @@ def test_a_200_node_random_regular_graph_plans_in_seconds() -> None:
     # 300 indices; its best known path costs ~1e13 FLOPs (too many to run here), planning stays in seconds
     network = random_regular(200, 3, 2)
     program = ef.compile(network.text)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: the wall clock of a loaded 2-core machine is several times more
     report = program.plan(network.shapes)
-    assert time.perf_counter() - start < 30
+    assert time.process_time() - start < 30  # ~4 cotengra trials of ~1-2 s each, or random-greedy's 8 s budget
     assert report.flops > 0
 
 
@@ -191,6 +191,7 @@ def test_default_paths_match_cotengras_hyper_optimiser_at_the_same_budget() -> N
     import opt_einsum as oe
 
     from einflow.engine import paths
+    from einflow.lang import trees
 
     network = grid(6, 4)
     equation, shapes = network.equation()
@@ -199,7 +200,7 @@ def test_default_paths_match_cotengras_hyper_optimiser_at_the_same_budget() -> N
     ours = choice.flops
     best = None
     for seed in range(2):
-        optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=paths.HYPER_MIN_TRIALS, parallel=False,
+        optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=trees.HYPER_TRIALS, parallel=False,
                                        progbar=False, seed=seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -230,6 +231,6 @@ def test_hyper_paths_are_seeded() -> None:
     equation, shapes = network.equation()
     terms = equation.split("->")[0].split(",")
     sizes = {c: 2 for term in terms for c in term}
-    first = hyper_path(terms, "", sizes, 3, 3)
-    assert first is not None and first[1] == 3
-    assert hyper_path(terms, "", sizes, 3, 3) == first
+    first = hyper_path(terms, "", sizes, 3)
+    assert first is not None and len(first) == len(terms) - 1
+    assert hyper_path(terms, "", sizes, 3) == first

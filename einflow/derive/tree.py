@@ -18,14 +18,14 @@ kept in bound normal form (every new index is fresh and tied to the index it cop
 
 The tree is chosen when the program is derived, before sizes are known: sizes declared with a number
 are used, every other index is taken to be of one common size (:data:`GUESSED_SIZE`). ``dp`` (optimal over
-connected sub-networks) is used up to :data:`DP_LIMIT` factors. Beyond, the tree is searched with the
-engine's tools for a large product's path (einflow/lang/trees.py), so that the split statements cost about
-what the forward's planned path costs and the gradient about three forwards: cotengra's
-``HyperOptimizer`` at its defaults when cotengra is installed (:data:`HYPER_TRIALS` trials, seeded, no
-clock), else opt_einsum's random-greedy (:data:`GREEDY_TRIALS` trials, seeded), then one pass of exact
-subtree re-solving: the same program gets the same tree on any machine. Unknown sizes count as
-:data:`SEARCH_GUESS` there. opt_einsum's plain ``greedy`` tree, the earlier choice, made intermediates of 8
-bond-4 indices on a 6x6 grid where the forward's path keeps 6, and its gradient cost 41 forwards.
+connected sub-networks) is used up to :data:`DP_LIMIT` factors. Beyond, the tree is searched as the
+engine searches a large product's path (einflow.lang.trees.searched: cotengra's seeded hyper-optimiser
+and exact subtree re-solving, no clock), so that the split statements are the forward's planned path when
+the sizes are those guessed, and the gradient costs three forwards less the root's share; without
+cotengra, opt_einsum's seeded random-greedy (:data:`GREEDY_TRIALS` trials) and one pass of re-solving.
+The same program gets the same tree on any machine. Unknown sizes count as :data:`SEARCH_GUESS` there.
+opt_einsum's plain ``greedy`` tree, the earlier choice, made intermediates of 8 bond-4 indices on a 6x6
+grid where the forward's path keeps 6, and its gradient cost 41 forwards.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from einflow.derive.normal import Fresh
 from einflow.derive.shifts import PSEUDO
 from einflow.derive.sizes import active
 from einflow.lang import ir
-from einflow.lang.trees import hyper_path, refine
+from einflow.lang.trees import refine, searched
 
 __all__ = ["split_products", "MIN_SHARED"]
 
@@ -53,8 +53,7 @@ GUESSED_SIZE = 16
 SEARCH_GUESS = 2
 #: up to this many factors the tree is chosen by dynamic programming, beyond by a search
 DP_LIMIT = 16
-#: the search beyond DP_LIMIT factors: cotengra's trials (when installed), else opt_einsum's random-greedy
-HYPER_TRIALS = 4
+#: the search beyond DP_LIMIT factors without cotengra: opt_einsum's random-greedy trials
 GREEDY_TRIALS = 64
 
 
@@ -117,17 +116,18 @@ def _size_guess(index: str, guess: int) -> int:
 
 
 def _search(equation: str, shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """A pairwise path for a product of more than DP_LIMIT factors (cotengra's, else random-greedy's), refined."""
+    """A pairwise path for a product of more than DP_LIMIT factors, found as the engine finds a large product's
+    path (einflow/engine/paths.py): the cheapest of greedy's path and einflow.lang.trees.searched's candidates,
+    or, without cotengra, random-greedy's path refined."""
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     sizes = {letter: size for term, shape in zip(terms, shapes) for letter, size in zip(term, shape)}
-    found = hyper_path(terms, output, sizes, HYPER_TRIALS, HYPER_TRIALS)
-    if found is None:
-        search = oe.RandomGreedy(max_repeats=GREEDY_TRIALS, minimize="flops")  # seeded by trial number
-        path = list(search([set(term) for term in terms], set(output), sizes))
-    else:
-        path = found[0]
-    # one pass of exact re-solving over its subtrees of up to 8 leaves (one pass: the same tree on any machine)
+    path, info = oe.contract_path(equation, *shapes, shapes=True, optimize="greedy")
+    found = searched(terms, output, sizes, list(path), "greedy")
+    if found is not None:
+        return min([(int(info.opt_cost), 0, list(path), "greedy"), *found])[2]
+    search = oe.RandomGreedy(max_repeats=GREEDY_TRIALS, minimize="flops")  # seeded by trial number
+    path = list(search([set(term) for term in terms], set(output), sizes))
     return refine([set(term) for term in terms], set(output), sizes, path, deadline=0.0)
 
 

@@ -8,22 +8,23 @@ takes opt_einsum's fast heuristic (``'branch-2'``, ``'branch-1'``, then ``'greed
 that path costs at least :data:`SEARCH_FLOPS`, a search runs for at most a time budget that grows with the
 work at stake (``flops / SEARCH_RATE`` seconds, between :data:`SEARCH_SECONDS_MIN` and
 :data:`SEARCH_SECONDS_MAX`; up to :data:`SEARCH_SECONDS_LARGE` for paths of :data:`SEARCH_LARGE_FLOPS` and
-more) and with the operand count (at least :data:`SEARCH_SECONDS_PER_OPERAND` a operand: 0.72 s for a 6x6
-grid, 2 s for a 10x10 one, 4 s for 200 tensors), and the cheapest of the candidates wins:
+more) and with the operand count (at least :data:`SEARCH_SECONDS_PER_OPERAND` an operand: 0.72 s for a
+6x6 grid, 2 s for a 10x10 one, 4 s for 200 tensors), and the cheapest of the candidates wins:
 
-* with cotengra installed (the ``networks`` extra), cotengra's ``HyperOptimizer`` at its own defaults
-  (greedy and label-propagation trees, tuned by its hyper-parameter search, each trial's tree reconfigured
-  by exact subtree re-solving), minimising FLOPs, seeded (``einflow.lang.trees.HYPER_SEED``): at least
-  :data:`HYPER_MIN_TRIALS` trials whatever the clock, at most :data:`HYPER_TRIALS` within two thirds of
-  the budget; its best tree as it is and with its subtrees of up to 8 leaves re-solved exactly
-  (:mod:`einflow.lang.trees`);
+* with cotengra installed (the ``networks`` extra), :func:`einflow.lang.trees.searched`: cotengra's
+  ``HyperOptimizer`` at its defaults (greedy and label-propagation trees, tuned by its hyper-parameter
+  search, each trial's tree reconfigured by exact subtree re-solving), minimising FLOPs, seeded, for a fixed
+  number of trials (``einflow.lang.trees.HYPER_TRIALS``: 4), its tree as it is and with its subtrees of up to
+  8 leaves re-solved exactly, and the fast path re-solved the same way (``REFINE_PASSES`` passes each). It
+  has no clock: a product gets the same path on any machine, and a gradient's split tree
+  (einflow/derive/tree.py), searched the same way, is the forward's path when its sizes are the same. Its
+  time is the trials' (about 0.1 s a trial for 36 tensors, 0.5 s for 100, 2 s for 200 on an idle core);
 * without it, a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs,
   :data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials, :data:`SEARCH_REPEATS_LARGE` for the large
-  ones) whose path's subtrees are re-solved exactly (:mod:`einflow.lang.trees`);
-* and in both cases the fast path with its subtrees re-solved.
+  ones, within the budget) whose path's subtrees are re-solved exactly (:mod:`einflow.lang.trees`), and
+  the fast path re-solved the same way. The minimum trials and one refinement pass of each tree run even
+  past the budget, so that a loaded machine gets the same quality.
 
-The minimum trials and one refinement pass of each tree run even past the budget, so that a loaded machine
-gets the same quality; on an idle one the same product gets the same path (the searches are seeded).
 Any other ``optimize=`` value (an opt_einsum algorithm's name, ``True``/``False``, a ``PathOptimizer``, an
 explicit path) is opt_einsum's, unchanged.
 
@@ -49,11 +50,11 @@ from typing import Any
 
 import opt_einsum as oe
 
-from einflow.lang.trees import hyper_path, refine, tree_flops
+from einflow.lang.trees import refine, searched, tree_flops
 
 __all__ = ["PathChoice", "choose_path", "EXACT_OPERANDS", "SEARCH_FLOPS", "SEARCH_REPEATS", "SEARCH_RATE",
            "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_SECONDS_PER_OPERAND", "SEARCH_LARGE_FLOPS",
-           "SEARCH_SECONDS_LARGE", "SEARCH_REPEATS_LARGE", "SEARCH_MIN_TRIALS", "HYPER_TRIALS", "HYPER_MIN_TRIALS",
+           "SEARCH_SECONDS_LARGE", "SEARCH_REPEATS_LARGE", "SEARCH_MIN_TRIALS",
            "fast_choice"]
 
 #: products of at most this many operands take opt_einsum's exhaustive path ('optimal', 'branch-all')
@@ -76,10 +77,6 @@ SEARCH_SECONDS_PER_OPERAND = 0.02
 SEARCH_LARGE_FLOPS = 1e12
 SEARCH_SECONDS_LARGE = 8.0
 SEARCH_REPEATS_LARGE = 256
-#: cotengra's HyperOptimizer (when installed): at most HYPER_TRIALS trials within the budget, at least
-#: HYPER_MIN_TRIALS whatever the time (seeded: einflow.lang.trees.HYPER_SEED)
-HYPER_TRIALS = 64
-HYPER_MIN_TRIALS = 4
 
 
 @dataclass(frozen=True)
@@ -149,15 +146,11 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
     budget = _budget(flops, len(shapes))
     terms, output, sizes = _sizes(equation, shapes)
     candidates = [(flops, 0, path, name)]
-    found = hyper_path(terms, output, sizes, HYPER_TRIALS, HYPER_MIN_TRIALS, deadline=start + 2 * budget / 3)
+    found = searched(terms, output, sizes, path, name)
     if found is not None:
-        # cotengra's tree, it refined (einflow's frontiers of 8 leaves after cotengra's of 6), the fast path refined
-        tree, trials = found
-        described = f"cotengra hyper ({trials} trials)"
-        candidates.append((tree_flops(terms, output, sizes, tree), 1, tree, described))
-        refined = refine(terms, output, sizes, tree, deadline=start + 5 * budget / 6)
-        candidates.append((tree_flops(terms, output, sizes, refined), 2, refined,
-                           f"{described} + subtree refinement"))
+        # cotengra's tree, it refined, the fast path refined: no clock, so that a gradient's split tree
+        # (einflow/derive/tree.py), searched the same way, is this path when the sizes are the same
+        candidates += found
     else:
         # random-greedy's best, it refined, and the fast path refined. At least SEARCH_MIN_TRIALS trials and
         # one refinement pass each run whatever the clock says, so the result does not hinge on the
@@ -174,8 +167,8 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
         refined = refine(terms, output, sizes, greedy, deadline=start + 2 * budget / 3)
         candidates.append((tree_flops(terms, output, sizes, refined), 2, refined,
                            f"{trials} + subtree refinement"))
-    refined = refine(terms, output, sizes, path, deadline=start + budget)
-    candidates.append((tree_flops(terms, output, sizes, refined), 3, refined, f"{name} + subtree refinement"))
+        refined = refine(terms, output, sizes, path, deadline=start + budget)
+        candidates.append((tree_flops(terms, output, sizes, refined), 3, refined, f"{name} + subtree refinement"))
     best, _, best_path, best_name = min(candidates)
     if best >= flops:
         return path, info, PathChoice(f"{name} (searched: found no cheaper path)", time.perf_counter() - start,

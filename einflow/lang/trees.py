@@ -34,12 +34,15 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import opt_einsum as oe
 
-__all__ = ["refine", "tree_flops", "hyper_path", "HYPER_SEED"]
+__all__ = ["refine", "tree_flops", "hyper_path", "searched", "HYPER_SEED", "HYPER_TRIALS", "REFINE_PASSES"]
 
 Path = list[tuple[int, ...]]
 
 #: the seed of cotengra's search (its hyper-parameter search and Python's ``random`` for its trials)
 HYPER_SEED = 0
+#: cotengra's trials for a large product, and the passes of exact subtree re-solving of its tree
+HYPER_TRIALS = 4
+REFINE_PASSES = 2
 
 
 class _Tree:
@@ -148,26 +151,27 @@ def tree_flops(inputs: Sequence[Iterable[str]], output: Iterable[str], sizes: di
 
 
 def refine(inputs: Sequence[Iterable[str]], output: Iterable[str], sizes: dict[str, int], path: Path,
-           deadline: float, leaves: int = 8) -> Path:
+           deadline: float, leaves: int = 8, passes: int | None = None) -> Path:
     """``path`` with its subtrees re-solved exactly while that helps and ``time.perf_counter() < deadline``.
 
     The costliest nodes are visited first; passes repeat until one finds nothing cheaper. The first pass
-    always runs to its end (so the result does not depend on the machine's speed for one pass). A path that is
-    not pairwise (a step of one or of three operands) is returned as it is.
+    always runs to its end (so the result does not depend on the machine's speed for one pass); at most
+    ``passes`` run when it is given. A path that is not pairwise (a step of one or of three operands) is
+    returned as it is.
     """
     if len(inputs) < 3 or any(len(step) != 2 for step in path):
         return list(path)
     tree = _Tree(inputs, output, sizes, path)
     improved = True
-    passes = 0
-    while improved and (passes == 0 or time.perf_counter() < deadline):
+    done = 0
+    while improved and (done == 0 or time.perf_counter() < deadline) and (passes is None or done < passes):
         improved = False
         for node in sorted(tree.children, key=lambda n: -tree.cost[n]):
-            if passes and time.perf_counter() >= deadline:
+            if done and time.perf_counter() >= deadline:
                 break
             if node in tree.children and tree.resolve(node, leaves):
                 improved = True
-        passes += 1
+        done += 1
     return tree.path()
 
 
@@ -182,29 +186,43 @@ def _seeded(seed: int) -> Iterator[None]:
         random.setstate(state)
 
 
-def hyper_path(terms: Sequence[str], output: str, sizes: dict[str, int], trials: int, least: int,
-               deadline: float | None = None, seed: int | None = None) -> tuple[Path, int] | None:
-    """(path, trials run) of cotengra's ``HyperOptimizer`` at its defaults, minimising FLOPs; None without cotengra.
+def hyper_path(terms: Sequence[str], output: str, sizes: dict[str, int], trials: int,
+               seed: int | None = None) -> Path | None:
+    """The path of cotengra's ``HyperOptimizer`` at its defaults after ``trials`` trials, minimising FLOPs;
+    None without cotengra.
 
-    ``terms`` are the operands' index letters, ``output`` the result's. At least ``least`` trials run
-    whatever the clock; the rest, up to ``trials`` in all, while ``time.perf_counter() < deadline`` (no
-    limit when ``deadline`` is None). The same ``seed`` (default :data:`HYPER_SEED`) and trials give the
-    same path: cotengra draws from Python's ``random``, seeded for the search and restored after (its
-    hyper-parameter search is seeded too).
+    ``terms`` are the operands' index letters, ``output`` the result's. No clock: the same ``seed`` (default
+    :data:`HYPER_SEED`) and trials give the same path. cotengra draws from Python's ``random``, seeded for
+    the search and restored after (its hyper-parameter search is seeded too).
     """
     try:
         import cotengra as ctg
     except ImportError:
         return None
     seed = HYPER_SEED if seed is None else seed
-    inputs = [tuple(term) for term in terms]
     with _seeded(seed), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # cotengra's note that kahypar/optuna, optional for it, are missing
-        optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=min(least, trials), parallel=False,
-                                       progbar=False, seed=seed)
-        optimizer.search(inputs, tuple(output), sizes)
-        left = None if deadline is None else deadline - time.perf_counter()
-        if trials > least and (left is None or left > 0):
-            optimizer.max_repeats, optimizer.max_time = trials - least, left
-            optimizer.search(inputs, tuple(output), sizes)
-    return [tuple(step) for step in optimizer.path], len(optimizer.scores)
+        optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=trials, parallel=False, progbar=False,
+                                       seed=seed)
+        tree = optimizer.search([tuple(term) for term in terms], tuple(output), sizes)
+    return [tuple(step) for step in tree.get_path()]
+
+
+def searched(terms: Sequence[str], output: str, sizes: dict[str, int], fast: Path, fast_name: str,
+             seed: int | None = None) -> list[tuple[int, int, Path, str]] | None:
+    """Candidate paths ``(FLOPs, rank, path, description)`` for a large product, None without cotengra:
+    cotengra's tree after :data:`HYPER_TRIALS` trials, it and the heuristic path ``fast`` each refined by
+    :data:`REFINE_PASSES` passes of :func:`refine`. No clock: the same product gets the same candidates,
+    which is what lets a gradient's split tree (einflow/derive/tree.py) be the forward's planned path.
+    """
+    found = hyper_path(terms, output, sizes, HYPER_TRIALS, seed)
+    if found is None:
+        return None
+    inputs = [set(term) for term in terms]
+    inf = float("inf")
+    hyper = f"cotengra hyper ({HYPER_TRIALS} trials)"
+    found_refined = refine(inputs, set(output), sizes, found, inf, passes=REFINE_PASSES)
+    fast_refined = refine(inputs, set(output), sizes, fast, inf, passes=REFINE_PASSES)
+    return [(tree_flops(inputs, output, sizes, found), 1, found, hyper),
+            (tree_flops(inputs, output, sizes, found_refined), 2, found_refined, f"{hyper} + subtree refinement"),
+            (tree_flops(inputs, output, sizes, fast_refined), 3, fast_refined, f"{fast_name} + subtree refinement")]
