@@ -255,7 +255,7 @@ def versus_cotengra(network: Network, seeds: int) -> dict[str, object]:
             _, _, choice = paths._auto(equation, tuple(tuple(s) for s in shapes))
         finally:
             trees.HYPER_SEED = 0
-        trials = trees.HYPER_TRIALS
+        trials = trees.hyper_trials(len(shapes))
         ours.append(choice.flops)
         budgets.append((trials, choice.seconds))
         state = random.getstate()

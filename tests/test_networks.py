@@ -200,7 +200,7 @@ def test_default_paths_match_cotengras_hyper_optimiser_at_the_same_budget() -> N
     ours = choice.flops
     best = None
     for seed in range(2):
-        optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=trees.HYPER_TRIALS, parallel=False,
+        optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=trees.hyper_trials(len(shapes)), parallel=False,
                                        progbar=False, seed=seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -13,12 +13,13 @@ more) and with the operand count (at least :data:`SEARCH_SECONDS_PER_OPERAND` an
 
 * with cotengra installed (the ``networks`` extra), :func:`einflow.lang.trees.searched`: cotengra's
   ``HyperOptimizer`` at its defaults (greedy and label-propagation trees, tuned by its hyper-parameter
-  search, each trial's tree reconfigured by exact subtree re-solving), minimising FLOPs, seeded, for a fixed
-  number of trials (``einflow.lang.trees.HYPER_TRIALS``: 4), its tree as it is and with its subtrees of up to
-  8 leaves re-solved exactly, and the fast path re-solved the same way (``REFINE_PASSES`` passes each). It
-  has no clock: a product gets the same path on any machine, and a gradient's split tree
-  (einflow/derive/tree.py), searched the same way, is the forward's path when its sizes are the same. Its
-  time is the trials' (about 0.1 s a trial for 36 tensors, 0.5 s for 100, 2 s for 200 on an idle core);
+  search, each trial's tree reconfigured by exact subtree re-solving), minimising FLOPs, seeded, for a
+  number of trials fixed by the operand count (``einflow.lang.trees.hyper_trials``: 32 for 16 operands,
+  22 for 36, 8 for 100, 4 for 200), its tree as it is and with its subtrees of up to 8 leaves re-solved
+  exactly, and the fast path re-solved the same way (``REFINE_PASSES`` passes each). It has no clock: a
+  product gets the same path on any machine, and a gradient's split tree (einflow/derive/tree.py),
+  searched the same way, is the forward's path when its sizes are the same. Its time is the trials'
+  (about 0.05 s a trial for 36 tensors, 0.3 s for 100, 1-2 s for 200 on an idle core: seconds);
 * without it, a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs,
   :data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials, :data:`SEARCH_REPEATS_LARGE` for the large
   ones, within the budget) whose path's subtrees are re-solved exactly (:mod:`einflow.lang.trees`), and

@@ -34,15 +34,25 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import opt_einsum as oe
 
-__all__ = ["refine", "tree_flops", "hyper_path", "searched", "HYPER_SEED", "HYPER_TRIALS", "REFINE_PASSES"]
+__all__ = ["refine", "tree_flops", "hyper_path", "searched", "hyper_trials", "HYPER_SEED",
+           "HYPER_TRIALS", "HYPER_TRIALS_MAX", "HYPER_WORK", "REFINE_PASSES"]
 
 Path = list[tuple[int, ...]]
 
 #: the seed of cotengra's search (its hyper-parameter search and Python's ``random`` for its trials)
 HYPER_SEED = 0
-#: cotengra's trials for a large product, and the passes of exact subtree re-solving of its tree
+#: cotengra's trials for a large product: HYPER_WORK // operands, between HYPER_TRIALS and HYPER_TRIALS_MAX
+#: (a trial's time grows with the operands: 32 trials for 16 tensors, 22 for 36, 8 for 100, 4 for 200);
+#: and the passes of exact subtree re-solving of its tree
 HYPER_TRIALS = 4
+HYPER_TRIALS_MAX = 32
+HYPER_WORK = 800
 REFINE_PASSES = 2
+
+
+def hyper_trials(operands: int) -> int:
+    """How many cotengra trials a product of ``operands`` operands gets."""
+    return max(HYPER_TRIALS, min(HYPER_TRIALS_MAX, HYPER_WORK // max(operands, 1)))
 
 
 class _Tree:
@@ -211,16 +221,17 @@ def hyper_path(terms: Sequence[str], output: str, sizes: dict[str, int], trials:
 def searched(terms: Sequence[str], output: str, sizes: dict[str, int], fast: Path, fast_name: str,
              seed: int | None = None) -> list[tuple[int, int, Path, str]] | None:
     """Candidate paths ``(FLOPs, rank, path, description)`` for a large product, None without cotengra:
-    cotengra's tree after :data:`HYPER_TRIALS` trials, it and the heuristic path ``fast`` each refined by
+    cotengra's tree after :func:`hyper_trials` trials, it and the heuristic path ``fast`` each refined by
     :data:`REFINE_PASSES` passes of :func:`refine`. No clock: the same product gets the same candidates,
     which is what lets a gradient's split tree (einflow/derive/tree.py) be the forward's planned path.
     """
-    found = hyper_path(terms, output, sizes, HYPER_TRIALS, seed)
+    trials = hyper_trials(len(terms))
+    found = hyper_path(terms, output, sizes, trials, seed)
     if found is None:
         return None
     inputs = [set(term) for term in terms]
     inf = float("inf")
-    hyper = f"cotengra hyper ({HYPER_TRIALS} trials)"
+    hyper = f"cotengra hyper ({trials} trials)"
     found_refined = refine(inputs, set(output), sizes, found, inf, passes=REFINE_PASSES)
     fast_refined = refine(inputs, set(output), sizes, fast, inf, passes=REFINE_PASSES)
     return [(tree_flops(inputs, output, sizes, found), 1, found, hyper),
