@@ -76,7 +76,7 @@ def test_a_200_node_random_regular_graph_plans_in_seconds() -> None:
     program = ef.compile(network.text)
     start = time.process_time()  # CPU seconds: the wall clock of a loaded 2-core machine is several times more
     report = program.plan(network.shapes)
-    assert time.process_time() - start < 30  # ~4 cotengra trials of ~1-2 s each, or random-greedy's 8 s budget
+    assert time.process_time() - start < 30  # 4 cotengra trials of 1-2 s each, or random-greedy's 4 s budget
     assert report.flops > 0
 
 

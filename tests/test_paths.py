@@ -122,7 +122,6 @@ def test_planning_time_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(paths, "SEARCH_REPEATS", 100_000)
     monkeypatch.setattr(paths, "SEARCH_SECONDS_MIN", 0.2)
     monkeypatch.setattr(paths, "SEARCH_SECONDS_MAX", 0.2)
-    monkeypatch.setattr(paths, "SEARCH_SECONDS_PER_OPERAND", 0.0)
     monkeypatch.setitem(sys.modules, "cotengra", None)  # the clocked search (cotengra's runs fixed trials)
     _, _, equation, operands = grid(5, 7)  # not planned before: no cached path
     _, info, choice = choose_path(equation, operands)

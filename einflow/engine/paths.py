@@ -5,11 +5,7 @@ default) a product of at most :data:`EXACT_OPERANDS` operands takes opt_einsum's
 (``'optimal'`` up to 4 operands, ``'branch-all'`` up to 6, or ``'greedy'`` where that is cheaper: 'optimal'
 misses some orders when operands repeat an index set), which costs microseconds. A larger product first
 takes opt_einsum's fast heuristic (``'branch-2'``, ``'branch-1'``, then ``'greedy'`` above 14 operands); when
-that path costs at least :data:`SEARCH_FLOPS`, a search runs for at most a time budget that grows with the
-work at stake (``flops / SEARCH_RATE`` seconds, between :data:`SEARCH_SECONDS_MIN` and
-:data:`SEARCH_SECONDS_MAX`; up to :data:`SEARCH_SECONDS_LARGE` for paths of :data:`SEARCH_LARGE_FLOPS` and
-more) and with the operand count (at least :data:`SEARCH_SECONDS_PER_OPERAND` an operand: 0.72 s for a
-6x6 grid, 2 s for a 10x10 one, 4 s for 200 tensors), and the cheapest of the candidates wins:
+that path costs at least :data:`SEARCH_FLOPS`, a search runs and the cheapest of the candidates wins:
 
 * with cotengra installed (the ``networks`` extra), :func:`einflow.lang.trees.searched`: cotengra's
   ``HyperOptimizer`` at its defaults (greedy and label-propagation trees, tuned by its hyper-parameter
@@ -22,9 +18,11 @@ more) and with the operand count (at least :data:`SEARCH_SECONDS_PER_OPERAND` an
   (about 0.05 s a trial for 36 tensors, 0.3 s for 100, 1-2 s for 200 on an idle core: seconds);
 * without it, a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs,
   :data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials, :data:`SEARCH_REPEATS_LARGE` for the large
-  ones, within the budget) whose path's subtrees are re-solved exactly (:mod:`einflow.lang.trees`), and
-  the fast path re-solved the same way. The minimum trials and one refinement pass of each tree run even
-  past the budget, so that a loaded machine gets the same quality.
+  ones) whose path's subtrees are re-solved exactly (:mod:`einflow.lang.trees`), and the fast path re-solved
+  the same way, within a time budget that grows with the work at stake (``flops / SEARCH_RATE`` seconds,
+  between :data:`SEARCH_SECONDS_MIN` and :data:`SEARCH_SECONDS_MAX`; up to :data:`SEARCH_SECONDS_LARGE`
+  for paths of :data:`SEARCH_LARGE_FLOPS` and more). The minimum trials and one refinement pass of each
+  tree run even past the budget, so that a loaded machine gets the same quality.
 
 Any other ``optimize=`` value (an opt_einsum algorithm's name, ``True``/``False``, a ``PathOptimizer``, an
 explicit path) is opt_einsum's, unchanged.
@@ -54,9 +52,8 @@ import opt_einsum as oe
 from einflow.lang.trees import refine, searched, tree_flops
 
 __all__ = ["PathChoice", "choose_path", "EXACT_OPERANDS", "SEARCH_FLOPS", "SEARCH_REPEATS", "SEARCH_RATE",
-           "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_SECONDS_PER_OPERAND", "SEARCH_LARGE_FLOPS",
-           "SEARCH_SECONDS_LARGE", "SEARCH_REPEATS_LARGE", "SEARCH_MIN_TRIALS",
-           "fast_choice"]
+           "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_LARGE_FLOPS", "SEARCH_SECONDS_LARGE",
+           "SEARCH_REPEATS_LARGE", "SEARCH_MIN_TRIALS", "fast_choice"]
 
 #: products of at most this many operands take opt_einsum's exhaustive path ('optimal', 'branch-all')
 EXACT_OPERANDS = 6
@@ -70,13 +67,10 @@ SEARCH_MIN_TRIALS = 8
 SEARCH_RATE = 1e7
 SEARCH_SECONDS_MIN = 0.25
 SEARCH_SECONDS_MAX = 1.0
-#: a product of many operands gets at least this many seconds per operand (2 s for a 10x10 grid): the
-#: search, not the contraction, is what grows with the operand count
-SEARCH_SECONDS_PER_OPERAND = 0.02
 #: a path costing at least this many FLOPs (minutes of compute and more: a 200-node random regular graph)
 #: may search for up to SEARCH_SECONDS_LARGE, with up to SEARCH_REPEATS_LARGE trials, instead
 SEARCH_LARGE_FLOPS = 1e12
-SEARCH_SECONDS_LARGE = 8.0
+SEARCH_SECONDS_LARGE = 4.0
 SEARCH_REPEATS_LARGE = 256
 
 
@@ -112,10 +106,9 @@ def fast_choice(operands: int) -> str:
     return "branch-1" if operands <= 14 else "greedy"
 
 
-def _budget(flops: float, operands: int) -> float:
+def _budget(flops: float) -> float:
     most = SEARCH_SECONDS_LARGE if flops >= SEARCH_LARGE_FLOPS else SEARCH_SECONDS_MAX
-    least = max(SEARCH_SECONDS_MIN, operands * SEARCH_SECONDS_PER_OPERAND)
-    return min(max(most, least), max(least, flops / SEARCH_RATE))
+    return min(most, max(SEARCH_SECONDS_MIN, flops / SEARCH_RATE))
 
 
 def _sizes(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[list[str], str, dict[str, int]]:
@@ -144,7 +137,6 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
         return path, info, PathChoice(name, time.perf_counter() - start, flops)
     if flops < SEARCH_FLOPS:
         return path, info, PathChoice(name, time.perf_counter() - start, flops)
-    budget = _budget(flops, len(shapes))
     terms, output, sizes = _sizes(equation, shapes)
     candidates = [(flops, 0, path, name)]
     found = searched(terms, output, sizes, path, name)
@@ -153,6 +145,7 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
         # (einflow/derive/tree.py), searched the same way, is this path when the sizes are the same
         candidates += found
     else:
+        budget = _budget(flops)
         # random-greedy's best, it refined, and the fast path refined. At least SEARCH_MIN_TRIALS trials and
         # one refinement pass each run whatever the clock says, so the result does not hinge on the
         # machine's load; the rest stops at the budget.
