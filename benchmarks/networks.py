@@ -9,6 +9,11 @@ the forward's.
 
 The reference is cotengra's tree when cotengra is installed (``pip install .[bench]``), else opt_einsum's
 exact 'dp' (networks of at most 16 tensors). Run:  python benchmarks/networks.py [--quick] [--full] [--seconds S]
+
+``--scale`` (issue 27 item 2): on the 6x6 grid (bond 4), the 10x10 grid (bond 2) and a 200-node random 3-regular
+graph (bond 2), einflow's default path at several seeds against cotengra's HyperOptimizer at its defaults given
+the same trials and seconds; the all-input gradient's planned FLOPs over the forward's; and the all-input
+gradient's time against ``jax.jit(jax.grad)`` along einflow's path (interleaved, medians).
 """
 
 from __future__ import annotations
@@ -204,13 +209,174 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the 4x4 grids and the rings only")
     parser.add_argument("--full", action="store_true", help="also a 5x5 grid of bond 4, a longer MPS, a larger graph")
     parser.add_argument("--seconds", type=float, default=2.0, help="cotengra's time budget per network")
+    parser.add_argument("--scale", action="store_true",
+                        help="issue 27 item 2: default paths vs cotengra at the same budget, all-input gradient "
+                             "FLOPs, and their time against jax.jit(jax.grad)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of each search (--scale)")
+    parser.add_argument("--rounds", type=int, default=21, help="timed calls of each side (--scale)")
     args = parser.parse_args()
+    if args.scale:
+        scale_main(args.seeds, args.rounds)
+        return
     print(f"Measured {machine()}\n", flush=True)
     results = []
     for network in networks(args.quick, args.full):
         results.append(measure(network, args.seconds))
         print(table(results[-1:]).splitlines()[-1], flush=True)
     print("\n" + table(results))
+
+
+
+# ---------------------------------------------------------------- issue 27 item 2: big networks, all-input gradients
+
+def scale_networks() -> list[Network]:
+    """The networks of issue 27 item 2 (and the 60-node graph of tests/test_networks.py, small enough to run)."""
+    return [grid(6, 4), grid(10, 2), random_regular(60, 3, 2, seed=1), random_regular(200, 3, 2)]
+
+
+def versus_cotengra(network: Network, seeds: int) -> dict[str, object]:
+    """einflow's default path search (einflow.engine.paths, uncached) at ``seeds`` seeds of its cotengra search,
+    and cotengra's own HyperOptimizer at its defaults given, seed for seed, the same trials and seconds."""
+    import random
+    import statistics
+    import time
+
+    import cotengra as ctg
+    import opt_einsum as oe
+
+    from einflow.engine import paths
+    from einflow.lang import trees
+
+    equation, shapes = network.equation()
+    ours, theirs, budgets = [], [], []
+    for seed in range(seeds):
+        trees.HYPER_SEED = seed
+        try:
+            _, _, choice = paths._auto(equation, tuple(tuple(s) for s in shapes))
+        finally:
+            trees.HYPER_SEED = 0
+        trials = trees.hyper_trials(len(shapes))
+        ours.append(choice.flops)
+        budgets.append((trials, choice.seconds))
+        state = random.getstate()
+        random.seed(seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=trials, max_time=choice.seconds,
+                                           parallel=False, progbar=False, seed=seed)
+            start = time.perf_counter()
+            _, info = oe.contract_path(equation, *shapes, shapes=True, optimize=optimizer)
+            theirs.append((int(info.opt_cost), time.perf_counter() - start))
+        random.setstate(state)
+    return {"network": network.name, "ours": ours, "theirs": [f for f, _ in theirs], "budgets": budgets,
+            "their_seconds": [s for _, s in theirs],
+            "best": min(ours) / min(f for f, _ in theirs),
+            "median": statistics.median(ours) / statistics.median([f for f, _ in theirs])}
+
+
+def all_gradient_ratio(network: Network) -> tuple[float, float, float, float]:
+    """(forward FLOPs, all-input gradient FLOPs, their ratio, derivation seconds) at default settings."""
+    import time
+
+    program = ef.compile(network.text)
+    forward = program.plan(network.shapes).flops
+    start = time.perf_counter()
+    derivative = ef.grad(program, wrt=[name for name, _ in network.tensors])
+    seconds = time.perf_counter() - start
+    flops = derivative.plan(network.shapes).flops
+    return float(forward), float(flops), flops / forward, seconds
+
+
+def jax_gradient(network: Network) -> object:
+    """``jax.jit(jax.grad)`` of the network contracted pair by pair along einflow's forward path (jnp.einsum
+    per pairwise step, each with only the indices it touches)."""
+    import jax
+    import jax.numpy as jnp
+
+    from einflow.engine.paths import choose_path
+
+    equation, shapes = network.equation()
+    path, _, _ = choose_path(equation, shapes)
+    terms = equation.split("->")[0].split(",")
+
+    def value(*arrays: object) -> object:
+        items = list(zip(terms, arrays))
+        for step in path:
+            picked = [items[k] for k in step]
+            for k in sorted(step, reverse=True):
+                del items[k]
+            (left, a), (right, b) = picked
+            rest = "".join(term for term, _ in items)
+            kept = "".join(dict.fromkeys(c for c in left + right if c in rest))
+            letters = {c: chr(ord("a") + k) for k, c in enumerate(dict.fromkeys(left + right))}
+            spec = "".join(letters[c] for c in left) + "," + "".join(letters[c] for c in right) + "->"
+            items.append((kept, jnp.einsum(spec + "".join(letters[c] for c in kept), a, b)))
+        return items[0][1]
+
+    return jax.jit(jax.grad(value, argnums=tuple(range(len(terms)))))
+
+
+def time_gradients(network: Network, rounds: int) -> dict[str, float]:
+    """Median seconds (wall and process CPU) of einflow's all-input gradient and jax.jit(jax.grad) along the
+    same path, interleaved, order alternating; first calls (compilation) excluded."""
+    import statistics
+    import time
+
+    import jax
+    import numpy as np
+
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(0)
+    arrays = {name: rng.uniform(0.5, 1.5, shape) / np.sqrt(np.prod(shape)) * 2.0
+              for name, shape in network.shapes.items()}
+    names = [name for name, _ in network.tensors]
+    ours = ef.grad(ef.compile(network.text), wrt=names)
+    theirs = jax_gradient(network)
+    inputs = [jax.numpy.asarray(arrays[name]) for name in names]
+    first = ours(arrays)
+    second = theirs(*inputs)
+    for a, b in zip(first, second):  # the same gradients
+        np.testing.assert_allclose(a, np.asarray(b), rtol=1e-8)
+
+    def run_ours() -> None:
+        ours(arrays)
+
+    def run_theirs() -> None:
+        jax.block_until_ready(theirs(*inputs))
+
+    wall: dict[str, list[float]] = {"einflow": [], "jax": []}
+    cpu: dict[str, list[float]] = {"einflow": [], "jax": []}
+    for k in range(rounds):
+        order = [("einflow", run_ours), ("jax", run_theirs)]
+        for name, call in order if k % 2 == 0 else order[::-1]:
+            start, start_cpu = time.perf_counter(), time.process_time()
+            call()
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return {f"{side} {kind}": statistics.median(values[side]) for kind, values in (("wall", wall), ("cpu", cpu))
+            for side in ("einflow", "jax")}
+
+
+def scale_main(seeds: int, rounds: int) -> None:
+    print(f"Measured {machine()}\n", flush=True)
+    print("| network | einflow FLOPs by seed | cotengra FLOPs, same trials and seconds | budget (trials, s) | "
+          "best / best | median / median |\n|---|---|---|---|---|---|")
+    for network in [grid(6, 4), grid(10, 2), random_regular(200, 3, 2)]:
+        r = versus_cotengra(network, seeds)
+        budgets = ", ".join(f"{t}, {s:.1f}" for t, s in r["budgets"])  # type: ignore[attr-defined]
+        print(f"| {r['network']} | {', '.join(f'{f:.3g}' for f in r['ours'])} | "  # type: ignore[attr-defined]
+              f"{', '.join(f'{f:.3g}' for f in r['theirs'])} | {budgets} | {r['best']:.3f} | "  # type: ignore[attr-defined]
+              f"{r['median']:.3f} |", flush=True)
+    print("\n| network | forward FLOPs | grad (all inputs) FLOPs | ratio | derivation |\n|---|---|---|---|---|")
+    for network in scale_networks():
+        forward, flops, ratio, seconds = all_gradient_ratio(network)
+        print(f"| {network.name} | {forward:.4g} | {flops:.4g} | {ratio:.4f} | {seconds:.1f} s |", flush=True)
+    print("\n| network | einflow grad (wall, cpu) | jax.jit(jax.grad) (wall, cpu) | wall ratio |\n|---|---|---|---|")
+    for network in scale_networks()[:3]:
+        t = time_gradients(network, rounds)
+        print(f"| {network.name} | {t['einflow wall'] * 1e3:.2f} ms, {t['einflow cpu'] * 1e3:.2f} ms | "
+              f"{t['jax wall'] * 1e3:.2f} ms, {t['jax cpu'] * 1e3:.2f} ms | "
+              f"{t['einflow wall'] / t['jax wall']:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

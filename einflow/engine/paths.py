@@ -5,15 +5,25 @@ default) a product of at most :data:`EXACT_OPERANDS` operands takes opt_einsum's
 (``'optimal'`` up to 4 operands, ``'branch-all'`` up to 6, or ``'greedy'`` where that is cheaper: 'optimal'
 misses some orders when operands repeat an index set), which costs microseconds. A larger product first
 takes opt_einsum's fast heuristic (``'branch-2'``, ``'branch-1'``, then ``'greedy'`` above 14 operands); when
-that path costs at least :data:`SEARCH_FLOPS`, a search runs for at most a time budget that grows with the
-work at stake (``flops / SEARCH_RATE`` seconds, between :data:`SEARCH_SECONDS_MIN` and
-:data:`SEARCH_SECONDS_MAX`; up to :data:`SEARCH_SECONDS_LARGE` for paths of :data:`SEARCH_LARGE_FLOPS` and
-more): a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs,
-:data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials, :data:`SEARCH_REPEATS_LARGE` for the large
-ones) proposes a path, its subtrees and the
-fast path's are re-solved exactly (:mod:`einflow.engine.subtrees`), and the cheapest path wins. The search stops
-early when the trials are done and a pass over the tree finds nothing cheaper; the minimum trials and one
-refinement pass of each tree run even past the budget, so that a loaded machine gets the same quality.
+that path costs at least :data:`SEARCH_FLOPS`, a search runs and the cheapest of the candidates wins:
+
+* with cotengra installed (the ``networks`` extra), :func:`einflow.lang.trees.searched`: cotengra's
+  ``HyperOptimizer`` at its defaults (greedy and label-propagation trees, tuned by its hyper-parameter
+  search, each trial's tree reconfigured by exact subtree re-solving), minimising FLOPs, seeded, for a
+  number of trials fixed by the operand count (``einflow.lang.trees.hyper_trials``: 32 for 16 operands,
+  22 for 36, 8 for 100, 4 for 200), its tree as it is and with its subtrees of up to 8 leaves re-solved
+  exactly, and the fast path re-solved the same way (``REFINE_PASSES`` passes each). It has no clock: a
+  product gets the same path on any machine, and a gradient's split tree (einflow/derive/tree.py),
+  searched the same way, is the forward's path when its sizes are the same. Its time is the trials'
+  (about 0.05 s a trial for 36 tensors, 0.3 s for 100, 1-2 s for 200 on an idle core: seconds);
+* without it, a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs,
+  :data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials, :data:`SEARCH_REPEATS_LARGE` for the large
+  ones) whose path's subtrees are re-solved exactly (:mod:`einflow.lang.trees`), and the fast path re-solved
+  the same way, within a time budget that grows with the work at stake (``flops / SEARCH_RATE`` seconds,
+  between :data:`SEARCH_SECONDS_MIN` and :data:`SEARCH_SECONDS_MAX`; up to :data:`SEARCH_SECONDS_LARGE`
+  for paths of :data:`SEARCH_LARGE_FLOPS` and more). The minimum trials and one refinement pass of each
+  tree run even past the budget, so that a loaded machine gets the same quality.
+
 Any other ``optimize=`` value (an opt_einsum algorithm's name, ``True``/``False``, a ``PathOptimizer``, an
 explicit path) is opt_einsum's, unchanged.
 
@@ -39,7 +49,7 @@ from typing import Any
 
 import opt_einsum as oe
 
-from einflow.engine.subtrees import refine, tree_flops
+from einflow.lang.trees import refine, searched, tree_flops
 
 __all__ = ["PathChoice", "choose_path", "EXACT_OPERANDS", "SEARCH_FLOPS", "SEARCH_REPEATS", "SEARCH_RATE",
            "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_LARGE_FLOPS", "SEARCH_SECONDS_LARGE",
@@ -127,25 +137,32 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
         return path, info, PathChoice(name, time.perf_counter() - start, flops)
     if flops < SEARCH_FLOPS:
         return path, info, PathChoice(name, time.perf_counter() - start, flops)
-    budget = _budget(flops)
     terms, output, sizes = _sizes(equation, shapes)
-    # three candidates besides the fast path: random-greedy's best, it refined, and the fast path refined.
-    # At least SEARCH_MIN_TRIALS trials and one refinement pass each run whatever the clock says, so the
-    # result does not hinge on the machine's load; the rest stops at the budget.
     candidates = [(flops, 0, path, name)]
-    search = oe.RandomGreedy(max_repeats=SEARCH_MIN_TRIALS, minimize="flops")
-    found = search([set(term) for term in terms], set(output), sizes)
-    left = start + budget / 3 - time.perf_counter()
-    repeats = SEARCH_REPEATS_LARGE if flops >= SEARCH_LARGE_FLOPS else SEARCH_REPEATS
-    if left > 0 and repeats > SEARCH_MIN_TRIALS:
-        search.max_repeats, search.max_time = repeats - SEARCH_MIN_TRIALS, left
-        found = search([set(term) for term in terms], set(output), sizes)
-    trials = f"random-greedy ({len(search.costs)} trials)"
-    candidates.append((tree_flops(terms, output, sizes, found), 1, found, trials))
-    refined = refine(terms, output, sizes, found, deadline=start + 2 * budget / 3)
-    candidates.append((tree_flops(terms, output, sizes, refined), 2, refined, f"{trials} + subtree refinement"))
-    refined = refine(terms, output, sizes, path, deadline=start + budget)
-    candidates.append((tree_flops(terms, output, sizes, refined), 3, refined, f"{name} + subtree refinement"))
+    found = searched(terms, output, sizes, path, name)
+    if found is not None:
+        # cotengra's tree, it refined, the fast path refined: no clock, so that a gradient's split tree
+        # (einflow/derive/tree.py), searched the same way, is this path when the sizes are the same
+        candidates += found
+    else:
+        budget = _budget(flops)
+        # random-greedy's best, it refined, and the fast path refined. At least SEARCH_MIN_TRIALS trials and
+        # one refinement pass each run whatever the clock says, so the result does not hinge on the
+        # machine's load; the rest stops at the budget.
+        search = oe.RandomGreedy(max_repeats=SEARCH_MIN_TRIALS, minimize="flops")
+        greedy = search([set(term) for term in terms], set(output), sizes)
+        left = start + budget / 3 - time.perf_counter()
+        repeats = SEARCH_REPEATS_LARGE if flops >= SEARCH_LARGE_FLOPS else SEARCH_REPEATS
+        if left > 0 and repeats > SEARCH_MIN_TRIALS:
+            search.max_repeats, search.max_time = repeats - SEARCH_MIN_TRIALS, left
+            greedy = search([set(term) for term in terms], set(output), sizes)
+        trials = f"random-greedy ({len(search.costs)} trials)"
+        candidates.append((tree_flops(terms, output, sizes, greedy), 1, greedy, trials))
+        refined = refine(terms, output, sizes, greedy, deadline=start + 2 * budget / 3)
+        candidates.append((tree_flops(terms, output, sizes, refined), 2, refined,
+                           f"{trials} + subtree refinement"))
+        refined = refine(terms, output, sizes, path, deadline=start + budget)
+        candidates.append((tree_flops(terms, output, sizes, refined), 3, refined, f"{name} + subtree refinement"))
     best, _, best_path, best_name = min(candidates)
     if best >= flops:
         return path, info, PathChoice(f"{name} (searched: found no cheaper path)", time.perf_counter() - start,

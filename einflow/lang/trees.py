@@ -6,6 +6,11 @@ in, the node's index set out. Re-solving that small contraction with opt_einsum'
 programming and keeping the result when it is cheaper never makes the whole path worse, and repeating it
 over the tree's most expensive nodes removes the local mistakes a greedy or random-greedy path makes
 (the idea of subtree reconfiguration from the tensor-network literature, written here for einflow).
+:func:`hyper_path` asks cotengra's ``HyperOptimizer`` (when installed) for a tree, seeded.
+
+The engine's path search (einflow/engine/paths.py) and the derivation's split of a product into its
+pairwise tree (einflow/derive/tree.py) both search with these, so that the tree a gradient's shared
+adjoints follow is found the way the forward's path is.
 
 >>> import opt_einsum as oe
 >>> equation = "ab,bc,cd,de,ea->"
@@ -19,16 +24,35 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import math
+import random
 import time
+import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import opt_einsum as oe
 
-__all__ = ["refine", "tree_flops"]
+__all__ = ["refine", "tree_flops", "hyper_path", "searched", "hyper_trials", "HYPER_SEED",
+           "HYPER_TRIALS", "HYPER_TRIALS_MAX", "HYPER_WORK", "REFINE_PASSES"]
 
 Path = list[tuple[int, ...]]
+
+#: the seed of cotengra's search (its hyper-parameter search and Python's ``random`` for its trials)
+HYPER_SEED = 0
+#: cotengra's trials for a large product: HYPER_WORK // operands, between HYPER_TRIALS and HYPER_TRIALS_MAX
+#: (a trial's time grows with the operands: 32 trials for 16 tensors, 22 for 36, 8 for 100, 4 for 200);
+#: and the passes of exact subtree re-solving of its tree
+HYPER_TRIALS = 4
+HYPER_TRIALS_MAX = 32
+HYPER_WORK = 800
+REFINE_PASSES = 2
+
+
+def hyper_trials(operands: int) -> int:
+    """How many cotengra trials a product of ``operands`` operands gets."""
+    return max(HYPER_TRIALS, min(HYPER_TRIALS_MAX, HYPER_WORK // max(operands, 1)))
 
 
 class _Tree:
@@ -137,24 +161,79 @@ def tree_flops(inputs: Sequence[Iterable[str]], output: Iterable[str], sizes: di
 
 
 def refine(inputs: Sequence[Iterable[str]], output: Iterable[str], sizes: dict[str, int], path: Path,
-           deadline: float, leaves: int = 8) -> Path:
+           deadline: float, leaves: int = 8, passes: int | None = None) -> Path:
     """``path`` with its subtrees re-solved exactly while that helps and ``time.perf_counter() < deadline``.
 
     The costliest nodes are visited first; passes repeat until one finds nothing cheaper. The first pass
-    always runs to its end (so the result does not depend on the machine's speed for one pass). A path that is
-    not pairwise (a step of one or of three operands) is returned as it is.
+    always runs to its end (so the result does not depend on the machine's speed for one pass); at most
+    ``passes`` run when it is given. A path that is not pairwise (a step of one or of three operands) is
+    returned as it is.
     """
     if len(inputs) < 3 or any(len(step) != 2 for step in path):
         return list(path)
     tree = _Tree(inputs, output, sizes, path)
     improved = True
-    passes = 0
-    while improved and (passes == 0 or time.perf_counter() < deadline):
+    done = 0
+    while improved and (done == 0 or time.perf_counter() < deadline) and (passes is None or done < passes):
         improved = False
         for node in sorted(tree.children, key=lambda n: -tree.cost[n]):
-            if passes and time.perf_counter() >= deadline:
+            if done and time.perf_counter() >= deadline:
                 break
             if node in tree.children and tree.resolve(node, leaves):
                 improved = True
-        passes += 1
+        done += 1
     return tree.path()
+
+
+@contextlib.contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Python's ``random`` seeded within (cotengra's trials draw from it), its state restored after."""
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
+def hyper_path(terms: Sequence[str], output: str, sizes: dict[str, int], trials: int,
+               seed: int | None = None) -> Path | None:
+    """The path of cotengra's ``HyperOptimizer`` at its defaults after ``trials`` trials, minimising FLOPs;
+    None without cotengra.
+
+    ``terms`` are the operands' index letters, ``output`` the result's. No clock: the same ``seed`` (default
+    :data:`HYPER_SEED`) and trials give the same path. cotengra draws from Python's ``random``, seeded for
+    the search and restored after (its hyper-parameter search is seeded too).
+    """
+    try:
+        import cotengra as ctg
+    except ImportError:
+        return None
+    seed = HYPER_SEED if seed is None else seed
+    with _seeded(seed), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # cotengra's note that kahypar/optuna, optional for it, are missing
+        optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=trials, parallel=False, progbar=False,
+                                       seed=seed)
+        tree = optimizer.search([tuple(term) for term in terms], tuple(output), sizes)
+    return [tuple(step) for step in tree.get_path()]
+
+
+def searched(terms: Sequence[str], output: str, sizes: dict[str, int], fast: Path, fast_name: str,
+             seed: int | None = None) -> list[tuple[int, int, Path, str]] | None:
+    """Candidate paths ``(FLOPs, rank, path, description)`` for a large product, None without cotengra:
+    cotengra's tree after :func:`hyper_trials` trials, it and the heuristic path ``fast`` each refined by
+    :data:`REFINE_PASSES` passes of :func:`refine`. No clock: the same product gets the same candidates,
+    which is what lets a gradient's split tree (einflow/derive/tree.py) be the forward's planned path.
+    """
+    trials = hyper_trials(len(terms))
+    found = hyper_path(terms, output, sizes, trials, seed)
+    if found is None:
+        return None
+    inputs = [set(term) for term in terms]
+    inf = float("inf")
+    hyper = f"cotengra hyper ({trials} trials)"
+    found_refined = refine(inputs, set(output), sizes, found, inf, passes=REFINE_PASSES)
+    fast_refined = refine(inputs, set(output), sizes, fast, inf, passes=REFINE_PASSES)
+    return [(tree_flops(inputs, output, sizes, found), 1, found, hyper),
+            (tree_flops(inputs, output, sizes, found_refined), 2, found_refined, f"{hyper} + subtree refinement"),
+            (tree_flops(inputs, output, sizes, fast_refined), 3, fast_refined, f"{fast_name} + subtree refinement")]
