@@ -11,6 +11,7 @@ from einflow.derive.rules import Leaf, derivative, input_leaf
 from einflow.derive.simplify import simplify
 from einflow.derive.tree import split_products
 from einflow.lang import ir
+from einflow.lang.indices import indices_in
 
 __all__ = ["Work", "reverse_sweep", "forward_sweep", "tangent_sweep", "zeros"]
 
@@ -174,7 +175,8 @@ def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], nam
     (not yet appended; target indices: the output's, then ``axes``); an output missing from the dict does
     not vary. Simple tangents are inlined where used; others become statements named ``name_of(target)``.
     """
-    tangents: dict[str, tuple[tuple[str, ...], ir.Expr]] = {}
+    tangents: dict[str, tuple[tuple[str, ...], ir.Expr, int]] = {}
+    inlined = [0]  # the deepest inlined tangent the statement being derived read
 
     def leaf(node: ir.Tensor) -> ir.Expr | None:
         seed = seeds.get(node.name)
@@ -183,14 +185,22 @@ def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], nam
         found = tangents.get(node.name)
         if found is None:
             return None
-        indices, expr = found
+        indices, expr, depth = found
+        inlined[0] = max(inlined[0], depth)
         copy = _fresh_copy(expr, work.fresh)
         return rename(copy, dict(zip(indices, node.indices)))
+
+    def materialize(target: str, indices: tuple[str, ...], expr: ir.Expr) -> ir.Tensor:
+        name = work.tensor_fresh.pick([name_of(target)], f"d_{target}")
+        work.statements.append(ir.Assign(name, indices, expr))
+        work.ranks[name] = len(indices)
+        return ir.Tensor(name, indices)
 
     results: dict[str, ir.Assign] = {}
     for statement in list(work.statements):
         if statement.target not in through:
             continue
+        inlined[0] = 0
         tangent = derivative(statement.expr, leaf)
         if tangent is None:
             continue
@@ -199,14 +209,57 @@ def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], nam
         if statement.target in outputs:
             results[statement.target] = ir.Assign(statement.target, indices + axes, tangent)
             continue
+        assert statement.target is not None
         # keep simple tangents symbolic (inlined at each use); materialize the rest once: sums of terms,
-        # and contractions (inlining those repeats the chain: a deep network's statements would grow with depth)
-        if isinstance(tangent, ir.Sum) or _contracts(tangent):
-            assert statement.target is not None
-            name = work.tensor_fresh.pick([name_of(statement.target)], f"d_{statement.target}")
-            work.statements.append(ir.Assign(name, indices + axes, tangent))
-            work.ranks[name] = len(indices) + len(axes)
-            tangents[statement.target] = (indices + axes, ir.Tensor(name, indices + axes))
+        # contractions (inlining those repeats the chain: a deep network's statements would grow with depth)
+        # and tangents that inline tangents more than _INLINE_DEPTH deep (in a chain h2 = sin(h1),
+        # h3 = sin(h2), ... each level's tangent would carry the factors of all levels below it). A tangent on
+        # the extra axes through deltas, ``delta[i,p] c[i]``, gets a statement for its coefficient ``c`` only
+        # and stays inlined: the chain's Hessian keeps vectors where it would build n x n arrays.
+        depth = inlined[0] + 1
+        if isinstance(tangent, ir.Sum) or _contracts(tangent) or depth > _INLINE_DEPTH:
+            split = _on_axes(tangent, indices, axes)
+            if split is None:
+                tangents[statement.target] = (indices + axes, materialize(statement.target, indices + axes, tangent), 0)
+            else:
+                carried, coefficient, kept = split
+                if not isinstance(coefficient, (ir.Num, ir.Tensor)):
+                    coefficient = materialize(statement.target, kept, coefficient)
+                tangents[statement.target] = (indices + axes, ir.product(*carried, coefficient), 1)
         else:
-            tangents[statement.target] = (indices + axes, tangent)
+            tangents[statement.target] = (indices + axes, tangent, depth)
     return results
+
+
+#: how many tangents deep a tangent is inlined: a deeper one gets a statement (its coefficient does)
+_INLINE_DEPTH = 3
+
+
+def _on_axes(tangent: ir.Expr, indices: tuple[str, ...], axes: tuple[str, ...],
+             ) -> tuple[list[ir.Expr], ir.Expr, tuple[str, ...]] | None:
+    """``tangent`` split as (its factors on the extra ``axes``, the coefficient they multiply, the statement's
+    ``indices`` the coefficient keeps), or None. A product splits when its factors on the axes are deltas
+    or tensors (``delta[i,p] x[q] c[i]``); a sum when every term carries the same deltas and nothing else on
+    the axes (a sum sharing a tensor keeps its statement)."""
+    if not axes:
+        return None
+    on = set(axes)
+    terms = tangent.terms if isinstance(tangent, ir.Sum) else (tangent,)
+    carriers = ir.Delta if len(terms) > 1 else (ir.Delta, ir.Tensor)
+    carried: list[ir.Expr] | None = None
+    rests: list[ir.Expr] = []
+    for term in terms:
+        factors = term.factors if isinstance(term, ir.Product) else (term,)
+        touching = [f for f in factors if indices_in(f) & on]
+        if not touching or not all(isinstance(f, carriers) for f in touching):
+            return None
+        if carried is None:
+            carried = touching
+        elif sorted(map(repr, touching)) != sorted(map(repr, carried)):
+            return None
+        rest = [f for f in factors if not indices_in(f) & on]
+        rests.append(ir.product(*rest) if rest else ir.Num(1))
+    assert carried is not None
+    coefficient = simplify(ir.Sum(tuple(rests)) if len(rests) > 1 else rests[0])
+    present = indices_in(coefficient)
+    return carried, coefficient, tuple(i for i in indices if i in present)
