@@ -116,11 +116,13 @@ class _Setup:
                       self.sizes)
         ranks = dict(program.info.ranks)
         # stable forms of written-out log-sum-exp, softplus, log-sigmoid are what gets differentiated
+        links: set[str] = set()
         normal = lift_deep_calls(to_normal(stabilize_program(source_ir), fresh, names), fresh, self.tensor_names,
-                                 ranks)
+                                 ranks, lifted_names=links)
         ranks[self.value] = len(normal[-1].indices or ())
         self.work = Work(normal, program.info.inputs, ranks, fresh, self.tensor_names, forward_count=len(normal),
-                         symmetric=frozenset(n for s in self.matrix_decls for n in s.names if n in program.info.inputs))
+                         symmetric=frozenset(n for s in self.matrix_decls for n in s.names if n in program.info.inputs),
+                         links=frozenset(links))
         self._normal = tuple(normal)  # the statements as normal form gave them (a split product is another)
         self.user_sizes = [s for s in program.ir.statements if isinstance(s, ir.SizeDecl)]
         self.declared = {n for s in self.user_sizes for n in s.names}

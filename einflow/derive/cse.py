@@ -20,6 +20,9 @@ __all__ = ["reuse_forward", "hoist_repeated", "hoist_shared_products", "coeffici
 
 _Candidate = (ir.Call, ir.Power, ir.Sum, ir.Reduce, ir.Normalize, ir.Binary, ir.Linalg)
 
+#: a subset of a product's factors that statements may share: (signature, node, product, summed indices, subset)
+_Subset = tuple[tuple[int, ...], ir.Expr, ir.Product, frozenset[str], tuple[int, ...]]
+
 
 class _Shapes:
     """Per-node facts computed bottom up and memoised by node identity (valid while the trees live)."""
@@ -327,8 +330,9 @@ def hoist_shared_products(statements: list[ir.Assign], fresh: Fresh, names: Fres
     """
     memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Expr, list[str], ir.Product]] = {}
     shapes = _Shapes()  # fingerprints by node identity: the nodes a pass leaves alone keep theirs
+    subsets: dict[int, tuple[ir.Expr, list[_Subset]]] = {}  # a statement's factor subsets, by its identity
     for _ in range(32):
-        found = _largest_shared(statements, memo, shapes)
+        found = _largest_shared(statements, memo, shapes, subsets)
         if not found:
             return statements
         replacements: dict[int, dict[int, ir.Expr]] = {}
@@ -416,6 +420,7 @@ def _replaced(occurrence: _Occurrence, name: str, keep: list[int], internal: fro
 def _largest_shared(statements: list[ir.Assign],
                     memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Expr, list[str], ir.Product]] | None = None,
                     shapes: _Shapes | None = None,
+                    subsets: dict[int, tuple[ir.Expr, list[_Subset]]] | None = None,
                     ) -> list[tuple[list[_Occurrence], frozenset[int], _Occurrence | None]]:
     """For the largest group of factors that two or more products share: its occurrences, the positions (in
     canonical order) of the indices the shared statement sums, and the occurrence that is a whole statement's
@@ -425,19 +430,8 @@ def _largest_shared(statements: list[ir.Assign],
     shapes = shapes if shapes is not None else _Shapes()
     by_print: dict[tuple[int, ...], list[tuple[int, ir.Expr, ir.Product, frozenset[str], tuple[int, ...]]]] = {}
     for position, statement in enumerate(statements):
-        for node, product, summed in _products(statement.expr):
-            arrays = [k for k, f in enumerate(product.factors) if not isinstance(f, ir.Num)]
-            if len(arrays) > _MOST_FACTORS or len(arrays) < 2:
-                continue
-            if any(isinstance(product.factors[k], ir.Delta) for k in arrays):
-                continue
-            if any(isinstance(f, ir.Tensor) and f.name.startswith(PSEUDO) for f in product.factors):
-                continue  # a read through positions stays whole (its deltas give its indices their ranges)
-            prints = {k: shapes.facts(product.factors[k])[0] for k in arrays}
-            for size in range(2, len(arrays) + 1):
-                for subset in _combinations(arrays, size):
-                    signature = tuple(sorted(prints[k] for k in subset))
-                    by_print.setdefault(signature, []).append((position, node, product, summed, subset))
+        for signature, node, product, summed, subset in _subsets(statement.expr, shapes, subsets):
+            by_print.setdefault(signature, []).append((position, node, product, summed, subset))
     candidates = [group for group in by_print.values() if len({(entry[0], id(entry[1])) for entry in group}) >= 2]
     candidates.sort(key=lambda group: -len(group[0][4]))
     found: list[tuple[list[_Occurrence], frozenset[int], _Occurrence | None]] = []
@@ -481,6 +475,31 @@ def _largest_shared(statements: list[ir.Assign],
                 return found  # another key of the same factors may follow: the next pass looks again
             break
     return found
+
+
+def _subsets(expr: ir.Expr, shapes: _Shapes, memo: dict[int, tuple[ir.Expr, list[_Subset]]] | None) -> list[_Subset]:
+    """(signature, node, product, summed indices, subset) for every subset of two or more factors of the
+    products in ``expr`` that may be shared; kept in ``memo`` by the expression's identity (a statement a
+    pass leaves alone keeps its object, so the next pass reads its subsets from there)."""
+    found = memo.get(id(expr)) if memo is not None else None
+    if found is not None:
+        return found[1]
+    subsets: list[_Subset] = []
+    for node, product, summed in _products(expr):
+        arrays = [k for k, f in enumerate(product.factors) if not isinstance(f, ir.Num)]
+        if len(arrays) > _MOST_FACTORS or len(arrays) < 2:
+            continue
+        if any(isinstance(product.factors[k], ir.Delta) for k in arrays):
+            continue
+        if any(isinstance(f, ir.Tensor) and f.name.startswith(PSEUDO) for f in product.factors):
+            continue  # a read through positions stays whole (its deltas give its indices their ranges)
+        prints = {k: shapes.facts(product.factors[k])[0] for k in arrays}
+        for size in range(2, len(arrays) + 1):
+            for subset in _combinations(arrays, size):
+                subsets.append((tuple(sorted(prints[k] for k in subset)), node, product, summed, subset))
+    if memo is not None:
+        memo[id(expr)] = (expr, subsets)  # (the expression is kept so that its id is not reused)
+    return subsets
 
 
 def _one_per_node(occurrences: list[_Occurrence]) -> list[_Occurrence]:

@@ -426,7 +426,7 @@ def readable(statement: ir.Assign, keep: set[str], declared: frozenset[str] = fr
 
 
 def lift_deep_calls(statements: list[ir.Assign], fresh: Fresh, names: Fresh, ranks: dict[str, int],
-                    depth: int = 8) -> list[ir.Assign]:
+                    depth: int = 8, lifted_names: set[str] | None = None) -> list[ir.Assign]:
     """Give every function call inside another its own statement when calls nest ``depth`` deep.
 
     Differentiating ``f(g(h(...)))`` copies the inner chain into every factor of the chain rule, and a
@@ -434,7 +434,7 @@ def lift_deep_calls(statements: list[ir.Assign], fresh: Fresh, names: Fresh, ran
     ``h2[i] = sin(h1[i])``, ...), every statement's first and second derivative is a few factors that read
     the previous level's names, so derivative programs and their derivation stay linear in the nesting depth.
     Statements nested less than ``depth`` deep are unchanged. Keeps normal form: a helper binds fresh
-    copies of the indices its expression leaves free.
+    copies of the indices its expression leaves free. The helpers' names are added to ``lifted_names``.
     """
     result: list[ir.Assign] = []
     for statement in statements:
@@ -454,7 +454,12 @@ def lift_deep_calls(statements: list[ir.Assign], fresh: Fresh, names: Fresh, ran
             axes = tuple(fresh.index(i) for i in free)
             name = names.pick([f"h{n}" for n in range(1, 1000)], "h")
             ranks[name] = len(axes)
+            if fresh.sizes is not None:  # the helper's axes have its indices' sizes (so keys match across levels)
+                for axis, index in enumerate(axes):
+                    fresh.sizes.union(index, ("axis", name, axis))
             lifted.append(ir.Assign(name, axes, rename(new, dict(zip(free, axes)))))
+            if lifted_names is not None:
+                lifted_names.add(name)
             return ir.Tensor(name, tuple(free))
 
         expr = visit(statement.expr, False)

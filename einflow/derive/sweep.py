@@ -30,6 +30,7 @@ class Work:
     forward_count: int = 0  # statements[:forward_count] compute the program's own values
     partials: set[str] = field(default_factory=set)  # targets made by splitting a product along its tree
     symmetric: frozenset[str] = frozenset()  # inputs declared symmetric/spd: derivatives on symmetric matrices
+    links: frozenset[str] = frozenset()  # the levels of a deep chain of calls, each named (lift_deep_calls)
 
     def target(self, name: str) -> ir.Assign | None:
         for statement in self.statements:
@@ -211,13 +212,14 @@ def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], nam
             continue
         assert statement.target is not None
         # keep simple tangents symbolic (inlined at each use); materialize the rest once: sums of terms,
-        # contractions (inlining those repeats the chain: a deep network's statements would grow with depth)
-        # and tangents that inline tangents more than _INLINE_DEPTH deep (in a chain h2 = sin(h1),
-        # h3 = sin(h2), ... each level's tangent would carry the factors of all levels below it). A tangent on
-        # the extra axes through deltas, ``delta[i,p] c[i]``, gets a statement for its coefficient ``c`` only
-        # and stays inlined: the chain's Hessian keeps vectors where it would build n x n arrays.
+        # contractions (inlining those repeats the chain: a deep network's statements would grow with depth),
+        # the levels of a deep chain of calls, and tangents that inline tangents more than _INLINE_DEPTH deep
+        # (in a chain h2 = sin(h1), h3 = sin(h2), ... each level's tangent would carry the factors of all
+        # levels below it). A tangent on the extra axes through deltas, ``delta[i,p] c[i]``, gets a statement
+        # for its coefficient ``c`` only and stays inlined: a chain's Hessian keeps vectors, not n x n arrays.
         depth = inlined[0] + 1
-        if isinstance(tangent, ir.Sum) or _contracts(tangent) or depth > _INLINE_DEPTH:
+        if (isinstance(tangent, ir.Sum) or _contracts(tangent) or depth > _INLINE_DEPTH
+                or statement.target in work.links):
             split = _on_axes(tangent, indices, axes)
             if split is None:
                 tangents[statement.target] = (indices + axes, materialize(statement.target, indices + axes, tangent), 0)
