@@ -36,7 +36,7 @@ from einflow.derive.shifts import with_shifts
 from einflow.derive.simplify import is_zero
 from einflow.derive.simplify import simplify as simplified  # (the module keeps the name simplify here)
 from einflow.derive.sizes import IndexSizes, activated, active
-from einflow.derive.sweep import Work, forward_sweep, reverse_sweep, tangent_sweep, zeros
+from einflow.derive.sweep import Work, forward_sweep, name_factors, reverse_sweep, tangent_sweep, zeros
 from einflow.lang import ir
 from einflow.lang.check import Checked, check_name, checked
 from einflow.lang.errors import DerivativeError, EinflowError
@@ -123,6 +123,7 @@ class _Setup:
         self.work = Work(normal, program.info.inputs, ranks, fresh, self.tensor_names, forward_count=len(normal),
                          symmetric=frozenset(n for s in self.matrix_decls for n in s.names if n in program.info.inputs),
                          links=frozenset(links))
+        name_factors(self.work)
         self._normal = tuple(normal)  # the statements as normal form gave them (a split product is another)
         self.user_sizes = [s for s in program.ir.statements if isinstance(s, ir.SizeDecl)]
         self.declared = {n for s in self.user_sizes for n in s.names}

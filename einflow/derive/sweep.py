@@ -6,14 +6,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from einflow.derive.canonical import bound_inside
-from einflow.derive.normal import Fresh, rename, tensor_names
+from einflow.derive.cse import reuse_forward
+from einflow.derive.normal import Fresh, rename, rename_apart, tensor_names
 from einflow.derive.rules import Leaf, derivative, input_leaf
 from einflow.derive.simplify import simplify
 from einflow.derive.tree import split_products
 from einflow.lang import ir
+from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import indices_in
 
-__all__ = ["Work", "reverse_sweep", "forward_sweep", "tangent_sweep", "zeros"]
+__all__ = ["Work", "name_factors", "reverse_sweep", "forward_sweep", "tangent_sweep", "zeros"]
 
 
 @dataclass
@@ -31,6 +33,7 @@ class Work:
     partials: set[str] = field(default_factory=set)  # targets made by splitting a product along its tree
     symmetric: frozenset[str] = frozenset()  # inputs declared symmetric/spd: derivatives on symmetric matrices
     links: frozenset[str] = frozenset()  # the levels of a deep chain of calls, each named (lift_deep_calls)
+    factors: dict[str, ir.Expr] = field(default_factory=dict)  # a link -> its chain-rule factor (name_factors)
 
     def target(self, name: str) -> ir.Assign | None:
         for statement in self.statements:
@@ -58,6 +61,44 @@ class Work:
             if tensor_names(statement.expr) & varying:
                 varying.add(statement.target)  # type: ignore[arg-type]
         return varying
+
+
+def name_factors(work: Work) -> None:
+    """Give each level of a deep chain its chain-rule factor as a forward statement: ``g3[i] = cos(h2[i])``
+    after ``h3[i] = sin(h2[i])`` (f' reads the level's own value where it can: ``1 - h3[i]^2`` for tanh). The
+    sweeps multiply by ``g3`` where they differentiate ``h3``, so the gradient, the first derivatives and each
+    level of the second derivative (``(f o g)'' = f''(g) g'^2 + f'(g) g''``) read the factor by name."""
+    statements: list[ir.Assign] = []
+    for statement in work.statements[: work.forward_count]:
+        statements.append(statement)
+        if statement.target not in work.links or not isinstance(statement.expr, ir.Call):
+            continue
+        factor = simplify(FUNCTION_RULES[statement.expr.func].derivative(statement.expr.arg))
+        factor = reuse_forward([statement], [ir.Assign(None, statement.indices, factor)])[0].expr
+        if isinstance(factor, ir.Num) and factor.value == 0:
+            continue  # (sign, step): the rules find no derivative
+        if not isinstance(factor, (ir.Num, ir.Tensor)):
+            name = work.tensor_fresh.pick([f"g{statement.target[1:]}"], "g")
+            indices = statement.indices or ()
+            statements.append(ir.Assign(name, indices, _fresh_copy(factor, work.fresh)))
+            work.ranks[name] = len(indices)
+            if work.fresh.sizes is not None:
+                for axis, index in enumerate(indices):
+                    work.fresh.sizes.union(index, ("axis", name, axis))
+            factor = ir.Tensor(name, indices)
+        work.factors[statement.target] = factor
+    work.statements[: work.forward_count] = statements
+    work.forward_count = len(statements)
+
+
+def _derive(work: Work, statement: ir.Assign, leaf: Leaf) -> ir.Expr | None:
+    """d(statement's right side); a link of a deep chain, ``f(u)``, is its named factor times du."""
+    factor = work.factors.get(statement.target)  # type: ignore[arg-type]
+    if factor is None:
+        return derivative(statement.expr, leaf)
+    assert isinstance(statement.expr, ir.Call)
+    inner = derivative(statement.expr.arg, leaf)
+    return None if inner is None else ir.product(factor, rename_apart(inner))
 
 
 def _fresh_copy(expr: ir.Expr, fresh: Fresh) -> ir.Expr:
@@ -108,7 +149,7 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
         for read in sorted(tensor_names(statement.expr) & varying):
             if read not in adjoint_indices:
                 adjoint_indices[read] = work.fresh_indices(read)
-            jac = derivative(statement.expr, input_leaf(read, adjoint_indices[read]))
+            jac = _derive(work, statement, input_leaf(read, adjoint_indices[read]))
             if jac is None:
                 continue
             pulled = ir.product(cotangent, jac)
@@ -202,7 +243,7 @@ def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], nam
         if statement.target not in through:
             continue
         inlined[0] = 0
-        tangent = derivative(statement.expr, leaf)
+        tangent = _derive(work, statement, leaf)
         if tangent is None:
             continue
         tangent = simplify(tangent)
