@@ -442,13 +442,17 @@ def lift_deep_calls(statements: list[ir.Assign], fresh: Fresh, names: Fresh, ran
             result.append(statement)
             continue
         lifted: list[ir.Assign] = []
+        named: dict[ir.Expr, ir.Tensor] = {}  # a call met again (the same chain twice) reads the first's statement
 
-        def visit(expr: ir.Expr, inside: bool, lifted: list[ir.Assign] = lifted) -> ir.Expr:
+        def visit(expr: ir.Expr, inside: bool, lifted: list[ir.Assign] = lifted,
+                  named: dict[ir.Expr, ir.Tensor] = named) -> ir.Expr:
             within = inside or isinstance(expr, (ir.Call, ir.Power))
             kids = tuple(visit(child, within) for child in ir.children(expr))
             new = ir.with_children(expr, kids) if kids else expr
             if not inside or not isinstance(expr, ir.Call):
                 return new
+            if new in named:
+                return named[new]
             bound = {i for node in ir.walk(new) for i in binds(node)}
             free = [i for i in dict.fromkeys(_occurring(new)) if i not in bound]
             axes = tuple(fresh.index(i) for i in free)
@@ -460,7 +464,8 @@ def lift_deep_calls(statements: list[ir.Assign], fresh: Fresh, names: Fresh, ran
             lifted.append(ir.Assign(name, axes, rename(new, dict(zip(free, axes)))))
             if lifted_names is not None:
                 lifted_names.add(name)
-            return ir.Tensor(name, tuple(free))
+            named[new] = ir.Tensor(name, tuple(free))
+            return named[new]
 
         expr = visit(statement.expr, False)
         result.extend(lifted)
