@@ -85,3 +85,94 @@ def test_10000_statements_or_factors_under_10_seconds(make) -> None:  # type: ig
 def test_a_sum_of_100000_terms() -> None:
     _, value = seconds(long_sum, 100_001)
     np.testing.assert_allclose(value, sum(range(0, 100_001, 2)) + 50_000)
+
+
+
+#: a chain of the language's smooth unary functions, each defined on the previous one's values
+CYCLE = ("sin", "tanh", "softplus", "erf", "sigmoid", "cos", "exp", "log1p", "sqrt")
+
+#: the smaller depth of the growth test (4x deeper is the larger)
+SMALL_DEPTH = 16
+
+
+def nested(depth: int, inner: str = "x[i]", start: int = 0) -> str:
+    """``depth`` calls of CYCLE's functions around ``inner``, the first (innermost) CYCLE[start]."""
+    text = inner
+    for k in range(depth):
+        text = f"{CYCLE[(k + start) % len(CYCLE)]}({text})"
+    return text
+
+
+def nested_program(depth: int) -> str:
+    """Deep chains alone, inside a product with the input, against a matrix, and multiplied together."""
+    half = depth // 2
+    return (f"f = sum[i](x[i] {nested(depth)}) + sum[j,i](A[j,i] {nested(depth, start=3)})"
+            f" + sum[i]({nested(half)} {nested(half, start=5)})")
+
+
+def derivation(what: str, depth: int) -> tuple[float, int]:
+    """CPU seconds of deriving ``what`` of nested_program(depth) by x, and the length of its printed text."""
+    program = ef.compile(nested_program(depth))
+    start = time.process_time()
+    derived = getattr(ef, what)(program, wrt="x")
+    return time.process_time() - start, len(derived.text)
+
+
+@pytest.mark.parametrize("what", ["grad", "hessian", "hvp"])
+def test_derivatives_of_nested_chains_grow_linearly_with_depth(what: str) -> None:
+    # (f o g)'' = f''(g) g'^2 + f'(g) g'': with each level and its chain-rule factor named, a level adds a few
+    # statements of a few factors; written out, the Hessian of a depth-d chain was d products of d factors
+    derivation(what, 4)
+    small_seconds, small_text = min(derivation(what, SMALL_DEPTH) for _ in range(2))
+    large_seconds, large_text = derivation(what, 4 * SMALL_DEPTH)
+    if large_seconds > 6 * small_seconds:  # a second look before calling it quadratic (a loaded machine)
+        large_seconds = min(large_seconds, derivation(what, 4 * SMALL_DEPTH)[0])
+    # (names get a digit longer as the levels pass 10 and 100: a little over 4x)
+    assert large_text < 5 * small_text, (small_text, large_text)
+    # quadratic work would take 16x as long; 4x the depth takes at most 6x the time (noise included)
+    assert large_seconds < 6 * small_seconds + 0.05, (small_seconds, large_seconds)
+
+
+def test_derivatives_of_nested_chains_match_jax_and_central_differences() -> None:
+    jax = pytest.importorskip("jax", reason="jax is a test dependency (make test installs it)")
+    jnp = jax.numpy
+    jax.config.update("jax_enable_x64", True)
+    functions = {"sin": jnp.sin, "tanh": jnp.tanh, "softplus": jax.nn.softplus, "erf": jax.scipy.special.erf,
+                 "sigmoid": jax.nn.sigmoid, "cos": jnp.cos, "exp": jnp.exp, "log1p": jnp.log1p, "sqrt": jnp.sqrt}
+
+    def chain(v, depth: int, start: int = 0):  # type: ignore[no-untyped-def]
+        for k in range(depth):
+            v = functions[CYCLE[(k + start) % len(CYCLE)]](v)
+        return v
+
+    depth = 12  # (the statement nests 8 calls deep or more: each level gets its statement)
+    rng = np.random.default_rng(7)
+    x, A, v = rng.normal(size=5) * 0.7, rng.normal(size=(3, 5)), rng.normal(size=5)
+
+    def f(x):  # type: ignore[no-untyped-def]
+        return (jnp.sum(x * chain(x, depth)) + jnp.sum(A * chain(x, depth, 3)[None, :])
+                + jnp.sum(chain(x, depth // 2) * chain(x, depth // 2, 5)))
+
+    text = nested_program(depth)
+    expected = np.asarray(jax.jit(jax.hessian(f))(x))
+    hessian = ef.hessian(text, wrt="x")
+    assert ef.compile(hessian.text).text == hessian.text  # the derived program is einflow that parses again
+    np.testing.assert_allclose(hessian(x=x, A=A), expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ef.hessian_diagonal(text, wrt="x")(x=x, A=A), np.diag(expected), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ef.hvp(text, wrt="x", tangent="v")(x=x, A=A, v=v), expected @ v, rtol=1e-10, atol=1e-12)
+    gradient = ef.grad(text, wrt="x")
+    np.testing.assert_allclose(gradient(x=x, A=A), np.asarray(jax.jit(jax.grad(f))(x)), rtol=1e-10, atol=1e-12)
+    eps = 1e-6
+    columns = [(gradient(x=x + eps * e, A=A) - gradient(x=x - eps * e, A=A)) / (2 * eps) for e in np.eye(5)]
+    np.testing.assert_allclose(np.array(columns).T, hessian(x=x, A=A), rtol=1e-6, atol=1e-7)
+
+
+def test_hessian_of_a_150_deep_sine_matches_the_recurrence() -> None:
+    # u_k = sin(u_{k-1}): u_k' = cos(u_{k-1}) u_{k-1}', u_k'' = -sin(u_{k-1}) u_{k-1}'^2 + cos(u_{k-1}) u_{k-1}''
+    depth, x = 150, np.linspace(-1.5, 1.5, 7)
+    hessian = ef.hessian("f = sum[i](" + "sin(" * depth + "x[i]" + ")" * depth + ")", wrt="x")
+    value, first, second = x, np.ones_like(x), np.zeros_like(x)
+    for _ in range(depth):
+        value, first, second = np.sin(value), np.cos(value) * first, -np.sin(value) * first**2 + np.cos(value) * second
+    np.testing.assert_allclose(hessian(x=x), np.diag(second), rtol=1e-10, atol=1e-14)
+    assert len(hessian.text) < 250 * depth  # about 200 characters a level (it was about 4 d^2)

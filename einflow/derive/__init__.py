@@ -36,7 +36,7 @@ from einflow.derive.shifts import with_shifts
 from einflow.derive.simplify import is_zero
 from einflow.derive.simplify import simplify as simplified  # (the module keeps the name simplify here)
 from einflow.derive.sizes import IndexSizes, activated, active
-from einflow.derive.sweep import Work, forward_sweep, reverse_sweep, tangent_sweep, zeros
+from einflow.derive.sweep import Work, forward_sweep, name_factors, reverse_sweep, tangent_sweep, zeros
 from einflow.lang import ir
 from einflow.lang.check import Checked, check_name, checked
 from einflow.lang.errors import DerivativeError, EinflowError
@@ -116,11 +116,14 @@ class _Setup:
                       self.sizes)
         ranks = dict(program.info.ranks)
         # stable forms of written-out log-sum-exp, softplus, log-sigmoid are what gets differentiated
+        links: set[str] = set()
         normal = lift_deep_calls(to_normal(stabilize_program(source_ir), fresh, names), fresh, self.tensor_names,
-                                 ranks)
+                                 ranks, lifted_names=links)
         ranks[self.value] = len(normal[-1].indices or ())
         self.work = Work(normal, program.info.inputs, ranks, fresh, self.tensor_names, forward_count=len(normal),
-                         symmetric=frozenset(n for s in self.matrix_decls for n in s.names if n in program.info.inputs))
+                         symmetric=frozenset(n for s in self.matrix_decls for n in s.names if n in program.info.inputs),
+                         links=frozenset(links))
+        name_factors(self.work)
         self._normal = tuple(normal)  # the statements as normal form gave them (a split product is another)
         self.user_sizes = [s for s in program.ir.statements if isinstance(s, ir.SizeDecl)]
         self.declared = {n for s in self.user_sizes for n in s.names}

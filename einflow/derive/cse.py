@@ -20,6 +20,9 @@ __all__ = ["reuse_forward", "hoist_repeated", "hoist_shared_products", "coeffici
 
 _Candidate = (ir.Call, ir.Power, ir.Sum, ir.Reduce, ir.Normalize, ir.Binary, ir.Linalg)
 
+#: a subset of a product's factors that statements may share: (signature, node, product, summed indices, subset)
+_Subset = tuple[tuple[int, ...], ir.Expr, ir.Product, frozenset[str], tuple[int, ...]]
+
 
 class _Shapes:
     """Per-node facts computed bottom up and memoised by node identity (valid while the trees live)."""
@@ -114,8 +117,11 @@ def _simplified(expr: ir.Expr) -> ir.Expr:
     return coefficients_out(ir.Assign(None, None, simplify(expr))).expr
 
 
-def _largest_repeat(statements: list[ir.Assign], shapes: _Shapes) -> tuple[ir.Expr, ir.Expr, int, int] | None:
-    """(canonical key, an example, its fingerprint, first statement) of the largest repeated candidate."""
+def _largest_repeats(statements: list[ir.Assign], shapes: _Shapes) -> list[tuple[ir.Expr, ir.Expr, int, int]]:
+    """(canonical key, an example, its fingerprint, first statement) of the largest repeated candidate, then of
+    the next largest as long as hoisting the ones before leaves them as they are (none lies inside an occurrence
+    of one before, nor shares its fingerprint): one pass finds what one hoist per pass would find next, in
+    that order (checked byte for byte on the derivative tests' programs)."""
     groups: dict[int, list[tuple[ir.Expr, int]]] = {}
     for position, statement in enumerate(statements):
         for node in ir.walk(statement.expr):
@@ -125,43 +131,60 @@ def _largest_repeat(statements: list[ir.Assign], shapes: _Shapes) -> tuple[ir.Ex
                     groups.setdefault(fingerprint, []).append((node, position))
     repeated = [group for group in groups.values() if len(group) >= 2]
     repeated.sort(key=lambda group: -shapes.facts(group[0][0])[1])
+    found: list[tuple[ir.Expr, ir.Expr, int, int]] = []
+    inside: set[int] = set()  # the nodes within the occurrences of those found
     for group in repeated:
         by_key: dict[ir.Expr, list[tuple[ir.Expr, int]]] = {}
         for node, position in group:
             by_key.setdefault(canonical_key(node)[0], []).append((node, position))
         for key, nodes in by_key.items():
-            if len(nodes) >= 2:
-                example, _ = nodes[0]
-                return key, example, shapes.facts(example)[0], min(position for _, position in nodes)
-    return None
+            if len(nodes) < 2:
+                continue
+            fingerprint = shapes.facts(nodes[0][0])[0]
+            if found and (any(id(node) in inside for node, _ in nodes) or fingerprint in {f[2] for f in found}):
+                return found  # hoisting the ones found changes this group: the next pass looks again
+            found.append((key, nodes[0][0], fingerprint, min(position for _, position in nodes)))
+            inside.update(id(within) for node, _ in nodes for within in ir.walk(node))
+    return found
 
 
 def hoist_repeated(statements: list[ir.Assign], fresh: Fresh, names: Fresh, ranks: dict[str, int]) -> list[ir.Assign]:
-    """Give sub-expressions that occur twice or more (and contain a function or a sum) their own statement."""
+    """Give sub-expressions that occur twice or more (and contain a function or a sum) their own statement.
+
+    Largest first; a pass hoists every repeat that the ones before it in the pass leave unchanged, so a deep
+    chain's hundred repeated factors take one pass, not a hundred."""
     for _ in range(32):
         shapes = _Shapes()
-        found = _largest_repeat(statements, shapes)
-        if found is None:
+        found = _largest_repeats(statements, shapes)
+        if not found:
             return statements
-        key, example, fingerprint, first = found
-        _, free = canonical_key(example)
-        target_indices = tuple(fresh.index(i) for i in free)
-        body = rename(example, dict(zip(free, target_indices)))
-        body = rename(body, {i: fresh.index(i) for i in bound_inside(body)})
-        name = names.pick([f"t{n}" for n in range(1, 100)], "t")
-        ranks[name] = len(target_indices)
+        hoisted: dict[int, list[tuple[ir.Expr, str]]] = {}
+        before: dict[int, list[ir.Assign]] = {}
+        for key, example, fingerprint, first in found:
+            _, free = canonical_key(example)
+            target_indices = tuple(fresh.index(i) for i in free)
+            body = rename(example, dict(zip(free, target_indices)))
+            body = rename(body, {i: fresh.index(i) for i in bound_inside(body)})
+            name = names.pick([f"t{n}" for n in range(1, 100)], "t")
+            ranks[name] = len(target_indices)
+            hoisted.setdefault(fingerprint, []).append((key, name))
+            before.setdefault(first, []).append(ir.Assign(name, target_indices, body))
 
-        def replace(node: ir.Expr, key: ir.Expr = key, name: str = name, shapes: _Shapes = shapes,
-                    fingerprint: int = fingerprint) -> ir.Expr | None:
-            if not isinstance(node, _Candidate) or shapes.facts(node)[0] != fingerprint:
+        def replace(node: ir.Expr, shapes: _Shapes = shapes,
+                    hoisted: dict[int, list[tuple[ir.Expr, str]]] = hoisted) -> ir.Expr | None:
+            if not isinstance(node, _Candidate):
+                return None
+            candidates = hoisted.get(shapes.facts(node)[0])
+            if candidates is None:
                 return None
             node_key, node_free = canonical_key(node)
-            if node_key != key:
-                return None
-            return ir.Tensor(name, tuple(node_free))
+            return next((ir.Tensor(name, tuple(node_free)) for key, name in candidates if key == node_key), None)
 
-        updated = [ir.Assign(s.target, s.indices, _map(s.expr, replace)) for s in statements]
-        statements = updated[:first] + [ir.Assign(name, target_indices, body)] + updated[first:]
+        updated: list[ir.Assign] = []
+        for position, statement in enumerate(statements):
+            updated.extend(before.get(position, ()))
+            updated.append(ir.Assign(statement.target, statement.indices, _map(statement.expr, replace)))
+        statements = updated
     return statements
 
 
@@ -308,47 +331,49 @@ def hoist_shared_products(statements: list[ir.Assign], fresh: Fresh, names: Fres
     """
     memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Expr, list[str], ir.Product]] = {}
     shapes = _Shapes()  # fingerprints by node identity: the nodes a pass leaves alone keep theirs
+    subsets: dict[int, tuple[ir.Expr, list[_Subset]]] = {}  # a statement's factor subsets, by its identity
     for _ in range(32):
-        found = _largest_shared(statements, memo, shapes)
-        if found is None:
+        found = _largest_shared(statements, memo, shapes, subsets)
+        if not found:
             return statements
-        group, internal_positions, existing = found
-        first = group[0]
-        keep_positions = [k for k in range(len(first.free)) if k not in internal_positions]
-        if existing is not None:
-            # a statement computes the group already (its whole right side): the others read its target
-            statement = statements[existing.statement]
-            assert statement.target is not None
-            name, order = statement.target, [existing.free.index(i) for i in statement.indices or ()]
-            group = [occurrence for occurrence in group if occurrence is not existing]
-        else:
-            product = _product_of(first)
-            example = ir.product(*(product.factors[k] for k in first.subset))
-            target_indices = tuple(fresh.index(first.free[k]) for k in keep_positions)
-            summed_indices = tuple(fresh.index(first.free[k]) for k in internal_positions)
-            mapping = dict(zip([first.free[k] for k in keep_positions], target_indices))
-            mapping.update(zip([first.free[k] for k in internal_positions], summed_indices))
-            body = rename(example, mapping)
-            body = rename(body, {i: fresh.index(i) for i in bound_inside(body) if i not in summed_indices})
-            if summed_indices:
-                body = ir.Reduce(summed_indices, body)
-            name, order = names.pick([f"t{n}" for n in range(1, 100)], "t"), keep_positions
-            ranks[name] = len(target_indices)
         replacements: dict[int, dict[int, ir.Expr]] = {}
-        for occurrence in group:
-            replacements.setdefault(occurrence.statement, {})[id(occurrence.node)] = _replaced(
-                occurrence, name, order, internal_positions)
-        updated = []
+        before: dict[int, list[ir.Assign]] = {}
+        for group, internal_positions, existing in found:
+            first = group[0]
+            keep_positions = [k for k in range(len(first.free)) if k not in internal_positions]
+            if existing is not None:
+                # a statement computes the group already (its whole right side): the others read its target
+                statement = statements[existing.statement]
+                assert statement.target is not None
+                name, order = statement.target, [existing.free.index(i) for i in statement.indices or ()]
+                group = [occurrence for occurrence in group if occurrence is not existing]
+            else:
+                product = _product_of(first)
+                example = ir.product(*(product.factors[k] for k in first.subset))
+                target_indices = tuple(fresh.index(first.free[k]) for k in keep_positions)
+                summed_indices = tuple(fresh.index(first.free[k]) for k in internal_positions)
+                mapping = dict(zip([first.free[k] for k in keep_positions], target_indices))
+                mapping.update(zip([first.free[k] for k in internal_positions], summed_indices))
+                body = rename(example, mapping)
+                body = rename(body, {i: fresh.index(i) for i in bound_inside(body) if i not in summed_indices})
+                if summed_indices:
+                    body = ir.Reduce(summed_indices, body)
+                name, order = names.pick([f"t{n}" for n in range(1, 100)], "t"), keep_positions
+                ranks[name] = len(target_indices)
+                at = min(occurrence.statement for occurrence in group)
+                before.setdefault(at, []).append(ir.Assign(name, target_indices, body))
+            for occurrence in group:
+                replacements.setdefault(occurrence.statement, {})[id(occurrence.node)] = _replaced(
+                    occurrence, name, order, internal_positions)
+        updated: list[ir.Assign] = []
         for position, statement in enumerate(statements):
+            updated.extend(before.get(position, ()))
             table = replacements.get(position)
             if table is None:
                 updated.append(statement)
                 continue
             expr = _map(statement.expr, _lookup(table))
             updated.append(ir.Assign(statement.target, statement.indices, expr))
-        if existing is None:
-            at = min(occurrence.statement for occurrence in group)
-            updated = updated[:at] + [ir.Assign(name, target_indices, body)] + updated[at:]
         statements = updated
     return statements
 
@@ -396,29 +421,26 @@ def _replaced(occurrence: _Occurrence, name: str, keep: list[int], internal: fro
 def _largest_shared(statements: list[ir.Assign],
                     memo: dict[tuple[int, tuple[int, ...]], tuple[ir.Expr, list[str], ir.Product]] | None = None,
                     shapes: _Shapes | None = None,
-                    ) -> tuple[list[_Occurrence], frozenset[int], _Occurrence | None] | None:
-    """The occurrences of the largest group of factors that two or more products share, the positions
-    (in canonical order) of the indices the shared statement sums, and the occurrence that is a whole
-    statement's right side if there is one; None when no group pays."""
+                    subsets: dict[int, tuple[ir.Expr, list[_Subset]]] | None = None,
+                    ) -> list[tuple[list[_Occurrence], frozenset[int], _Occurrence | None]]:
+    """For the largest group of factors that two or more products share: its occurrences, the positions (in
+    canonical order) of the indices the shared statement sums, and the occurrence that is a whole statement's
+    right side if there is one; then the same for the next largest groups as long as each lies in statements
+    that the groups before it leave unchanged: the order one group per pass finds them in, unless a rewritten
+    product makes a new shared group that would come first (none does in the derivative tests' programs).
+    Empty when no group pays."""
     shapes = shapes if shapes is not None else _Shapes()
     by_print: dict[tuple[int, ...], list[tuple[int, ir.Expr, ir.Product, frozenset[str], tuple[int, ...]]]] = {}
     for position, statement in enumerate(statements):
-        for node, product, summed in _products(statement.expr):
-            arrays = [k for k, f in enumerate(product.factors) if not isinstance(f, ir.Num)]
-            if len(arrays) > _MOST_FACTORS or len(arrays) < 2:
-                continue
-            if any(isinstance(product.factors[k], ir.Delta) for k in arrays):
-                continue
-            if any(isinstance(f, ir.Tensor) and f.name.startswith(PSEUDO) for f in product.factors):
-                continue  # a read through positions stays whole (its deltas give its indices their ranges)
-            prints = {k: shapes.facts(product.factors[k])[0] for k in arrays}
-            for size in range(2, len(arrays) + 1):
-                for subset in _combinations(arrays, size):
-                    signature = tuple(sorted(prints[k] for k in subset))
-                    by_print.setdefault(signature, []).append((position, node, product, summed, subset))
+        for signature, node, product, summed, subset in _subsets(statement.expr, shapes, subsets):
+            by_print.setdefault(signature, []).append((position, node, product, summed, subset))
     candidates = [group for group in by_print.values() if len({(entry[0], id(entry[1])) for entry in group}) >= 2]
     candidates.sort(key=lambda group: -len(group[0][4]))
+    found: list[tuple[list[_Occurrence], frozenset[int], _Occurrence | None]] = []
+    changed: set[int] = set()  # the statements the groups found rewrite
     for group in candidates:
+        if found and any(entry[0] in changed for entry in group):
+            return found  # a group found before changes its products: the next pass looks again
         by_key: dict[ir.Expr, list[_Occurrence]] = {}
         for position, node, product, summed, subset in group:
             # canonical keys are kept across passes (a product a pass leaves alone keeps its object;
@@ -449,8 +471,37 @@ def _largest_shared(statements: list[ir.Assign],
             existing = next((o for o in chosen if _whole_statement(o, statements, internal_positions)), None)
             if existing is not None and existing.statement > min(o.statement for o in chosen):
                 continue  # computed by a statement that comes after a reader: left as it is
-            return chosen, internal_positions, existing
-    return None
+            found.append((chosen, internal_positions, existing))
+            changed.update(o.statement for o in chosen)
+            if sum(len(o) >= 2 for o in by_key.values()) > 1:
+                return found  # another key of the same factors may follow: the next pass looks again
+            break
+    return found
+
+
+def _subsets(expr: ir.Expr, shapes: _Shapes, memo: dict[int, tuple[ir.Expr, list[_Subset]]] | None) -> list[_Subset]:
+    """(signature, node, product, summed indices, subset) for every subset of two or more factors of the
+    products in ``expr`` that may be shared; kept in ``memo`` by the expression's identity (a statement a
+    pass leaves alone keeps its object, so the next pass reads its subsets from there)."""
+    found = memo.get(id(expr)) if memo is not None else None
+    if found is not None:
+        return found[1]
+    subsets: list[_Subset] = []
+    for node, product, summed in _products(expr):
+        arrays = [k for k, f in enumerate(product.factors) if not isinstance(f, ir.Num)]
+        if len(arrays) > _MOST_FACTORS or len(arrays) < 2:
+            continue
+        if any(isinstance(product.factors[k], ir.Delta) for k in arrays):
+            continue
+        if any(isinstance(f, ir.Tensor) and f.name.startswith(PSEUDO) for f in product.factors):
+            continue  # a read through positions stays whole (its deltas give its indices their ranges)
+        prints = {k: shapes.facts(product.factors[k])[0] for k in arrays}
+        for size in range(2, len(arrays) + 1):
+            for subset in _combinations(arrays, size):
+                subsets.append((tuple(sorted(prints[k] for k in subset)), node, product, summed, subset))
+    if memo is not None:
+        memo[id(expr)] = (expr, subsets)  # (the expression is kept so that its id is not reused)
+    return subsets
 
 
 def _one_per_node(occurrences: list[_Occurrence]) -> list[_Occurrence]:

@@ -426,36 +426,63 @@ def readable(statement: ir.Assign, keep: set[str], declared: frozenset[str] = fr
 
 
 def lift_deep_calls(statements: list[ir.Assign], fresh: Fresh, names: Fresh, ranks: dict[str, int],
-                    depth: int = 8) -> list[ir.Assign]:
-    """Give a function call nested ``depth`` calls deep its own statement (``h1[i] = exp(exp(...))``).
+                    depth: int = 8, lifted_names: set[str] | None = None) -> list[ir.Assign]:
+    """Give every function call inside another its own statement when calls nest ``depth`` deep.
 
-    Differentiating ``f(g(h(...)))`` copies the inner chain into every factor of the chain rule; with
-    the deep part named once, each statement's derivative stays small and derivation is linear in the
-    nesting depth. Shallow programs are unchanged. Keeps normal form: the helper binds fresh copies of
-    the indices its expression leaves free.
+    Differentiating ``f(g(h(...)))`` copies the inner chain into every factor of the chain rule, and a
+    second derivative multiplies those copies again. With each level named (``h1[i] = sin(x[i])``,
+    ``h2[i] = sin(h1[i])``, ...), every statement's first and second derivative is a few factors that read
+    the previous level's names, so derivative programs and their derivation stay linear in the nesting depth.
+    Statements nested less than ``depth`` deep are unchanged. Keeps normal form: a helper binds fresh
+    copies of the indices its expression leaves free. The helpers' names are added to ``lifted_names``.
     """
     result: list[ir.Assign] = []
     for statement in statements:
+        if _call_depth(statement.expr) < depth:
+            result.append(statement)
+            continue
         lifted: list[ir.Assign] = []
+        named: dict[ir.Expr, ir.Tensor] = {}  # a call met again (the same chain twice) reads the first's statement
 
-        def visit(expr: ir.Expr, lifted: list[ir.Assign] = lifted) -> tuple[ir.Expr, int]:
-            kids = [visit(child) for child in ir.children(expr)]
-            new = ir.with_children(expr, tuple(k[0] for k in kids)) if kids else expr
-            level = max((k[1] for k in kids), default=0) + isinstance(expr, (ir.Call, ir.Power))
-            if not isinstance(expr, ir.Call) or level < depth:
-                return new, level
-            inside = {i for node in ir.walk(new) for i in binds(node)}
-            free = [i for i in dict.fromkeys(_occurring(new)) if i not in inside]
+        def visit(expr: ir.Expr, inside: bool, lifted: list[ir.Assign] = lifted,
+                  named: dict[ir.Expr, ir.Tensor] = named) -> ir.Expr:
+            within = inside or isinstance(expr, (ir.Call, ir.Power))
+            kids = tuple(visit(child, within) for child in ir.children(expr))
+            new = ir.with_children(expr, kids) if kids else expr
+            if not inside or not isinstance(expr, ir.Call):
+                return new
+            if new in named:
+                return named[new]
+            bound = {i for node in ir.walk(new) for i in binds(node)}
+            free = [i for i in dict.fromkeys(_occurring(new)) if i not in bound]
             axes = tuple(fresh.index(i) for i in free)
             name = names.pick([f"h{n}" for n in range(1, 1000)], "h")
             ranks[name] = len(axes)
+            if fresh.sizes is not None:  # the helper's axes have its indices' sizes (so keys match across levels)
+                for axis, index in enumerate(axes):
+                    fresh.sizes.union(index, ("axis", name, axis))
             lifted.append(ir.Assign(name, axes, rename(new, dict(zip(free, axes)))))
-            return ir.Tensor(name, tuple(free)), 0
+            if lifted_names is not None:
+                lifted_names.add(name)
+            named[new] = ir.Tensor(name, tuple(free))
+            return named[new]
 
-        expr, _ = visit(statement.expr)
+        expr = visit(statement.expr, False)
         result.extend(lifted)
-        result.append(ir.Assign(statement.target, statement.indices, expr) if lifted else statement)
+        result.append(ir.Assign(statement.target, statement.indices, expr))
     return result
+
+
+def _call_depth(expr: ir.Expr) -> int:
+    """How deep function calls and powers nest in ``expr`` (``sin(x[i]^2)``: 2), without recursion."""
+    deepest = 0
+    stack = [(expr, 0)]
+    while stack:
+        node, level = stack.pop()
+        level += isinstance(node, (ir.Call, ir.Power))
+        deepest = max(deepest, level)
+        stack.extend((child, level) for child in ir.children(node))
+    return deepest
 
 
 def _occurring(expr: ir.Expr) -> Iterable[str]:

@@ -6,13 +6,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from einflow.derive.canonical import bound_inside
-from einflow.derive.normal import Fresh, rename, tensor_names
+from einflow.derive.cse import reuse_forward
+from einflow.derive.normal import Fresh, rename, rename_apart, tensor_names
 from einflow.derive.rules import Leaf, derivative, input_leaf
 from einflow.derive.simplify import simplify
 from einflow.derive.tree import split_products
 from einflow.lang import ir
+from einflow.lang.functions import FUNCTION_RULES
+from einflow.lang.indices import indices_in
 
-__all__ = ["Work", "reverse_sweep", "forward_sweep", "tangent_sweep", "zeros"]
+__all__ = ["Work", "name_factors", "reverse_sweep", "forward_sweep", "tangent_sweep", "zeros"]
 
 
 @dataclass
@@ -29,6 +32,8 @@ class Work:
     forward_count: int = 0  # statements[:forward_count] compute the program's own values
     partials: set[str] = field(default_factory=set)  # targets made by splitting a product along its tree
     symmetric: frozenset[str] = frozenset()  # inputs declared symmetric/spd: derivatives on symmetric matrices
+    links: frozenset[str] = frozenset()  # the levels of a deep chain of calls, each named (lift_deep_calls)
+    factors: dict[str, ir.Expr] = field(default_factory=dict)  # a link -> its chain-rule factor (name_factors)
 
     def target(self, name: str) -> ir.Assign | None:
         for statement in self.statements:
@@ -56,6 +61,44 @@ class Work:
             if tensor_names(statement.expr) & varying:
                 varying.add(statement.target)  # type: ignore[arg-type]
         return varying
+
+
+def name_factors(work: Work) -> None:
+    """Give each level of a deep chain its chain-rule factor as a forward statement: ``g3[i] = cos(h2[i])``
+    after ``h3[i] = sin(h2[i])`` (f' reads the level's own value where it can: ``1 - h3[i]^2`` for tanh). The
+    sweeps multiply by ``g3`` where they differentiate ``h3``, so the gradient, the first derivatives and each
+    level of the second derivative (``(f o g)'' = f''(g) g'^2 + f'(g) g''``) read the factor by name."""
+    statements: list[ir.Assign] = []
+    for statement in work.statements[: work.forward_count]:
+        statements.append(statement)
+        if statement.target not in work.links or not isinstance(statement.expr, ir.Call):
+            continue
+        factor = simplify(FUNCTION_RULES[statement.expr.func].derivative(statement.expr.arg))
+        factor = reuse_forward([statement], [ir.Assign(None, statement.indices, factor)])[0].expr
+        if isinstance(factor, ir.Num) and factor.value == 0:
+            continue  # (sign, step): the rules find no derivative
+        if not isinstance(factor, (ir.Num, ir.Tensor)):
+            name = work.tensor_fresh.pick([f"g{statement.target[1:]}"], "g")
+            indices = statement.indices or ()
+            statements.append(ir.Assign(name, indices, _fresh_copy(factor, work.fresh)))
+            work.ranks[name] = len(indices)
+            if work.fresh.sizes is not None:
+                for axis, index in enumerate(indices):
+                    work.fresh.sizes.union(index, ("axis", name, axis))
+            factor = ir.Tensor(name, indices)
+        work.factors[statement.target] = factor
+    work.statements[: work.forward_count] = statements
+    work.forward_count = len(statements)
+
+
+def _derive(work: Work, statement: ir.Assign, leaf: Leaf) -> ir.Expr | None:
+    """d(statement's right side); a link of a deep chain, ``f(u)``, is its named factor times du."""
+    factor = work.factors.get(statement.target)  # type: ignore[arg-type]
+    if factor is None:
+        return derivative(statement.expr, leaf)
+    assert isinstance(statement.expr, ir.Call)
+    inner = derivative(statement.expr.arg, leaf)
+    return None if inner is None else ir.product(factor, rename_apart(inner))
 
 
 def _fresh_copy(expr: ir.Expr, fresh: Fresh) -> ir.Expr:
@@ -106,7 +149,7 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
         for read in sorted(tensor_names(statement.expr) & varying):
             if read not in adjoint_indices:
                 adjoint_indices[read] = work.fresh_indices(read)
-            jac = derivative(statement.expr, input_leaf(read, adjoint_indices[read]))
+            jac = _derive(work, statement, input_leaf(read, adjoint_indices[read]))
             if jac is None:
                 continue
             pulled = ir.product(cotangent, jac)
@@ -174,7 +217,8 @@ def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], nam
     (not yet appended; target indices: the output's, then ``axes``); an output missing from the dict does
     not vary. Simple tangents are inlined where used; others become statements named ``name_of(target)``.
     """
-    tangents: dict[str, tuple[tuple[str, ...], ir.Expr]] = {}
+    tangents: dict[str, tuple[tuple[str, ...], ir.Expr, int]] = {}
+    inlined = [0]  # the deepest inlined tangent the statement being derived read
 
     def leaf(node: ir.Tensor) -> ir.Expr | None:
         seed = seeds.get(node.name)
@@ -183,15 +227,23 @@ def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], nam
         found = tangents.get(node.name)
         if found is None:
             return None
-        indices, expr = found
+        indices, expr, depth = found
+        inlined[0] = max(inlined[0], depth)
         copy = _fresh_copy(expr, work.fresh)
         return rename(copy, dict(zip(indices, node.indices)))
+
+    def materialize(target: str, indices: tuple[str, ...], expr: ir.Expr) -> ir.Tensor:
+        name = work.tensor_fresh.pick([name_of(target)], f"d_{target}")
+        work.statements.append(ir.Assign(name, indices, expr))
+        work.ranks[name] = len(indices)
+        return ir.Tensor(name, indices)
 
     results: dict[str, ir.Assign] = {}
     for statement in list(work.statements):
         if statement.target not in through:
             continue
-        tangent = derivative(statement.expr, leaf)
+        inlined[0] = 0
+        tangent = _derive(work, statement, leaf)
         if tangent is None:
             continue
         tangent = simplify(tangent)
@@ -199,14 +251,58 @@ def tangent_sweep(work: Work, seeds: dict[str, Leaf], axes: tuple[str, ...], nam
         if statement.target in outputs:
             results[statement.target] = ir.Assign(statement.target, indices + axes, tangent)
             continue
+        assert statement.target is not None
         # keep simple tangents symbolic (inlined at each use); materialize the rest once: sums of terms,
-        # and contractions (inlining those repeats the chain: a deep network's statements would grow with depth)
-        if isinstance(tangent, ir.Sum) or _contracts(tangent):
-            assert statement.target is not None
-            name = work.tensor_fresh.pick([name_of(statement.target)], f"d_{statement.target}")
-            work.statements.append(ir.Assign(name, indices + axes, tangent))
-            work.ranks[name] = len(indices) + len(axes)
-            tangents[statement.target] = (indices + axes, ir.Tensor(name, indices + axes))
+        # contractions (inlining those repeats the chain: a deep network's statements would grow with depth),
+        # the levels of a deep chain of calls, and tangents that inline tangents more than _INLINE_DEPTH deep
+        # (in a chain h2 = sin(h1), h3 = sin(h2), ... each level's tangent would carry the factors of all
+        # levels below it). A tangent on the extra axes through deltas, ``delta[i,p] c[i]``, gets a statement
+        # for its coefficient ``c`` only and stays inlined: a chain's Hessian keeps vectors, not n x n arrays.
+        depth = inlined[0] + 1
+        if (isinstance(tangent, ir.Sum) or _contracts(tangent) or depth > _INLINE_DEPTH
+                or statement.target in work.links):
+            split = _on_axes(tangent, indices, axes)
+            if split is None:
+                tangents[statement.target] = (indices + axes, materialize(statement.target, indices + axes, tangent), 0)
+            else:
+                carried, coefficient, kept = split
+                if not isinstance(coefficient, (ir.Num, ir.Tensor)):
+                    coefficient = materialize(statement.target, kept, coefficient)
+                tangents[statement.target] = (indices + axes, ir.product(*carried, coefficient), 1)
         else:
-            tangents[statement.target] = (indices + axes, tangent)
+            tangents[statement.target] = (indices + axes, tangent, depth)
     return results
+
+
+#: how many tangents deep a tangent is inlined: a deeper one gets a statement (its coefficient does)
+_INLINE_DEPTH = 3
+
+
+def _on_axes(tangent: ir.Expr, indices: tuple[str, ...], axes: tuple[str, ...],
+             ) -> tuple[list[ir.Expr], ir.Expr, tuple[str, ...]] | None:
+    """``tangent`` split as (its factors on the extra ``axes``, the coefficient they multiply, the statement's
+    ``indices`` the coefficient keeps), or None. A product splits when its factors on the axes are deltas
+    or tensors (``delta[i,p] x[q] c[i]``); a sum when every term carries the same deltas and nothing else on
+    the axes (a sum sharing a tensor keeps its statement)."""
+    if not axes:
+        return None
+    on = set(axes)
+    terms = tangent.terms if isinstance(tangent, ir.Sum) else (tangent,)
+    carriers = ir.Delta if len(terms) > 1 else (ir.Delta, ir.Tensor)
+    carried: list[ir.Expr] | None = None
+    rests: list[ir.Expr] = []
+    for term in terms:
+        factors = term.factors if isinstance(term, ir.Product) else (term,)
+        touching = [f for f in factors if indices_in(f) & on]
+        if not touching or not all(isinstance(f, carriers) for f in touching):
+            return None
+        if carried is None:
+            carried = touching
+        elif sorted(map(repr, touching)) != sorted(map(repr, carried)):
+            return None
+        rest = [f for f in factors if not indices_in(f) & on]
+        rests.append(ir.product(*rest) if rest else ir.Num(1))
+    assert carried is not None
+    coefficient = simplify(ir.Sum(tuple(rests)) if len(rests) > 1 else rests[0])
+    present = indices_in(coefficient)
+    return carried, coefficient, tuple(i for i in indices if i in present)
