@@ -251,15 +251,17 @@ def test_derivatives_by_a_declared_matrix_are_symmetric(text: str, twin) -> None
     assert np.allclose(call(ef.hvp(text, wrt="A", tangent="T"), **data), expected_hvp, rtol=1e-9, atol=1e-10)
     if "A[j,k]" not in text:  # the spd atoms: the declaration is in the derived program, Cholesky computes them
         source = ef.grad(text, wrt="A").to_source()
-        # checked for symmetry; the Cholesky factorisation that computes the inverse finds a non-spd matrix
-        assert "'spd_inv'" in source and "'spd_by_factor'" in source
+        # checked for symmetry; the Cholesky factor the inverse is computed from finds a non-spd matrix
+        assert "_linalg('spd_factor'" in source and "'cho_inv'" in source and "'spd_by_factor'" in source
 
 
 def test_gp_gradient_factors_the_kernel_once() -> None:
     gp = ("K[i,j] = X[i,d] X[j,d] + s delta[i,j]\nspd K\n"
           "f = 0.5 y[i] inv[i,j](K[i,j]) y[j] + 0.5 logdet[i,j](K[i,j])")
     source = ef.grad(gp, wrt="X").to_source()
-    assert source.count("_linalg('spd_inv'") == 1 and source.count("_linalg('spd_by_factor'") == 1
+    # one Cholesky factor; K^-1 y and K^-1 X are solves with it (the inverse is never formed)
+    assert source.count("_linalg('spd_factor'") == 1 and source.count("_linalg('spd_by_factor'") == 1
+    assert "_linalg('spd_inv'" not in source and source.count("_solve('cho_solve'") == 2
 
 
 # ---------------------------------------------------------------- solves, not inverses
@@ -288,13 +290,29 @@ def test_contractions_with_an_inverse_are_solves(text: str, reference, inverse: 
     assert ("solve" in report) != inverse
 
 
-def test_the_gp_likelihood_solves_with_one_cholesky_per_use() -> None:
+def test_the_gp_likelihood_factors_the_kernel_once() -> None:
     gp = ("K[i,j] = X[i,d] X[j,d] + s delta[i,j]\nspd K\n"
           "f = 0.5 y[i] inv[i,j](K[i,j]) y[j] + 0.5 logdet[i,j](K[i,j])")
-    source = ef.compile(gp).to_source()
-    assert "_solve('spd_solve'" in source and "_linalg('spd_logdet'" in source and "'spd_inv'" not in source
-    gradient = ef.grad(gp, wrt="X").to_source()  # the gradient needs K^-1: K^-1 y is a product with it
-    assert "_solve(" not in gradient and gradient.count("_linalg('spd_inv'") == 1
+    source = ef.compile(gp).to_source()  # K^-1 y and logdet K from one Cholesky factor
+    assert source.count("_linalg('spd_factor'") == 1 and "_solve('cho_solve'" in source
+    assert "_linalg('cho_logdet'" in source and "inv'" not in source
+    for derivative in (ef.grad(gp, wrt="X"), ef.hvp(gp, wrt="X", tangent="V")):
+        # the derivatives solve with K (against y, X and V): never K^-1 itself, never an n x n x n product
+        text = derivative.to_source()
+        assert text.count("_linalg('spd_factor'") == 1 and "inv'" not in text and "_solve('cho_solve'" in text
+        shapes = {"X": (300, 4), "y": (300,), "s": (), "V": (300, 4)}
+        plan = derivative.plan(**{name: shapes[name] for name in derivative.inputs})
+        assert plan.flops < 300**3 / 3 + 60 * 300**2 * 4
+    X, y, V = RNG.standard_normal((30, 3)), RNG.standard_normal(30), RNG.standard_normal((30, 3))
+    jX, jy, jV = (jnp.asarray(a) for a in (X, y, V))
+
+    def nll(X: jax.Array) -> jax.Array:
+        K = X @ X.T + 0.7 * jnp.eye(30)
+        return 0.5 * jy @ jnp.linalg.solve(K, jy) + 0.5 * jnp.linalg.slogdet(K)[1]
+
+    assert np.allclose(ef.grad(gp, wrt="X")(X=X, y=y, s=0.7), jax.grad(nll)(jX), rtol=1e-10, atol=1e-12)
+    expected = jax.jvp(jax.grad(nll), (jX,), (jV,))[1]
+    assert np.allclose(ef.hvp(gp, wrt="X", tangent="V")(X=X, y=y, s=0.7, V=V), expected, rtol=1e-9, atol=1e-11)
 
 
 # ---------------------------------------------------------------- backends and exports

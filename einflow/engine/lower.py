@@ -25,6 +25,7 @@ import numpy as np
 
 from einflow.engine.accumulate import accumulate_diagonals
 from einflow.engine.linalg import SPD_FACTORING, matrix_kind
+from einflow.engine.solving import inline_inverses
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -108,6 +109,14 @@ class _Value:
     reg: int | None
     labels: tuple[str, ...] = ()
     const: int | float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Factor:
+    """The register of a Cholesky factor and the positions (rows, columns) of its matrices' axes."""
+
+    reg: int
+    axes: tuple[int, ...]
 
 
 class _Lowering:
@@ -194,9 +203,21 @@ class _Lowering:
         for name in self.matrices:  # declared inputs: checked before any statement reads them
             if name in self.input_names:
                 self.check_matrix(name)
-        for number, statement in enumerate(self.program.statements):
+        statements = self.program.statements
+        assigns = [statement for statement in statements if isinstance(statement, ir.Assign)]
+        returned = {name for statement in statements if isinstance(statement, ir.Return) for name in statement.names}
+        if not returns_tuple and assigns and assigns[-1].target is not None:
+            returned.add(assigns[-1].target)
+        # intermediates carrying inverses are computed inside their readers, where the inverses become solves
+        inlining = inline_inverses(self.program, frozenset(returned))
+        rewritten = dict(inlining.rewritten)
+        for number, statement in enumerate(statements):
             self.statement = number
             texts.append(ir.format_statement(statement))
+            if number in inlining.skipped:
+                continue
+            if number in rewritten:
+                statement = replace(statement, expr=rewritten[number])  # type: ignore[arg-type]
             if isinstance(statement, ir.SizeDecl):
                 self.declare(statement)
                 continue
@@ -283,7 +304,12 @@ class _Lowering:
             declared = self.matrices.get(expr.body.name) if isinstance(expr.body, ir.Tensor) and set(
                 expr.body.indices) == set(expr.indices) else None
             kind = matrix_kind(expr.kind, declared)
-            value = self.sum_axes(self.linalg(kind, body, expr.indices), reduce)
+            if kind.startswith("spd_"):  # from the matrix's one Cholesky factor, which its solves share too
+                factor = self.factor(body, expr.indices)
+                value = self.linalg("cho_" + expr.kind, _Value(factor.reg, body.labels), expr.indices, factor.axes)
+            else:
+                value = self.linalg(kind, body, expr.indices)
+            value = self.sum_axes(value, reduce)
         elif isinstance(expr, ir.Binary):
             order = free_indices(expr, bound)
             left = self.lower(expr.left, bound, frozenset())
@@ -347,11 +373,26 @@ class _Lowering:
                                                                       kind), value.labels)
         self.names[name] = checked
 
-    def linalg(self, kind: str, value: _Value, indices: tuple[str, str]) -> _Value:
-        """inv/det/logdet of the matrices on the axes ``indices`` (rows, columns) of a lowered value."""
+    def factor(self, value: _Value, indices: tuple[str, str]) -> _Factor:
+        """The lower Cholesky factor of the spd matrices on the axes ``indices`` of a lowered value: one step per
+        matrix register, whichever orientation reads it (the matrix is symmetric)."""
+        reg = value.reg
+        assert reg is not None
+        axes = tuple(sorted((value.labels.index(indices[0]), value.labels.index(indices[1]))))
+        sizes = self.register_sizes[reg]
+        labels = tuple(f"_{k}" for k in range(len(sizes)))
+        made = self.emit(("spd_factor", reg, axes), lambda out: Reduce(self.statement, out, reg, labels, axes, sizes,
+                                                                      "spd_factor"), labels)
+        return _Factor(made.reg, axes)  # type: ignore[arg-type]
+
+    def linalg(self, kind: str, value: _Value, indices: tuple[str, str],
+               axes: tuple[int, ...] | None = None) -> _Value:
+        """inv/det/logdet of the matrices on the axes ``indices`` (rows, columns) of a lowered value (``axes``:
+        their positions, given for a Cholesky factor, whose orientation is its own)."""
         if value.reg is None:  # the checker requires both indices free in the body: unreachable
             raise AssertionError("a matrix function of a constant")
-        axes = (value.labels.index(indices[0]), value.labels.index(indices[1]))
+        if axes is None:
+            axes = (value.labels.index(indices[0]), value.labels.index(indices[1]))
         labels = value.labels if kind.endswith("inv") else tuple(label for label in value.labels
                                                                  if label not in indices)
         sizes = self.sizes_of(labels)
@@ -476,12 +517,16 @@ class _Lowering:
         kind = "spd_solve" if declared == "spd" else "solve"
         transposed = transposed and kind == "solve"  # a symmetric matrix is its transpose: one step for both
         axes = (matrix.labels.index(inverse.indices[0]), matrix.labels.index(inverse.indices[1]))
+        solved = matrix.reg
+        if kind == "spd_solve":  # one Cholesky factor, shared by every solve with this matrix (either orientation)
+            factor = self.factor(matrix, inverse.indices)
+            kind, axes, solved = "cho_solve", factor.axes, factor.reg
         labels = (other, *(label for label in rhs.indices if label != index))
         rhs_reg = self.names[rhs.name].reg
         rhs_axis = rhs.indices.index(index)
         sizes = self.sizes_of(labels)
-        made = self.emit(("solve", kind, matrix.reg, axes, rhs_reg, rhs_axis, transposed),
-                         lambda out: Solve(self.statement, out, matrix.reg, rhs_reg, axes, rhs_axis,  # type: ignore
+        made = self.emit(("solve", kind, solved, axes, rhs_reg, rhs_axis, transposed),
+                         lambda out: Solve(self.statement, out, solved, rhs_reg, axes, rhs_axis,  # type: ignore
                                            transposed, labels, sizes, kind), labels)
         name = f"solve#{made.reg}"  # not a name the language can write: never a user's tensor
         self.names[name] = _Value(made.reg, labels)

@@ -305,6 +305,9 @@ class _Specialiser(FittingRenderer, Source):
             if number in bindings:
                 target, register = bindings[number]
                 tensors[target] = self.shape[register] if register is not None else ()
+            elif isinstance(statement, ir.Assign) and statement.target is not None and statement.indices is not None:
+                # computed inside the statements that read it (einflow.engine.solving): its shape from its sizes
+                tensors[statement.target] = tuple(sizes[index] for index in statement.indices)
 
     def resolve(self, ref: SizeRef) -> int:
         if isinstance(ref, Inferred):
