@@ -363,3 +363,23 @@ def test_repl_session_declares_and_checks() -> None:
     out = done.stdout + done.stderr
     assert "K: declared spd" in out and "df_dK[r,s] = inv[s,r](K[s,r])" in out
     assert "MatrixError: matrix 'M' is declared spd but is not positive definite" in out
+
+
+def test_derivative_of_a_bare_expression_after_a_declaration() -> None:
+    # the value's statement is found among the statements the sweeps see (the declaration left out)
+    text = "symmetric A\nsum[k,t](W[k,t] (x[p] inv[p,r](A[r,p]) y[r]))"
+    A, W, x, y = spd(3), RNG.standard_normal((2, 2)), RNG.standard_normal(3), RNG.standard_normal(3)
+    gradient = ef.grad(text, wrt="y")(A=A, W=W, x=x, y=y)
+    assert np.allclose(gradient, W.sum() * np.linalg.solve(A, x), rtol=1e-12)
+
+
+def test_derivative_sizes_with_a_declaration_first() -> None:
+    # the derivation's index sizes are tied to the statements it differentiates (the declaration left out):
+    # r, counted by the derivative, is sized by C
+    text = ("spd A\nloss = sum[r](-maximum(delta[q,r] delta[b,b] C[q,r] u[b], 2.5 e (inv[p,l](A[p,l]) B[p,l]))"
+            " + sum[i](2. V[b,l,i] P[l,b]))")
+    data = {"A": spd(4), "B": RNG.standard_normal((4, 4)), "C": RNG.standard_normal((3, 3)),
+            "P": RNG.standard_normal((4, 2)), "V": RNG.standard_normal((2, 4, 3)), "e": 0.3,
+            "u": RNG.standard_normal(2)}
+    gradient = ef.grad(text, wrt="V")(**data)
+    assert np.allclose(gradient, np.broadcast_to(6 * data["P"].T[:, :, None], (2, 4, 3)), rtol=1e-12)
