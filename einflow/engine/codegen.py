@@ -938,6 +938,7 @@ def _reduce_lines(source: Source, step: Reduce, out: str) -> list[str]:
 
 def _solve_lines(source: Source, step: Solve, out: str) -> list[str]:
     extra = f", {source.matrix_name(step.matrix)!r}" if step.kind == "spd_solve" else ""
+    extra += f", batch={step.batch!r}" if step.batch else ""
     return [f"{out} = {source.helper('solve')}({step.kind!r}, {source.var(step.matrix)}, {step.axes!r}, "
             f"{source.var(step.rhs)}, {step.rhs_axis}, {step.transposed}{extra})"]
 

@@ -148,8 +148,19 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
 
 #: ``inv(M) B`` by a solve: B's axis ``axis`` against M's columns (rows when ``transposed``); the result's first
 #: axis is M's other index, then B's other axes. spd: Cholesky (scipy's, when numpy and scipy are there)
-SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None):
-    """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse."""
+SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None, batch=()):
+    """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse;
+    ``batch``: (M's axis, B's axis) pairs solved matrix by matrix (first in the result)."""
+    if batch:  # numpy's, jax's and torch's solve broadcast over leading axes; Cholesky by two of them
+        k = len(batch)
+        M = {np}.moveaxis({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
+                          list(range(k + 2)))
+        B = {np}.moveaxis({as_float}(B), [b for _, b in batch] + [axis], list(range(k + 1)))
+        flat = B.reshape(B.shape[:k + 1] + (-1,))
+        if kind == "cho_solve":
+            inner = {np}.linalg.solve(M, flat)
+            return {np}.linalg.solve({np}.swapaxes(M, -1, -2), inner).reshape(B.shape)
+        return {np}.linalg.solve(M, flat).reshape(B.shape)
     M = {np}.moveaxis({as_float}(M), axes, (1, 0) if transposed else (0, 1))
     B = {np}.moveaxis({as_float}(B), axis, 0)
     flat = B.reshape(B.shape[0], -1)
@@ -180,11 +191,14 @@ SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None):
             return cho_solve(factor, flat, check_finite=False).reshape(B.shape)
     return {np}.linalg.solve(M, flat).reshape(B.shape)'''
 
-TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None):
-    """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse."""
-    M = {np}.movedim({as_float}(M), axes, (1, 0) if transposed else (0, 1))
-    B = {np}.movedim({as_float}(B), axis, 0)
-    flat = B.reshape(B.shape[0], -1)
+TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None, batch=()):
+    """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse;
+    ``batch``: (M's axis, B's axis) pairs solved matrix by matrix (first in the result)."""
+    k = len(batch)
+    M = {np}.movedim({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
+                     list(range(k + 2)))
+    B = {np}.movedim({as_float}(B), [b for _, b in batch] + [axis], list(range(k + 1)))
+    flat = B.reshape(B.shape[:k + 1] + (-1,))
     if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
         return {np}.cholesky_solve(flat, M).reshape(B.shape)
     if kind == "spd_solve":
@@ -192,7 +206,7 @@ TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=Non
     return {np}.linalg.solve(M, flat).reshape(B.shape)'''
 
 
-def solve_flops(kind: str, n: int, columns: int) -> int:
+def solve_flops(kind: str, n: int, columns: int) -> int:  # (per matrix: a batched solve counts each)
     """A factorisation (LU 2/3 n^3, Cholesky 1/3 n^3; none for "cho_solve", whose factor a step made) and two
     triangular solves (2 n^2) per right-hand side.
 

@@ -479,38 +479,42 @@ class _Lowering:
                preferred: tuple[str, ...]) -> tuple[ir.Expr, ...]:
         """``inv[i,j](M) B[..j..]`` with ``j`` summed here and read by B alone: one Solve step instead of the
         inverse (``B[..i..] inv[i,j](M)`` solves with M's transpose); the solved value stands in the product as a
-        tensor reference. Only an unbatched matrix; its other index may not be an index of B."""
+        tensor reference. M's other indices (a batch of matrices) must be B's too; its other index may not be.
+        Of the candidates, the thinnest B goes first (fewest other axes: a vector before a matrix)."""
         factors = list(factors)
-        changed = True
-        while changed:
-            changed = False
+        while True:
             operands = product_operands(tuple(factors), bound)
             counts = Counter(label for labels in operands for label in labels)
+            best: tuple[int, int, int, str, str, bool] | None = None
             for position, factor in enumerate(factors):
-                if not isinstance(factor, ir.Linalg) or factor.kind != "inv" or \
-                        set(free_indices(factor.body, bound)) != set(factor.indices):
+                if not isinstance(factor, ir.Linalg) or factor.kind != "inv":
                     continue
                 row, column = factor.indices
+                batch = set(free_indices(factor.body, bound)) - {row, column}
                 for index, other, transposed in ((column, row, False), (row, column, True)):
                     summed = index in reduce or (index not in bound and index not in preferred)
-                    if not summed or counts[index] != 2:
+                    if not summed or counts[index] != 2 or index in batch:
                         continue
                     partner = next((k for k, labels in enumerate(operands) if k != position and index in labels), None)
                     rhs = factors[partner] if partner is not None else None
                     if not isinstance(rhs, ir.Tensor) or rhs.indices.count(index) != 1 or other in rhs.indices \
-                            or self.names[rhs.name].reg is None:
+                            or self.names[rhs.name].reg is None or len(set(rhs.indices)) != len(rhs.indices) \
+                            or not batch <= set(rhs.indices):
                         continue
-                    solved = self.solve(factor, rhs, index, other, transposed, bound)
-                    factors = [f for k, f in enumerate(factors) if k not in (position, partner)] + [solved]
-                    changed = True
-                    break
-                if changed:
-                    break
-        return tuple(factors)
+                    width = len(rhs.indices) - 1 - len(batch)  # the right-hand sides' axes
+                    if best is None or width < best[0]:
+                        best = (width, position, partner, index, other, transposed)  # type: ignore[assignment]
+            if best is None:
+                return tuple(factors)
+            _, position, partner, index, other, transposed = best
+            solved = self.solve(factors[position], factors[partner], index, other, transposed,  # type: ignore
+                                bound)
+            factors = [f for k, f in enumerate(factors) if k not in (position, partner)] + [solved]
 
     def solve(self, inverse: ir.Linalg, rhs: ir.Tensor, index: str, other: str, transposed: bool,
               bound: frozenset[str]) -> ir.Tensor:
-        """The Solve step for ``inv(M) rhs`` over ``index``; a reference to its value (labels: other, then rhs's)."""
+        """The Solve step for ``inv(M) rhs`` over ``index``; a reference to its value (labels: M's batch indices,
+        other, then rhs's)."""
         matrix = self.lower(inverse.body, bound, frozenset())
         assert matrix.reg is not None
         declared = self.matrices.get(inverse.body.name) if isinstance(inverse.body, ir.Tensor) else None
@@ -520,14 +524,17 @@ class _Lowering:
         solved = matrix.reg
         if kind == "spd_solve":  # one Cholesky factor, shared by every solve with this matrix (either orientation)
             factor = self.factor(matrix, inverse.indices)
-            kind, axes, solved = "cho_solve", factor.axes, factor.reg
-        labels = (other, *(label for label in rhs.indices if label != index))
+            kind, axes, solved = "cho_solve", factor.axes, factor.reg  # type: ignore[assignment]
+        batch_labels = tuple(label for label in matrix.labels if label not in inverse.indices)
+        batch = tuple((matrix.labels.index(label), rhs.indices.index(label)) for label in batch_labels)
+        rest = tuple(label for label in rhs.indices if label != index and label not in batch_labels)
+        labels = (*batch_labels, other, *rest)
         rhs_reg = self.names[rhs.name].reg
         rhs_axis = rhs.indices.index(index)
         sizes = self.sizes_of(labels)
-        made = self.emit(("solve", kind, solved, axes, rhs_reg, rhs_axis, transposed),
+        made = self.emit(("solve", kind, solved, axes, rhs_reg, rhs_axis, transposed, batch),
                          lambda out: Solve(self.statement, out, solved, rhs_reg, axes, rhs_axis,  # type: ignore
-                                           transposed, labels, sizes, kind), labels)
+                                           transposed, labels, sizes, kind, batch), labels)
         name = f"solve#{made.reg}"  # not a name the language can write: never a user's tensor
         self.names[name] = _Value(made.reg, labels)
         return ir.Tensor(name, labels)
@@ -848,7 +855,7 @@ def shared_factorisations(steps: list[Step]) -> list[Step]:
     right-hand side instead of a second factorisation): the inverse step moves up to the first such solve."""
     inverses = {step.arg: step for step in steps if isinstance(step, Reduce) and step.kind in ("inv", "spd_inv")
                 and len(step.labels) == 2}
-    if not any(isinstance(step, Solve) and step.matrix in inverses for step in steps):
+    if not any(isinstance(step, Solve) and step.matrix in inverses and not step.batch for step in steps):
         return steps
     made = {inverse.out for inverse in inverses.values()}
     result: list[Step] = []
@@ -859,7 +866,7 @@ def shared_factorisations(steps: list[Step]) -> list[Step]:
                 placed.add(step.out)
                 result.append(step)
             continue
-        if isinstance(step, Solve) and step.matrix in inverses:
+        if isinstance(step, Solve) and step.matrix in inverses and not step.batch:
             inverse = inverses[step.matrix]  # its value is inv(matrix register), whichever axes it read
             if inverse.out not in placed:
                 result.append(replace(inverse, statement=step.statement))

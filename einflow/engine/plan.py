@@ -1078,7 +1078,8 @@ def _reduce_flops(specialiser: _Specialiser, step: Reduce) -> int:
 
 def _solve_flops(specialiser: _Specialiser, step: Solve) -> int:
     n = specialiser.shape[step.matrix][step.axes[0]]
-    return solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n, 1))
+    batch = math.prod(specialiser.shape[step.matrix][axis] for axis, _ in step.batch)  # one solve per matrix
+    return batch * solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n * batch, 1))
 
 
 def _diagonal_flops(specialiser: _Specialiser, step: Diagonal) -> int:
