@@ -3,19 +3,22 @@
     K[i,j] = X[i,d] X[j,d] + s delta[i,j];  spd K
     f = 0.5 y[i] inv[i,j](K[i,j]) y[j] + 0.5 logdet[i,j](K[i,j])
 
-1. gradient by X (n = 2000, d = 50): einflow vs a hand-written numpy/scipy Cholesky version (LAPACK potrf,
-   potrs, potri: the fastest we could write) vs jax.jit(jax.grad) (float64);
+1. gradient by X (n = 2000, d = 50): einflow vs two hand-written numpy/scipy Cholesky versions (LAPACK potrf,
+   potrs, potri: dL/dX = (K^-1 - a a^T) X with K^-1 formed; and the solve form, K^-1 X by potrs with d
+   right-hand sides, O(n^3/3 + n^2 d)) vs jax.jit(jax.grad) (float64);
 2. Hessian-vector product by X: einflow's hvp vs jax.jit of jax's forward-over-reverse hvp;
 3. hessian of logdet at n = 64 and hvp of logdet at n = 256: time and the peak memory the call allocates
    (tracemalloc: numpy reports its arrays to it).
 
-Candidates are timed interleaved in one process (medians; jax in its own block, as benchmarks/common.py does).
+Candidates are timed interleaved in one process (medians; jax in its own block, as benchmarks/common.py does),
+once by wall time and once by the process's CPU time (all threads; not stretched by other jobs on a shared machine).
 Run: python benchmarks/linalg.py [--quick]
 """
 
 from __future__ import annotations
 
 import sys
+import time
 import tracemalloc
 
 import numpy as np
@@ -39,6 +42,23 @@ def hand_gradient(X: np.ndarray, y: np.ndarray, s: float) -> np.ndarray:
     inverse = np.tril(inverse) + np.tril(inverse, -1).T
     inverse -= np.outer(alpha, alpha)  # dL/dK = (K^-1 - alpha alpha^T)/2; K = X X^T gives 2 dL/dK X
     return inverse @ X
+
+
+def hand_solve_gradient(X: np.ndarray, y: np.ndarray, s: float) -> np.ndarray:
+    """The same gradient in the solve form: (K^-1 - alpha alpha^T) X = K^-1 X - alpha (alpha^T X), K^-1 X by potrs
+    with d right-hand sides from the one Cholesky factor (K^-1 never formed)."""
+    K = X @ X.T
+    K[np.diag_indices_from(K)] += s
+    potrf, potrs = get_lapack_funcs(("potrf", "potrs"), (K,))
+    factor, info = potrf(K, lower=True, clean=False)
+    alpha, info = potrs(factor, y, lower=True)
+    solved, info = potrs(factor, X, lower=True)
+    return solved - np.outer(alpha, alpha @ X)
+
+
+def timed(candidates: dict, repeat: int) -> tuple[dict[str, float], dict[str, float]]:  # type: ignore[type-arg]
+    """Medians by wall time and by the process's CPU time (each interleaved, jax in its own block)."""
+    return compare(candidates, repeat=repeat), compare(candidates, repeat=repeat, clock=time.process_time)
 
 
 def peak_bytes(function) -> int:  # noqa: ANN001
@@ -79,21 +99,30 @@ def main(quick: bool = False) -> None:
     jX, jy = jnp.asarray(X), jnp.asarray(y)
     expected = hand_gradient(X, y, s)
     assert np.allclose(gradient(X=X, y=y, s=s), expected, rtol=1e-7, atol=1e-8)
+    assert np.allclose(hand_solve_gradient(X, y, s), expected, rtol=1e-7, atol=1e-8)
     assert np.allclose(np.asarray(jax_gradient(jX, jy)), expected, rtol=1e-7, atol=1e-8)
-    times = compare({"einflow": lambda: gradient(X=X, y=y, s=s), "numpy/scipy": lambda: hand_gradient(X, y, s),
-                     "jax.jit": lambda: jax_gradient(jX, jy).block_until_ready()}, repeat=repeat)
-    print(f"\nGP gradient by X (n={n}, d={d}): einflow {seconds(times['einflow'])}, hand-written Cholesky "
-          f"{seconds(times['numpy/scipy'])} (ratio {ratio(times['einflow'] / times['numpy/scipy'])}, target 1.3), "
-          f"jax.jit(jax.grad) {seconds(times['jax.jit'])} (ratio {ratio(times['einflow'] / times['jax.jit'])})")
+    print(f"\ngradient plan: {gradient.plan(X=X.shape, y=y.shape, s=()).flops / 1e9:.2f} GFLOP")
+    candidates = {"einflow": lambda: gradient(X=X, y=y, s=s), "numpy/scipy": lambda: hand_gradient(X, y, s),
+                  "numpy/scipy solves": lambda: hand_solve_gradient(X, y, s),
+                  "jax.jit": lambda: jax_gradient(jX, jy).block_until_ready()}
+    for clock, times in zip(("wall", "CPU"), timed(candidates, repeat)):
+        mine = times["einflow"]
+        print(f"GP gradient by X (n={n}, d={d}), {clock} time: einflow {seconds(mine)}, hand-written "
+              f"Cholesky with K^-1 {seconds(times['numpy/scipy'])} (einflow / hand "
+              f"{ratio(mine / times['numpy/scipy'])}, target 1.3), hand-written solves "
+              f"{seconds(times['numpy/scipy solves'])} (einflow / hand {ratio(mine / times['numpy/scipy solves'])}), "
+              f"jax.jit(jax.grad) {seconds(times['jax.jit'])} (einflow / jax {ratio(mine / times['jax.jit'])})")
 
     hvp = ef.hvp(GP, wrt="X", tangent="V")
     jax_hvp = jax.jit(lambda X, y, V: jax.jvp(lambda x: jax.grad(nll)(x, y), (X,), (V,))[1])
     jV = jnp.asarray(V)
     assert np.allclose(hvp(X=X, y=y, s=s, V=V), np.asarray(jax_hvp(jX, jy, jV)), rtol=1e-6, atol=1e-7)
-    times = compare({"einflow": lambda: hvp(X=X, y=y, s=s, V=V),
-                     "jax.jit": lambda: jax_hvp(jX, jy, jV).block_until_ready()}, repeat=repeat)
-    print(f"GP hvp by X (n={n}, d={d}): einflow {seconds(times['einflow'])}, jax.jit hvp {seconds(times['jax.jit'])} "
-          f"(jax / einflow {ratio(times['jax.jit'] / times['einflow'])}, target 5)")
+    print(f"hvp plan: {hvp.plan(X=X.shape, y=y.shape, s=(), V=V.shape).flops / 1e9:.2f} GFLOP")
+    candidates = {"einflow": lambda: hvp(X=X, y=y, s=s, V=V),
+                  "jax.jit": lambda: jax_hvp(jX, jy, jV).block_until_ready()}
+    for clock, times in zip(("wall", "CPU"), timed(candidates, repeat)):
+        print(f"GP hvp by X (n={n}, d={d}), {clock} time: einflow {seconds(times['einflow'])}, jax.jit hvp "
+              f"{seconds(times['jax.jit'])} (jax / einflow {ratio(times['jax.jit'] / times['einflow'])}, target 5)")
 
     for size, what in ((64, "hessian"), (256, "hvp")):
         A = rng.standard_normal((size, size)) / np.sqrt(size) + 3 * np.eye(size)

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "Num", "Ref", "Delta", "Prod", "Add", "Neg", "Call", "Pow", "Reduce", "Norm", "Bin", "Stmt", "SizeDecl",
+    "Num", "Ref", "Delta", "Prod", "Add", "Neg", "Call", "Pow", "Reduce", "Norm", "Bin", "Lin", "MatrixDecl", "Stmt",
+    "SizeDecl",
     "Program", "Case",
     "FUNCTIONS", "program_text", "expr_text", "evaluate", "labels_of", "generate", "make_arrays", "Jet", "JetNumpy",
     "jet_derivatives",
@@ -120,6 +121,27 @@ class Bin:
 
 
 @dataclass(frozen=True)
+class Lin:
+    """``inv[a,b](M[a,b])``, ``det[a,b](...)`` or ``logdet[a,b](...)`` (LANGUAGE.md 8.1) of a square input ``M``
+    read as ``M[a,b]`` (``M[b,a]`` when ``transposed``), plus ``shift delta[a,b]`` when ``shift`` is given;
+    ``inv`` keeps a and b free, ``det`` and ``logdet`` (log|det|) reduce them."""
+
+    kind: str
+    indices: tuple[str, str]
+    matrix: str
+    transposed: bool = False
+    shift: Num | None = None
+
+
+@dataclass(frozen=True)
+class MatrixDecl:
+    """``spd M`` or ``symmetric M``: a declared square input (its arrays are drawn so)."""
+
+    kind: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Stmt:
     target: str | None  # None: a bare expression
     indices: tuple[str, ...] | None  # None: implicit target
@@ -141,6 +163,8 @@ class Program:
     positive: set[str]  # inputs whose entries must be positive
     #: integer inputs that gathers read through (``t`` in ``E[t[b],d]``) -> the length of the axis they index
     integers: dict[str, int] = field(default_factory=dict)
+    #: square inputs the linear-algebra atoms read -> how they are declared ("spd", "symmetric" or None)
+    matrices: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def statements(self) -> list[Stmt]:
@@ -163,7 +187,7 @@ def _atomic(e: Any) -> bool:
     """Can ``e`` stand as a power base or after a juxtaposition without parentheses?"""
     if isinstance(e, Num):
         return e.value >= 0 and "e" not in e.text.lower()
-    return isinstance(e, (Ref, Delta, Call, Reduce, Norm, Bin))
+    return isinstance(e, (Ref, Delta, Call, Reduce, Norm, Bin, Lin))
 
 
 def _position_text(position: Any) -> str:
@@ -214,6 +238,12 @@ def expr_text(e: Any) -> str:
         return f"{e.kind}[{','.join(e.indices)}]({expr_text(e.body)})"
     if isinstance(e, Bin):
         return f"{e.function}({expr_text(e.left)}, {expr_text(e.right)})"
+    if isinstance(e, Lin):
+        a, b = e.indices
+        body = f"{e.matrix}[{b},{a}]" if e.transposed else f"{e.matrix}[{a},{b}]"
+        if e.shift is not None:
+            body += f" + {e.shift.text} delta[{a},{b}]"
+        return f"{e.kind}[{a},{b}]({body})"
     if isinstance(e, Pow):
         base = expr_text(e.base) if _atomic(e.base) else f"({expr_text(e.base)})"
         return f"{base}{e.text}"
@@ -248,9 +278,11 @@ def expr_text(e: Any) -> str:
     raise TypeError(e)
 
 
-def statement_text(s: Stmt | SizeDecl) -> str:
+def statement_text(s: Stmt | SizeDecl | MatrixDecl) -> str:
     if isinstance(s, SizeDecl):
         return f"size {', '.join(s.names)} = {s.source}"
+    if isinstance(s, MatrixDecl):
+        return f"{s.kind} {', '.join(s.names)}"
     body = expr_text(s.expr)
     if s.outer_parens:
         body = f"({body})"
@@ -337,6 +369,8 @@ def labels_of(e: Any, bound: frozenset[str]) -> tuple[str, ...]:
         return labels_of(e.body, bound)
     if isinstance(e, Bin):
         return labels_of(Add((e.left, e.right), (1, 1)), bound)
+    if isinstance(e, Lin):
+        return e.indices if e.kind == "inv" else ()
     raise TypeError(e)
 
 
@@ -465,6 +499,13 @@ class _Eval:
                 value, operand_labels = self.expr(operand, bound)
                 operands.append(xp.broadcast_to(self._align(value, operand_labels, labels), shape))
             return _extreme_of_two(e.function, *operands), labels
+        if isinstance(e, Lin):
+            matrix = self.arrays[e.matrix]
+            if e.transposed:
+                matrix = xp.transpose(matrix, (1, 0))
+            if e.shift is not None:
+                matrix = matrix + e.shift.value * np.eye(self.sizes[e.indices[0]])
+            return _matrix_function(xp, e.kind, matrix), (e.indices if e.kind == "inv" else ())
         raise TypeError(e)
 
     def statement(self, s: Stmt) -> Any:
@@ -484,6 +525,35 @@ class _Eval:
             labels = tuple(label for label in labels if label in target)
             total = total + sign * self._align(value, labels, target)
         return xp.broadcast_to(total, tuple(self.sizes[t] for t in target))
+
+
+def _matrix_function(xp: Any, kind: str, m: Any) -> Any:
+    """inv, det or log|det| of the matrix ``m``: the array module's own, or exact jets (value, first and second
+    derivatives from the closed forms d inv = -Y dM Y, d log|det| = tr(Y dM), with Y = inv(M))."""
+    if not isinstance(m, Jet):
+        module = np if xp is JetNumpy else xp
+        if kind == "inv":
+            return module.linalg.inv(m)
+        return module.linalg.det(m) if kind == "det" else module.linalg.slogdet(m)[1]
+    y = np.linalg.inv(m.v)
+    ydy = np.einsum("ij,jlA->ilA", y, m.d)  # Y dM_A
+    if kind == "inv":
+        first = -np.einsum("ilA,lm->imA", ydy, y)  # -Y dM_A Y
+        second = None
+        if m.h is not None:  # Y dM_A Y dM_B Y + Y dM_B Y dM_A Y - Y d2M_AB Y
+            both = np.einsum("ilA,lmB,mn->inAB", ydy, ydy, y)
+            second = both + both.transpose(0, 1, 3, 2) - np.einsum("ij,jlAB,lm->imAB", y, m.h, y)
+        return Jet(y, first, second)
+    logdet = np.linalg.slogdet(m.v)[1]
+    gradient = np.einsum("iiA->A", ydy)
+    hessian = None
+    if m.h is not None:  # tr(Y d2M_AB) - tr(Y dM_A Y dM_B)
+        hessian = np.einsum("ij,jiAB->AB", y, m.h) - np.einsum("ilA,liB->AB", ydy, ydy)
+    if kind == "logdet":
+        return Jet(np.asarray(logdet), gradient, hessian)
+    det = np.linalg.det(m.v)  # det = exp(log|det|) with its sign: d det = det g, d2 det = det (H + g g^T)
+    return Jet(np.asarray(det), det * gradient,
+               None if hessian is None else det * (hessian + np.outer(gradient, gradient)))
 
 
 def _reduce(xp: Any, kind: str, value: Any, axes: tuple[int, ...]) -> Any:
@@ -647,6 +717,12 @@ class _Generator:
         # still in range)
         self.v3 = os.environ.get("EINFLOW_DIFF_LANGUAGE", "v3") not in ("v1", "v2")
         self.shifts = random.Random(seed * 7919 + 26)
+        # language v4 (the default; EINFLOW_DIFF_LANGUAGE=v1, v2 or v3 leave it out): inv, det and logdet of
+        # well-conditioned square inputs, some declared spd or symmetric, and products with them (LANGUAGE.md
+        # 8.1), drawn from a stream of their own so that the other programs of each seed keep their shape
+        self.v4 = os.environ.get("EINFLOW_DIFF_LANGUAGE", "v4") not in ("v1", "v2", "v3")
+        self.linalg = random.Random(seed * 6007 + 41)
+        self.matrices: dict[str, str | None] = {}
         self.integers: dict[str, int] = {}
         self.padded: set[str] = set()  # indices read past an end (they get a ``size`` line)
         self.sizes: dict[str, int] = {}
@@ -744,6 +820,57 @@ class _Generator:
             shape.insert(axis, value + 1 + r.choice((0, 1)))
         self.inputs[name] = tuple(shape)
         return Ref(name, tuple(indices), tuple(positions))
+
+    def matrix_atom(self, exclude: set[str]) -> Any:
+        """A scalar factor over a square input M (n = 2..4) on two fresh indices: ``logdet[a,b](M)``,
+        ``det[a,b](M)``, ``u[a] inv[a,b](M) w[b]`` or ``inv[a,b](M) B[a,b]``, M read as ``M[a,b]``, ``M[b,a]`` or
+        ``M[a,b] + c delta[a,b]``. Conditioning: M's arrays are ``well_conditioned_matrix`` draws (condition
+        number below about 5) and c >= 0.5 is added only to matrices whose eigenvalues are positive (an
+        undeclared ``3 I + G/sqrt(n)`` or an spd one), so every atom's matrix stays well away from singular."""
+        r = self.linalg
+        free = [i for i in _INDEX_POOL if i not in exclude and i not in self.statement_indices]
+        if len(free) < 2:
+            return None
+        a = r.choice(free)
+        n = self.sizes.get(a) or r.choice((2, 3, 4))
+        partners = [i for i in free if i != a and self.sizes.get(i, n) == n]
+        if not partners:
+            return None
+        b = r.choice(partners)
+        for index in (a, b):
+            self.sizes.setdefault(index, n)
+            self.statement_indices.append(index)
+        same = [name for name, kind in self.matrices.items() if self.inputs[name] == (n, n)]
+        if same and r.random() < 0.4:
+            matrix = r.choice(same)
+        else:
+            names = [name for name in _INPUT_POOL if name.isupper() and name not in self.inputs
+                     and name not in self.targets]
+            matrix = names[0] if names else f"in{len(self.inputs)}"
+            self.inputs[matrix] = (n, n)
+            self.matrices[matrix] = r.choice((None, None, "spd", "symmetric"))
+        shift = None
+        if self.matrices[matrix] != "symmetric" and r.random() < 0.3:
+            shift = r.choice((Num(0.5, "0.5"), Num(1.0, "1")))
+        kind = r.choice(("logdet", "det", "inv", "inv"))
+        atom = Lin(kind, (a, b), matrix, r.random() < 0.3, shift)
+        if kind != "inv":
+            return atom
+        if r.random() < 0.5:
+            return Prod((self.matrix_operand((n,), a), atom, self.matrix_operand((n,), b)), (False,) * 3, (False,) * 3)
+        return Prod((atom, self.matrix_operand((n, n), a, b)), (False,) * 2, (False,) * 2)
+
+    def matrix_operand(self, shape: tuple[int, ...], *indices: str) -> Ref:
+        """An input of ``shape`` (an existing one now and then) read on ``indices``, from the linear-algebra stream."""
+        existing = [name for name, s in self.inputs.items() if s == shape and name not in self.integers
+                    and name not in self.matrices]
+        if existing and self.linalg.random() < 0.5:
+            return Ref(self.linalg.choice(existing), indices)
+        names = [name for name in _INPUT_POOL if name not in self.inputs and name not in self.targets
+                 and name.islower() == (len(shape) == 1)]
+        name = names[0] if names else f"in{len(self.inputs)}"
+        self.inputs[name] = shape
+        return Ref(name, indices)
 
     def number(self, positive: bool) -> Num:
         text, value = self.r.choice(_NUMBERS)
@@ -846,6 +973,11 @@ class _Generator:
             factors.append(self.ref(take, ctx.positive))
             self.ref_budget -= 1
             divisor.append(False)
+        if self.v4 and not ctx.positive and self.linalg.random() < 0.06:
+            atom = self.matrix_atom(exclude | set(contracted) | set(occurrences))
+            if atom is not None:
+                factors.append(atom)
+                divisor.append(False)
         if r.random() < 0.08:
             factors.append(self.ref([], ctx.positive))
             divisor.append(False)
@@ -1012,7 +1144,16 @@ class _Generator:
                 self.targets[s.target] = tuple(self.sizes[i] for i in labels)
                 if _is_positive(s.expr, self.positive, self.positive_targets):
                     self.positive_targets.add(s.target)
-        return Program(items, dict(self.sizes), dict(self.inputs), set(self.positive), dict(self.integers))
+        read = {node.name for item in items if isinstance(item, Stmt) for node in _walk(item.expr)
+                if isinstance(node, Ref)}
+        self.matrices = {name: kind for name, kind in self.matrices.items() if name in read}  # (a retried statement's)
+        declared: dict[str, list[str]] = {}
+        for name, kind in self.matrices.items():
+            if kind is not None:
+                declared.setdefault(kind, []).append(name)
+        items[:0] = [MatrixDecl(kind, tuple(names)) for kind, names in sorted(declared.items())]
+        return Program(items, dict(self.sizes), dict(self.inputs), set(self.positive), dict(self.integers),
+                       dict(self.matrices))
 
     def size_declarations(self, s: Stmt, declared: set[str]) -> list[SizeDecl]:
         """``size`` lines for the statement's indices no tensor sizes (and, sometimes, redundant ones)."""
@@ -1087,6 +1228,8 @@ def _walk(e: Any):  # type: ignore[no-untyped-def]
     elif isinstance(e, Bin):
         yield from _walk(e.left)
         yield from _walk(e.right)
+    elif isinstance(e, Lin):  # its matrix, as read
+        yield Ref(e.matrix, e.indices[::-1] if e.transposed else e.indices)
 
 
 def _is_positive(e: Any, positive_inputs: set[str], positive_targets: set[str]) -> bool:
@@ -1123,7 +1266,9 @@ def make_arrays(program: Program, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = {}
     for name, shape in sorted(program.inputs.items()):
-        if name in program.integers:  # gather positions, inside the axis they index
+        if name in program.matrices:  # condition number below about 5 (see matrix_atom)
+            arrays[name] = well_conditioned_matrix(rng, shape[0], program.matrices[name])
+        elif name in program.integers:  # gather positions, inside the axis they index
             arrays[name] = rng.integers(0, program.integers[name], size=shape)
         elif name in program.positive:
             arrays[name] = rng.uniform(0.5, 1.5, size=shape)
@@ -1141,6 +1286,8 @@ def generate(seed: int) -> Case:
         program = generator.program(scalar)
         used = sorted({n.name for s in program.statements for n in _walk(s.expr) if isinstance(n, Ref)}
                       & set(program.inputs))
+        # derivatives by a declared matrix are the symmetric projection (LANGUAGE.md 8.1): not taken here
+        used = [name for name in used if program.matrices.get(name) is None]
         if not used:
             continue
         if sum(math.prod(program.inputs[n]) for n in used) > 90:
@@ -1529,6 +1676,10 @@ def features(case: Case) -> set[str]:
                         found.add("padded read")
                 else:
                     found.add(f"{'gathered' if position[0] == 'gather' else 'constant'} read")
+    for name, kind in program.matrices.items():
+        found.add(f"{kind} matrix" if kind else "undeclared matrix")
+        if kind is None and name in case.wrt:
+            found.add("derivative by a matrix")
     if any(len({tuple(sorted(set(o), key=o.index)) for o in v}) > 1 and any(len(set(o)) > 1 for o in v)
            for v in orders.values()):
         found.add("permuted index order")
@@ -1597,6 +1748,9 @@ def _scan(e: Any, bound: frozenset[str], contracted_above: frozenset[str], found
         found.add(f"function {e.function}")
         for operand in (e.left, e.right):
             _scan(operand, bound, contracted_above, found, orders, uses, depth + 1)
+        return
+    if isinstance(e, Lin):
+        found.add(f"linalg {e.kind}")
         return
     if isinstance(e, Reduce):
         found.add("sum[...]" if e.kind == "sum" else f"reduction {e.kind}")

@@ -22,10 +22,16 @@ Environment:
 * ``EINFLOW_DIFF_SEED=1234``: replay one seed with every check, printing each program;
 * ``EINFLOW_DIFF_LANGUAGE=v1``: programs without the reductions (max, min, mean, logsumexp), normalisers
   (softmax, log_softmax, argmax, argmin) and functions (maximum, minimum, erf, softplus) added in language v2;
-* language v3 (the default): also reads through shifted, strided, constant and gathered positions
+* language v3: also reads through shifted, strided, constant and gathered positions
   (``x[i+1]``, ``x[2*i+1]``, ``X[2,i]``, ``E[ix1[b],d]`` with integer positions inside the axis; LANGUAGE.md
   8.2), drawn for about one new input in eight from a stream of their own; ``EINFLOW_DIFF_LANGUAGE=v2``
   leaves them out (the programs each seed drew before);
+* language v4 (the default): also ``inv``/``det``/``logdet`` (LANGUAGE.md 8.1) of square inputs, some declared
+  ``spd`` or ``symmetric``, as scalar factors of products (``logdet[a,b](M[a,b])``, ``u[a] inv[a,b](M[b,a]) w[b]``,
+  ``inv[a,b](M[a,b] + 0.5 delta[a,b]) B[a,b]``), drawn for about one product in sixteen from a stream of their
+  own (one program in five has one); the matrices are well conditioned (condition number below about 5:
+  randprog.well_conditioned_matrix, and a shift only where the eigenvalues are positive), derivatives are not
+  taken by a declared matrix; ``EINFLOW_DIFF_LANGUAGE=v3`` leaves them out (the programs each seed drew before);
 * ``EINFLOW_DIFF_CHECKS=all``: every derivative check on every program (the long run:
   ``EINFLOW_DIFF_N=20000 EINFLOW_DIFF_CHECKS=all``);
 * ``EINFLOW_DIFF_REFERENCE=jax``: JAX float64 as the reference for every program (slow: XLA compiles
@@ -651,12 +657,16 @@ _V2_FEATURES = (
 
 # language v3 (drawn unless EINFLOW_DIFF_LANGUAGE=v1 or v2): reads through positions (LANGUAGE.md 8.2)
 _V3_FEATURES = ("shifted read", "strided read", "constant read", "gathered read", "padded read")
+# language v4 (the default): linear algebra atoms and declared matrices (LANGUAGE.md 8.1)
+_V4_FEATURES = ("linalg inv", "linalg det", "linalg logdet", "spd matrix", "symmetric matrix", "undeclared matrix",
+                "derivative by a matrix")
 
 
 def test_generator_covers_the_language() -> None:
     """Every feature the differential test is meant to exercise occurs in the default run's programs."""
-    language = os.environ.get("EINFLOW_DIFF_LANGUAGE", "v3")
-    wanted = _FEATURES + (() if language == "v1" else _V2_FEATURES) + (_V3_FEATURES if language == "v3" else ())
+    language = os.environ.get("EINFLOW_DIFF_LANGUAGE", "v4")
+    wanted = _FEATURES + (() if language == "v1" else _V2_FEATURES) + (
+        _V3_FEATURES if language in ("v3", "v4") else ()) + (_V4_FEATURES if language == "v4" else ())
     seen: dict[str, int] = dict.fromkeys(wanted, 0)
     count = 400
     for seed in range(count):

@@ -106,19 +106,21 @@ class _Setup:
         assert isinstance(statement, ir.Assign)
         self.value = statement.target or self.tensor_names.pick(["f", "L", "y"], "f")
         self.bare_position = last if statement.target is None else None
-        names = {last: self.value}
+        # the value's statement by its position among the statements the sweeps see (declarations left out):
+        # the sizes' ("user", position, index) nodes are the ones einflow.derive.normal names
+        source_names = {len(source_ir.statements) - 1: self.value}
         sizes = active()
         assert sizes is not None, "derivations run under @_deriving"
         self.sizes = sizes
-        self.sizes.add_program(program.ir.statements, names)
+        self.sizes.add_program(source_ir.statements, source_names)
         # fresh indices avoid tensor names too, so a printed program never reads `v[v]`
         fresh = Fresh(all_index_names(program.ir) | set(program.info.inputs) | set(program.info.targets) | {self.value},
                       self.sizes)
         ranks = dict(program.info.ranks)
         # stable forms of written-out log-sum-exp, softplus, log-sigmoid are what gets differentiated
         links: set[str] = set()
-        normal = lift_deep_calls(to_normal(stabilize_program(source_ir), fresh, names), fresh, self.tensor_names,
-                                 ranks, lifted_names=links)
+        normal = lift_deep_calls(to_normal(stabilize_program(source_ir), fresh, source_names), fresh,
+                                 self.tensor_names, ranks, lifted_names=links)
         ranks[self.value] = len(normal[-1].indices or ())
         self.work = Work(normal, program.info.inputs, ranks, fresh, self.tensor_names, forward_count=len(normal),
                          symmetric=frozenset(n for s in self.matrix_decls for n in s.names if n in program.info.inputs),

@@ -967,12 +967,14 @@ def _reduce_lines(source: Source, step: Reduce, out: str) -> list[str]:
 
 def _solve_lines(source: Source, step: Solve, out: str) -> list[str]:
     extra = f", {source.matrix_name(step.matrix)!r}" if step.kind == "spd_solve" else ""
+    extra += f", batch={step.batch!r}" if step.batch else ""
     return [f"{out} = {source.helper('solve')}({step.kind!r}, {source.var(step.matrix)}, {step.axes!r}, "
             f"{source.var(step.rhs)}, {step.rhs_axis}, {step.transposed}{extra})"]
 
 
 def _reduce_note(source: Source, step: Reduce) -> str:
-    keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", "spd_by_factor", *CHECK_KINDS)
+    keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", "spd_by_factor", "spd_factor", "cho_inv",
+             *CHECK_KINDS)
     kept = step.labels if step.kind in keeps else tuple(
         label for k, label in enumerate(step.labels) if k not in step.axes)
     return f"[{','.join(step.labels)}] -> [{','.join(kept)}]"

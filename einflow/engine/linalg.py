@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SPD_FACTORING", "SOLVE_HELPER", "TORCH_SOLVE_HELPER", "solve_flops", "LINALG_KINDS", "CHECK_KINDS",
-           "SPD_KINDS",
+__all__ = ["SPD_FACTORING", "FACTOR_KINDS", "SOLVE_HELPER", "TORCH_SOLVE_HELPER", "solve_flops", "LINALG_KINDS",
+           "CHECK_KINDS", "SPD_KINDS",
            "matrix_kind", "linalg_result_dtype", "LINALG_HELPER",
            "TORCH_LINALG_HELPER", "is_linalg", "linalg_dtype", "linalg_flops"]
 
@@ -24,10 +24,14 @@ LINALG_KINDS = ("inv", "det", "logdet")
 CHECK_KINDS = ("symmetric", "spd")
 #: the atoms of a matrix declared ``spd``: computed from its Cholesky factor
 SPD_KINDS = ("spd_inv", "spd_det", "spd_logdet")
-#: steps that factorise their matrix by Cholesky (and say so when it is not positive definite)
-SPD_FACTORING = ("spd_inv", "spd_det", "spd_logdet", "spd_solve")
+#: steps that factorise their matrix by Cholesky (and say so when it is not positive definite); "spd_factor":
+#: the lower Cholesky factor itself, which "cho_solve" steps share (one factorisation for every solve with it)
+SPD_FACTORING = ("spd_inv", "spd_det", "spd_logdet", "spd_solve", "spd_factor")
 #: every kind this module's helper computes ("spd_by_factor": an spd check whose matrix a later step factorises)
-_KINDS = LINALG_KINDS + CHECK_KINDS + SPD_KINDS + ("spd_by_factor",)
+_KINDS = LINALG_KINDS + CHECK_KINDS + SPD_KINDS + ("spd_by_factor", "spd_factor")
+#: the atoms of an spd matrix computed from its shared Cholesky factor (an "spd_factor" step's value)
+FACTOR_KINDS = ("cho_inv", "cho_det", "cho_logdet")
+_KINDS += FACTOR_KINDS
 #: how far from symmetric a declared matrix may be, relative to its largest entry (round-off of a computed one)
 SYMMETRY_TOLERANCE = 1e-10
 
@@ -55,6 +59,33 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
             raise error(f"matrix {{name!r}} is declared spd but is not positive definite")
         return x
     x = {np}.moveaxis({as_float}(x), axes, (-2, -1))
+    if kind.startswith("cho_"):  # x is a lower Cholesky factor
+        if kind != "cho_inv":
+            logdet = 2 * {np}.log({np}.diagonal(x, axis1=-2, axis2=-1)).sum(axis=-1)
+            return logdet if kind == "cho_logdet" else {np}.exp(logdet)
+        if {np}.__name__ == "numpy" and x.ndim == 2:
+            try:  # LAPACK's inverse from the factor (potri)
+                from scipy.linalg import get_lapack_funcs
+            except ImportError:
+                pass
+            else:
+                inverse, info = get_lapack_funcs(("potri",), (x,))[0](x, lower=True)
+                return {np}.tril(inverse) + {np}.tril(inverse, -1).T
+        eye = {np}.eye(x.shape[-1], dtype=x.dtype)
+        lower_inverse = {np}.linalg.solve(x, {np}.broadcast_to(eye, x.shape))
+        return {np}.moveaxis({np}.swapaxes(lower_inverse, -1, -2) @ lower_inverse, (-2, -1), axes)
+    if kind == "spd_factor" and {np}.__name__ == "numpy" and x.ndim == 2 and x.dtype.kind == "f":
+        try:  # LAPACK's potrf (numpy's own cholesky is about twice as slow on one matrix)
+            from scipy.linalg import get_lapack_funcs
+        except ImportError:
+            pass
+        else:
+            factor, info = get_lapack_funcs(("potrf",), (x,))[0](x, lower=True, clean=True)
+            if info > 0:
+                raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not "
+                                                               "positive definite")
+            if info == 0:
+                return {np}.moveaxis(factor, (-2, -1), axes)
     if kind == "spd_inv" and {np}.__name__ == "numpy" and x.ndim == 2 and x.dtype.kind == "f":
         try:  # LAPACK's inverse from the Cholesky factor (potrf, potri): half the work of an LU inverse
             from scipy.linalg import get_lapack_funcs
@@ -77,6 +108,10 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         except {np}.linalg.LinAlgError:
             raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not "
                                                            "positive definite") from None
+        if kind == "spd_factor":
+            if type(factor).__module__.startswith("dask"):  # dask's Cholesky factor is the upper one
+                factor = {np}.swapaxes(factor, -1, -2)
+            return {np}.moveaxis(factor, (-2, -1), axes)
         logdet = 2 * {np}.log({np}.diagonal(factor, axis1=-2, axis2=-1)).sum(axis=-1)
         if kind == "spd_logdet":
             return logdet
@@ -101,8 +136,15 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
             raise ValueError(f"matrix {{name!r}} is declared spd but is not positive definite")
         return x
     x = {np}.movedim({as_float}(x), axes, (-2, -1))
+    if kind.startswith("cho_"):  # x is a lower Cholesky factor
+        if kind == "cho_inv":
+            return {np}.movedim({np}.cholesky_inverse(x), (-2, -1), axes)
+        logdet = 2 * {np}.log({np}.diagonal(x, dim1=-2, dim2=-1)).sum(dim=-1)
+        return logdet if kind == "cho_logdet" else {np}.exp(logdet)
     if kind.startswith("spd_"):
         factor = {np}.linalg.cholesky(x)
+        if kind == "spd_factor":
+            return {np}.movedim(factor, (-2, -1), axes)
         logdet = 2 * {np}.log({np}.diagonal(factor, dim1=-2, dim2=-1)).sum(dim=-1)
         if kind == "spd_logdet":
             return logdet
@@ -118,11 +160,35 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
 
 #: ``inv(M) B`` by a solve: B's axis ``axis`` against M's columns (rows when ``transposed``); the result's first
 #: axis is M's other index, then B's other axes. spd: Cholesky (scipy's, when numpy and scipy are there)
-SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None):
-    """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse."""
+SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None, batch=()):
+    """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse;
+    ``batch``: (M's axis, B's axis) pairs solved matrix by matrix (first in the result)."""
+    if batch:  # numpy's, jax's and torch's solve broadcast over leading axes; Cholesky by two of them
+        k = len(batch)
+        M = {np}.moveaxis({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
+                          list(range(k + 2)))
+        B = {np}.moveaxis({as_float}(B), [b for _, b in batch] + [axis], list(range(k + 1)))
+        flat = B.reshape(B.shape[:k + 1] + (-1,))
+        if kind == "cho_solve":
+            inner = {np}.linalg.solve(M, flat)
+            return {np}.linalg.solve({np}.swapaxes(M, -1, -2), inner).reshape(B.shape)
+        return {np}.linalg.solve(M, flat).reshape(B.shape)
     M = {np}.moveaxis({as_float}(M), axes, (1, 0) if transposed else (0, 1))
     B = {np}.moveaxis({as_float}(B), axis, 0)
     flat = B.reshape(B.shape[0], -1)
+    if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
+        if {np}.__name__ == "numpy":
+            try:
+                from scipy.linalg import cho_solve
+            except ImportError:
+                pass
+            else:
+                return cho_solve((M, True), flat, check_finite=False).reshape(B.shape)
+        if {np}.__name__.startswith("jax"):
+            from jax.scipy.linalg import cho_solve
+            return cho_solve((M, True), flat).reshape(B.shape)
+        inner = {np}.linalg.solve(M, flat)
+        return {np}.linalg.solve({np}.swapaxes(M, 0, 1), inner).reshape(B.shape)
     if kind == "spd_solve" and {np}.__name__ == "numpy":
         try:
             from scipy.linalg import cho_factor, cho_solve
@@ -137,23 +203,29 @@ SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None):
             return cho_solve(factor, flat, check_finite=False).reshape(B.shape)
     return {np}.linalg.solve(M, flat).reshape(B.shape)'''
 
-TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None):
-    """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse."""
-    M = {np}.movedim({as_float}(M), axes, (1, 0) if transposed else (0, 1))
-    B = {np}.movedim({as_float}(B), axis, 0)
-    flat = B.reshape(B.shape[0], -1)
+TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None, batch=()):
+    """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse;
+    ``batch``: (M's axis, B's axis) pairs solved matrix by matrix (first in the result)."""
+    k = len(batch)
+    M = {np}.movedim({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
+                     list(range(k + 2)))
+    B = {np}.movedim({as_float}(B), [b for _, b in batch] + [axis], list(range(k + 1)))
+    flat = B.reshape(B.shape[:k + 1] + (-1,))
+    if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
+        return {np}.cholesky_solve(flat, M).reshape(B.shape)
     if kind == "spd_solve":
         return {np}.cholesky_solve(flat, {np}.linalg.cholesky(M)).reshape(B.shape)
     return {np}.linalg.solve(M, flat).reshape(B.shape)'''
 
 
-def solve_flops(kind: str, n: int, columns: int) -> int:
-    """A factorisation (LU 2/3 n^3, Cholesky 1/3 n^3) and two triangular solves (2 n^2) per right-hand side.
+def solve_flops(kind: str, n: int, columns: int) -> int:  # (per matrix: a batched solve counts each)
+    """A factorisation (LU 2/3 n^3, Cholesky 1/3 n^3; none for "cho_solve", whose factor a step made) and two
+    triangular solves (2 n^2) per right-hand side.
 
-    >>> solve_flops("spd_solve", 3, 1), solve_flops("solve", 3, 2)
-    (27, 54)
+    >>> solve_flops("spd_solve", 3, 1), solve_flops("solve", 3, 2), solve_flops("cho_solve", 3, 2)
+    (27, 54, 36)
     """
-    factor = -(-n**3 // 3) if kind == "spd_solve" else -(-2 * n**3 // 3)
+    factor = 0 if kind == "cho_solve" else -(-n**3 // 3) if kind == "spd_solve" else -(-2 * n**3 // 3)
     return factor + 2 * n * n * columns
 
 
@@ -197,6 +269,8 @@ def linalg_flops(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> in
     batch = math.prod(size for k, size in enumerate(shape) if k not in axes)
     if kind in ("symmetric", "spd_by_factor"):
         return batch * n * n
+    if kind in FACTOR_KINDS:  # from a Cholesky factor: its diagonal, or the inverse (LAPACK potri: 2/3 n^3)
+        return batch * (-(-2 * n**3 // 3) if kind == "cho_inv" else n)
     # LU: 2/3 n^3; Cholesky: 1/3 n^3; an inverse from either: 2 n^3 in all (n solves of 2 n^2 each)
     per_matrix = 2 * n**3 if kind.endswith("inv") else -(-n**3 // 3) if kind.startswith("spd") else -(-2 * n**3 // 3)
     return batch * per_matrix

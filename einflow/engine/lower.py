@@ -25,6 +25,7 @@ import numpy as np
 
 from einflow.engine.accumulate import accumulate_diagonals
 from einflow.engine.linalg import SPD_FACTORING, matrix_kind
+from einflow.engine.solving import inline_inverses
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -108,6 +109,14 @@ class _Value:
     reg: int | None
     labels: tuple[str, ...] = ()
     const: int | float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Factor:
+    """The register of a Cholesky factor and the positions (rows, columns) of its matrices' axes."""
+
+    reg: int
+    axes: tuple[int, ...]
 
 
 class _Lowering:
@@ -194,9 +203,21 @@ class _Lowering:
         for name in self.matrices:  # declared inputs: checked before any statement reads them
             if name in self.input_names:
                 self.check_matrix(name)
-        for number, statement in enumerate(self.program.statements):
+        statements = self.program.statements
+        assigns = [statement for statement in statements if isinstance(statement, ir.Assign)]
+        returned = {name for statement in statements if isinstance(statement, ir.Return) for name in statement.names}
+        if not returns_tuple and assigns and assigns[-1].target is not None:
+            returned.add(assigns[-1].target)
+        # intermediates carrying inverses are computed inside their readers, where the inverses become solves
+        inlining = inline_inverses(self.program, frozenset(returned))
+        rewritten = dict(inlining.rewritten)
+        for number, statement in enumerate(statements):
             self.statement = number
             texts.append(ir.format_statement(statement))
+            if number in inlining.skipped:
+                continue
+            if number in rewritten:
+                statement = replace(statement, expr=rewritten[number])  # type: ignore[arg-type]
             if isinstance(statement, ir.SizeDecl):
                 self.declare(statement)
                 continue
@@ -283,7 +304,12 @@ class _Lowering:
             declared = self.matrices.get(expr.body.name) if isinstance(expr.body, ir.Tensor) and set(
                 expr.body.indices) == set(expr.indices) else None
             kind = matrix_kind(expr.kind, declared)
-            value = self.sum_axes(self.linalg(kind, body, expr.indices), reduce)
+            if kind.startswith("spd_"):  # from the matrix's one Cholesky factor, which its solves share too
+                factor = self.factor(body, expr.indices)
+                value = self.linalg("cho_" + expr.kind, _Value(factor.reg, body.labels), expr.indices, factor.axes)
+            else:
+                value = self.linalg(kind, body, expr.indices)
+            value = self.sum_axes(value, reduce)
         elif isinstance(expr, ir.Binary):
             order = free_indices(expr, bound)
             left = self.lower(expr.left, bound, frozenset())
@@ -347,11 +373,26 @@ class _Lowering:
                                                                       kind), value.labels)
         self.names[name] = checked
 
-    def linalg(self, kind: str, value: _Value, indices: tuple[str, str]) -> _Value:
-        """inv/det/logdet of the matrices on the axes ``indices`` (rows, columns) of a lowered value."""
+    def factor(self, value: _Value, indices: tuple[str, str]) -> _Factor:
+        """The lower Cholesky factor of the spd matrices on the axes ``indices`` of a lowered value: one step per
+        matrix register, whichever orientation reads it (the matrix is symmetric)."""
+        reg = value.reg
+        assert reg is not None
+        axes = tuple(sorted((value.labels.index(indices[0]), value.labels.index(indices[1]))))
+        sizes = self.register_sizes[reg]
+        labels = tuple(f"_{k}" for k in range(len(sizes)))
+        made = self.emit(("spd_factor", reg, axes), lambda out: Reduce(self.statement, out, reg, labels, axes, sizes,
+                                                                      "spd_factor"), labels)
+        return _Factor(made.reg, axes)  # type: ignore[arg-type]
+
+    def linalg(self, kind: str, value: _Value, indices: tuple[str, str],
+               axes: tuple[int, ...] | None = None) -> _Value:
+        """inv/det/logdet of the matrices on the axes ``indices`` (rows, columns) of a lowered value (``axes``:
+        their positions, given for a Cholesky factor, whose orientation is its own)."""
         if value.reg is None:  # the checker requires both indices free in the body: unreachable
             raise AssertionError("a matrix function of a constant")
-        axes = (value.labels.index(indices[0]), value.labels.index(indices[1]))
+        if axes is None:
+            axes = (value.labels.index(indices[0]), value.labels.index(indices[1]))
         labels = value.labels if kind.endswith("inv") else tuple(label for label in value.labels
                                                                  if label not in indices)
         sizes = self.sizes_of(labels)
@@ -438,51 +479,62 @@ class _Lowering:
                preferred: tuple[str, ...]) -> tuple[ir.Expr, ...]:
         """``inv[i,j](M) B[..j..]`` with ``j`` summed here and read by B alone: one Solve step instead of the
         inverse (``B[..i..] inv[i,j](M)`` solves with M's transpose); the solved value stands in the product as a
-        tensor reference. Only an unbatched matrix; its other index may not be an index of B."""
+        tensor reference. M's other indices (a batch of matrices) must be B's too; its other index may not be.
+        Of the candidates, the thinnest B goes first (fewest other axes: a vector before a matrix)."""
         factors = list(factors)
-        changed = True
-        while changed:
-            changed = False
+        while True:
             operands = product_operands(tuple(factors), bound)
             counts = Counter(label for labels in operands for label in labels)
+            best: tuple[int, int, int, str, str, bool] | None = None
             for position, factor in enumerate(factors):
-                if not isinstance(factor, ir.Linalg) or factor.kind != "inv" or \
-                        set(free_indices(factor.body, bound)) != set(factor.indices):
+                if not isinstance(factor, ir.Linalg) or factor.kind != "inv":
                     continue
                 row, column = factor.indices
+                batch = set(free_indices(factor.body, bound)) - {row, column}
                 for index, other, transposed in ((column, row, False), (row, column, True)):
                     summed = index in reduce or (index not in bound and index not in preferred)
-                    if not summed or counts[index] != 2:
+                    if not summed or counts[index] != 2 or index in batch:
                         continue
                     partner = next((k for k, labels in enumerate(operands) if k != position and index in labels), None)
                     rhs = factors[partner] if partner is not None else None
                     if not isinstance(rhs, ir.Tensor) or rhs.indices.count(index) != 1 or other in rhs.indices \
-                            or self.names[rhs.name].reg is None:
+                            or self.names[rhs.name].reg is None or len(set(rhs.indices)) != len(rhs.indices) \
+                            or not batch <= set(rhs.indices):
                         continue
-                    solved = self.solve(factor, rhs, index, other, transposed, bound)
-                    factors = [f for k, f in enumerate(factors) if k not in (position, partner)] + [solved]
-                    changed = True
-                    break
-                if changed:
-                    break
-        return tuple(factors)
+                    width = len(rhs.indices) - 1 - len(batch)  # the right-hand sides' axes
+                    if best is None or width < best[0]:
+                        best = (width, position, partner, index, other, transposed)  # type: ignore[assignment]
+            if best is None:
+                return tuple(factors)
+            _, position, partner, index, other, transposed = best
+            solved = self.solve(factors[position], factors[partner], index, other, transposed,  # type: ignore
+                                bound)
+            factors = [f for k, f in enumerate(factors) if k not in (position, partner)] + [solved]
 
     def solve(self, inverse: ir.Linalg, rhs: ir.Tensor, index: str, other: str, transposed: bool,
               bound: frozenset[str]) -> ir.Tensor:
-        """The Solve step for ``inv(M) rhs`` over ``index``; a reference to its value (labels: other, then rhs's)."""
+        """The Solve step for ``inv(M) rhs`` over ``index``; a reference to its value (labels: M's batch indices,
+        other, then rhs's)."""
         matrix = self.lower(inverse.body, bound, frozenset())
         assert matrix.reg is not None
         declared = self.matrices.get(inverse.body.name) if isinstance(inverse.body, ir.Tensor) else None
         kind = "spd_solve" if declared == "spd" else "solve"
         transposed = transposed and kind == "solve"  # a symmetric matrix is its transpose: one step for both
         axes = (matrix.labels.index(inverse.indices[0]), matrix.labels.index(inverse.indices[1]))
-        labels = (other, *(label for label in rhs.indices if label != index))
+        solved = matrix.reg
+        if kind == "spd_solve":  # one Cholesky factor, shared by every solve with this matrix (either orientation)
+            factor = self.factor(matrix, inverse.indices)
+            kind, axes, solved = "cho_solve", factor.axes, factor.reg  # type: ignore[assignment]
+        batch_labels = tuple(label for label in matrix.labels if label not in inverse.indices)
+        batch = tuple((matrix.labels.index(label), rhs.indices.index(label)) for label in batch_labels)
+        rest = tuple(label for label in rhs.indices if label != index and label not in batch_labels)
+        labels = (*batch_labels, other, *rest)
         rhs_reg = self.names[rhs.name].reg
         rhs_axis = rhs.indices.index(index)
         sizes = self.sizes_of(labels)
-        made = self.emit(("solve", kind, matrix.reg, axes, rhs_reg, rhs_axis, transposed),
-                         lambda out: Solve(self.statement, out, matrix.reg, rhs_reg, axes, rhs_axis,  # type: ignore
-                                           transposed, labels, sizes, kind), labels)
+        made = self.emit(("solve", kind, solved, axes, rhs_reg, rhs_axis, transposed, batch),
+                         lambda out: Solve(self.statement, out, solved, rhs_reg, axes, rhs_axis,  # type: ignore
+                                           transposed, labels, sizes, kind, batch), labels)
         name = f"solve#{made.reg}"  # not a name the language can write: never a user's tensor
         self.names[name] = _Value(made.reg, labels)
         return ir.Tensor(name, labels)
@@ -803,7 +855,7 @@ def shared_factorisations(steps: list[Step]) -> list[Step]:
     right-hand side instead of a second factorisation): the inverse step moves up to the first such solve."""
     inverses = {step.arg: step for step in steps if isinstance(step, Reduce) and step.kind in ("inv", "spd_inv")
                 and len(step.labels) == 2}
-    if not any(isinstance(step, Solve) and step.matrix in inverses for step in steps):
+    if not any(isinstance(step, Solve) and step.matrix in inverses and not step.batch for step in steps):
         return steps
     made = {inverse.out for inverse in inverses.values()}
     result: list[Step] = []
@@ -814,7 +866,7 @@ def shared_factorisations(steps: list[Step]) -> list[Step]:
                 placed.add(step.out)
                 result.append(step)
             continue
-        if isinstance(step, Solve) and step.matrix in inverses:
+        if isinstance(step, Solve) and step.matrix in inverses and not step.batch:
             inverse = inverses[step.matrix]  # its value is inv(matrix register), whichever axes it read
             if inverse.out not in placed:
                 result.append(replace(inverse, statement=step.statement))

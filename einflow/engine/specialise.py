@@ -265,6 +265,9 @@ class _Specialising:
             if number in bindings:
                 target, register = bindings[number]
                 tensors[target] = self.shape[register] if register is not None else ()
+            elif isinstance(statement, ir.Assign) and statement.target is not None and statement.indices is not None:
+                # computed inside the statements that read it (einflow.engine.solving): its shape from its sizes
+                tensors[statement.target] = tuple(sizes[index] for index in statement.indices)
 
     def resolve(self, ref: SizeRef) -> int:
         if isinstance(ref, Inferred):
@@ -604,7 +607,8 @@ def _reduce_flops(specialiser: _Specialising, step: Reduce) -> int:
 
 def _solve_flops(specialiser: _Specialising, step: Solve) -> int:
     n = specialiser.shape[step.matrix][step.axes[0]]
-    return solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n, 1))
+    batch = math.prod(specialiser.shape[step.matrix][axis] for axis, _ in step.batch)  # one solve per matrix
+    return batch * solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n * batch, 1))
 
 
 def _diagonal_flops(specialiser: _Specialising, step: Diagonal) -> int:

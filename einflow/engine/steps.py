@@ -210,8 +210,9 @@ class Free:
 class Solve:
     """``inv(M) B`` without the inverse: ``matrix``'s axes ``axes`` are (rows, columns) of M; ``rhs``'s axis
     ``rhs_axis`` is contracted with M's columns (with its rows when ``transposed``: ``B^T inv(M)``). The result's
-    first axis is M's other index, then ``rhs``'s other axes in order (``labels``). ``kind``: solve (LU) or
-    spd_solve (Cholesky, M declared spd)."""
+    first axis is M's other index, then ``rhs``'s other axes in order (``labels``). ``kind``: solve (LU),
+    spd_solve (Cholesky, M declared spd) or cho_solve (``matrix`` holds M's Cholesky factor). ``batch``: pairs
+    (M's axis, rhs's axis) of the indices both carry, solved matrix by matrix; they come first in the result."""
 
     statement: int
     out: int
@@ -223,6 +224,7 @@ class Solve:
     labels: tuple[str, ...]
     sizes: tuple[SizeRef, ...]
     kind: str = "solve"
+    batch: tuple[tuple[int, int], ...] = ()
 
 
 
