@@ -564,7 +564,8 @@ class _Lowering:
         dense: dict[int, ir.Expr] = {}
         for shift in shifts:  # a delta whose index other factors read too (or other deltas, all of them): 0/1 arrays
             others = {i for f in factors if f is not shift and not isinstance(f, ir.ShiftDelta) for i in _mentions(f)}
-            if shift.index in others or shift.index in repeated:
+            if shift.index in others or shift.index in repeated or shift.index in shift.position.indices:
+                # (``delta[s, t[s]]``, a diagonal of a scatter, as a Laplacian makes it: a 0/1 mask over s)
                 dense[id(shift)] = self.indicator(shift)
         if dense:
             factors = tuple(dense.get(id(factor), factor) for factor in factors)
