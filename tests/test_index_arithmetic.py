@@ -453,3 +453,93 @@ def test_gradient_of_a_mean_over_an_index_only_a_gather_sizes() -> None:
     ix = np.array([0, 3, 3])
     found = ef.grad(program, "s")(s=np.random.default_rng(12).standard_normal(4), ix=ix)
     np.testing.assert_allclose(found, np.bincount(ix, minlength=4) / 3)
+
+
+# ---------------------------------------------------------------- native convolutions (torch's capability)
+CONVOLVED = [  # (program, shapes): each product reading a window is one torch.convolution call on torch
+    ("y[n,o,h] = x[n,c,h+r] K[o,c,r]", {"x": (2, 3, 11), "K": (4, 3, 3)}),
+    ("y[n,o,h] = x[n,c,3*h+r] K[o,c,r]", {"x": (2, 3, 14), "K": (4, 3, 2)}),
+    ("y[h] = x[h+2*r] K[r]", {"x": (12,), "K": (3,)}),
+    ("y[o,h,n] = x[n,c,h+r] K[c,o,r]", {"x": (2, 3, 9), "K": (3, 4, 2)}),
+    ("y[a,b,o,h] = x[a,b,c,h+r] K[o,c,r]", {"x": (2, 3, 2, 9), "K": (4, 2, 3)}),
+    ("y[n,o,a,b,d] = x[n,c,a+i,b+j,d+k] K[o,c,i,j,k]", {"x": (2, 2, 5, 6, 4), "K": (3, 2, 2, 3, 2)}),
+    ("size n,c,h,w = x\ny[n,o,h,w] = x[n,c,h+r-1,w+s-1] K[o,c,r,s]", {"x": (2, 3, 6, 5), "K": (4, 3, 3, 3)}),
+    ("size n,c,u = x\ny[n,o,u] = x[n,c,u-r+1] K[o,c,r]", {"x": (2, 3, 8), "K": (4, 3, 3)}),
+    ("size n,c,u = x\ny[n,o,u] = x[n,c,u-r] K[o,c,r]", {"x": (2, 3, 8), "K": (4, 3, 3)}),
+    ("y[n,o,h,w] = x[n,c,2*h+r,w+s+1] K[o,c,r,s]", {"x": (2, 3, 9, 8), "K": (4, 3, 3, 2)}),
+    ("d[o,c,r] = x[n,c,h+r] G[n,o,h]", {"x": (2, 3, 10), "G": (2, 4, 8)}),
+    ("d[o,c,r] = x[n,c,2*h+r] G[n,o,h]", {"x": (2, 3, 11), "G": (2, 4, 5)}),
+]
+
+
+def _generated(program: ef.Program) -> str:
+    return "\n".join(plan.source for plan in program._plans.values())
+
+
+@pytest.mark.parametrize("text, shapes", CONVOLVED)
+def test_window_contractions_run_as_native_convolutions_on_torch(text: str, shapes: dict) -> None:
+    program = ef.compile(text)
+    values = {name: RNG.standard_normal(shape) for name, shape in shapes.items()}
+    expected = program(**values)  # numpy: the einsum over the window, an independent path
+    got = program(**{name: torch.tensor(value) for name, value in values.items()}, backend="torch")
+    assert "_convolve(" in _generated(program)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("text, shapes", CONVOLVED[:10])
+def test_gradients_through_native_convolutions_match_numpy(text: str, shapes: dict) -> None:
+    target = text.split("\n")[-1].split("=")[0].strip()
+    name, indices = target[:target.index("[")], target[target.index("[") + 1:-1]
+    loss = f"\nL = sum[{indices}](T[{indices}] {name}[{indices}])"
+    wrt = [tensor for tensor in shapes]
+    program = ef.value_and_grad(text + loss, wrt=wrt)
+    values = {tensor: RNG.standard_normal(shape) for tensor, shape in shapes.items()}
+    values["T"] = RNG.standard_normal(ef.compile(text)(**values).shape)
+    expected = program(**values)
+    got = program(**{tensor: torch.tensor(value) for tensor, value in values.items()}, backend="torch")
+    assert _generated(program).count("_convolve(") >= 2
+    (value, gradients), (value_expected, expected_gradients) = got, expected
+    np.testing.assert_allclose(value.numpy(), value_expected, rtol=1e-9)
+    for ours, reference in zip(gradients, expected_gradients):
+        np.testing.assert_allclose(ours.numpy(), reference, rtol=1e-9, atol=1e-9)
+
+
+def test_strided_gradient_by_x_is_a_transposed_convolution() -> None:
+    program = ef.grad(CONV2D[2, 0] + "\nL = sum[n,o,h,w](T[n,o,h,w] y[n,o,h,w])", wrt="x")
+    x = torch.randn(2, 3, 10, 9, dtype=torch.float64)
+    K = torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    T = torch.randn(2, 4, 4, 4, dtype=torch.float64)
+    xr = x.clone().requires_grad_(True)
+    (F.conv2d(xr, K, stride=2) * T).sum().backward()
+    got = program(x=x, K=K, T=T, backend="torch")
+    assert "scatter" in _generated(program) and "_convolve(K, T, ('transpose'" in _generated(program)
+    torch.testing.assert_close(got, xr.grad)
+
+
+def test_convolution_keeps_numpys_types_and_falls_back_for_integers() -> None:
+    program = ef.compile("y[n,o,h] = x[n,c,h+r] K[o,c,r]")
+    x, K = RNG.standard_normal((2, 3, 9)), RNG.standard_normal((4, 3, 3))
+    got = program(x=torch.tensor(x, dtype=torch.float32), K=torch.tensor(K), backend="torch")
+    assert got.dtype == torch.float64  # float32 with float64 is float64, as numpy has it
+    np.testing.assert_allclose(got.numpy(), program(x=x.astype(np.float32), K=K), rtol=1e-6)
+    xi, Ki = RNG.integers(-3, 4, (2, 3, 9)), RNG.integers(-3, 4, (4, 3, 3))
+    integers = ef.compile("z[n,o,h] = x[n,c,h+r] K[o,c,r]")
+    got_int = integers(x=torch.tensor(xi), K=torch.tensor(Ki), backend="torch")
+    assert "_convolve(" not in _generated(integers)
+    np.testing.assert_array_equal(got_int.numpy(), integers(x=xi, K=Ki))
+
+
+def test_conv_net_hvp_on_torch_matches_numpy() -> None:
+    text = """size n,c,h,w = x
+z[n,o,h,w] = x[n,c,h+r-1,w+s-1] K1[o,c,r,s]
+a[n,o,h,w] = tanh(z[n,o,h,w])
+u[n,m,i,j] = a[n,o,2*i+r,2*j+s] K2[m,o,r,s]
+L = sum[n,m,i,j](S[n,m,i,j] u[n,m,i,j] u[n,m,i,j])"""
+    hvp = ef.hvp(text, wrt="K1")
+    values = {"x": RNG.standard_normal((2, 3, 8, 8)), "K1": RNG.standard_normal((4, 3, 3, 3)),
+              "K2": RNG.standard_normal((5, 4, 2, 2)), "S": RNG.standard_normal((2, 5, 4, 4))}
+    tangent = next(name for name in hvp.inputs if name not in values)
+    values[tangent] = RNG.standard_normal((4, 3, 3, 3))
+    got = hvp(**{name: torch.tensor(value) for name, value in values.items()}, backend="torch")
+    assert "_convolve(" in _generated(hvp)
+    np.testing.assert_allclose(got.numpy(), hvp(**values), rtol=1e-9, atol=1e-9)

@@ -44,6 +44,7 @@ from einflow.engine.codegen import (
     diagonal_view_labels,
     kind_of,
 )
+from einflow.engine.convolution import convolve_torch, scatter_convolution, sole_reader, window_convolution
 from einflow.engine.fitting import Fitting, FittingRenderer, fit
 from einflow.engine.kernels import contraction_steps
 from einflow.engine.linalg import is_linalg, linalg_dtype, linalg_flops, linalg_result_dtype, solve_flops
@@ -232,6 +233,10 @@ def _check_optimize(optimize: Any) -> None:
                        f"or an opt_einsum PathOptimizer, not {type(optimize).__name__}")
 
 
+#: the arrays' types a native convolution computes in (others contract the window as an einsum)
+CONVOLVED_TYPES = ("float32", "float64")
+
+
 class _Specialiser(FittingRenderer, Source):
     """Renders the steps for one signature: literal sizes, planned contractions, fused elementwise engines."""
 
@@ -267,6 +272,11 @@ class _Specialiser(FittingRenderer, Source):
         self.updated: dict[int, int] = {}
         #: register -> the array a window (a strided view, einflow.engine.affine) views
         self.window_views: dict[int, int] = {}
+        #: contraction register -> (the convolution computing it, its operands) on backends with native
+        #: convolutions (einflow.engine.convolution); scatter register -> the contraction that computed it whole
+        self.convolutions: dict[int, tuple[Any, tuple[int, ...]]] = {}
+        self.convolved_scatters: dict[int, int] = {}
+        self.scattered = {step.arg for step in lowered.steps if isinstance(step, Scatter)}
         #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
         self.scale_dtype: Any = None
         self._generic: tuple[Source, dict[str, Any]] | None = None
@@ -400,6 +410,59 @@ class _Specialiser(FittingRenderer, Source):
         return super().count(size)
 
     def contract(self, step: Contract) -> str:
+        """The contraction's expression: an einsum planned pairwise, or one native convolution where the backend
+        has them and the step reads a window (or feeds a scatter) as a convolution does."""
+        text = self.einsum_contract(step)
+        if self.backend.native_convolution and not step.scale and step.out not in self.fitting.budgets and \
+                step.out in self.scattered and step.out not in self.convolutions:
+            self.scatter_convolution(step)
+        fused = self.convolutions.get(step.out)
+        if fused is None:
+            return text
+        spec, args = fused
+        helper = self.alias.get("convolve") or "_convolve"
+        self.namespace[helper] = convolve_torch
+        self.orders.pop(step.out, None)
+        self.transient[step.out] = 0
+        operands = ", ".join(self.var(register) for register in args)
+        return self.scaled(f"{helper}({operands}, {spec!r}, {str(self.common_dtype(step))!r})", step.scale)
+
+    def scatter_convolution(self, step: Contract) -> None:
+        """Record the transposed convolution computing ``step`` and the scatter that only it feeds, if it is one."""
+        scatter = sole_reader(self.lowered.steps, step.out, self.lowered.outputs)
+        if not isinstance(scatter, Scatter) or scatter.gathers or len(step.args) != 2 or \
+                any(str(self.dtype[register]) not in CONVOLVED_TYPES for register in step.args):
+            return
+        spec = scatter_spec(scatter.labels, tuple(self.resolve(ref) for ref in scatter.sizes), scatter.arg_labels,
+                            self.shape[step.out], scatter.positions, "")
+        found = scatter_convolution(step.operands, tuple(self.shape[r] for r in step.args), step.output, spec)
+        if found is not None:
+            self.convolutions[step.out] = (found, step.args)
+            self.convolved_scatters[scatter.out] = step.out
+
+    def window_convolution(self, step: Window, spec: Any) -> bool:
+        """Whether the window's only reader is a contraction with one other array that is a convolution: then
+        recorded for it (the contraction reads the window's array itself) and the window is no step of its own."""
+        reader = sole_reader(self.lowered.steps, step.out, self.lowered.outputs)
+        if not isinstance(reader, Contract) or len(reader.args) != 2 or reader.args[0] == reader.args[1] or \
+                reader.out in self.fitting.budgets:
+            return False
+        side = reader.args.index(step.out)
+        other = reader.args[1 - side]
+        if other not in self.dtype:  # made later in the statement: an identity window of an input, say
+            maker = next((s for s in self.lowered.steps if getattr(s, "out", None) == other), None)
+            other = maker.arg if isinstance(maker, Window) else other
+        if str(self.dtype[step.arg]) not in CONVOLVED_TYPES or str(self.dtype.get(other)) not in CONVOLVED_TYPES:
+            return False
+        found = window_convolution(reader.operands[side], spec, self.shape[step.arg], reader.operands[1 - side],
+                                   reader.output, tuple(self.resolve(ref) for ref in reader.sizes))
+        if found is None:
+            return False
+        self.convolutions[reader.out] = (found, (step.arg, reader.args[1 - side]))
+        self.window_views[step.out] = step.arg
+        return True
+
+    def einsum_contract(self, step: Contract) -> str:
         letters = {label: oe.get_symbol(k) for k, label in
                    enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
         # torch: each operand is taken in the axis order it is stored in (a transposed view is read as the
@@ -736,6 +799,8 @@ class _Specialiser(FittingRenderer, Source):
                            step.name)
         if is_identity(spec, self.shape[step.arg]):
             return self.var(step.arg)
+        if self.backend.native_convolution and self.window_convolution(step, spec):
+            return self.var(step.arg)
         self.transient[step.out] = window_temporaries(spec, self.shape[step.arg], self.itemsize(step.arg))
         if is_view(spec, self.backend):
             self.window_views[step.out] = step.arg  # memory: a view of its array, as a transpose is
@@ -997,6 +1062,9 @@ def _free_lines(specialiser: _Specialiser, step: Free) -> list[str]:
 
 
 def _scatter_lines(specialiser: _Specialiser, step: Scatter) -> list[str]:
+    if step.out in specialiser.convolved_scatters:  # computed whole by a transposed convolution
+        specialiser.window_views[step.out] = step.arg
+        return [f"{specialiser.var(step.out)} = {specialiser.var(step.arg)}"]
     spec = scatter_spec(step.labels, tuple(specialiser.resolve(ref) for ref in step.sizes), step.arg_labels,
                         specialiser.shape[step.arg], step.positions, specialiser.lowered.statements[step.statement])
     specialiser.transient[step.out] = scatter_temporaries(spec)
