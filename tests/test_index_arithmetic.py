@@ -269,9 +269,50 @@ def test_latex_writes_positions_as_subscripts() -> None:
     assert r"\delta_{p,2h+r}" in to_latex(ef.grad("y[h] = x[2*h+r] k[r]\nL = y[h] y[h]", wrt="x"))
 
 
-def test_to_source_refuses_shifted_reads_clearly() -> None:
-    with pytest.raises(ef.EinflowError, match="cannot be exported to source yet"):
-        ef.compile("y[h] = x[h+r] k[r]").to_source()
+EXPORTED = [  # programs with shifted, strided, padded, constant and gathered reads, and their gradients' scatters
+    ("y[n,o,h,w] = x[n,c,2*h+r,2*w+s+1] K[o,c,r,s]", {"x": (2, 3, 9, 8), "K": (4, 3, 3, 3)}),
+    ("size n,c,h,w = x\ny[n,o,h,w] = x[n,c,h+r-1,w+s-1] K[o,c,r,s]", {"x": (2, 3, 6, 5), "K": (4, 3, 3, 3)}),
+    ("d[i] = x[i+1] - x[i]", {"x": (7,)}),
+    ("z[i] = w[-i + 4] + x[0, i]", {"w": (5,), "x": (2, 5)}),
+    ("y[b,o] = E[t[b], d] W[d,o]", {"E": (10, 3), "W": (3, 2), "t": None}),
+]
+
+
+def _exported(program: ef.Program, target: str) -> object:
+    namespace: dict = {}
+    exec(compile(program.to_source("f", target=target), "<exported>", "exec"), namespace)  # noqa: S102
+    return namespace["f"]
+
+
+@pytest.mark.parametrize("target", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("text, shapes", EXPORTED)
+def test_to_source_exports_shifted_reads_and_their_gradients(text: str, shapes: dict, target: str) -> None:
+    jnp = pytest.importorskip("jax.numpy")
+    values = {name: RNG.integers(0, 10, 6) if shape is None else RNG.standard_normal(shape)
+              for name, shape in shapes.items()}
+    convert = {"numpy": np.asarray, "torch": torch.tensor, "jax": jnp.asarray}[target]
+    program = ef.compile(text)
+    target_text = text.split("\n")[-1].split("=")[0].strip()
+    name, indices = target_text[:target_text.index("[")], target_text[target_text.index("[") + 1:-1]
+    values["T"] = RNG.standard_normal(program(**values).shape)
+    gradient = ef.grad(text + f"\nL = sum[{indices}](T[{indices}] {name}[{indices}])",
+                       wrt=[tensor for tensor, shape in shapes.items() if shape is not None])
+    for compiled in (program, gradient):
+        expected = compiled(**{k: v for k, v in values.items() if k in compiled.inputs})
+        got = _exported(compiled, target)(**{k: convert(v) for k, v in values.items() if k in compiled.inputs})
+        expected, got = (expected, got) if isinstance(expected, tuple) else ((expected,), (got,))
+        for ours, reference in zip(got, expected):
+            np.testing.assert_allclose(np.asarray(ours), reference, rtol=1e-6, atol=1e-6)
+
+
+def test_exported_ranges_follow_the_shapes_at_run_time() -> None:
+    f = _exported(ef.compile("y[n,o,h] = x[n,c,2*h+r] K[o,c,r]"), "numpy")
+    for length in (9, 12):  # one function, two input lengths: the ranges are inferred when it runs
+        x, K = RNG.standard_normal((2, 3, length)), RNG.standard_normal((4, 3, 3))
+        expected = F.conv1d(torch.tensor(x), torch.tensor(K), stride=2).numpy()
+        np.testing.assert_allclose(f(x=x, K=K), expected, rtol=1e-10)
+    with pytest.raises(IndexError, match="outside its axis of length 10"):
+        _exported(ef.compile("y[b,d] = E[t[b], d]"), "numpy")(E=np.ones((10, 2)), t=np.array([3, 10]))
 
 
 # ---------------------------------------------------------------- random programs (tests/randprog.py, language v3)
