@@ -584,3 +584,29 @@ L = sum[n,m,i,j](S[n,m,i,j] u[n,m,i,j] u[n,m,i,j])"""
     got = hvp(**{name: torch.tensor(value) for name, value in values.items()}, backend="torch")
     assert "_convolve(" in _generated(hvp)
     np.testing.assert_allclose(got.numpy(), hvp(**values), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("text", [
+    "L = mean[h,r](x[h+r] k[r])",
+    "y[h] = mean[r](x[h+r] k[r])\nL = sum[h](y[h] y[h])",
+    "L = mean[h](sum[r](x[h+r] k[r]) ** 2)",
+    "L = mean[h,r](x[2*h+r] x[2*h+r] k[r])",
+    "L = mean[n,h,r](X[n, h+r, 1] k[r])",
+])
+def test_a_mean_over_indices_only_a_two_index_position_sizes_keeps_their_ranges_in_derivatives(text: str) -> None:
+    # the count of a mean over h runs over the range x[h+r] gives h; the derivative renames h, and the copy
+    # gets its range from the same read (a helper `_range1[h2,r2] = x[h2 + r2] k[r2]` and a size line)
+    program = ef.compile(text)
+    values = {name: RNG.standard_normal(shape) for name, shape in
+              {"x": (9,), "k": (3,), "X": (2, 9, 3)}.items() if name in program.inputs}
+    for name in program.inputs:
+        gradient = ef.grad(text, wrt=name)
+        np.testing.assert_allclose(gradient(**values), _central_gradient(program, name, values), atol=1e-7)
+        hessian = ef.hessian(text, wrt=name)(**values)
+        step, direction = 1e-6, RNG.standard_normal(values[name].shape)
+        up, down = dict(values), dict(values)
+        up[name], down[name] = values[name] + step * direction, values[name] - step * direction
+        numeric = (gradient(**up) - gradient(**down)) / (2 * step)
+        axes = list(range(values[name].ndim))
+        along = np.tensordot(hessian, direction, axes=([a + values[name].ndim for a in axes], axes))
+        np.testing.assert_allclose(along, numeric, atol=1e-6)

@@ -445,7 +445,7 @@ class _Specialiser(FittingRenderer, Source):
         recorded for it (the contraction reads the window's array itself) and the window is no step of its own."""
         reader = sole_reader(self.lowered.steps, step.out, self.lowered.outputs)
         if not isinstance(reader, Contract) or len(reader.args) != 2 or reader.args[0] == reader.args[1] or \
-                reader.out in self.fitting.budgets:
+                reader.out in self.fitting.budgets or reader.out in self.convolutions:
             return False
         side = reader.args.index(step.out)
         other = reader.args[1 - side]
