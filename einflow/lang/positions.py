@@ -93,7 +93,8 @@ def solve_through(factors: tuple[ir.Expr, ...], summed: frozenset[str]) -> tuple
             if index not in summed:
                 continue
             users = [k for k, f in enumerate(current) if f is not shift and index in _mentions(f)]
-            if not any(isinstance(current[k], ir.Tensor) for k in users):
+            if not any(isinstance(current[k], ir.Tensor) or isinstance(current[k], ir.Read)
+                       and index in current[k].positions for k in users):  # type: ignore[union-attr]
                 continue  # no plain read gives the index its range: substituted, the range would be lost
             # index = coefficient * (p - offset - the other terms)
             value = ir.Affine(((coefficient, shift.index),
