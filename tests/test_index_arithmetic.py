@@ -610,3 +610,28 @@ def test_a_mean_over_indices_only_a_two_index_position_sizes_keeps_their_ranges_
         axes = list(range(values[name].ndim))
         along = np.tensordot(hessian, direction, axes=([a + values[name].ndim for a in axes], axes))
         np.testing.assert_allclose(along, numeric, atol=1e-6)
+
+
+@pytest.mark.parametrize("text, shapes", [
+    ("y[b,d] = E[t[b], d]", {"E": (10, 3), "t": (6,)}),
+    ("y[d,b] = E[t[b], d]", {"E": (10, 3), "t": (6,)}),
+    ("y[b,d] = E[d, t[b]]", {"E": (3, 10), "t": (6,)}),
+    ("y[b,k,d] = E[t[b,k], d]", {"E": (10, 3), "t": (4, 2)}),
+    ("y[d,b,c] = E[c, t[b], d]", {"E": (2, 10, 3), "t": (6,)}),
+])
+def test_gathers_and_their_scatters_on_torch_match_numpy(text: str, shapes: dict) -> None:
+    # whole rows taken (index_select) and added back (embedding backward, index_add_) where they can be
+    program = ef.compile(text)
+    values = {name: RNG.integers(0, 10, shape) if name == "t" else RNG.standard_normal(shape)
+              for name, shape in shapes.items()}
+    target = text.split("=")[0].strip()
+    name, indices = target[:target.index("[")], target[target.index("[") + 1:-1]
+    values["T"] = RNG.standard_normal(program(**values).shape)
+    gradient = ef.grad(text + f"\nL = sum[{indices}](T[{indices}] {name}[{indices}])", wrt="E")
+    for compiled in (program, gradient):
+        arrays = {k: v for k, v in values.items() if k in compiled.inputs}
+        got = compiled(**{k: torch.tensor(v) for k, v in arrays.items()}, backend="torch")
+        np.testing.assert_allclose(got.numpy(), compiled(**arrays), rtol=1e-12)
+    with pytest.raises(ef.GatherIndexError):
+        program(**{k: torch.tensor(v) for k, v in values.items() if k in program.inputs} | {"t": torch.tensor(
+            np.full(shapes["t"], 10))}, backend="torch")
