@@ -422,7 +422,11 @@ class _Specialiser(FittingRenderer, Source):
         spec, args = fused
         helper = self.alias.get("convolve") or "_convolve"
         self.namespace[helper] = convolve_torch
+        permutation = spec[11]  # the convolution's own (contiguous) result, viewed in the output's order
+        stored = tuple(permutation.index(axis) for axis in range(len(permutation)))
         self.orders.pop(step.out, None)
+        if stored != tuple(range(len(stored))):
+            self.orders[step.out] = stored
         self.transient[step.out] = 0
         operands = ", ".join(self.var(register) for register in args)
         return self.scaled(f"{helper}({operands}, {spec!r}, {str(self.common_dtype(step))!r})", step.scale)
