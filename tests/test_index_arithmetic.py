@@ -635,3 +635,26 @@ def test_gathers_and_their_scatters_on_torch_match_numpy(text: str, shapes: dict
     with pytest.raises(ef.GatherIndexError):
         program(**{k: torch.tensor(v) for k, v in values.items() if k in program.inputs} | {"t": torch.tensor(
             np.full(shapes["t"], 10))}, backend="torch")
+
+
+@pytest.mark.parametrize("text, shapes", [
+    ("y[n,o,h,w] = x[n,c,2*h+r,2*w+s] K[o,c,r,s]", {"x": (2, 3, 10, 9), "K": (4, 3, 3, 3)}),
+    ("y[n,o,h] = x[n,c,3*h+r] K[o,c,r]", {"x": (2, 3, 14), "K": (4, 3, 2)}),
+    ("y[n,o,h] = x[n,c,2*h+r+1] K[o,c,r]", {"x": (2, 3, 12), "K": (4, 3, 3)}),
+    ("size n,c,h = x\ny[n,o,h] = x[n,c,2*h+r-1] K[o,c,r]", {"x": (2, 3, 11), "K": (4, 3, 3)}),
+    ("y[n,o,h] = x[n,c,2*h-r+4] K[o,c,r]", {"x": (2, 3, 11), "K": (4, 3, 3)}),
+])
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_strided_gradients_are_transposed_convolutions_without_a_scatter(text: str, shapes: dict,
+                                                                         backend: str) -> None:
+    target = text.split("\n")[-1].split("=")[0].strip()
+    indices = target[target.index("[") + 1:-1]
+    program = ef.compile(text)
+    values = {name: RNG.standard_normal(shape) for name, shape in shapes.items()}
+    values["T"] = RNG.standard_normal(program(**values).shape)
+    gradient = ef.grad(text + f"\nL = sum[{indices}](T[{indices}] y[{indices}])", wrt="x")
+    expected = _central_gradient(ef.compile(text + f"\nL = sum[{indices}](T[{indices}] y[{indices}])"), "x", values)
+    arrays = values if backend == "numpy" else {k: torch.tensor(v) for k, v in values.items()}
+    got = gradient(**arrays, backend=backend)
+    assert "'transpose'" in _generated(gradient)
+    np.testing.assert_allclose(np.asarray(got), expected, atol=1e-7)

@@ -31,7 +31,8 @@ from typing import Any
 
 from einflow.engine.steps import step_inputs
 
-__all__ = ["ConvSpec", "window_convolution", "scatter_convolution", "convolve_torch", "sole_reader"]
+__all__ = ["ConvSpec", "window_convolution", "scatter_convolution", "convolve_torch", "convolve_numpy",
+           "convolution_kernel", "sole_reader"]
 
 #: (form, input order, input groups, input slices, pads, other order, other groups, flips, stride, dilation,
 #:  result sizes, result permutation); ``form`` is forward, weight or transpose
@@ -260,3 +261,45 @@ def sole_reader(steps: tuple[Any, ...], register: int, outputs: tuple[int, ...])
     if len(readers) != 1 or step_inputs(readers[0]).count(register) != 1:
         return None
     return readers[0]
+
+
+def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
+    """A transposed convolution (``spec``'s form ``transpose``) on numpy without its scatter: one matrix product per
+    kernel offset, added into a strided view of the output (a kernel of 3x3 is 9 products of the input's size)."""
+    import numpy as np
+
+    _, order, groups, native, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation, first = spec
+    x, other = np.asarray(x, dtype=dtype), np.asarray(other, dtype=dtype)
+    if first == 1:
+        x, other = other, x
+    if flips:
+        other = np.flip(other, flips)
+    source = np.ascontiguousarray(x.transpose(order))
+    shape = source.shape
+    inputs = shape[len(order) - len(stride):]
+    source = source.reshape(_prod(list(shape[:groups[0]])), _prod(list(shape[groups[0]:groups[0] + groups[1]])), -1)
+    weight = other.transpose(other_order)
+    kernel = weight.shape[other_groups[0] + other_groups[1]:]
+    weight = weight.reshape(source.shape[1], -1, *kernel)
+    full = [s * (n - 1) + d * (k - 1) + 1 for s, n, d, k in zip(stride, inputs, dilation, kernel)]
+    out = np.zeros((source.shape[0], weight.shape[1], *full), dtype=dtype)
+    for offset in np.ndindex(*kernel):
+        product = np.matmul(weight[(slice(None), slice(None), *offset)].T, source)  # (N, Cout, positions)
+        view = tuple(slice(d * k, d * k + s * (n - 1) + 1, s) for d, k, s, n in zip(dilation, offset, stride, inputs))
+        out[(slice(None), slice(None), *view)] += product.reshape(*product.shape[:2], *inputs)
+    result = np.zeros(out.shape[:2] + tuple(sizes[-len(stride):]), dtype=dtype)
+    starts = [-crop if pair == (0, 0) else pair[0] for (crop, _), pair in zip(native, pads)]
+    inside = tuple(slice(max(0, start), min(length, start + f))
+                   for start, length, f in zip(starts, sizes[-len(stride):], full))
+    taken = tuple(slice(max(0, -start), max(0, -start) + (piece.stop - piece.start))
+                  for start, piece in zip(starts, inside))
+    result[(slice(None), slice(None), *inside)] = out[(slice(None), slice(None), *taken)]
+    return result.reshape(sizes).transpose(permutation)
+
+
+def convolution_kernel(backend: Any) -> Any:
+    """The kernel a backend's generated code binds for its convolutions: torch's native ones where the backend
+    has them, the transposed convolution by matrix products on numpy arrays in this process, else None."""
+    if backend.native_convolution:
+        return convolve_torch
+    return convolve_numpy if backend.numpy_native else None

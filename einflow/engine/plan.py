@@ -44,7 +44,7 @@ from einflow.engine.codegen import (
     diagonal_view_labels,
     kind_of,
 )
-from einflow.engine.convolution import convolve_torch, scatter_convolution, sole_reader, window_convolution
+from einflow.engine.convolution import convolution_kernel, scatter_convolution, sole_reader, window_convolution
 from einflow.engine.fitting import Fitting, FittingRenderer, fit
 from einflow.engine.kernels import contraction_steps
 from einflow.engine.linalg import is_linalg, linalg_dtype, linalg_flops, linalg_result_dtype, solve_flops
@@ -413,15 +413,15 @@ class _Specialiser(FittingRenderer, Source):
         """The contraction's expression: an einsum planned pairwise, or one native convolution where the backend
         has them and the step reads a window (or feeds a scatter) as a convolution does."""
         text = self.einsum_contract(step)
-        if self.backend.native_convolution and not step.scale and step.out not in self.fitting.budgets and \
-                step.out in self.scattered and step.out not in self.convolutions:
+        if convolution_kernel(self.backend) is not None and not step.scale and step.out not in self.fitting.budgets \
+                and step.out in self.scattered and step.out not in self.convolutions:
             self.scatter_convolution(step)
         fused = self.convolutions.get(step.out)
         if fused is None:
             return text
         spec, args = fused
         helper = self.alias.get("convolve") or "_convolve"
-        self.namespace[helper] = convolve_torch
+        self.namespace[helper] = convolution_kernel(self.backend)
         permutation = spec[11]  # the convolution's own (contiguous) result, viewed in the output's order
         stored = tuple(permutation.index(axis) for axis in range(len(permutation)))
         self.orders.pop(step.out, None)
