@@ -282,11 +282,15 @@ def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
     kernel = weight.shape[other_groups[0] + other_groups[1]:]
     weight = weight.reshape(source.shape[1], -1, *kernel)
     full = [s * (n - 1) + d * (k - 1) + 1 for s, n, d, k in zip(stride, inputs, dilation, kernel)]
-    out = np.zeros((source.shape[0], weight.shape[1], *full), dtype=dtype)
+    batch = source.shape[0]
+    source = np.ascontiguousarray(source.transpose(1, 0, 2)).reshape(source.shape[1], -1)  # (Cin, N * positions)
+    out = np.zeros((weight.shape[1], batch, *full), dtype=dtype)  # (Cout, N, ...): each product lands whole
     for offset in np.ndindex(*kernel):
-        product = np.matmul(weight[(slice(None), slice(None), *offset)].T, source)  # (N, Cout, positions)
+        matrix = np.ascontiguousarray(weight[(slice(None), slice(None), *offset)].T)  # (Cout, Cin): BLAS
+        product = (matrix @ source).reshape(weight.shape[1], batch, *inputs)
         view = tuple(slice(d * k, d * k + s * (n - 1) + 1, s) for d, k, s, n in zip(dilation, offset, stride, inputs))
-        out[(slice(None), slice(None), *view)] += product.reshape(*product.shape[:2], *inputs)
+        out[(slice(None), slice(None), *view)] += product
+    out = out.transpose(1, 0, *range(2, out.ndim))
     result = np.zeros(out.shape[:2] + tuple(sizes[-len(stride):]), dtype=dtype)
     starts = [-crop if pair == (0, 0) else pair[0] for (crop, _), pair in zip(native, pads)]
     inside = tuple(slice(max(0, start), min(length, start + f))
