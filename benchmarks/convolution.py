@@ -3,9 +3,11 @@
     python benchmarks/convolution.py            # reduced sizes (batch 4): about a minute on 2 cores
     python benchmarks/convolution.py --full     # the issue's sizes: conv2d (32, 64, 56, 56) * (64, 64, 3, 3)
 
-1. conv2d, stride 1 and 2, forward and forward+backward: einflow's program on torch tensors (a strided
-   view contracted by torch.matmul; the backward is einflow's gradient program, scatter-adds included)
-   against ``torch.nn.functional.conv2d`` + autograd. float32.
+1. conv2d, stride 1 and 2, forward and forward+backward: einflow's program, and its ``value_and_grad`` program
+   (the loss and both gradients in one program, as autograd computes them), on torch tensors (the torch
+   backend: each window contraction is one native convolution, ``einflow.engine.convolution``) and on numpy
+   arrays (the numpy backend: the window contracted by BLAS) against ``torch.nn.functional.conv2d`` +
+   autograd. float32.
 2. A small conv net's HVP (einflow's ``hvp`` program) against its forward+backward (``grad``), numpy
    float64: the issue's target is 3x.
 3. The gradient of an embedding lookup + contraction (vocabulary 50k) against torch autograd.
@@ -40,59 +42,71 @@ L = sum[n,m,i,j](S[n,m,i,j] u[n,m,i,j] u[n,m,i,j])"""
 EMBEDDING = "y[b,o] = E[t[b], d] W[d,o]\nL = sum[b,o](Y[b,o] y[b,o])"
 
 
-def interleaved(candidates: dict[str, Callable[[], Any]], repeat: int = 7) -> dict[str, float]:
-    """Median seconds per call of each candidate, the candidates alternated (after one warm-up call each)."""
+def interleaved(candidates: dict[str, Callable[[], Any]], repeat: int = 7) -> dict[str, tuple[float, float]]:
+    """Median (wall, process CPU) seconds per call of each candidate: the candidates alternated, the order
+    reversed every other round, after one warm-up call each."""
     for function in candidates.values():
         function()
-    times: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(repeat):
-        for name, function in candidates.items():
-            start = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in candidates}
+    names = list(candidates)
+    for round_ in range(repeat):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            start, cpu = time.perf_counter(), time.process_time()
+            candidates[name]()
+            times[name].append((time.perf_counter() - start, time.process_time() - cpu))
+    return {name: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
+            for name, values in times.items()}
 
 
-def conv_rows(x: Any, K: Any, stride: int, rng: np.random.Generator) -> list[str]:
+def conv_rows(x: Any, K: Any, stride: int, rng: np.random.Generator, repeat: int) -> list[str]:
+    """einflow on torch tensors (the torch backend: native convolutions) and on numpy arrays (the numpy
+    backend: the window contracted by BLAS after an im2col copy) against torch conv2d + autograd."""
     import torch
 
     F = torch.nn.functional
     forward = ef.compile(CONV[stride])
     T = torch.tensor(rng.standard_normal(tuple(F.conv2d(x, K, stride=stride).shape)), dtype=torch.float32)
-    gradient = ef.grad(CONV[stride] + LOSS, wrt=["x", "K"])
+    both = ef.value_and_grad(CONV[stride] + LOSS, wrt=["x", "K"])  # the loss and its gradient, one program
     xr, Kr = x.clone().requires_grad_(True), K.clone().requires_grad_(True)
+    xn, Kn, Tn = x.numpy(), K.numpy(), T.numpy()
 
     def torch_backward() -> None:
         xr.grad = Kr.grad = None
         (F.conv2d(xr, Kr, stride=stride) * T).sum().backward()
 
-    got = forward(x=x, K=K, backend="torch")
-    assert torch.allclose(got, F.conv2d(x, K, stride=stride), atol=1e-3)
-    gx, gK = gradient(x=x, K=K, T=T, backend="torch")
     torch_backward()
-    assert torch.allclose(gx, xr.grad, atol=1e-3) and torch.allclose(gK, Kr.grad, rtol=1e-3, atol=1e-2)
+    assert torch.allclose(forward(x=x, K=K, backend="torch"), F.conv2d(x, K, stride=stride), atol=1e-3)
+    assert np.allclose(forward(x=xn, K=Kn), F.conv2d(x, K, stride=stride).numpy(), atol=1e-3)
+    for backend, arrays in (("torch", {"x": x, "K": K, "T": T}), ("numpy", {"x": xn, "K": Kn, "T": Tn})):
+        _, (gx, gK) = both(**arrays, backend=backend)
+        assert np.allclose(np.asarray(gx), xr.grad.numpy(), atol=1e-3)
+        assert np.allclose(np.asarray(gK), Kr.grad.numpy(), rtol=1e-3, atol=1e-2)
     times = interleaved({
-        "einflow forward": lambda: forward(x=x, K=K, backend="torch"),
+        "einflow torch forward": lambda: forward(x=x, K=K, backend="torch"),
+        "einflow numpy forward": lambda: forward(x=xn, K=Kn),
         "torch forward": lambda: F.conv2d(x, K, stride=stride),
-        "einflow forward+backward": lambda: (forward(x=x, K=K, backend="torch"),
-                                             gradient(x=x, K=K, T=T, backend="torch")),
+        "einflow torch forward+backward": lambda: both(x=x, K=K, T=T, backend="torch"),
+        "einflow numpy forward+backward": lambda: both(x=xn, K=Kn, T=Tn),
         "torch forward+backward": torch_backward,
-    })
+    }, repeat)
     rows = []
     for what in ("forward", "forward+backward"):
-        ours, theirs = times[f"einflow {what}"], times[f"torch {what}"]
-        rows.append(f"| conv2d {tuple(x.shape)} * (64, 64, 3, 3), stride {stride}, {what} | "
-                    f"{ours * 1e3:.0f} ms | {theirs * 1e3:.0f} ms | {ours / theirs:.2f}x |")
+        theirs, theirs_cpu = times[f"torch {what}"]
+        for backend in ("torch", "numpy"):
+            ours, ours_cpu = times[f"einflow {backend} {what}"]
+            rows.append(f"| conv2d {tuple(x.shape)} * (64, 64, 3, 3), stride {stride}, {what}, einflow {backend} "
+                        f"backend | {ours * 1e3:.0f} ms | {theirs * 1e3:.0f} ms | {ours / theirs:.2f}x | "
+                        f"{ours_cpu / theirs_cpu:.2f}x |")
     return rows
 
 
-def convolutions(batch: int) -> list[str]:
+def convolutions(batch: int, repeat: int) -> list[str]:
     import torch
 
     rng = np.random.default_rng(0)
     x = torch.tensor(rng.standard_normal((batch, 64, 56, 56)), dtype=torch.float32)
     K = torch.tensor(0.05 * rng.standard_normal((64, 64, 3, 3)), dtype=torch.float32)
-    return [*conv_rows(x, K, 1, rng), *conv_rows(x, K, 2, rng)]
+    return [*conv_rows(x, K, 1, rng, repeat), *conv_rows(x, K, 2, rng, repeat)]
 
 
 def conv_net_hvp() -> list[str]:
@@ -107,9 +121,10 @@ def conv_net_hvp() -> list[str]:
     plus, minus = dict(arrays, K1=arrays["K1"] + step * V), dict(arrays, K1=arrays["K1"] - step * V)
     numeric = (gradient(**plus) - gradient(**minus)) / (2 * step)
     assert np.allclose(hvp(**arrays, **{tangent: V}), numeric, rtol=1e-5, atol=1e-5)
-    times = interleaved({"hvp": lambda: hvp(**arrays, **{tangent: V}), "grad": lambda: gradient(**arrays)})
-    return [f"| conv net HVP by K1 (x (8, 3, 16, 16); same 3x3, strided 2x2) | {times['hvp'] * 1e3:.1f} ms | "
-            f"{times['grad'] * 1e3:.1f} ms (its forward+backward) | {times['hvp'] / times['grad']:.2f}x |"]
+    times = interleaved({"hvp": lambda: hvp(**arrays, **{tangent: V}), "grad": lambda: gradient(**arrays)}, 15)
+    (ours, ours_cpu), (theirs, theirs_cpu) = times["hvp"], times["grad"]
+    return [f"| conv net HVP by K1 (x (8, 3, 16, 16); same 3x3, strided 2x2), numpy | {ours * 1e3:.1f} ms | "
+            f"{theirs * 1e3:.1f} ms (its forward+backward) | {ours / theirs:.2f}x | {ours_cpu / theirs_cpu:.2f}x |"]
 
 
 def embedding_gradient() -> list[str]:
@@ -130,10 +145,11 @@ def embedding_gradient() -> list[str]:
     gE, gW = gradient(E=E, W=W, t=t, Y=Y, backend="torch")
     torch_backward()
     assert torch.allclose(gE, Er.grad, atol=1e-3) and torch.allclose(gW, Wr.grad, rtol=1e-3, atol=1e-1)
-    times = interleaved({"einflow": lambda: gradient(E=E, W=W, t=t, Y=Y, backend="torch"), "torch": torch_backward})
-    return [f"| embedding (50k x 128) lookup of 4096 + contraction, gradient by E and W | "
-            f"{times['einflow'] * 1e3:.1f} ms | {times['torch'] * 1e3:.1f} ms | "
-            f"{times['einflow'] / times['torch']:.2f}x |"]
+    times = interleaved({"einflow": lambda: gradient(E=E, W=W, t=t, Y=Y, backend="torch"), "torch": torch_backward},
+                        15)
+    (ours, ours_cpu), (theirs, theirs_cpu) = times["einflow"], times["torch"]
+    return [f"| embedding (50k x 128) lookup of 4096 + contraction, gradient by E and W, torch backend | "
+            f"{ours * 1e3:.1f} ms | {theirs * 1e3:.1f} ms | {ours / theirs:.2f}x | {ours_cpu / theirs_cpu:.2f}x |"]
 
 
 def main() -> None:
@@ -141,9 +157,9 @@ def main() -> None:
 
     batch = 32 if "--full" in sys.argv else 4
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print("| case | einflow | reference | ratio |")
-    print("|---|---|---|---|")
-    for row in [*convolutions(batch), *conv_net_hvp(), *embedding_gradient()]:
+    print("| case | einflow | reference | ratio (wall) | ratio (CPU) |")
+    print("|---|---|---|---|---|")
+    for row in [*convolutions(batch, 5 if batch == 32 else 9), *conv_net_hvp(), *embedding_gradient()]:
         print(row, flush=True)
 
 

@@ -269,9 +269,50 @@ def test_latex_writes_positions_as_subscripts() -> None:
     assert r"\delta_{p,2h+r}" in to_latex(ef.grad("y[h] = x[2*h+r] k[r]\nL = y[h] y[h]", wrt="x"))
 
 
-def test_to_source_refuses_shifted_reads_clearly() -> None:
-    with pytest.raises(ef.EinflowError, match="cannot be exported to source yet"):
-        ef.compile("y[h] = x[h+r] k[r]").to_source()
+EXPORTED = [  # programs with shifted, strided, padded, constant and gathered reads, and their gradients' scatters
+    ("y[n,o,h,w] = x[n,c,2*h+r,2*w+s+1] K[o,c,r,s]", {"x": (2, 3, 9, 8), "K": (4, 3, 3, 3)}),
+    ("size n,c,h,w = x\ny[n,o,h,w] = x[n,c,h+r-1,w+s-1] K[o,c,r,s]", {"x": (2, 3, 6, 5), "K": (4, 3, 3, 3)}),
+    ("d[i] = x[i+1] - x[i]", {"x": (7,)}),
+    ("z[i] = w[-i + 4] + x[0, i]", {"w": (5,), "x": (2, 5)}),
+    ("y[b,o] = E[t[b], d] W[d,o]", {"E": (10, 3), "W": (3, 2), "t": None}),
+]
+
+
+def _exported(program: ef.Program, target: str) -> object:
+    namespace: dict = {}
+    exec(compile(program.to_source("f", target=target), "<exported>", "exec"), namespace)  # noqa: S102
+    return namespace["f"]
+
+
+@pytest.mark.parametrize("target", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("text, shapes", EXPORTED)
+def test_to_source_exports_shifted_reads_and_their_gradients(text: str, shapes: dict, target: str) -> None:
+    jnp = pytest.importorskip("jax.numpy")
+    values = {name: RNG.integers(0, 10, 6) if shape is None else RNG.standard_normal(shape)
+              for name, shape in shapes.items()}
+    convert = {"numpy": np.asarray, "torch": torch.tensor, "jax": jnp.asarray}[target]
+    program = ef.compile(text)
+    target_text = text.split("\n")[-1].split("=")[0].strip()
+    name, indices = target_text[:target_text.index("[")], target_text[target_text.index("[") + 1:-1]
+    values["T"] = RNG.standard_normal(program(**values).shape)
+    gradient = ef.grad(text + f"\nL = sum[{indices}](T[{indices}] {name}[{indices}])",
+                       wrt=[tensor for tensor, shape in shapes.items() if shape is not None])
+    for compiled in (program, gradient):
+        expected = compiled(**{k: v for k, v in values.items() if k in compiled.inputs})
+        got = _exported(compiled, target)(**{k: convert(v) for k, v in values.items() if k in compiled.inputs})
+        expected, got = (expected, got) if isinstance(expected, tuple) else ((expected,), (got,))
+        for ours, reference in zip(got, expected):
+            np.testing.assert_allclose(np.asarray(ours), reference, rtol=1e-6, atol=1e-6)
+
+
+def test_exported_ranges_follow_the_shapes_at_run_time() -> None:
+    f = _exported(ef.compile("y[n,o,h] = x[n,c,2*h+r] K[o,c,r]"), "numpy")
+    for length in (9, 12):  # one function, two input lengths: the ranges are inferred when it runs
+        x, K = RNG.standard_normal((2, 3, length)), RNG.standard_normal((4, 3, 3))
+        expected = F.conv1d(torch.tensor(x), torch.tensor(K), stride=2).numpy()
+        np.testing.assert_allclose(f(x=x, K=K), expected, rtol=1e-10)
+    with pytest.raises(IndexError, match="outside its axis of length 10"):
+        _exported(ef.compile("y[b,d] = E[t[b], d]"), "numpy")(E=np.ones((10, 2)), t=np.array([3, 10]))
 
 
 # ---------------------------------------------------------------- random programs (tests/randprog.py, language v3)
@@ -453,3 +494,167 @@ def test_gradient_of_a_mean_over_an_index_only_a_gather_sizes() -> None:
     ix = np.array([0, 3, 3])
     found = ef.grad(program, "s")(s=np.random.default_rng(12).standard_normal(4), ix=ix)
     np.testing.assert_allclose(found, np.bincount(ix, minlength=4) / 3)
+
+
+# ---------------------------------------------------------------- native convolutions (torch's capability)
+CONVOLVED = [  # (program, shapes): each product reading a window is one torch.convolution call on torch
+    ("y[n,o,h] = x[n,c,h+r] K[o,c,r]", {"x": (2, 3, 11), "K": (4, 3, 3)}),
+    ("y[n,o,h] = x[n,c,3*h+r] K[o,c,r]", {"x": (2, 3, 14), "K": (4, 3, 2)}),
+    ("y[h] = x[h+2*r] K[r]", {"x": (12,), "K": (3,)}),
+    ("y[o,h,n] = x[n,c,h+r] K[c,o,r]", {"x": (2, 3, 9), "K": (3, 4, 2)}),
+    ("y[a,b,o,h] = x[a,b,c,h+r] K[o,c,r]", {"x": (2, 3, 2, 9), "K": (4, 2, 3)}),
+    ("y[n,o,a,b,d] = x[n,c,a+i,b+j,d+k] K[o,c,i,j,k]", {"x": (2, 2, 5, 6, 4), "K": (3, 2, 2, 3, 2)}),
+    ("size n,c,h,w = x\ny[n,o,h,w] = x[n,c,h+r-1,w+s-1] K[o,c,r,s]", {"x": (2, 3, 6, 5), "K": (4, 3, 3, 3)}),
+    ("size n,c,u = x\ny[n,o,u] = x[n,c,u-r+1] K[o,c,r]", {"x": (2, 3, 8), "K": (4, 3, 3)}),
+    ("size n,c,u = x\ny[n,o,u] = x[n,c,u-r] K[o,c,r]", {"x": (2, 3, 8), "K": (4, 3, 3)}),
+    ("y[n,o,h,w] = x[n,c,2*h+r,w+s+1] K[o,c,r,s]", {"x": (2, 3, 9, 8), "K": (4, 3, 3, 2)}),
+    ("d[o,c,r] = x[n,c,h+r] G[n,o,h]", {"x": (2, 3, 10), "G": (2, 4, 8)}),
+    ("d[o,c,r] = x[n,c,2*h+r] G[n,o,h]", {"x": (2, 3, 11), "G": (2, 4, 5)}),
+]
+
+
+def _generated(program: ef.Program) -> str:
+    return "\n".join(plan.source for plan in program._plans.values())
+
+
+@pytest.mark.parametrize("text, shapes", CONVOLVED)
+def test_window_contractions_run_as_native_convolutions_on_torch(text: str, shapes: dict) -> None:
+    program = ef.compile(text)
+    values = {name: RNG.standard_normal(shape) for name, shape in shapes.items()}
+    expected = program(**values)  # numpy: the einsum over the window, an independent path
+    got = program(**{name: torch.tensor(value) for name, value in values.items()}, backend="torch")
+    assert "_convolve(" in _generated(program)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("text, shapes", CONVOLVED[:10])
+def test_gradients_through_native_convolutions_match_numpy(text: str, shapes: dict) -> None:
+    target = text.split("\n")[-1].split("=")[0].strip()
+    name, indices = target[:target.index("[")], target[target.index("[") + 1:-1]
+    loss = f"\nL = sum[{indices}](T[{indices}] {name}[{indices}])"
+    wrt = [tensor for tensor in shapes]
+    program = ef.value_and_grad(text + loss, wrt=wrt)
+    values = {tensor: RNG.standard_normal(shape) for tensor, shape in shapes.items()}
+    values["T"] = RNG.standard_normal(ef.compile(text)(**values).shape)
+    expected = program(**values)
+    got = program(**{tensor: torch.tensor(value) for tensor, value in values.items()}, backend="torch")
+    assert _generated(program).count("_convolve(") >= 2
+    (value, gradients), (value_expected, expected_gradients) = got, expected
+    np.testing.assert_allclose(value.numpy(), value_expected, rtol=1e-9)
+    for ours, reference in zip(gradients, expected_gradients):
+        np.testing.assert_allclose(ours.numpy(), reference, rtol=1e-9, atol=1e-9)
+
+
+def test_strided_gradient_by_x_is_a_transposed_convolution() -> None:
+    program = ef.grad(CONV2D[2, 0] + "\nL = sum[n,o,h,w](T[n,o,h,w] y[n,o,h,w])", wrt="x")
+    x = torch.randn(2, 3, 10, 9, dtype=torch.float64)
+    K = torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    T = torch.randn(2, 4, 4, 4, dtype=torch.float64)
+    xr = x.clone().requires_grad_(True)
+    (F.conv2d(xr, K, stride=2) * T).sum().backward()
+    got = program(x=x, K=K, T=T, backend="torch")
+    assert "scatter" in _generated(program) and "_convolve(K, T, ('transpose'" in _generated(program)
+    torch.testing.assert_close(got, xr.grad)
+
+
+def test_convolution_keeps_numpys_types_and_falls_back_for_integers() -> None:
+    program = ef.compile("y[n,o,h] = x[n,c,h+r] K[o,c,r]")
+    x, K = RNG.standard_normal((2, 3, 9)), RNG.standard_normal((4, 3, 3))
+    got = program(x=torch.tensor(x, dtype=torch.float32), K=torch.tensor(K), backend="torch")
+    assert got.dtype == torch.float64  # float32 with float64 is float64, as numpy has it
+    np.testing.assert_allclose(got.numpy(), program(x=x.astype(np.float32), K=K), rtol=1e-6)
+    xi, Ki = RNG.integers(-3, 4, (2, 3, 9)), RNG.integers(-3, 4, (4, 3, 3))
+    integers = ef.compile("z[n,o,h] = x[n,c,h+r] K[o,c,r]")
+    got_int = integers(x=torch.tensor(xi), K=torch.tensor(Ki), backend="torch")
+    assert "_convolve(" not in _generated(integers)
+    np.testing.assert_array_equal(got_int.numpy(), integers(x=xi, K=Ki))
+
+
+def test_conv_net_hvp_on_torch_matches_numpy() -> None:
+    text = """size n,c,h,w = x
+z[n,o,h,w] = x[n,c,h+r-1,w+s-1] K1[o,c,r,s]
+a[n,o,h,w] = tanh(z[n,o,h,w])
+u[n,m,i,j] = a[n,o,2*i+r,2*j+s] K2[m,o,r,s]
+L = sum[n,m,i,j](S[n,m,i,j] u[n,m,i,j] u[n,m,i,j])"""
+    hvp = ef.hvp(text, wrt="K1")
+    values = {"x": RNG.standard_normal((2, 3, 8, 8)), "K1": RNG.standard_normal((4, 3, 3, 3)),
+              "K2": RNG.standard_normal((5, 4, 2, 2)), "S": RNG.standard_normal((2, 5, 4, 4))}
+    tangent = next(name for name in hvp.inputs if name not in values)
+    values[tangent] = RNG.standard_normal((4, 3, 3, 3))
+    got = hvp(**{name: torch.tensor(value) for name, value in values.items()}, backend="torch")
+    assert "_convolve(" in _generated(hvp)
+    np.testing.assert_allclose(got.numpy(), hvp(**values), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("text", [
+    "L = mean[h,r](x[h+r] k[r])",
+    "y[h] = mean[r](x[h+r] k[r])\nL = sum[h](y[h] y[h])",
+    "L = mean[h](sum[r](x[h+r] k[r]) ** 2)",
+    "L = mean[h,r](x[2*h+r] x[2*h+r] k[r])",
+    "L = mean[n,h,r](X[n, h+r, 1] k[r])",
+])
+def test_a_mean_over_indices_only_a_two_index_position_sizes_keeps_their_ranges_in_derivatives(text: str) -> None:
+    # the count of a mean over h runs over the range x[h+r] gives h; the derivative renames h, and the copy
+    # gets its range from the same read (a helper `_range1[h2,r2] = x[h2 + r2] k[r2]` and a size line)
+    program = ef.compile(text)
+    values = {name: RNG.standard_normal(shape) for name, shape in
+              {"x": (9,), "k": (3,), "X": (2, 9, 3)}.items() if name in program.inputs}
+    for name in program.inputs:
+        gradient = ef.grad(text, wrt=name)
+        np.testing.assert_allclose(gradient(**values), _central_gradient(program, name, values), atol=1e-7)
+        hessian = ef.hessian(text, wrt=name)(**values)
+        step, direction = 1e-6, RNG.standard_normal(values[name].shape)
+        up, down = dict(values), dict(values)
+        up[name], down[name] = values[name] + step * direction, values[name] - step * direction
+        numeric = (gradient(**up) - gradient(**down)) / (2 * step)
+        axes = list(range(values[name].ndim))
+        along = np.tensordot(hessian, direction, axes=([a + values[name].ndim for a in axes], axes))
+        np.testing.assert_allclose(along, numeric, atol=1e-6)
+
+
+@pytest.mark.parametrize("text, shapes", [
+    ("y[b,d] = E[t[b], d]", {"E": (10, 3), "t": (6,)}),
+    ("y[d,b] = E[t[b], d]", {"E": (10, 3), "t": (6,)}),
+    ("y[b,d] = E[d, t[b]]", {"E": (3, 10), "t": (6,)}),
+    ("y[b,k,d] = E[t[b,k], d]", {"E": (10, 3), "t": (4, 2)}),
+    ("y[d,b,c] = E[c, t[b], d]", {"E": (2, 10, 3), "t": (6,)}),
+])
+def test_gathers_and_their_scatters_on_torch_match_numpy(text: str, shapes: dict) -> None:
+    # whole rows taken (index_select) and added back (embedding backward, index_add_) where they can be
+    program = ef.compile(text)
+    values = {name: RNG.integers(0, 10, shape) if name == "t" else RNG.standard_normal(shape)
+              for name, shape in shapes.items()}
+    target = text.split("=")[0].strip()
+    name, indices = target[:target.index("[")], target[target.index("[") + 1:-1]
+    values["T"] = RNG.standard_normal(program(**values).shape)
+    gradient = ef.grad(text + f"\nL = sum[{indices}](T[{indices}] {name}[{indices}])", wrt="E")
+    for compiled in (program, gradient):
+        arrays = {k: v for k, v in values.items() if k in compiled.inputs}
+        got = compiled(**{k: torch.tensor(v) for k, v in arrays.items()}, backend="torch")
+        np.testing.assert_allclose(got.numpy(), compiled(**arrays), rtol=1e-12)
+    with pytest.raises(ef.GatherIndexError):
+        program(**{k: torch.tensor(v) for k, v in values.items() if k in program.inputs} | {"t": torch.tensor(
+            np.full(shapes["t"], 10))}, backend="torch")
+
+
+@pytest.mark.parametrize("text, shapes", [
+    ("y[n,o,h,w] = x[n,c,2*h+r,2*w+s] K[o,c,r,s]", {"x": (2, 3, 10, 9), "K": (4, 3, 3, 3)}),
+    ("y[n,o,h] = x[n,c,3*h+r] K[o,c,r]", {"x": (2, 3, 14), "K": (4, 3, 2)}),
+    ("y[n,o,h] = x[n,c,2*h+r+1] K[o,c,r]", {"x": (2, 3, 12), "K": (4, 3, 3)}),
+    ("size n,c,h = x\ny[n,o,h] = x[n,c,2*h+r-1] K[o,c,r]", {"x": (2, 3, 11), "K": (4, 3, 3)}),
+    ("y[n,o,h] = x[n,c,2*h-r+4] K[o,c,r]", {"x": (2, 3, 11), "K": (4, 3, 3)}),
+])
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_strided_gradients_are_transposed_convolutions_without_a_scatter(text: str, shapes: dict,
+                                                                         backend: str) -> None:
+    target = text.split("\n")[-1].split("=")[0].strip()
+    indices = target[target.index("[") + 1:-1]
+    program = ef.compile(text)
+    values = {name: RNG.standard_normal(shape) for name, shape in shapes.items()}
+    values["T"] = RNG.standard_normal(program(**values).shape)
+    gradient = ef.grad(text + f"\nL = sum[{indices}](T[{indices}] y[{indices}])", wrt="x")
+    expected = _central_gradient(ef.compile(text + f"\nL = sum[{indices}](T[{indices}] y[{indices}])"), "x", values)
+    arrays = values if backend == "numpy" else {k: torch.tensor(v) for k, v in values.items()}
+    got = gradient(**arrays, backend=backend)
+    assert "'transpose'" in _generated(gradient)
+    np.testing.assert_allclose(np.asarray(got), expected, atol=1e-7)

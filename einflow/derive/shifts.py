@@ -66,6 +66,9 @@ class _Table:
         self.origins: dict[str, int] = {}
         #: index -> the program's ``size`` declaration of it (a padded read's range)
         self.declared: dict[str, ir.SizeDecl] = {}
+        #: the disguised program's own statements and inputs (a pseudo tensor's origin is a position here)
+        self.statements: tuple[ir.Statement, ...] = ()
+        self.inputs: tuple[str, ...] = ()
 
     def fresh(self, stem: str) -> str:
         number = 1
@@ -151,6 +154,7 @@ def disguise(program: Checked) -> tuple[Checked, _Table]:
     indices = set(table.taken)
     declared = {name for s in program.ir.statements if isinstance(s, ir.SizeDecl) for name in s.names}
     table.declared = {name: s for s in program.ir.statements if isinstance(s, ir.SizeDecl) for name in s.names}
+    table.statements, table.inputs = program.ir.statements, program.info.inputs
     statements: list[ir.Statement] = []
     for number, statement in enumerate(program.ir.statements):
         if isinstance(statement, ir.Assign):
@@ -250,6 +254,8 @@ def _position_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: in
     emitted: list[ir.Statement] = []
     name = statement.names[1] if len(statement.names) > 1 else None
     index = _alone(table.deltas[source][1])
+    if index is None and isinstance(table.deltas[source][1], ir.Affine):
+        return _joint_sizes(statement, table, tensor, axis, rank, unsized, ranks)
     if name is None or name not in unsized or index is None:
         return emitted
     position = table.deltas[source][1]
@@ -279,6 +285,33 @@ def _position_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: in
     emitted.append(ir.SizeDecl((name,), helper))
     unsized.discard(name)
     return emitted
+
+
+def _joint_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: int, rank: int, unsized: set[str],
+                 ranks: dict[str, int]) -> list[ir.Statement]:
+    """For ``size z, h2, r2 = _shift1`` where ``_shift1`` stands for ``delta[z, h + r]`` of a read ``x[h + r]`` and
+    ``h2`` (or ``r2``) has no other size: ``_range1[h2,r2] = x[h2 + r2] k[r2]`` and ``size h2, _axis1 = _range1``:
+    the read with the position's indices renamed, times the reads of its statement's inputs that size the
+    position's indices on their own (``k[r]``), so the ranges are inferred as they were in the program."""
+    index, position = table.deltas[str(statement.source)]
+    mapping = dict(zip(dict.fromkeys((index, *position.indices)), statement.names))
+    names = [mapping.get(i, i) for i in position.indices]
+    if not set(names) & unsized or len(set(names)) != len(names) or not isinstance(position, ir.Affine):
+        return []
+    zero = ir.Affine((), 0)
+    renamed = ir.Affine(tuple((c, mapping[i]) for c, i in position.terms), position.offset)
+    reads: list[ir.Expr] = [ir.Read(tensor, tuple(renamed if k == axis else zero for k in range(rank)))]
+    origin = table.statements[table.origins[str(statement.source)]]
+    for node in ir.walk(origin.expr) if isinstance(origin, ir.Assign) else ():
+        if isinstance(node, ir.Tensor) and node.name in table.inputs and node.name in ranks:
+            for k, i in enumerate(node.indices):
+                if i in position.indices:
+                    reads.append(ir.Read(node.name, tuple(mapping[i] if m == k else zero
+                                                          for m in range(ranks[node.name]))))
+    helper = table.fresh("_range")
+    declared = tuple(n if n in unsized else table.fresh("_axis") for n in names)
+    unsized.difference_update(names)
+    return [ir.Assign(helper, tuple(names), ir.product(*dict.fromkeys(reads))), ir.SizeDecl(declared, helper)]
 
 
 def _alone(position: ir.Affine | ir.Gather) -> str | None:

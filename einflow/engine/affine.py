@@ -208,9 +208,35 @@ def window_torch(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
         if all(s >= 0 for s in strides):
             return array.as_strided(shape, strides, offset)
     gathers = tuple(g.long() for g in gathers)
+    rows = _row_gather(spec, tuple(array.shape))
+    if rows is not None:  # an embedding lookup: whole rows taken (index_select), as torch's embedding does
+        axis, order = rows
+        _check_gather(gathers[0], spec[3], axis, array.shape[axis])
+        return _permuted(array.index_select(axis, gathers[0].reshape(-1)), order)
     flat = _flat_positions(torch, spec, tuple(array.shape), gathers,
                            lambda n: torch.arange(n, device=array.device))
     return array.reshape(-1)[flat]
+
+
+def _row_gather(spec: WindowSpec, source_shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
+    """(the gathered axis, the window's axes as source axes) when one gather of one index reads one axis and
+    every other axis is read whole by one index of its own: rows taken whole."""
+    shape, pads, positions, _ = spec
+    gathered = [axis for axis, position in enumerate(positions) if position[0] == "gather"]
+    if pads is not None or len(gathered) != 1 or len(positions[gathered[0]][2]) != 1:
+        return None
+    labels = []
+    for axis, position in enumerate(positions):
+        if position[0] == "gather":
+            labels.append(position[2][0])
+        elif len(position[1]) == 1 and position[1][0][1] == 1 and position[2] == 0 and \
+                shape[position[1][0][0]] == source_shape[axis]:
+            labels.append(position[1][0][0])
+        else:
+            return None
+    if sorted(labels) != list(range(len(shape))):
+        return None
+    return gathered[0], tuple(labels.index(label) for label in range(len(shape)))
 
 
 def _module_of(array: Any) -> Any:
@@ -330,11 +356,38 @@ def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     return out.reshape(out_shape)
 
 
+def _row_scatter(spec: ScatterSpec) -> tuple[int, tuple[int, ...]] | None:
+    """(the output axis, the value's axes in the output's order) when one gather of one index writes one axis
+    and every other position is a whole plain axis (an embedding's gradient): rows added whole."""
+    out_shape, value_shape, positions, _ = spec
+    gathered = [axis for axis, position in enumerate(positions) if position[0] == "gather"]
+    if len(gathered) != 1 or any(position[0] == "affine" for position in positions):
+        return None
+    order = tuple(position[2][0] if position[0] == "gather" else position[1] for position in positions)
+    if len(positions[gathered[0]][2]) != 1 or sorted(order) != list(range(len(value_shape))) or any(
+            position[0] == "plain" and value_shape[position[1]] != out_shape[axis]
+            for axis, position in enumerate(positions)):
+        return None
+    return gathered[0], order
+
+
 def scatter_torch(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
-    """The scatter-add on torch: ``index_add_`` into a zeroed flat array."""
+    """The scatter-add on torch: where one gather writes one axis, whole rows (torch's embedding backward when
+    it is the first axis, else ``index_add_`` of rows); otherwise ``index_add_`` of single elements into a
+    zeroed flat array."""
     import torch
 
-    out_shape, value_shape, _, _ = spec
+    out_shape, value_shape, positions, name = spec
+    rows = _row_scatter(spec)
+    if rows is not None and value.dtype.is_floating_point:
+        axis, order = rows
+        _check_gather(gathers[0], name, axis, out_shape[axis])
+        positions_ = gathers[0].long().reshape(-1)
+        if axis == 0:  # torch's embedding backward: the rows summed by position (sorted, in parallel)
+            flat = _permuted(value, order).reshape(positions_.shape[0], -1)
+            return torch.ops.aten.embedding_dense_backward(flat, positions_, out_shape[0], -1, False).reshape(out_shape)
+        out = torch.zeros(out_shape, dtype=value.dtype, device=value.device)
+        return out.index_add_(axis, positions_, _permuted(value, order))
     flat, inside = _scatter_positions(spec, tuple(g.long() for g in gathers),
                                       lambda n: torch.arange(n, device=value.device))
     flat = torch.as_tensor(flat, device=value.device).broadcast_to(value_shape).reshape(-1)

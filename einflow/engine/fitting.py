@@ -213,7 +213,9 @@ def fit(record: Specialised, limit: float) -> Fitting:
         if out in skipped or live + made + extra <= limit:
             live += made
             continue
-        if isinstance(step, Contract):
+        if isinstance(step, Contract) and out in record.convolutions:
+            fitting.reasons[out] = "slicing cannot help: a native convolution runs whole"
+        elif isinstance(step, Contract):
             room = limit - live - made
             room -= min(room / 10, HEADROOM)
             if room > 0:

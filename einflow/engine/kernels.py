@@ -72,7 +72,7 @@ def _as_matrix(labels: str, rows: str, columns: str, layout: str, sizes: dict[st
 def _gemm(first: str, second: str, removed: frozenset[str], wanted: str | None,
           sizes: dict[str, int]) -> tuple[str, str, int]:
     """Plan one pairwise contraction as ``numpy.dot``: (text with ``{0}``/``{1}``, result labels, copies)."""
-    best: tuple[float, Any] | None = None
+    best: tuple[tuple[float, float, bool], Any] | None = None
     for order, (left, right) in (((0, 1), (first, second)), ((1, 0), (second, first))):
         for summed in dict.fromkeys(("".join(c for c in first if c in removed),
                                      "".join(c for c in second if c in removed))):
@@ -88,11 +88,13 @@ def _gemm(first: str, second: str, removed: frozenset[str], wanted: str | None,
                                        + (right_layout == "T" and bool(right_free)))
             copied = (rows * inner if left_layout == "copy" else 0) + (inner * columns if right_layout == "copy" else 0)
             cost += _COPY * copied
-            if wanted is not None and left_free + right_free != wanted:
-                cost += 1  # a transposed result is free, but prefer the asked-for order on a tie
-            if best is None or cost < best[0]:
-                best = (cost, (order, left, right, left_free, right_free, summed, left_layout, right_layout,
-                               copied))
+            # on a tie, the copies whose innermost axes are longest (a window's copy reads runs of its last axis),
+            # then the asked-for order of the result (a transposed result is free)
+            runs = (rows * inner / max(1, sizes.get((left_free + summed)[-1:], 1)) if left_layout == "copy" else 0) + \
+                (inner * columns / max(1, sizes.get((summed + right_free)[-1:], 1)) if right_layout == "copy" else 0)
+            key = (cost, runs, wanted is not None and left_free + right_free != wanted)
+            if best is None or key < best[0]:
+                best = (key, (order, left, right, left_free, right_free, summed, left_layout, right_layout, copied))
     assert best is not None
     order, left, right, left_free, right_free, summed, left_layout, right_layout, copied = best[1]
     both_empty = not left_free and not right_free  # a full contraction: (1, K) @ (K, 1) keeps a 0-d result
@@ -129,7 +131,7 @@ def _as_stack(labels: str, batch: str, rows: str, columns: str, layout: str, siz
 def _batched(first: str, second: str, batch_labels: frozenset[str], removed: frozenset[str], wanted: str | None,
              sizes: dict[str, int]) -> tuple[str, str, int]:
     """A contraction with batch indices (kept, in both operands) as one ``numpy.matmul`` on matrix stacks."""
-    best: tuple[float, Any] | None = None
+    best: tuple[tuple[float, float, bool], Any] | None = None
     for order, (left, right) in (((0, 1), (first, second)), ((1, 0), (second, first))):
         for batch in dict.fromkeys("".join(c for c in term if c in batch_labels) for term in (first, second)):
             for summed in dict.fromkeys("".join(c for c in term if c in removed) for term in (first, second)):

@@ -135,6 +135,9 @@ class _Lowering:
         self.statement = 0
         self.target_names: dict[int, str] = {}
         self.bindings: list[tuple[int, str, int | None]] = []
+        #: (statement, its known sizes, its affine reads as (axis length, terms, offset, a delta's), declared
+        #: indices among them) for each statement with shifted reads (``Lowered.ranges``)
+        self.ranges: list[Any] = []
         # ---- linear algebra: ``symmetric A`` / ``spd K`` hold for the whole program (LANGUAGE.md 8.1)
         self.input_names = frozenset(inputs)
         self.matrices = {name: statement.kind for statement in program.statements
@@ -172,6 +175,7 @@ class _Lowering:
                         sizes.setdefault(index, known[axis])
         for index, source in self.declared.items():
             sizes.setdefault(index, source)
+        self.note_ranges(statement, sizes)
         # index arithmetic: an index of a shifted read without a declared size has the range its reads allow
         self.shifted = frozenset(index for node in ir.walk(statement.expr) if isinstance(node, ir.Read)
                                  for position in node.positions if isinstance(position, ir.Affine)
@@ -194,6 +198,25 @@ class _Lowering:
         known = self.register_sizes.get(value.reg, ()) if value.reg is not None else ()
         for axis, name in enumerate(statement.names):
             self.declared[name] = known[axis] if axis < len(known) else 1
+
+    def note_ranges(self, statement: ir.Assign, known: dict[str, SizeRef]) -> None:
+        """For a statement with shifted reads, what its ranges are inferred from when the shapes are known
+        (``Lowered.ranges``: exported code infers them at run time as ``statement_sizes`` does)."""
+        reads: list[tuple[SizeRef, tuple[tuple[int, str], ...], int, bool]] = []
+        for node in ir.walk(statement.expr):
+            if isinstance(node, ir.Read):
+                value = self.names[node.name]
+                lengths = self.register_sizes.get(value.reg, ()) if value.reg is not None else ()
+                reads.extend((lengths[axis], position.terms, position.offset, False)
+                             for axis, position in enumerate(node.positions)
+                             if isinstance(position, ir.Affine) and axis < len(lengths))
+            elif isinstance(node, ir.ShiftDelta) and node.index in known and isinstance(node.position, ir.Affine):
+                reads.append((known[node.index], node.position.terms, node.position.offset, True))
+        if reads:
+            padded = tuple(sorted({index for _, terms, _, _ in reads for _, index in terms} & self.declared.keys()))
+            named = {index for _, terms, _, _ in reads for _, index in terms}
+            self.ranges.append((self.statement, tuple((index, size) for index, size in known.items()
+                                                      if index in named), tuple(reads), padded))
 
     # ------------------------------------------------------------------ program
     def run(self, returns_tuple: bool) -> tuple[tuple[int, ...], tuple[str, ...]]:
@@ -911,5 +934,5 @@ def _lower(program: ir.ProgramIR) -> Lowered:
     made = {getattr(step, "out", None) for step in steps}
     names = tuple((register, name) for register, name in lowering.target_names.items() if register in made)
     return Lowered(info.inputs, ranks, tuple(steps), outputs, info.returns_tuple, statements, names,
-                   count, tuple(lowering.bindings))
+                   count, tuple(lowering.bindings), tuple(lowering.ranges))
 

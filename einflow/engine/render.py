@@ -30,6 +30,7 @@ from einflow.engine.codegen import (
     diagonal_view_labels,
     helpers,
 )
+from einflow.engine.convolution import convolution_kernel
 from einflow.engine.fitting import Fitting
 from einflow.engine.render_fitted import FittedRenderer
 from einflow.engine.specialise import NP, OPS, Specialised, common_dtype, one_float_type
@@ -149,6 +150,13 @@ class Renderer(FittedRenderer, Source):
         return one_float_type(self.target, self.dtype, registers, out)
 
     def contract(self, step: Contract) -> str:
+        fused = self.record.convolutions.get(step.out)
+        if fused is not None:  # one native convolution (einflow.engine.convolution)
+            spec, args = fused
+            helper = self.alias.get("convolve") or "_convolve"
+            self.namespace[helper] = convolution_kernel(self.backend)
+            operands = ", ".join(self.var(register) for register in args)
+            return self.scaled(f"{helper}({operands}, {spec!r}, {str(self.common_dtype(step))!r})", step.scale)
         planned = self.record.contractions[step.out]
         equation, shapes, orders = planned.equation, planned.shapes, planned.orders
         operands = [self.var(register) if order == tuple(range(len(order)))
@@ -380,8 +388,8 @@ class Renderer(FittedRenderer, Source):
     def window(self, step: Window | Scatter) -> str:
         """A shifted or gathered read: the backend's kernel (``einflow.engine.affine``) with its plan as literals."""
         spec = self.record.specs[step.out]
-        if is_identity(spec, self.shape[step.arg]):  # the array itself
-            return self.var(step.arg)
+        if is_identity(spec, self.shape[step.arg]) or step.out in self.record.convolved_windows:
+            return self.var(step.arg)  # the array itself (a convolution reads the window's array in place)
         helper = self.alias.get("window") or "_window"
         self.namespace[helper] = window_kernel(self.backend)
         gathers = "".join(f", {self.var(g)}" for g in step.gathers)
@@ -529,6 +537,8 @@ def _free_lines(renderer: Renderer, step: Free) -> list[str]:
 
 
 def _scatter_lines(renderer: Renderer, step: Scatter) -> list[str]:
+    if step.out in renderer.record.convolved_scatters:  # computed whole by a transposed convolution
+        return [f"{renderer.var(step.out)} = {renderer.var(step.arg)}"]
     spec = renderer.record.specs[step.out]
     helper = renderer.alias.get("scatter") or "_scatter"
     renderer.namespace[helper] = scatter_kernel(renderer.backend)

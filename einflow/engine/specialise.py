@@ -43,6 +43,7 @@ from einflow.engine.codegen import (
     helpers,
     taken_names,
 )
+from einflow.engine.convolution import convolution_kernel, scatter_convolution, sole_reader, window_convolution
 from einflow.engine.kernels import contraction_steps
 from einflow.engine.linalg import is_linalg, linalg_dtype, linalg_flops, linalg_result_dtype, solve_flops
 from einflow.engine.paths import PathChoice, choose_path
@@ -184,6 +185,11 @@ class Specialised:
     updated: Mapping[int, int]
     #: register -> bytes alive only while it is computed, run whole (intermediates, temporaries, blocks)
     transients: Mapping[int, int]
+    #: contraction register -> (the native convolution computing it, its operands), on backends that have them
+    #: (``einflow.engine.convolution``); the windows they read in place and the scatters they compute whole
+    convolutions: Mapping[int, tuple[Any, tuple[int, ...]]]
+    convolved_windows: frozenset[int]
+    convolved_scatters: frozenset[int]
 
     def itemsize(self, register: int) -> int:
         return self.itemsizes[register]
@@ -243,6 +249,10 @@ class _Specialising:
         self.transient: dict[int, int] = {}
         self.window_views: dict[int, int] = {}
         self.updated: dict[int, int] = {}
+        self.convolutions: dict[int, tuple[Any, tuple[int, ...]]] = {}
+        self.convolved_windows: set[int] = set()
+        self.convolved_scatters: set[int] = set()
+        self.scattered = {step.arg for step in lowered.steps if isinstance(step, Scatter)}
         self._namespace: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ shapes and dtypes
@@ -358,7 +368,8 @@ class _Specialising:
                            frozen(self.inferred), frozen(itemsizes), frozenset(self.booleans), frozenset(self.taken),
                            frozen(self.orders), frozen(self.contractions), frozen(self.expressions),
                            frozen(self.specs), frozen(flops), frozen(allocations), frozen(views),
-                           frozen(self.updated), frozen(self.transient))
+                           frozen(self.updated), frozen(self.transient), frozen(self.convolutions),
+                           frozenset(self.convolved_windows), frozenset(self.convolved_scatters))
 
 
 def common_dtype(dtypes: Mapping[int, Any], step: Contract) -> np.dtype:
@@ -436,6 +447,60 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
         equation, tuple(shapes), path, info, names, choice, int(info.opt_cost), tuple(pairwise),
         int(info.largest_intermediate), tuple(orders), in_place, text, fresh)
     specialiser.transient[step.out] = internal * specialiser.itemsize(step.out)
+    if convolution_kernel(specialiser.backend) is not None and not step.scale and step.out in specialiser.scattered \
+            and step.out not in specialiser.convolutions:
+        _scatter_convolution(specialiser, step)
+    fused = specialiser.convolutions.get(step.out)
+    if fused is not None:  # one native convolution: its own contiguous result, viewed in the output's order
+        permutation = fused[0][11]
+        stored = tuple(permutation.index(axis) for axis in range(len(permutation)))
+        specialiser.orders.pop(step.out, None)
+        if stored != tuple(range(len(stored))):
+            specialiser.orders[step.out] = stored
+        specialiser.transient[step.out] = 0
+
+
+#: the arrays' types a native convolution computes in (others contract the window as an einsum)
+CONVOLVED_TYPES = ("float32", "float64")
+
+
+def _scatter_convolution(specialiser: _Specialising, step: Contract) -> None:
+    """Record the transposed convolution computing ``step`` and the scatter that only it feeds, if it is one."""
+    scatter = sole_reader(specialiser.lowered.steps, step.out, specialiser.lowered.outputs)
+    if not isinstance(scatter, Scatter) or scatter.gathers or len(step.args) != 2 or \
+            any(str(specialiser.dtype[register]) not in CONVOLVED_TYPES for register in step.args):
+        return
+    spec = scatter_spec(scatter.labels, tuple(specialiser.resolve(ref) for ref in scatter.sizes), scatter.arg_labels,
+                        specialiser.shape[step.out], scatter.positions, "")
+    found = scatter_convolution(step.operands, tuple(specialiser.shape[r] for r in step.args), step.output, spec)
+    if found is not None:
+        specialiser.convolutions[step.out] = (found, step.args)
+        specialiser.convolved_scatters.add(scatter.out)
+
+
+def _window_convolution(specialiser: _Specialising, step: Window, spec: Any) -> bool:
+    """Whether the window's only reader is a contraction with one other array that is a convolution: then
+    recorded for it (the contraction reads the window's array itself) and the window is no step of its own."""
+    reader = sole_reader(specialiser.lowered.steps, step.out, specialiser.lowered.outputs)
+    if not isinstance(reader, Contract) or len(reader.args) != 2 or reader.args[0] == reader.args[1] or \
+            reader.out in specialiser.convolutions:
+        return False
+    side = reader.args.index(step.out)
+    other = reader.args[1 - side]
+    if other not in specialiser.dtype:  # made later in the statement: an identity window of an input, say
+        maker = next((s for s in specialiser.lowered.steps if getattr(s, "out", None) == other), None)
+        other = maker.arg if isinstance(maker, Window) else other
+    if str(specialiser.dtype[step.arg]) not in CONVOLVED_TYPES or \
+            str(specialiser.dtype.get(other)) not in CONVOLVED_TYPES:
+        return False
+    found = window_convolution(reader.operands[side], spec, specialiser.shape[step.arg], reader.operands[1 - side],
+                               reader.output, tuple(specialiser.resolve(ref) for ref in reader.sizes))
+    if found is None:
+        return False
+    specialiser.convolutions[reader.out] = (found, (step.arg, reader.args[1 - side]))
+    specialiser.convolved_windows.add(step.out)
+    specialiser.window_views[step.out] = step.arg
+    return True
 
 
 def _measure_elementwise(specialiser: _Specialising, step: Elementwise) -> None:
@@ -521,6 +586,8 @@ def _measure_window(specialiser: _Specialising, step: Window) -> None:
     specialiser.specs[step.out] = spec
     if is_identity(spec, specialiser.shape[step.arg]):
         return
+    if specialiser.backend.native_convolution and _window_convolution(specialiser, step, spec):
+        return  # read in place by the convolution that computes its only reader
     specialiser.transient[step.out] = window_temporaries(spec, specialiser.shape[step.arg],
                                                          specialiser.itemsize(step.arg))
     if is_view(spec, specialiser.backend):
@@ -531,6 +598,9 @@ def _measure_scatter(specialiser: _Specialising, step: Scatter) -> None:
     spec = scatter_spec(step.labels, tuple(specialiser.resolve(ref) for ref in step.sizes), step.arg_labels,
                         specialiser.shape[step.arg], step.positions, specialiser.lowered.statements[step.statement])
     specialiser.specs[step.out] = spec
+    if step.out in specialiser.convolved_scatters:  # computed whole by a transposed convolution
+        specialiser.window_views[step.out] = step.arg
+        return
     specialiser.transient[step.out] = scatter_temporaries(spec)
 
 

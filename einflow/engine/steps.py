@@ -247,6 +247,11 @@ class Lowered:
     register_count: int
     #: (statement, target, register or None for a number) for each assignment with a target
     bindings: tuple[tuple[int, str, int | None], ...] = ()
+    #: each statement with shifted reads: (statement, its known sizes (index, size), its affine reads as (axis
+    #: length, ((coefficient, index), ...), offset, whether a delta's), declared indices among them); its
+    #: ranges are these, Tullio's rule applied (``einflow.lang.indices.infer_ranges``)
+    ranges: tuple[tuple[int, tuple[tuple[str, SizeRef], ...], tuple[tuple[SizeRef, tuple[tuple[int, str], ...],
+                                                                           int, bool], ...], tuple[str, ...]], ...] = ()
 
 
 def arg_nodes(node: Node) -> list[Arg]:

@@ -12,6 +12,8 @@ from typing import Any
 
 from einflow.engine.codegen import HELPER_KEYS, Source, usable
 from einflow.engine.lower import lower
+from einflow.engine.steps import Inferred, Lowered, Scatter, SizeRef, Step, Window
+from einflow.export.windows import helper_texts, scatter_data, window_data
 from einflow.lang import ir
 from einflow.lang.check import as_checked
 from einflow.lang.errors import EinflowError
@@ -47,6 +49,48 @@ def _tuple(names: list[str]) -> str:
 _IMPORTS = {"numpy": "numpy", "torch": "torch", "jax": "jax.numpy"}
 
 
+class _Exported(Source):
+    """The generic rendering, with shifted and gathered reads: each statement's ranges inferred from the arrays'
+    shapes at run time (``einflow.export.windows``), windows and scatter-adds by the helpers defined there."""
+
+    def __init__(self, lowered: Lowered, taken: set[str], target: str) -> None:
+        super().__init__(lowered, taken, target)
+        self.ranges = {entry[0]: entry for entry in lowered.ranges}
+        self.range_names: dict[int, str] = {}
+        self.window_helpers: dict[str, str] = {}
+
+    def window_helper(self, key: str) -> str:
+        if not self.window_helpers:
+            self.window_helpers = {key: self.fresh("_" + key) for key in ("ranges", "flat", "window", "scatter")}
+        return self.window_helpers[key]
+
+    def size(self, ref: SizeRef) -> str:
+        if isinstance(ref, Inferred):
+            return f"{self.range_names[ref.statement]}[{ref.index!r}]"
+        return super().size(ref)
+
+    def window(self, step: Window | Scatter) -> str:  # type: ignore[override]
+        gathers = "".join(f", {self.var(g)}" for g in step.gathers)
+        if isinstance(step, Window):
+            return (f"{self.window_helper('window')}({self.var(step.arg)}, {self.shape_text(step.sizes)}, "
+                    f"{window_data(step)!r}{gathers})")
+        return (f"{self.window_helper('scatter')}({self.var(step.arg)}, {self.shape_text(step.sizes)}, "
+                f"{scatter_data(step)!r}{gathers})")
+
+    def step_lines(self, step: Step) -> list[str]:
+        lines = []
+        for statement, known, reads, padded in self.lowered.ranges:  # the ranges of this statement and before
+            if statement > step.statement or statement in self.range_names:
+                continue
+            sizes = ", ".join(f"{index!r}: {self.size(ref)}" for index, ref in known if ref != -1)
+            listed = ", ".join(f"({self.size(length)}, {terms!r}, {offset}, {lenient})"
+                               for length, terms, offset, lenient in reads)
+            name = self.fresh(f"_ranges{statement}")
+            lines.append(f"{name} = {self.window_helper('ranges')}(({listed},), {{{sizes}}}, {padded!r})")
+            self.range_names[statement] = name
+        return lines + super().step_lines(step)
+
+
 def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
     """Standalone Python source of one function ``name(*, <inputs>)`` computing ``program``.
 
@@ -70,7 +114,7 @@ def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
     if target not in _IMPORTS:
         raise EinflowError(f"to_source: target={target!r} is not one of {', '.join(map(repr, _IMPORTS))}")
     lowered = lower(program)
-    source = Source(lowered, _tensor_names(program.ir) | {name}, target)
+    source = _Exported(lowered, _tensor_names(program.ir) | {name}, target)
     body: list[str] = []
     inputs = [source.vars[k] for k in range(len(lowered.inputs))]
     if source.keyword_inputs:
@@ -102,6 +146,9 @@ def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
     for key in HELPER_KEYS:
         if key in source.used_helpers:
             header.extend(["", source.helper_text(key), ""])
+    if source.window_helpers:
+        texts = helper_texts(target, {"np": alias["np"], **source.window_helpers})
+        header.extend(line for key in ("ranges", "flat", "window", "scatter") for line in ("", texts[key], ""))
     parameters = list(source.parameters)
     if source.keyword_inputs:
         parameters.append("**" + kwargs)

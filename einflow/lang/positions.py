@@ -75,7 +75,9 @@ def solve_through(factors: tuple[ir.Expr, ...], summed: frozenset[str]) -> tuple
     a transposed convolution as a correlation of the padded cotangent, with no scatter.
 
     Only positions whose coefficients are all 1 or -1 are solved (a strided one scatters: solving it
-    for the kernel index would read a window as large as the image times the output).
+    for the kernel index would read a window as large as the image times the output), and only for an index a
+    plain read sizes (its range is then the read's zero padding; ``delta[q, h + r] delta[p, h + r2]`` keeps
+    ``h``, whose range nothing else would hold).
 
     >>> factors = (ir.Tensor("g", ("h",)), ir.Tensor("k", ("r",)), ir.ShiftDelta("p", ir.Affine(((1, "h"), (1, "r")))))
     >>> [ir.format_expr(f) for f in solve_through(factors, frozenset({"h", "r"}))]
@@ -91,6 +93,9 @@ def solve_through(factors: tuple[ir.Expr, ...], summed: frozenset[str]) -> tuple
             if index not in summed:
                 continue
             users = [k for k, f in enumerate(current) if f is not shift and index in _mentions(f)]
+            if not any(isinstance(current[k], ir.Tensor) or isinstance(current[k], ir.Read)
+                       and index in current[k].positions for k in users):  # type: ignore[union-attr]
+                continue  # no plain read gives the index its range: substituted, the range would be lost
             # index = coefficient * (p - offset - the other terms)
             value = ir.Affine(((coefficient, shift.index),
                                *((-coefficient * c, i) for c, i in position.terms if i != index)),

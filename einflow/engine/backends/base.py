@@ -62,6 +62,9 @@ class Backend:
     strided_views = False
     #: contractions become pairwise BLAS-shaped calls planned per step (engine.kernels)
     pairwise_kernels = False
+    #: the array library has native N-d convolutions (torch.convolution and its weight gradient): a product
+    #: reading a window, or kept whole for a scatter, runs as one where it is a convolution (engine.convolution)
+    native_convolution = False
     #: a contraction over the memory limit can run as a loop over slices into a preallocated output
     slices = False
     #: arrays are lazy chunked task graphs: each slice is a task, intermediates live on the workers

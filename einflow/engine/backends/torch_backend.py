@@ -52,6 +52,7 @@ class TorchBackend(Backend):
 
     name = "torch"
     pairwise_kernels = True
+    native_convolution = True
     target = "torch"
     einsum_backend = "einflow.engine.backends.torch_ops"
     strided_writes = False

@@ -1,0 +1,309 @@
+"""Window contractions as native convolutions, on backends whose capability says they have them
+(``Backend.native_convolution``: torch's ``torch.convolution`` and its weight gradient).
+
+A product that reads one operand through a shifted or strided window, ``y[n,o,h,w] = x[n,c,2*h+r,2*w+s] K[o,c,r,s]``,
+is a convolution: contracted as an einsum over the window it copies an im2col matrix of the window's size
+(9x the input for a 3x3 kernel) before the matrix product, while a convolution kernel never forms it. So
+where the shapes fit the pattern, the planner hands the whole contraction to one call:
+
+- **forward**: the window's source is the convolution's input, the other operand its weight;
+- **weight**: the same read where the other operand's spatial extent is the larger (a kernel's gradient,
+  ``dL_dK[a,b,d,e] = x[n,b,h+d,w+e] dL_dy[n,a,h,w]``): the weight gradient of a convolution;
+- **transpose**: a contraction kept whole and scattered through positions (``delta[u, 2*h + r]``: the gradient
+  by ``x`` of a strided convolution) is a transposed convolution.
+
+The roles come from where each index appears (the window, the other operand, the result); an axis of the
+window's source reads either one index (sliced) or ``stride*i + dilation*j + offset`` with ``i`` in the result
+and ``j`` in the other operand (a negative ``dilation`` flips the other operand along that axis). Anything else
+is left to the einsum. Specs are plain tuples, written into the generated code as literals.
+
+>>> spec = window_convolution(("n", "c", "h", "r"), ((2, 3, 4, 3), None, (("affine", ((0, 1),), 0),
+...     ("affine", ((1, 1),), 0), ("affine", ((2, 1), (3, 1)), 0)), "x"), (2, 3, 6), ("o", "c", "r"), ("n", "o", "h"),
+...     (2, 5, 4))
+>>> spec[0], spec[-1]
+('forward', (0, 1, 2))
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from einflow.engine.steps import step_inputs
+
+__all__ = ["ConvSpec", "window_convolution", "scatter_convolution", "convolve_torch", "convolve_numpy",
+           "convolution_kernel", "sole_reader"]
+
+#: (form, input order, input groups, input slices, pads, other order, other groups, flips, stride, dilation,
+#:  result sizes, result permutation); ``form`` is forward, weight or transpose
+ConvSpec = tuple[Any, ...]
+
+
+def _prod(sizes: list[int]) -> int:
+    return math.prod(sizes) if sizes else 1
+
+
+def window_convolution(labels: tuple[str, ...], spec: Any, source_shape: tuple[int, ...], other: tuple[str, ...],
+                       output: tuple[str, ...], output_shape: tuple[int, ...]) -> ConvSpec | None:
+    """The convolution computing ``einsum(window, other -> output)`` (window ``labels``, ``spec`` a
+    :data:`~einflow.engine.affine.WindowSpec`, other operand's labels ``other``, the result's shape
+    ``output_shape``), or None where it is not one."""
+    shape, pads, positions, _ = spec
+    if any(position[0] != "affine" for position in positions) or not all(shape) or \
+            len({*labels}) != len(labels) or len({*other}) != len(other) or len({*output}) != len(output):
+        return None
+    window, others, result = set(labels), set(other), set(output)
+    if window & others & result or others - window - result or window - others - result or \
+            result - window - others:
+        return None
+    size = {**dict(zip(output, output_shape)), **dict(zip(labels, shape))}
+    plain: list[tuple[int, str, int]] = []  # (source axis, index, first position)
+    spatial: list[tuple[int, str, int, str, int, int]] = []  # (axis, result index, stride, other's, dilation, low)
+    seen: list[str] = []
+    for axis, (_, terms, offset) in enumerate(positions):
+        low = offset - (pads[axis][0] if pads else 0)
+        names = [labels[label] for label, _ in terms]
+        seen += names
+        if len(terms) == 1 and terms[0][1] == 1 and names[0] not in (others & result):
+            plain.append((axis, names[0], low))
+        elif len(terms) == 2:
+            (first, a), (second, b) = ((names[0], terms[0][1]), (names[1], terms[1][1]))
+            if first in others and second in result:
+                (first, a), (second, b) = (second, b), (first, a)
+            if not (first in result and first not in others and second in others and second not in result):
+                return None
+            if a <= 0 or b == 0:
+                return None
+            spatial.append((axis, first, a, second, b, low))
+        else:
+            return None
+    if len(set(seen)) != len(seen) or not 1 <= len(spatial) <= 3:
+        return None
+    slices: list[tuple[int, int]] = [(0, n) for n in source_shape]
+    for axis, name, low in plain:
+        if low < 0 or low + size[name] > source_shape[axis]:
+            return None  # (a padded plain axis: left to the einsum)
+        slices[axis] = (low, low + size[name])
+    kept = [name for _, name, _ in plain if name in result]  # the input's batch-like axes
+    summed = [name for _, name, _ in plain if name in others]  # contracted with the other operand
+    fresh = [name for name in other if name in result and name not in window]  # the other's own result axes
+    axis_pads, flips, strides, dilations = [], [], [], []
+    for axis, name, stride, kernel, dilation, low in spatial:
+        n, k, length = size[name], size[kernel], source_shape[axis]
+        if dilation < 0:
+            flips.append(other.index(kernel))
+            dilation = -dilation
+            low -= dilation * (k - 1)
+        high = low + stride * (n - 1) + dilation * (k - 1)
+        start, end = max(0, low), min(length, high + 1)
+        if start >= end:
+            return None
+        if high < length - 1 and (length - start + max(0, -low) - dilation * (k - 1) - 1) // stride + 1 == n:
+            end = length  # the whole axis gives the same positions: no slice, no copy of a strided view
+        slices[axis] = (start, end)
+        axis_pads.append((max(0, -low), max(0, high - (length - 1))))
+        strides.append(stride)
+        dilations.append(dilation)
+    spatial_axes = [axis for axis, *_ in spatial]
+    plain_axes = {name: axis for axis, name, _ in plain}
+    out_spatial = [name for _, name, *_ in spatial]
+    kernels = [kernel for _, _, _, kernel, _, _ in spatial]
+    out_sizes = [size[name] for name in out_spatial]
+    kernel_sizes = [size[name] for name in kernels]
+    if _prod(kernel_sizes) <= _prod(out_sizes):  # forward: (kept, summed, *spatial) * (fresh, summed, *kernel)
+        order = (*(plain_axes[name] for name in kept + summed), *spatial_axes)
+        groups = (len(kept), len(summed))
+        other_order = tuple(other.index(name) for name in fresh + summed + kernels)
+        result_labels = kept + fresh + out_spatial
+        form, stride_, dilation_ = "forward", strides, dilations
+    else:  # weight gradient: input (summed, kept, *spatial), grad_output (summed, fresh, *kernel)
+        order = (*(plain_axes[name] for name in summed + kept), *spatial_axes)
+        groups = (len(summed), len(kept))
+        other_order = tuple(other.index(name) for name in summed + fresh + kernels)
+        result_labels = fresh + kept + out_spatial
+        form, stride_, dilation_ = "weight", dilations, strides
+    other_groups = (len(fresh) if form == "forward" else len(summed), len(summed) if form == "forward" else len(fresh))
+    result_sizes = tuple(size[name] for name in result_labels)
+    permutation = tuple(result_labels.index(name) for name in output)
+    return (form, order, groups, tuple(slices), tuple(axis_pads), other_order, other_groups, tuple(flips),
+            tuple(stride_), tuple(dilation_), result_sizes, permutation)
+
+
+def scatter_convolution(operands: tuple[tuple[str, ...], ...], shapes: tuple[tuple[int, ...], ...],
+                        value: tuple[str, ...], spec: Any) -> ConvSpec | None:
+    """The transposed convolution computing the scatter-add ``spec`` (a :data:`~einflow.engine.affine.ScatterSpec`)
+    of ``einsum(operands -> value)``, or None where it is not one."""
+    out_shape, _, positions, _ = spec
+    if len(operands) != 2 or any(len({*labels}) != len(labels) for labels in (*operands, value)):
+        return None
+    a, b = (set(labels) for labels in operands)
+    result = set(value)
+    if a & b & result or (a | b) - result - (a & b) or result - a - b or not all(out_shape):
+        return None
+    size = {name: n for labels, shape in zip(operands, shapes) for name, n in zip(labels, shape)}
+    plain: list[tuple[int, str]] = []
+    spatial: list[tuple[int, tuple[tuple[str, int], ...], int]] = []
+    seen: list[str] = []
+    for axis, position in enumerate(positions):
+        if position[0] == "plain":
+            name = value[position[1]]
+            if size[name] != out_shape[axis]:
+                return None
+            plain.append((axis, name))
+            seen.append(name)
+        elif position[0] == "affine" and len(position[1]) == 2:
+            terms = tuple((value[v], c) for v, c in position[1])
+            spatial.append((axis, terms, position[2]))
+            seen += [name for name, _ in terms]
+        else:
+            return None
+    if sorted(seen) != sorted(value) or not 1 <= len(spatial) <= 3:
+        return None
+    # the input is the operand with the larger spatial extent; its spatial indices carry the stride
+    extent = [_prod([size[name] for _, terms, _ in spatial for name, _ in terms if name in labels])
+              for labels in operands]
+    first = 0 if extent[0] >= extent[1] else 1
+    grad, weight = operands[first], operands[1 - first]
+    summed = [name for name in grad if name in weight]
+    batch = [name for _, name in plain if name in grad]
+    channels = [name for _, name in plain if name in weight]
+    ins, kernels, flips, strides, dilations, out_pads, native = [], [], [], [], [], [], []
+    for axis, terms, offset in spatial:
+        (i, stride), (j, dilation) = terms
+        if i in weight:
+            (i, stride), (j, dilation) = (j, dilation), (i, stride)
+        if i not in grad or j not in weight or stride <= 0 or dilation == 0:
+            return None
+        ni, nj, length = size[i], size[j], out_shape[axis]
+        if dilation < 0:
+            flips.append(weight.index(j))
+            dilation = -dilation
+            offset -= dilation * (nj - 1)
+        full = stride * (ni - 1) + dilation * (nj - 1) + 1
+        crop = max(0, -offset)  # torch's padding crops both ends; output_padding adds at the end (< stride)
+        extra = length - (full - 2 * crop)
+        if offset <= 0 and 0 <= extra < max(stride, dilation):
+            native.append((crop, extra))
+            out_pads.append((0, 0))
+        else:
+            native.append((0, 0))
+            out_pads.append((offset, length - offset - full))
+        ins.append(i)
+        kernels.append(j)
+        strides.append(stride)
+        dilations.append(dilation)
+    order = tuple(grad.index(name) for name in batch + summed + ins)
+    other_order = tuple(weight.index(name) for name in summed + channels + kernels)
+    out_axes = [axis for axis, _ in plain if value[positions[axis][1]] in grad] + \
+        [axis for axis, _ in plain if value[positions[axis][1]] in weight] + [axis for axis, _, _ in spatial]
+    result_sizes = tuple(out_shape[axis] for axis in out_axes)
+    permutation = tuple(out_axes.index(axis) for axis in range(len(out_shape)))
+    return ("transpose", order, (len(batch), len(summed)), tuple(native), tuple(out_pads), other_order,
+            (len(summed), len(channels)), tuple(flips), tuple(strides), tuple(dilations), result_sizes, permutation,
+            first)
+
+
+def _grouped(array: Any, order: tuple[int, ...], groups: tuple[int, int]) -> Any:
+    """``array`` with its axes in ``order``, the first two groups of axes each flattened into one."""
+    array = array.permute(order)
+    shape = tuple(array.shape)
+    first, second = groups
+    return array.reshape(_prod(list(shape[:first])), _prod(list(shape[first:first + second])),
+                         *shape[first + second:])
+
+
+def convolve_torch(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
+    """The convolution ``spec`` of ``x`` (a window's source, or a transposed convolution's input) with ``other``,
+    in numpy's type ``dtype`` of the two (computed by the einsum over the window when not float32/float64)."""
+    import torch
+
+    F = torch.nn.functional
+    kind = getattr(torch, dtype)
+    x, other = x.to(kind), other.to(kind)
+    form, order, groups, slices, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation = \
+        spec[:12]
+    if form == "transpose" and spec[12] == 1:
+        x, other = other, x
+    if flips:
+        other = other.flip(flips)
+    weight = _grouped(other, other_order, other_groups).contiguous()
+    if form == "transpose":
+        source = _grouped(x, order, groups)
+        padding = [crop for crop, _ in slices]
+        extra = [add for _, add in slices]
+        out = torch.convolution(source, weight, None, list(stride), padding, list(dilation), True, extra, 1)
+        if any(pair != (0, 0) for pair in pads):
+            out = F.pad(out, [w for pair in reversed(pads) for w in pair])
+    else:
+        x = x[tuple(slice(start, end) for start, end in slices)]
+        symmetric = [left if left == right else 0 for left, right in pads]
+        explicit = [(0, 0) if left == right else (left, right) for left, right in pads]
+        source = _grouped(x, order, groups)
+        if any(pair != (0, 0) for pair in explicit):
+            source = F.pad(source, [w for pair in reversed(explicit) for w in pair])
+        if form == "forward":
+            out = torch.convolution(source, weight, None, list(stride), symmetric, list(dilation), False,
+                                    [0] * len(stride), 1)
+        else:
+            shape = (weight.shape[1], source.shape[1], *sizes[-len(stride):])
+            out = torch.ops.aten.convolution_backward(weight, source, source.new_empty(shape), None, list(stride),
+                                                      symmetric, list(dilation), False, [0] * len(stride), 1,
+                                                      [False, True, False])[1]
+    out = out.reshape(sizes)
+    return out.permute(permutation)
+
+
+def sole_reader(steps: tuple[Any, ...], register: int, outputs: tuple[int, ...]) -> Any:
+    """The one step that reads ``register`` (once), or None when it is a result or read elsewhere too."""
+    if register in outputs:
+        return None
+    readers = [step for step in steps if register in step_inputs(step)]
+    if len(readers) != 1 or step_inputs(readers[0]).count(register) != 1:
+        return None
+    return readers[0]
+
+
+def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
+    """A transposed convolution (``spec``'s form ``transpose``) on numpy without its scatter: one matrix product per
+    kernel offset, added into a strided view of the output (a kernel of 3x3 is 9 products of the input's size)."""
+    import numpy as np
+
+    _, order, groups, native, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation, first = spec
+    x, other = np.asarray(x, dtype=dtype), np.asarray(other, dtype=dtype)
+    if first == 1:
+        x, other = other, x
+    if flips:
+        other = np.flip(other, flips)
+    source = np.ascontiguousarray(x.transpose(order))
+    shape = source.shape
+    inputs = shape[len(order) - len(stride):]
+    source = source.reshape(_prod(list(shape[:groups[0]])), _prod(list(shape[groups[0]:groups[0] + groups[1]])), -1)
+    weight = other.transpose(other_order)
+    kernel = weight.shape[other_groups[0] + other_groups[1]:]
+    weight = weight.reshape(source.shape[1], -1, *kernel)
+    full = [s * (n - 1) + d * (k - 1) + 1 for s, n, d, k in zip(stride, inputs, dilation, kernel)]
+    batch = source.shape[0]
+    source = np.ascontiguousarray(source.transpose(1, 0, 2)).reshape(source.shape[1], -1)  # (Cin, N * positions)
+    out = np.zeros((weight.shape[1], batch, *full), dtype=dtype)  # (Cout, N, ...): each product lands whole
+    for offset in np.ndindex(*kernel):
+        matrix = np.ascontiguousarray(weight[(slice(None), slice(None), *offset)].T)  # (Cout, Cin): BLAS
+        product = (matrix @ source).reshape(weight.shape[1], batch, *inputs)
+        view = tuple(slice(d * k, d * k + s * (n - 1) + 1, s) for d, k, s, n in zip(dilation, offset, stride, inputs))
+        out[(slice(None), slice(None), *view)] += product
+    out = out.transpose(1, 0, *range(2, out.ndim))
+    result = np.zeros(out.shape[:2] + tuple(sizes[-len(stride):]), dtype=dtype)
+    starts = [-crop if pair == (0, 0) else pair[0] for (crop, _), pair in zip(native, pads)]
+    inside = tuple(slice(max(0, start), min(length, start + f))
+                   for start, length, f in zip(starts, sizes[-len(stride):], full))
+    taken = tuple(slice(max(0, -start), max(0, -start) + (piece.stop - piece.start))
+                  for start, piece in zip(starts, inside))
+    result[(slice(None), slice(None), *inside)] = out[(slice(None), slice(None), *taken)]
+    return result.reshape(sizes).transpose(permutation)
+
+
+def convolution_kernel(backend: Any) -> Any:
+    """The kernel a backend's generated code binds for its convolutions: torch's native ones where the backend
+    has them, the transposed convolution by matrix products on numpy arrays in this process, else None."""
+    if backend.native_convolution:
+        return convolve_torch
+    return convolve_numpy if backend.numpy_native else None
