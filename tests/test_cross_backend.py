@@ -70,7 +70,8 @@ def inputs(case: randprog.Case, seed: int) -> dict[str, Any] | None:
             return None
         return {name: float(value) if value.ndim == 0 else value for name, value in arrays.items()}
     if kind == "integers":
-        if not _functions(case.text) <= _ANY_REAL or "^" in case.text or "/" in case.text:
+        if not _functions(case.text) <= _ANY_REAL or "^" in case.text or "/" in case.text or "det[" in case.text \
+                or "inv[" in case.text:  # (random integer matrices are singular or ill-conditioned)
             return None
         rng = np.random.default_rng(seed)
         return {name: rng.integers(1 if name in case.program.positive else -3, 4, size=value.shape,

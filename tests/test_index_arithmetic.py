@@ -658,3 +658,17 @@ def test_strided_gradients_are_transposed_convolutions_without_a_scatter(text: s
     got = gradient(**arrays, backend=backend)
     assert "'transpose'" in _generated(gradient)
     np.testing.assert_allclose(np.asarray(got), expected, atol=1e-7)
+
+
+def test_cross_seed_12586_a_scatter_that_lands_nowhere_keeps_its_float_type() -> None:
+    # w[j+2] reads only padding (w has one element), so the Hessian by w scatters onto positions outside it:
+    # numpy's bincount of nothing made int64 zeros where the inputs are float64
+    text = "size j = 1\nf = sum[hid](X[2,hid+2,r] * (w[j+2] * w[j] z[a] V[a,r] Q[i,i] v[hid]))"
+    rng = np.random.default_rng(0)
+    arrays = {"X": rng.random((4, 5, 3)), "v": rng.random(3), "w": rng.random(1), "Q": rng.random((1, 1)),
+              "V": rng.random((4, 3)), "z": rng.random(4)}
+    hessian = ef.hessian(text, wrt="w")
+    for backend in ("numpy", "torch", "dask"):
+        value = hessian(**arrays, backend=backend)
+        value = np.asarray(value.compute() if hasattr(value, "compute") else value)
+        assert value.dtype == np.float64 and value.tolist() == [[0.0]]

@@ -421,3 +421,29 @@ def test_gradient_through_a_batched_solve_matches_jax() -> None:
     expected = jax.grad(twin, argnums=(0, 1))(jnp.asarray(A), jnp.asarray(x))
     got = ef.grad(text, wrt=["A", "x"])(A=A, x=x)
     assert all(np.allclose(g, e, rtol=1e-10) for g, e in zip(got, expected))
+
+
+def test_every_atom_and_solve_on_chunked_dask_arrays() -> None:
+    # dask.array.linalg has no det, slogdet or LinAlgError and solves only square-chunked 2-d matrices
+    # (cross-backend seeds 12230, 12235: AttributeError): each step is one numpy task instead
+    import dask.array as da
+
+    batch, A = well_conditioned(3, 4), well_conditioned(5, 5)[0]
+    X, b = RNG.standard_normal((5, 2)), RNG.standard_normal(5)
+    spd = A @ A.T + 5 * np.eye(5)
+    text = ("d[n] = det[i,j](B[n,i,j]) + logdet[i,j](B[n,i,j]) + sum[i,j](inv[i,j](B[n,i,j]))\n"
+            "s[k] = inv[i,j](M[i,j]) X[j,k] + b[i] inv[i,j](A[i,j]) X[j,k]\n"
+            "spd M\n"
+            "r = logdet[i,j](M[i,j]) + b[i] inv[i,j](M[i,j]) b[j]\n"
+            "d, s, r")
+    program = ef.compile(text)
+    arrays = {"B": batch, "M": spd, "A": A, "X": X, "b": b}
+    expected = program(**arrays, backend="numpy")
+    lazy = program(**{name: da.from_array(value, chunks=2) for name, value in arrays.items()})
+    for got, want in zip(lazy, expected):
+        assert isinstance(got, da.Array)
+        np.testing.assert_allclose(got.compute(), want, rtol=1e-10)
+    np.testing.assert_allclose(expected[0], np.linalg.det(batch) + np.linalg.slogdet(batch)[1]
+                               + np.linalg.inv(batch).sum(axis=(1, 2)), rtol=1e-10)
+    with pytest.raises(ef.EinflowError, match="not positive definite"):  # the check runs when dask computes
+        program(**{**arrays, "M": da.from_array(-spd, chunks=2)})[2].compute()

@@ -344,7 +344,7 @@ def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
         keep = xp.broadcast_to(inside, value_shape).reshape(-1)
         flat, weights = flat[keep], weights[keep]
     total = math.prod(out_shape)
-    if xp is np and value.dtype == np.float64:
+    if xp is np and value.dtype == np.float64 and flat.size:  # (bincount of nothing is int64 zeros)
         return np.bincount(flat, weights=weights, minlength=total).reshape(out_shape)
     out = xp.zeros(total, dtype=value.dtype)
     if xp.__name__ == "cupy":  # the accumulating kernel of cupy

@@ -642,6 +642,10 @@ def helpers(source: Source, xp: Any) -> dict[str, Any]:
     found = _HELPER_CACHE.get(key)
     if found is None:
         found = {source.alias["np"]: xp, "MatrixError": MatrixError}  # raised by the linalg helper's checks
+        if xp.__name__.startswith("dask"):  # the linalg and solve helpers hand dask arrays to one numpy task
+            from einflow.engine.backends.dask_linalg import linalg_task, solve_task
+
+            found.update(_dask_linalg=linalg_task, _dask_solve=solve_task)
         for name in HELPER_KEYS:
             exec(source.helper_text(name), found)  # noqa: S102 - our own helper text
         if len(_HELPER_CACHE) < 64:

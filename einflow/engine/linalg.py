@@ -39,6 +39,8 @@ SYMMETRY_TOLERANCE = 1e-10
 LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
     """inv, det or logdet (log|det|) of the matrices on ``axes`` (rows, columns) of ``x``, batched over the rest;
     "symmetric"/"spd": ``x`` itself once checked (a ValueError names the matrix otherwise); "spd_*": by Cholesky."""
+    if type(x).__module__.startswith("dask"):  # one numpy task (dask's linalg lacks det, slogdet and batches)
+        return globals()["_dask_linalg"](kind, x, axes, name)
     if kind in ("symmetric", "spd", "spd_by_factor"):
         checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
         error = globals().get("MatrixError", ValueError)
@@ -163,6 +165,8 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
 SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None, batch=()):
     """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse;
     ``batch``: (M's axis, B's axis) pairs solved matrix by matrix (first in the result)."""
+    if type(M).__module__.startswith("dask") or type(B).__module__.startswith("dask"):  # one numpy task
+        return globals()["_dask_solve"](kind, M, axes, B, axis, transposed, name, batch)
     if batch:  # numpy's, jax's and torch's solve broadcast over leading axes; Cholesky by two of them
         k = len(batch)
         M = {np}.moveaxis({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
