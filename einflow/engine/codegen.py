@@ -10,6 +10,7 @@ the executor. ``_np`` is the array module in both.
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import math
 from collections.abc import Callable, Sequence
@@ -643,9 +644,13 @@ def helpers(source: Source, xp: Any) -> dict[str, Any]:
     if found is None:
         found = {source.alias["np"]: xp, "MatrixError": MatrixError}  # raised by the linalg helper's checks
         if xp.__name__.startswith("dask"):  # the linalg and solve helpers hand dask arrays to one numpy task
+            import numpy
+
             from einflow.engine.backends.dask_linalg import linalg_task, solve_task
 
-            found.update(_dask_linalg=linalg_task, _dask_solve=solve_task)
+            on_numpy = helpers(source, numpy)
+            found.update(_dask_linalg=functools.partial(linalg_task, on_numpy[source.alias["linalg"]]),
+                         _dask_solve=functools.partial(solve_task, on_numpy[source.alias["solve"]]))
         for name in HELPER_KEYS:
             exec(source.helper_text(name), found)  # noqa: S102 - our own helper text
         if len(_HELPER_CACHE) < 64:

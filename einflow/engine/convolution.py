@@ -286,10 +286,10 @@ def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
     source = np.ascontiguousarray(source.transpose(1, 0, 2)).reshape(source.shape[1], -1)  # (Cin, N * positions)
     out = np.zeros((weight.shape[1], batch, *full), dtype=dtype)  # (Cout, N, ...): each product lands whole
     for offset in np.ndindex(*kernel):
-        matrix = np.ascontiguousarray(weight[(slice(None), slice(None), *offset)].T)  # (Cout, Cin): BLAS
+        matrix = np.ascontiguousarray(weight[(slice(None), slice(None)) + tuple(offset)].T)  # (Cout, Cin): BLAS
         product = (matrix @ source).reshape(weight.shape[1], batch, *inputs)
         view = tuple(slice(d * k, d * k + s * (n - 1) + 1, s) for d, k, s, n in zip(dilation, offset, stride, inputs))
-        out[(slice(None), slice(None), *view)] += product
+        out[(slice(None), slice(None)) + view] += product
     out = out.transpose(1, 0, *range(2, out.ndim))
     result = np.zeros(out.shape[:2] + tuple(sizes[-len(stride):]), dtype=dtype)
     starts = [-crop if pair == (0, 0) else pair[0] for (crop, _), pair in zip(native, pads)]
@@ -297,7 +297,7 @@ def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
                    for start, length, f in zip(starts, sizes[-len(stride):], full))
     taken = tuple(slice(max(0, -start), max(0, -start) + (piece.stop - piece.start))
                   for start, piece in zip(starts, inside))
-    result[(slice(None), slice(None), *inside)] = out[(slice(None), slice(None), *taken)]
+    result[(slice(None), slice(None)) + inside] = out[(slice(None), slice(None)) + taken]
     return result.reshape(sizes).transpose(permutation)
 
 

@@ -28,7 +28,7 @@ SPD_KINDS = ("spd_inv", "spd_det", "spd_logdet")
 #: the lower Cholesky factor itself, which "cho_solve" steps share (one factorisation for every solve with it)
 SPD_FACTORING = ("spd_inv", "spd_det", "spd_logdet", "spd_solve", "spd_factor")
 #: every kind this module's helper computes ("spd_by_factor": an spd check whose matrix a later step factorises)
-_KINDS = LINALG_KINDS + CHECK_KINDS + SPD_KINDS + ("spd_by_factor", "spd_factor")
+_KINDS: tuple[str, ...] = LINALG_KINDS + CHECK_KINDS + SPD_KINDS + ("spd_by_factor", "spd_factor")
 #: the atoms of an spd matrix computed from its shared Cholesky factor (an "spd_factor" step's value)
 FACTOR_KINDS = ("cho_inv", "cho_det", "cho_logdet")
 _KINDS += FACTOR_KINDS

@@ -155,8 +155,8 @@ class Renderer(FittedRenderer, Source):
             spec, args = fused
             helper = self.alias.get("convolve") or "_convolve"
             self.namespace[helper] = convolution_kernel(self.backend)
-            operands = ", ".join(self.var(register) for register in args)
-            return self.scaled(f"{helper}({operands}, {spec!r}, {str(self.common_dtype(step))!r})", step.scale)
+            arguments = ", ".join(self.var(register) for register in args)
+            return self.scaled(f"{helper}({arguments}, {spec!r}, {str(self.common_dtype(step))!r})", step.scale)
         planned = self.record.contractions[step.out]
         equation, shapes, orders = planned.equation, planned.shapes, planned.orders
         operands = [self.var(register) if order == tuple(range(len(order)))
@@ -256,14 +256,15 @@ class Renderer(FittedRenderer, Source):
         # that the large product is made once, as floats (`0.5 u[i] v[j]` is `(u * 0.5) v`, not an integer
         # outer product converted afterwards: half the memory, and no integer overflow)
         order = list(range(len(node.factors)))
-        arrays = [k for k, f in enumerate(node.factors) if isinstance(f, Arg)]
+        registers = {k: f.register for k, f in enumerate(node.factors) if isinstance(f, Arg)}
+        arrays = list(registers)
         numbers = [k for k, f in enumerate(node.factors) if isinstance(f, Number) and isinstance(f.value, float)]
-        dtypes = [self.dtype[node.factors[k].register] for k in arrays]  # type: ignore[attr-defined]
+        dtypes = [self.dtype[registers[k]] for k in arrays]
         others = [k for k in order if k not in arrays and k not in numbers]  # calls, powers: maybe floating
         if self.target != "numpy" or len(arrays) < 2 or not numbers or others or any(
                 isinstance(dtype, type) or np.dtype(dtype).kind not in "biu" for dtype in dtypes):
             return order
-        smallest = min(arrays, key=lambda k: math.prod(self.shape[node.factors[k].register]))
+        smallest = min(arrays, key=lambda k: math.prod(self.shape[registers[k]]))
         rest = [k for k in order if k != smallest and k not in numbers]
         return [smallest, *numbers, *rest]
 
@@ -344,7 +345,7 @@ class Renderer(FittedRenderer, Source):
         self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
         # torch and jax: integer arrays in an elementwise step of floating type are read in that type, as
         # numpy computes them (torch would compute ``0.5 x`` of int64 x in float32)
-        dtype = self.dtype[step.out]
+        dtype = self.dtype[step.out]  # type: ignore[union-attr]
         self.read_as = np.dtype(dtype).name if self.target != "numpy" and isinstance(step, Elementwise) and \
             not isinstance(dtype, type) and np.dtype(dtype).kind in "fc" and self.native(dtype) else None
         try:

@@ -146,7 +146,7 @@ def inline_inverses(program: ir.ProgramIR, outputs: frozenset[str]) -> Inlining:
         numbers = assigned.get(name, [])
         if name in fixed or len(numbers) != 1 or numbers[0] not in explicit:
             return False
-        indices = statements[numbers[0]].indices  # type: ignore[union-attr]
+        indices = tuple(statements[numbers[0]].indices or ())  # type: ignore[union-attr]
         if len(set(indices)) != len(indices) or not readers.get(name):
             return False
         # read only as a tensor factor of plain statements after it (never inside an inverse)
@@ -165,7 +165,7 @@ def inline_inverses(program: ir.ProgramIR, outputs: frozenset[str]) -> Inlining:
             definition = statements[assigned[name][0]]
             assert isinstance(definition, ir.Assign)
             touches = _has_inverse(definition.expr, inlined) or any(
-                statements[number].target in inlined or any(  # type: ignore[union-attr]
+                statements[number].target in inlined or any(  # type: ignore[union-attr,operator]
                     name in _reads(term) and _has_inverse(term, inlined)
                     for term in _terms(statements[number].expr))  # type: ignore[union-attr]
                 for number in readers[name])

@@ -292,12 +292,13 @@ class _Specialising:
         if rule.shape is not None:
             self.shape[step.out] = rule.shape(self, step)
         else:
-            self.shape[step.out] = tuple(self.resolve(ref) for ref in step.sizes)  # type: ignore[union-attr]
-            if len(step.sizes) > MAX_AXES:
+            sizes = step.sizes  # type: ignore[union-attr]
+            self.shape[step.out] = tuple(self.resolve(ref) for ref in sizes)
+            if len(sizes) > MAX_AXES:
                 text = self.lowered.statements[step.statement]
                 text = text if len(text) <= 80 else text[:77] + "..."
                 labels = ", ".join(getattr(step, "labels", getattr(step, "output", ()))[:4])
-                raise ShapeError(f"statement {text!r} needs an array of {len(step.sizes)} axes (indices {labels}, "
+                raise ShapeError(f"statement {text!r} needs an array of {len(sizes)} axes (indices {labels}, "
                                  f"...) at once; arrays have at most {MAX_AXES}: split the statement so that each "
                                  "part keeps fewer indices")
         if rule.check is not None:
@@ -689,7 +690,8 @@ def _diagonal_flops(specialiser: _Specialising, step: Diagonal) -> int:
 
 
 def _elements(specialiser: _Specialising, step: Step) -> int:
-    return math.prod(specialiser.shape[step.out])  # type: ignore[union-attr]
+    shape: tuple[int, ...] = specialiser.shape[step.out]  # type: ignore[union-attr]
+    return math.prod(shape)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ The generated code's helpers call these for dask arrays (``codegen.helpers`` put
 
 >>> import dask.array as da, numpy as np
 >>> m = da.from_array(np.diag([2.0, 3.0, 4.0]), chunks=2)
->>> float(linalg_task("det", m, (0, 1)).compute())
+>>> det = lambda kind, x, axes, name: np.linalg.det(x)
+>>> round(float(linalg_task(det, "det", m, (0, 1)).compute()), 9)
 24.0
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import dask
@@ -24,38 +24,24 @@ import numpy as np
 __all__ = ["linalg_task", "solve_task"]
 
 
-@functools.lru_cache(maxsize=1)
-def _numpy_helpers() -> dict[str, Any]:
-    """The generated code's ``linalg`` and ``solve`` helpers, defined on numpy."""
-    from einflow.engine.codegen import ALIASES, HELPERS
-    from einflow.lang.errors import MatrixError
-
-    names = {alias: alias for alias in ALIASES}
-    namespace: dict[str, Any] = {"np": np, "MatrixError": MatrixError}
-    for key in ("as_float", "linalg", "solve"):
-        exec(HELPERS[key].format(**names), namespace)  # noqa: S102 - einflow's own helper text
-    return namespace
-
-
 def _identity(ndim: int, axes: tuple[int, int], dtype: Any) -> np.ndarray:
     """A 2x2 identity on ``axes`` (size 1 on the other axes): a sample the helper accepts for every kind."""
     eye = np.eye(2, dtype=dtype).reshape((1,) * (ndim - 2) + (2, 2))
     return np.moveaxis(eye, (-2, -1), axes)
 
 
-def linalg_task(kind: str, x: Any, axes: tuple[int, int], name: str | None = None) -> Any:
-    """The numpy helper's ``kind`` of the matrices on ``axes`` of dask array ``x``, as one task."""
-    helper = _numpy_helpers()["linalg"]
+def linalg_task(helper: Any, kind: str, x: Any, axes: tuple[int, int], name: str | None = None) -> Any:
+    """``helper`` (the generated code's linalg helper on numpy) of the matrices on ``axes`` of dask array ``x``,
+    as one task."""
     sample = np.asarray(helper(kind, _identity(x.ndim, axes, x.dtype), axes, name))
     shape = x.shape if sample.ndim == x.ndim else tuple(s for k, s in enumerate(x.shape) if k not in axes)
     value = dask.delayed(helper, pure=True)(kind, x, axes, name)
     return da.from_delayed(value, shape=shape, dtype=sample.dtype)
 
 
-def solve_task(kind: str, M: Any, axes: tuple[int, int], B: Any, axis: int, transposed: bool,
+def solve_task(helper: Any, kind: str, M: Any, axes: tuple[int, int], B: Any, axis: int, transposed: bool,
                name: str | None = None, batch: tuple[tuple[int, int], ...] = ()) -> Any:
-    """The numpy helper's solve of ``B`` against ``M`` (dask arrays), as one task."""
-    helper = _numpy_helpers()["solve"]
+    """``helper`` (the generated code's solve helper on numpy) of ``B`` against ``M`` (dask arrays), as one task."""
     matrix = _identity(M.ndim, axes, M.dtype)
     rhs_shape = [1] * B.ndim
     rhs_shape[axis] = 2
