@@ -26,13 +26,14 @@ is left to the einsum. Specs are plain tuples, written into the generated code a
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
 from einflow.engine.steps import step_inputs
 
 __all__ = ["ConvSpec", "window_convolution", "scatter_convolution", "convolve_torch", "convolve_numpy",
-           "convolution_kernel", "sole_reader"]
+           "convolution_kernel", "numpy_convolution_bytes", "sole_reader"]
 
 #: (form, input order, input groups, input slices, pads, other order, other groups, flips, stride, dilation,
 #:  result sizes, result permutation); ``form`` is forward, weight or transpose
@@ -263,13 +264,157 @@ def sole_reader(steps: tuple[Any, ...], register: int, outputs: tuple[int, ...])
     return readers[0]
 
 
-def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
-    """A transposed convolution (``spec``'s form ``transpose``) on numpy without its scatter: one matrix product per
-    kernel offset, added into a strided view of the output (a kernel of 3x3 is 9 products of the input's size)."""
+def _window_layout(shape: tuple[int, ...], pads: Any, stride: Any, dilation: Any,
+                   kernel: tuple[int, ...]) -> tuple[list[int], int, int, dict[tuple[int, ...], Any]]:
+    """How :func:`convolve_numpy` reads a window of an input of ``shape`` (batch, channels, *spatial): the input's
+    stride phases (``x[..., a::s]``) on one grid of positions, ``grid`` (the longest phase's lengths), flattened
+    with the batch into ``rows`` rows of channels; then a kernel offset reads a contiguous run of rows of its
+    phase, at a fixed row offset. Per phase: (the phase's rows, the offsets along the last axis stacked side by
+    side, [(row offset, kernel offsets), ...] one matrix product each). Returns (grid, rows, extra rows, phases)."""
+    padded = [n + low + high for n, (low, high) in zip(shape[2:], pads)]
+    grid = [-(-n // s) for n, s in zip(padded, stride)]
+    unit = [_prod(grid[axis + 1:]) for axis in range(len(grid))]
+    split = [[(d * k % s, d * k // s) for k in range(size)] for d, s, size in zip(dilation, stride, kernel)]
+    last: dict[int, list[tuple[int, int]]] = {}
+    for j, (rem, q) in enumerate(split[-1]):
+        last.setdefault(rem, []).append((j, q))
+    phases: dict[tuple[int, ...], Any] = {}
+    for prefix in itertools.product(*(range(size) for size in kernel[:-1])):
+        offset = sum(split[axis][j][1] * unit[axis] for axis, j in enumerate(prefix))
+        for rem, members in last.items():
+            phase = (*(split[axis][j][0] for axis, j in enumerate(prefix)), rem)
+            shifts = tuple(q for _, q in members)
+            phases.setdefault(phase, (shifts, []))[1].append((offset, tuple((*prefix, j) for j, _ in members)))
+    extra = max(offset for _, groups in phases.values() for offset, _ in groups)
+    return grid, shape[0] * _prod(grid), extra, phases
+
+
+def _stacked(x: Any, pads: Any, stride: Any, grid: list[int], rows: int, extra: int, phase: tuple[int, ...],
+             shifts: tuple[int, ...]) -> Any:
+    """The phase ``phase`` of ``x`` (zero-padded by ``pads``) channels-last on the grid, flattened to rows, with
+    copies shifted by each of ``shifts`` rows side by side: (rows + extra, len(shifts) * channels)."""
     import numpy as np
 
-    _, order, groups, native, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation, first = spec
+    channels = x.shape[1]
+    flat = np.zeros((rows + extra + max(shifts), channels), dtype=x.dtype)
+    source, target = [], []
+    for s, rem, (low, _), n in zip(stride, phase, pads, x.shape[2:]):
+        first, end = max(0, -(-(low - rem) // s)), (low + n - 1 - rem) // s + 1
+        if end <= first:
+            break
+        source.append(slice(s * first + rem - low, s * (end - 1) + rem - low + 1, s))
+        target.append(slice(first, end))
+    else:
+        flat[:rows].reshape(x.shape[0], *grid, channels)[(slice(None), *target)] = \
+            np.moveaxis(x[(slice(None), slice(None), *source)], 1, -1)
+    if shifts == (0,):
+        return flat
+    stacked = np.empty((rows + extra, len(shifts) * channels), dtype=x.dtype)
+    for t, q in enumerate(shifts):
+        stacked[:, t * channels:(t + 1) * channels] = flat[q:q + rows + extra]
+    return stacked
+
+
+def _grouped_numpy(array: Any, order: tuple[int, ...], groups: tuple[int, int]) -> Any:
+    """``array`` with its axes in ``order``, the first two groups of axes each flattened into one (numpy)."""
+    array = array.transpose(order)
+    first, second = groups
+    return array.reshape(_prod(list(array.shape[:first])), _prod(list(array.shape[first:first + second])),
+                         *array.shape[first + second:])
+
+
+def _window_product(x: Any, other: Any, spec: ConvSpec) -> Any:
+    """A forward convolution or a kernel's gradient on numpy (``spec``'s form ``forward`` or ``weight``) without an
+    im2col matrix: the input copied once, channels-last, per stride phase, with the kernel's last axis of
+    offsets side by side (3 copies for a 3-wide kernel), then one BLAS product per offset of the other axes,
+    over the whole grid (the positions past the output dropped at the end)."""
+    import numpy as np
+
+    form, order, groups, slices, pads, other_order, other_groups, _, stride, dilation, sizes, permutation = spec[:12]
+    x = _grouped_numpy(x[tuple(slice(start, end) for start, end in slices)], order, groups)
+    other = _grouped_numpy(other, other_order, other_groups)
+    spatial = len(stride)
+    batch, channels = x.shape[:2]
+    if form == "forward":  # other: (out channels, channels, *kernel)
+        kernel, positions = tuple(other.shape[2:]), tuple(sizes[-spatial:])
+    else:  # other: the output's gradient (batch, out channels, *positions); the result (out, channels, *kernel)
+        kernel, positions = tuple(sizes[-spatial:]), tuple(other.shape[2:])
+    outs = other.shape[0] if form == "forward" else other.shape[1]
+    grid, rows, extra, phases = _window_layout(x.shape, pads, stride, dilation, kernel)
+    inside = (slice(None), *(slice(0, n) for n in positions), slice(None))
+    if form == "forward":
+        weights = np.moveaxis(other, (0, 1), (-1, -2))  # (*kernel, channels, outs)
+        out = np.zeros((rows, outs), dtype=x.dtype)
+        gemm = _gemm(x.dtype)
+        for phase, (shifts, products) in phases.items():
+            stacked = _stacked(x, pads, stride, grid, rows, extra, phase, shifts)
+            for offset, offsets in products:
+                matrix = np.concatenate([weights[j] for j in offsets]) if len(offsets) > 1 else weights[offsets[0]]
+                view = stacked[offset:offset + rows]
+                if gemm is not None:  # out += view @ matrix, in place (BLAS's beta = 1)
+                    gemm(1.0, np.ascontiguousarray(matrix).T, view.T, beta=1.0, c=out.T, overwrite_c=1)
+                else:
+                    out += view @ matrix
+        result = np.moveaxis(out.reshape(batch, *grid, outs)[inside], -1, 1)
+    else:
+        gradient = np.zeros((batch, *grid, outs), dtype=x.dtype)
+        gradient[inside] = np.moveaxis(other, 1, -1)
+        gradient = gradient.reshape(rows, outs)
+        result = np.empty((outs, channels, *kernel), dtype=x.dtype)
+        for phase, (shifts, products) in phases.items():
+            stacked = _stacked(x, pads, stride, grid, rows, extra, phase, shifts)
+            for offset, offsets in products:
+                product = gradient.T @ stacked[offset:offset + rows]  # (outs, len(offsets) * channels)
+                for t, j in enumerate(offsets):
+                    result[(slice(None), slice(None), *j)] = product[:, t * channels:(t + 1) * channels]
+    return np.ascontiguousarray(result).reshape(sizes).transpose(permutation)
+
+
+def _gemm(dtype: Any) -> Any:
+    """BLAS's general matrix product for ``dtype`` from scipy (None without scipy)."""
+    try:
+        from scipy.linalg import get_blas_funcs
+    except ImportError:  # pragma: no cover - scipy is in the test environment
+        return None
+    import numpy as np
+
+    return get_blas_funcs("gemm", dtype=np.dtype(dtype))
+
+
+def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...],
+                            itemsize: int) -> int:
+    """The temporaries :func:`convolve_numpy` holds at once for ``spec`` (its result aside), in bytes."""
+    if spec[0] == "transpose":
+        return 0
+    form, order, groups, slices, pads, other_order, other_groups, _, stride, dilation, sizes = spec[:11]
+    shape = [end - start for start, end in slices]
+    shape = [shape[axis] for axis in order]
+    x_shape = (_prod(shape[:groups[0]]), _prod(shape[groups[0]:groups[0] + groups[1]]), *shape[sum(groups):])
+    other = [other_shape[axis] for axis in other_order]
+    other_grouped = (_prod(other[:other_groups[0]]), _prod(other[other_groups[0]:sum(other_groups)]),
+                     *other[sum(other_groups):])
+    spatial = len(stride)
+    kernel = tuple(other_grouped[2:]) if form == "forward" else tuple(sizes[-spatial:])
+    outs = other_grouped[0] if form == "forward" else other_grouped[1]
+    grid, rows, extra, phases = _window_layout(x_shape, pads, stride, dilation, kernel)
+    channels = x_shape[1]
+    buffers = max((rows + extra + max(shifts)) * channels * (1 + (len(shifts) if shifts != (0,) else 0))
+                  for shifts, _ in phases.values())
+    grid_out = rows * outs  # forward: the whole grid's output; weight: the output's gradient on the grid
+    return (buffers + grid_out) * itemsize
+
+
+def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
+    """The convolution ``spec`` on numpy arrays: a forward convolution or a kernel's gradient by
+    :func:`_window_product` (no im2col matrix); a transposed convolution without its scatter, one matrix product
+    per kernel offset added into a strided view of the output (a kernel of 3x3 is 9 products of the input's
+    size)."""
+    import numpy as np
+
     x, other = np.asarray(x, dtype=dtype), np.asarray(other, dtype=dtype)
+    if spec[0] != "transpose":
+        return _window_product(x, other if not spec[7] else np.flip(other, spec[7]), spec)
+    _, order, groups, native, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation, first = spec
     if first == 1:
         x, other = other, x
     if flips:
