@@ -33,7 +33,8 @@ from typing import Any
 from einflow.engine.steps import step_inputs
 
 __all__ = ["ConvSpec", "window_convolution", "scatter_convolution", "convolve_torch", "convolve_numpy",
-           "convolution_kernel", "numpy_convolution_bytes", "sole_reader"]
+           "convolution_kernel", "numpy_convolution_bytes", "numpy_convolves",
+           "sole_reader"]
 
 #: (form, input order, input groups, input slices, pads, other order, other groups, flips, stride, dilation,
 #:  result sizes, result permutation); ``form`` is forward, weight or transpose
@@ -324,50 +325,42 @@ def _grouped_numpy(array: Any, order: tuple[int, ...], groups: tuple[int, int]) 
 
 
 def _window_product(x: Any, other: Any, spec: ConvSpec) -> Any:
-    """A forward convolution or a kernel's gradient on numpy (``spec``'s form ``forward`` or ``weight``) without an
-    im2col matrix: the input copied once, channels-last, per stride phase, with the kernel's last axis of
-    offsets side by side (3 copies for a 3-wide kernel), then one BLAS product per offset of the other axes,
-    over the whole grid (the positions past the output dropped at the end)."""
+    """A forward convolution on numpy (``spec``'s form ``forward``) without an im2col matrix: the input copied
+    once, channels-last, per stride phase, with the kernel's last axis of offsets side by side (3 copies for a
+    3-wide kernel), then one BLAS product per offset of the other axes, added in place into the output over the
+    whole grid (the positions past the output dropped at the end)."""
     import numpy as np
 
-    form, order, groups, slices, pads, other_order, other_groups, _, stride, dilation, sizes, permutation = spec[:12]
+    _, order, groups, slices, pads, other_order, other_groups, _, stride, dilation, sizes, permutation = spec[:12]
     x = _grouped_numpy(x[tuple(slice(start, end) for start, end in slices)], order, groups)
-    other = _grouped_numpy(other, other_order, other_groups)
-    spatial = len(stride)
-    batch, channels = x.shape[:2]
-    if form == "forward":  # other: (out channels, channels, *kernel)
-        kernel, positions = tuple(other.shape[2:]), tuple(sizes[-spatial:])
-    else:  # other: the output's gradient (batch, out channels, *positions); the result (out, channels, *kernel)
-        kernel, positions = tuple(sizes[-spatial:]), tuple(other.shape[2:])
-    outs = other.shape[0] if form == "forward" else other.shape[1]
-    grid, rows, extra, phases = _window_layout(x.shape, pads, stride, dilation, kernel)
-    inside = (slice(None), *(slice(0, n) for n in positions), slice(None))
-    if form == "forward":
-        weights = np.moveaxis(other, (0, 1), (-1, -2))  # (*kernel, channels, outs)
-        out = np.zeros((rows, outs), dtype=x.dtype)
-        gemm = _gemm(x.dtype)
-        for phase, (shifts, products) in phases.items():
-            stacked = _stacked(x, pads, stride, grid, rows, extra, phase, shifts)
-            for offset, offsets in products:
-                matrix = np.concatenate([weights[j] for j in offsets]) if len(offsets) > 1 else weights[offsets[0]]
-                view = stacked[offset:offset + rows]
-                if gemm is not None:  # out += view @ matrix, in place (BLAS's beta = 1)
-                    gemm(1.0, np.ascontiguousarray(matrix).T, view.T, beta=1.0, c=out.T, overwrite_c=1)
-                else:
-                    out += view @ matrix
-        result = np.moveaxis(out.reshape(batch, *grid, outs)[inside], -1, 1)
-    else:
-        gradient = np.zeros((batch, *grid, outs), dtype=x.dtype)
-        gradient[inside] = np.moveaxis(other, 1, -1)
-        gradient = gradient.reshape(rows, outs)
-        result = np.empty((outs, channels, *kernel), dtype=x.dtype)
-        for phase, (shifts, products) in phases.items():
-            stacked = _stacked(x, pads, stride, grid, rows, extra, phase, shifts)
-            for offset, offsets in products:
-                product = gradient.T @ stacked[offset:offset + rows]  # (outs, len(offsets) * channels)
-                for t, j in enumerate(offsets):
-                    result[(slice(None), slice(None), *j)] = product[:, t * channels:(t + 1) * channels]
+    other = _grouped_numpy(other, other_order, other_groups)  # (out channels, channels, *kernel)
+    batch, outs = x.shape[0], other.shape[0]
+    grid, rows, extra, phases = _window_layout(x.shape, pads, stride, dilation, tuple(other.shape[2:]))
+    weights = np.moveaxis(other, (0, 1), (-1, -2))  # (*kernel, channels, outs)
+    out = np.zeros((rows, outs), dtype=x.dtype)
+    gemm = _gemm(x.dtype)
+    for phase, (shifts, products) in phases.items():
+        stacked = _stacked(x, pads, stride, grid, rows, extra, phase, shifts)
+        for offset, offsets in products:
+            matrix = np.concatenate([weights[j] for j in offsets]) if len(offsets) > 1 else weights[offsets[0]]
+            view = stacked[offset:offset + rows]
+            if gemm is not None:  # out += view @ matrix, in place (BLAS's beta = 1), on transposed views: no copy
+                gemm(1.0, np.ascontiguousarray(matrix).T, view.T, beta=1.0, c=out.T, overwrite_c=1)
+            else:
+                out += view @ matrix
+        del stacked
+    inside = (slice(None), *(slice(0, n) for n in sizes[-len(stride):]), slice(None))
+    result = np.moveaxis(out.reshape(batch, *grid, outs)[inside], -1, 1)
     return np.ascontiguousarray(result).reshape(sizes).transpose(permutation)
+
+
+def numpy_convolves(spec: ConvSpec) -> bool:
+    """Whether numpy's kernel pays for ``spec`` over the einsum on the window (measured at conv2d (32, 64, 56, 56)
+    * (64, 64, 3, 3), docs/benchmarks.md): a forward convolution of unit strides, whose im2col matrix is 9x the
+    input where the kernel copies it 3x, and a transposed convolution, which saves the scatter. A strided forward
+    convolution's im2col is small (9/4 of the input at stride 2) and a kernel's gradient is one well-shaped
+    product after it: both stay einsums."""
+    return spec[0] == "transpose" or spec[0] == "forward" and all(s == 1 for s in spec[8])
 
 
 def _gemm(dtype: Any) -> Any:
@@ -383,36 +376,42 @@ def _gemm(dtype: Any) -> Any:
 
 def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...],
                             itemsize: int) -> int:
-    """The temporaries :func:`convolve_numpy` holds at once for ``spec`` (its result aside), in bytes."""
+    """The temporaries :func:`convolve_numpy` holds at once for ``spec`` (its result aside), in bytes: a forward
+    convolution's stacked channels-last copy of a phase (with the phase's own copy) and its output over the grid;
+    a transposed one's two copies of its input, its output before the crop and one offset's product."""
     if spec[0] == "transpose":
-        return 0
-    form, order, groups, slices, pads, other_order, other_groups, _, stride, dilation, sizes = spec[:11]
-    shape = [end - start for start, end in slices]
-    shape = [shape[axis] for axis in order]
-    x_shape = (_prod(shape[:groups[0]]), _prod(shape[groups[0]:groups[0] + groups[1]]), *shape[sum(groups):])
-    other = [other_shape[axis] for axis in other_order]
-    other_grouped = (_prod(other[:other_groups[0]]), _prod(other[other_groups[0]:sum(other_groups)]),
-                     *other[sum(other_groups):])
-    spatial = len(stride)
-    kernel = tuple(other_grouped[2:]) if form == "forward" else tuple(sizes[-spatial:])
-    outs = other_grouped[0] if form == "forward" else other_grouped[1]
-    grid, rows, extra, phases = _window_layout(x_shape, pads, stride, dilation, kernel)
-    channels = x_shape[1]
-    buffers = max((rows + extra + max(shifts)) * channels * (1 + (len(shifts) if shifts != (0,) else 0))
-                  for shifts, _ in phases.values())
-    grid_out = rows * outs  # forward: the whole grid's output; weight: the output's gradient on the grid
-    return (buffers + grid_out) * itemsize
+        _, order, _, _, _, other_order, other_groups, _, stride, dilation = spec[:10]
+        if spec[12] == 1:
+            x_shape, other_shape = other_shape, x_shape
+        elements = _prod(list(x_shape))
+        inputs = [x_shape[axis] for axis in order[len(order) - len(stride):]]
+        weight = [other_shape[axis] for axis in other_order]
+        kernel = weight[sum(other_groups):]
+        outs = _prod(weight[other_groups[0]:sum(other_groups)])
+        batch = elements // (_prod(inputs) * _prod(weight[:other_groups[0]]))
+        full = _prod([s * (n - 1) + d * (k - 1) + 1 for s, n, d, k in zip(stride, inputs, dilation, kernel)])
+        return max(2 * elements, elements + outs * batch * (full + _prod(inputs))) * itemsize
+    _, order, groups, slices, pads, other_order, other_groups, _, stride, dilation = spec[:10]
+    extents = [end - start for start, end in slices]
+    shape = [extents[axis] for axis in order]
+    grouped = (_prod(shape[:groups[0]]), _prod(shape[groups[0]:sum(groups)]), *shape[sum(groups):])
+    kernel_axes = [other_shape[axis] for axis in other_order]
+    outs, kernel = _prod(kernel_axes[:other_groups[0]]), tuple(kernel_axes[sum(other_groups):])
+    grid, rows, extra, phases = _window_layout(grouped, pads, stride, dilation, kernel)
+    buffers = max((rows + extra + max(shifts)) + (len(shifts) * (rows + extra) if shifts != (0,) else 0)
+                  for shifts, _ in phases.values()) * grouped[1]
+    return (buffers + rows * outs) * itemsize
 
 
 def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
-    """The convolution ``spec`` on numpy arrays: a forward convolution or a kernel's gradient by
-    :func:`_window_product` (no im2col matrix); a transposed convolution without its scatter, one matrix product
+    """The convolution ``spec`` on numpy arrays: a forward convolution by :func:`_window_product` (no im2col
+    matrix); a transposed convolution without its scatter, one matrix product
     per kernel offset added into a strided view of the output (a kernel of 3x3 is 9 products of the input's
     size)."""
     import numpy as np
 
     x, other = np.asarray(x, dtype=dtype), np.asarray(other, dtype=dtype)
-    if spec[0] != "transpose":
+    if spec[0] == "forward":
         return _window_product(x, other if not spec[7] else np.flip(other, spec[7]), spec)
     _, order, groups, native, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation, first = spec
     if first == 1:

@@ -46,6 +46,7 @@ from einflow.engine.codegen import (
 from einflow.engine.convolution import (
     convolution_kernel,
     numpy_convolution_bytes,
+    numpy_convolves,
     scatter_convolution,
     sole_reader,
     window_convolution,
@@ -508,7 +509,7 @@ def _window_convolution(specialiser: _Specialising, step: Window, spec: Any) -> 
         return False
     found = window_convolution(reader.operands[side], spec, specialiser.shape[step.arg], reader.operands[1 - side],
                                reader.output, tuple(specialiser.resolve(ref) for ref in reader.sizes))
-    if found is None:
+    if found is None or not (specialiser.backend.native_convolution or numpy_convolves(found)):
         return False
     # (the window's register is its array itself: alive as long as the convolution needs it)
     specialiser.convolutions[reader.out] = (found, (step.out, reader.args[1 - side]))
