@@ -337,17 +337,19 @@ def _window_product(x: Any, other: Any, spec: ConvSpec) -> Any:
     batch, outs = x.shape[0], other.shape[0]
     grid, rows, extra, phases = _window_layout(x.shape, pads, stride, dilation, tuple(other.shape[2:]))
     weights = np.moveaxis(other, (0, 1), (-1, -2))  # (*kernel, channels, outs)
-    out = np.zeros((rows, outs), dtype=x.dtype)
     gemm = _gemm(x.dtype)
+    out = np.empty((rows, outs), dtype=x.dtype) if gemm is not None else np.zeros((rows, outs), dtype=x.dtype)
+    first = True
     for phase, (shifts, products) in phases.items():
         stacked = _stacked(x, pads, stride, grid, rows, extra, phase, shifts)
         for offset, offsets in products:
             matrix = np.concatenate([weights[j] for j in offsets]) if len(offsets) > 1 else weights[offsets[0]]
             view = stacked[offset:offset + rows]
-            if gemm is not None:  # out += view @ matrix, in place (BLAS's beta = 1), on transposed views: no copy
-                gemm(1.0, np.ascontiguousarray(matrix).T, view.T, beta=1.0, c=out.T, overwrite_c=1)
+            if gemm is not None:  # out (+)= view @ matrix in place (BLAS's beta), on transposed views: no copy
+                gemm(1.0, np.ascontiguousarray(matrix).T, view.T, beta=0.0 if first else 1.0, c=out.T, overwrite_c=1)
             else:
                 out += view @ matrix
+            first = False
         del stacked
     inside = (slice(None), *(slice(0, n) for n in sizes[-len(stride):]), slice(None))
     result = np.moveaxis(out.reshape(batch, *grid, outs)[inside], -1, 1)
