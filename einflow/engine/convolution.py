@@ -361,8 +361,11 @@ def numpy_convolves(spec: ConvSpec) -> bool:
     * (64, 64, 3, 3), docs/benchmarks.md): a forward convolution of unit strides, whose im2col matrix is 9x the
     input where the kernel copies it 3x, and a transposed convolution, which saves the scatter. A strided forward
     convolution's im2col is small (9/4 of the input at stride 2) and a kernel's gradient is one well-shaped
-    product after it: both stay einsums."""
-    return spec[0] == "transpose" or spec[0] == "forward" and all(s == 1 for s in spec[8])
+    product after it: both stay einsums, as does a window without channels on either side (a product with a
+    strided view, no copy)."""
+    if spec[0] == "transpose":
+        return True
+    return spec[0] == "forward" and all(s == 1 for s in spec[8]) and spec[2][1] > 0 and spec[6][0] > 0
 
 
 def _gemm(dtype: Any) -> Any:
