@@ -337,19 +337,20 @@ def _window_product(x: Any, other: Any, spec: ConvSpec) -> Any:
     batch, outs = x.shape[0], other.shape[0]
     grid, rows, extra, phases = _window_layout(x.shape, pads, stride, dilation, tuple(other.shape[2:]))
     weights = np.moveaxis(other, (0, 1), (-1, -2))  # (*kernel, channels, outs)
-    gemm = _gemm(x.dtype)
-    out = np.empty((rows, outs), dtype=x.dtype) if gemm is not None else np.zeros((rows, outs), dtype=x.dtype)
-    first = True
+    out = np.empty((rows, outs), dtype=x.dtype)
+    product = None
     for phase, (shifts, products) in phases.items():
         stacked = _stacked(x, pads, stride, grid, rows, extra, phase, shifts)
         for offset, offsets in products:
             matrix = np.concatenate([weights[j] for j in offsets]) if len(offsets) > 1 else weights[offsets[0]]
             view = stacked[offset:offset + rows]
-            if gemm is not None:  # out (+)= view @ matrix in place (BLAS's beta), on transposed views: no copy
-                gemm(1.0, np.ascontiguousarray(matrix).T, view.T, beta=0.0 if first else 1.0, c=out.T, overwrite_c=1)
+            # numpy's own BLAS (a second library's thread pool would contend with it), into the output or
+            # into one reused buffer added to it
+            if product is None:
+                product = np.matmul(view, matrix, out=out)
+                product = np.empty_like(out)
             else:
-                out += view @ matrix
-            first = False
+                out += np.matmul(view, matrix, out=product)
         del stacked
     inside = (slice(None), *(slice(0, n) for n in sizes[-len(stride):]), slice(None))
     result = np.moveaxis(out.reshape(batch, *grid, outs)[inside], -1, 1)
@@ -368,21 +369,11 @@ def numpy_convolves(spec: ConvSpec) -> bool:
     return spec[0] == "forward" and all(s == 1 for s in spec[8]) and spec[2][1] > 0 and spec[6][0] > 0
 
 
-def _gemm(dtype: Any) -> Any:
-    """BLAS's general matrix product for ``dtype`` from scipy (None without scipy)."""
-    try:
-        from scipy.linalg import get_blas_funcs
-    except ImportError:  # pragma: no cover - scipy is in the test environment
-        return None
-    import numpy as np
-
-    return get_blas_funcs("gemm", dtype=np.dtype(dtype))
-
-
 def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...],
                             itemsize: int) -> int:
     """The temporaries :func:`convolve_numpy` holds at once for ``spec`` (its result aside), in bytes: a forward
-    convolution's stacked channels-last copy of a phase (with the phase's own copy) and its output over the grid;
+    convolution's stacked channels-last copy of a phase (with the phase's own copy), its output over the grid and
+    one product's buffer;
     a transposed one's two copies of its input, its output before the crop and one offset's product."""
     if spec[0] == "transpose":
         _, order, _, _, _, other_order, other_groups, _, stride, dilation = spec[:10]
@@ -405,7 +396,7 @@ def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shap
     grid, rows, extra, phases = _window_layout(grouped, pads, stride, dilation, kernel)
     buffers = max((rows + extra + max(shifts)) + (len(shifts) * (rows + extra) if shifts != (0,) else 0)
                   for shifts, _ in phases.values()) * grouped[1]
-    return (buffers + rows * outs) * itemsize
+    return (buffers + 2 * rows * outs) * itemsize
 
 
 def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
