@@ -144,15 +144,14 @@ def test_the_default_limit_respects_the_address_space_limit() -> None:
     assert completed.stdout.startswith("MemoryLimitError the plan needs 2.15 GiB"), completed.stdout
 
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_numpy_convolution_kernels_temporaries_are_in_the_prediction(stride: int) -> None:
-    """numpy's convolution kernel (channels-last copies of the input, the output over the whole grid) is
-    planned with those temporaries: the measured peak of a forward and backward is within 1.25x of the plan's."""
-    step = "2*" if stride == 2 else ""
-    program = ef.value_and_grad(f"y[n,o,h,w] = x[n,c,{step}h+r,{step}w+s] K[o,c,r,s]\n"
+def test_numpy_transposed_convolutions_temporaries_are_in_the_prediction() -> None:
+    """numpy's transposed convolution (the gradient by x of a strided convolution: copies of its input, its
+    output before the crop, one offset's product) is planned with those temporaries: the measured peak of a
+    forward and backward is within 1.25x of the plan's."""
+    program = ef.value_and_grad("y[n,o,h,w] = x[n,c,2*h+r,2*w+s] K[o,c,r,s]\n"
                                 "L = sum[n,o,h,w](T[n,o,h,w] y[n,o,h,w])", wrt=["x", "K"])
     rng = np.random.default_rng(3)
-    size = 38 // stride
+    size = 19
     arrays = {"x": rng.standard_normal((8, 16, 40, 40)), "K": rng.standard_normal((16, 16, 3, 3)),
               "T": rng.standard_normal((8, 16, size, size))}
     predicted = program.plan(arrays).peak_bytes

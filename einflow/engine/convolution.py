@@ -26,7 +26,6 @@ is left to the einsum. Specs are plain tuples, written into the generated code a
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any
 
@@ -265,150 +264,37 @@ def sole_reader(steps: tuple[Any, ...], register: int, outputs: tuple[int, ...])
     return readers[0]
 
 
-def _window_layout(shape: tuple[int, ...], pads: Any, stride: Any, dilation: Any,
-                   kernel: tuple[int, ...]) -> tuple[list[int], int, int, dict[tuple[int, ...], Any]]:
-    """How :func:`convolve_numpy` reads a window of an input of ``shape`` (batch, channels, *spatial): the input's
-    stride phases (``x[..., a::s]``) on one grid of positions, ``grid`` (the longest phase's lengths), flattened
-    with the batch into ``rows`` rows of channels; then a kernel offset reads a contiguous run of rows of its
-    phase, at a fixed row offset. Per phase: (the phase's rows, the offsets along the last axis stacked side by
-    side, [(row offset, kernel offsets), ...] one matrix product each). Returns (grid, rows, extra rows, phases)."""
-    padded = [n + low + high for n, (low, high) in zip(shape[2:], pads)]
-    grid = [-(-n // s) for n, s in zip(padded, stride)]
-    unit = [_prod(grid[axis + 1:]) for axis in range(len(grid))]
-    split = [[(d * k % s, d * k // s) for k in range(size)] for d, s, size in zip(dilation, stride, kernel)]
-    last: dict[int, list[tuple[int, int]]] = {}
-    for j, (rem, q) in enumerate(split[-1]):
-        last.setdefault(rem, []).append((j, q))
-    phases: dict[tuple[int, ...], Any] = {}
-    for prefix in itertools.product(*(range(size) for size in kernel[:-1])):
-        offset = sum(split[axis][j][1] * unit[axis] for axis, j in enumerate(prefix))
-        for rem, members in last.items():
-            phase = (*(split[axis][j][0] for axis, j in enumerate(prefix)), rem)
-            shifts = tuple(q for _, q in members)
-            phases.setdefault(phase, (shifts, []))[1].append((offset, tuple((*prefix, j) for j, _ in members)))
-    extra = max(offset for _, groups in phases.values() for offset, _ in groups)
-    return grid, shape[0] * _prod(grid), extra, phases
-
-
-def _stacked(x: Any, pads: Any, stride: Any, grid: list[int], rows: int, extra: int, phase: tuple[int, ...],
-             shifts: tuple[int, ...]) -> Any:
-    """The phase ``phase`` of ``x`` (zero-padded by ``pads``) channels-last on the grid, flattened to rows, with
-    copies shifted by each of ``shifts`` rows side by side: (rows + extra, len(shifts) * channels)."""
-    import numpy as np
-
-    channels = x.shape[1]
-    flat = np.zeros((rows + extra + max(shifts), channels), dtype=x.dtype)
-    source, target = [], []
-    for s, rem, (low, _), n in zip(stride, phase, pads, x.shape[2:]):
-        first, end = max(0, -(-(low - rem) // s)), (low + n - 1 - rem) // s + 1
-        if end <= first:
-            break
-        source.append(slice(s * first + rem - low, s * (end - 1) + rem - low + 1, s))
-        target.append(slice(first, end))
-    else:
-        flat[:rows].reshape(x.shape[0], *grid, channels)[(slice(None), *target)] = \
-            np.moveaxis(x[(slice(None), slice(None), *source)], 1, -1)
-    if shifts == (0,):
-        return flat
-    stacked = np.empty((rows + extra, len(shifts) * channels), dtype=x.dtype)
-    for t, q in enumerate(shifts):
-        stacked[:, t * channels:(t + 1) * channels] = flat[q:q + rows + extra]
-    return stacked
-
-
-def _grouped_numpy(array: Any, order: tuple[int, ...], groups: tuple[int, int]) -> Any:
-    """``array`` with its axes in ``order``, the first two groups of axes each flattened into one (numpy)."""
-    array = array.transpose(order)
-    first, second = groups
-    return array.reshape(_prod(list(array.shape[:first])), _prod(list(array.shape[first:first + second])),
-                         *array.shape[first + second:])
-
-
-def _window_product(x: Any, other: Any, spec: ConvSpec) -> Any:
-    """A forward convolution on numpy (``spec``'s form ``forward``) without an im2col matrix: the input copied
-    once, channels-last, per stride phase, with the kernel's last axis of offsets side by side (3 copies for a
-    3-wide kernel), then one BLAS product per offset of the other axes, added in place into the output over the
-    whole grid (the positions past the output dropped at the end)."""
-    import numpy as np
-
-    _, order, groups, slices, pads, other_order, other_groups, _, stride, dilation, sizes, permutation = spec[:12]
-    x = _grouped_numpy(x[tuple(slice(start, end) for start, end in slices)], order, groups)
-    other = _grouped_numpy(other, other_order, other_groups)  # (out channels, channels, *kernel)
-    batch, outs = x.shape[0], other.shape[0]
-    grid, rows, extra, phases = _window_layout(x.shape, pads, stride, dilation, tuple(other.shape[2:]))
-    weights = np.moveaxis(other, (0, 1), (-1, -2))  # (*kernel, channels, outs)
-    out = np.empty((rows, outs), dtype=x.dtype)
-    product = None
-    for phase, (shifts, products) in phases.items():
-        stacked = _stacked(x, pads, stride, grid, rows, extra, phase, shifts)
-        for offset, offsets in products:
-            matrix = np.concatenate([weights[j] for j in offsets]) if len(offsets) > 1 else weights[offsets[0]]
-            view = stacked[offset:offset + rows]
-            # numpy's own BLAS (a second library's thread pool would contend with it), into the output or
-            # into one reused buffer added to it
-            if product is None:
-                product = np.matmul(view, matrix, out=out)
-                product = np.empty_like(out)
-            else:
-                out += np.matmul(view, matrix, out=product)
-        del stacked
-    inside = (slice(None), *(slice(0, n) for n in sizes[-len(stride):]), slice(None))
-    result = np.moveaxis(out.reshape(batch, *grid, outs)[inside], -1, 1)
-    return np.ascontiguousarray(result).reshape(sizes).transpose(permutation)
-
-
 def numpy_convolves(spec: ConvSpec) -> bool:
-    """Whether numpy's kernel pays for ``spec`` over the einsum on the window (measured at conv2d (32, 64, 56, 56)
-    * (64, 64, 3, 3), docs/benchmarks.md): a forward convolution of unit strides, whose im2col matrix is 9x the
-    input where the kernel copies it 3x, and a transposed convolution, which saves the scatter. A strided forward
-    convolution's im2col is small (9/4 of the input at stride 2) and a kernel's gradient is one well-shaped
-    product after it: both stay einsums, as does a window without channels on either side (a product with a
-    strided view, no copy)."""
-    if spec[0] == "transpose":
-        return True
-    return spec[0] == "forward" and all(s == 1 for s in spec[8]) and spec[2][1] > 0 and spec[6][0] > 0
+    """Whether numpy's kernel pays for ``spec`` over the einsum on the window: a transposed convolution (it saves
+    the scatter). A forward convolution and a kernel's gradient stay einsums: an im2col copy and one BLAS product
+    with the whole kernel as its inner dimension measured faster on numpy (docs/benchmarks.md, 2026-12-02,
+    branch conv3) than a kernel of one product per kernel offset on shifted channels-last rows."""
+    return spec[0] == "transpose"
 
 
 def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...],
                             itemsize: int) -> int:
-    """The temporaries :func:`convolve_numpy` holds at once for ``spec`` (its result aside), in bytes: a forward
-    convolution's stacked channels-last copy of a phase (with the phase's own copy), its output over the grid and
-    one product's buffer;
-    a transposed one's two copies of its input, its output before the crop and one offset's product."""
-    if spec[0] == "transpose":
-        _, order, _, _, _, other_order, other_groups, _, stride, dilation = spec[:10]
-        if spec[12] == 1:
-            x_shape, other_shape = other_shape, x_shape
-        elements = _prod(list(x_shape))
-        inputs = [x_shape[axis] for axis in order[len(order) - len(stride):]]
-        weight = [other_shape[axis] for axis in other_order]
-        kernel = weight[sum(other_groups):]
-        outs = _prod(weight[other_groups[0]:sum(other_groups)])
-        batch = elements // (_prod(inputs) * _prod(weight[:other_groups[0]]))
-        full = _prod([s * (n - 1) + d * (k - 1) + 1 for s, n, d, k in zip(stride, inputs, dilation, kernel)])
-        return max(2 * elements, elements + outs * batch * (full + _prod(inputs))) * itemsize
-    _, order, groups, slices, pads, other_order, other_groups, _, stride, dilation = spec[:10]
-    extents = [end - start for start, end in slices]
-    shape = [extents[axis] for axis in order]
-    grouped = (_prod(shape[:groups[0]]), _prod(shape[groups[0]:sum(groups)]), *shape[sum(groups):])
-    kernel_axes = [other_shape[axis] for axis in other_order]
-    outs, kernel = _prod(kernel_axes[:other_groups[0]]), tuple(kernel_axes[sum(other_groups):])
-    grid, rows, extra, phases = _window_layout(grouped, pads, stride, dilation, kernel)
-    buffers = max((rows + extra + max(shifts)) + (len(shifts) * (rows + extra) if shifts != (0,) else 0)
-                  for shifts, _ in phases.values()) * grouped[1]
-    return (buffers + 2 * rows * outs) * itemsize
+    """The temporaries :func:`convolve_numpy` holds at once for the transposed convolution ``spec`` (its result
+    aside), in bytes: two copies of its input, its output before the crop and one offset's product."""
+    _, order, _, _, _, other_order, other_groups, _, stride, dilation = spec[:10]
+    if spec[12] == 1:
+        x_shape, other_shape = other_shape, x_shape
+    elements = _prod(list(x_shape))
+    inputs = [x_shape[axis] for axis in order[len(order) - len(stride):]]
+    weight = [other_shape[axis] for axis in other_order]
+    kernel = weight[sum(other_groups):]
+    outs = _prod(weight[other_groups[0]:sum(other_groups)])
+    batch = elements // (_prod(inputs) * _prod(weight[:other_groups[0]]))
+    full = _prod([s * (n - 1) + d * (k - 1) + 1 for s, n, d, k in zip(stride, inputs, dilation, kernel)])
+    return max(2 * elements, elements + outs * batch * (full + _prod(inputs))) * itemsize
 
 
 def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
-    """The convolution ``spec`` on numpy arrays: a forward convolution by :func:`_window_product` (no im2col
-    matrix); a transposed convolution without its scatter, one matrix product
-    per kernel offset added into a strided view of the output (a kernel of 3x3 is 9 products of the input's
-    size)."""
+    """A transposed convolution (``spec``'s form ``transpose``) on numpy without its scatter: one matrix product per
+    kernel offset, added into a strided view of the output (a kernel of 3x3 is 9 products of the input's size)."""
     import numpy as np
 
     x, other = np.asarray(x, dtype=dtype), np.asarray(other, dtype=dtype)
-    if spec[0] == "forward":
-        return _window_product(x, other if not spec[7] else np.flip(other, spec[7]), spec)
     _, order, groups, native, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation, first = spec
     if first == 1:
         x, other = other, x
