@@ -714,3 +714,18 @@ def test_numpy_transposed_convolution_under_a_memory_limit() -> None:
     np.testing.assert_allclose(got, tx.grad.numpy(), rtol=1e-12, atol=1e-12)
     with pytest.raises(ef.MemoryLimitError, match="over the memory limit"):
         program(X=x, W=K, S=T, memory_limit=int(0.8 * whole))
+
+
+def test_convolution_reads_a_window_whose_array_is_freed_before_it_runs() -> None:
+    """The example network's gradient on torch: the window of ``a`` is ``a``'s last reader, so ``a`` is freed after
+    it; the convolution that reads the window reads the window's name, not the freed array's (it raised
+    UnboundLocalError)."""
+    network = _example("convolution").NETWORK  # type: ignore[attr-defined]
+    gradient = ef.grad(network, wrt=["K1", "K2", "V"])
+    arrays = {"x": RNG.standard_normal((32, 1, 8, 8)), "K1": RNG.standard_normal((4, 1, 3, 3)),
+              "K2": RNG.standard_normal((8, 4, 2, 2)), "V": RNG.standard_normal((8, 4, 4)),
+              "label": np.sign(RNG.standard_normal(32))}
+    got = gradient(**{name: torch.tensor(value) for name, value in arrays.items()}, backend="torch")
+    assert _generated(gradient, "torch").count("_convolve(") >= 3
+    for ours, reference in zip(got, gradient(**arrays)):
+        np.testing.assert_allclose(ours.numpy(), reference, rtol=1e-10, atol=1e-12)
