@@ -513,8 +513,8 @@ CONVOLVED = [  # (program, shapes): each product reading a window is one torch.c
 ]
 
 
-def _generated(program: ef.Program) -> str:
-    return "\n".join(plan.source for plan in program._plans.values())
+def _generated(program: ef.Program, backend: str | None = None) -> str:
+    return "\n".join(plan.source for key, plan in program._plans.items() if backend in (None, key[0]))
 
 
 @pytest.mark.parametrize("text, shapes", CONVOLVED)
@@ -672,3 +672,74 @@ def test_cross_seed_12586_a_scatter_that_lands_nowhere_keeps_its_float_type() ->
         value = hessian(**arrays, backend=backend)
         value = np.asarray(value.compute() if hasattr(value, "compute") else value)
         assert value.dtype == np.float64 and value.tolist() == [[0.0]]
+
+
+# ---------------------------------------------------------------- numpy's convolution kernel (no im2col)
+@pytest.mark.parametrize("text, shapes", CONVOLVED)
+def test_window_contractions_stay_einsums_on_numpy(text: str, shapes: dict) -> None:
+    """numpy contracts a window as an einsum (an im2col copy and one BLAS product measured faster there than a
+    convolution kernel of one product per kernel offset: einflow.engine.convolution.numpy_convolves)."""
+    program = ef.compile(text)
+    values = {name: RNG.standard_normal(shape) for name, shape in shapes.items()}
+    got = program(**values)
+    assert "_convolve(" not in _generated(program, "numpy")
+    np.testing.assert_allclose(got, np.asarray(program(**values, backend="dask")), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("stride, padding", list(CONV2D))
+@pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-12), ("float32", 1e-5)])
+def test_numpy_convolutions_values_and_gradients_match_torch(stride: int, padding: int | str, dtype: str,
+                                                                   tolerance: float) -> None:
+    program = ef.value_and_grad(CONV2D[stride, padding] + "\nL = sum[n,o,h,w](T[n,o,h,w] y[n,o,h,w])",
+                                wrt=["x", "K"])
+    x, K = RNG.standard_normal((2, 3, 9, 8)).astype(dtype), RNG.standard_normal((4, 3, 3, 3)).astype(dtype)
+    forward = ef.compile(CONV2D[stride, padding])
+    y = forward(x=x, K=K)
+    T = RNG.standard_normal(y.shape).astype(dtype)
+    tx, tK = torch.tensor(x, requires_grad=True), torch.tensor(K, requires_grad=True)
+    reference = F.conv2d(tx, tK, stride=stride, padding=padding)
+    (reference * torch.tensor(T)).sum().backward()
+    value, (gx, gK) = program(x=x, K=K, T=T)
+    source = _generated(program, "numpy")
+    # stride 2: the gradient by x is numpy's transposed convolution; the rest are einsums over windows
+    assert "_convolve(" not in _generated(forward, "numpy")
+    assert "('forward'" not in source and "('weight'" not in source
+    assert ("_convolve(K, T, ('transpose'" in source) == (stride == 2)
+    assert y.dtype == gx.dtype == gK.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(y, reference.detach().numpy(), rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(value, float((reference * torch.tensor(T)).sum().detach()), rtol=tolerance)
+    np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(gK, tK.grad.numpy(), rtol=tolerance, atol=tolerance)
+
+
+def test_numpy_transposed_convolution_under_a_memory_limit() -> None:
+    """Within the limit numpy's transposed convolution runs (its temporaries counted); below its peak the einsum
+    and its scatter are tried instead (a scatter is not sliced, so here neither fits) and MemoryLimitError says so."""
+    # (programs are cached by their text: this one's own names)
+    text = "Y[n,o,h,w] = X[n,c,2*h+r,2*w+s] W[o,c,r,s]\nL = sum[n,o,h,w](S[n,o,h,w] Y[n,o,h,w])"
+    x, K = RNG.standard_normal((4, 8, 41, 41)), RNG.standard_normal((8, 8, 3, 3))
+    T = RNG.standard_normal((4, 8, 20, 20))
+    program = ef.grad(text, wrt="X")
+    whole = program.plan(X=x, W=K, S=T).peak_bytes
+    got = program(X=x, W=K, S=T, memory_limit=whole)
+    assert "_convolve(W, S, ('transpose'" in _generated(program)
+    tx = torch.tensor(x, requires_grad=True)
+    (F.conv2d(tx, torch.tensor(K), stride=2) * torch.tensor(T)).sum().backward()
+    np.testing.assert_allclose(got, tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ef.MemoryLimitError, match="over the memory limit"):
+        program(X=x, W=K, S=T, memory_limit=int(0.8 * whole))
+
+
+def test_convolution_reads_a_window_whose_array_is_freed_before_it_runs() -> None:
+    """The example network's gradient on torch: the window of ``a`` is ``a``'s last reader, so ``a`` is freed after
+    it; the convolution that reads the window reads the window's name, not the freed array's (it raised
+    UnboundLocalError)."""
+    network = _example("convolution").NETWORK  # type: ignore[attr-defined]
+    gradient = ef.grad(network, wrt=["K1", "K2", "V"])
+    arrays = {"x": RNG.standard_normal((32, 1, 8, 8)), "K1": RNG.standard_normal((4, 1, 3, 3)),
+              "K2": RNG.standard_normal((8, 4, 2, 2)), "V": RNG.standard_normal((8, 4, 4)),
+              "label": np.sign(RNG.standard_normal(32))}
+    got = gradient(**{name: torch.tensor(value) for name, value in arrays.items()}, backend="torch")
+    assert _generated(gradient, "torch").count("_convolve(") >= 3
+    for ours, reference in zip(got, gradient(**arrays)):
+        np.testing.assert_allclose(ours.numpy(), reference, rtol=1e-10, atol=1e-12)

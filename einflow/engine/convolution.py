@@ -32,7 +32,8 @@ from typing import Any
 from einflow.engine.steps import step_inputs
 
 __all__ = ["ConvSpec", "window_convolution", "scatter_convolution", "convolve_torch", "convolve_numpy",
-           "convolution_kernel", "sole_reader"]
+           "convolution_kernel", "numpy_convolution_bytes", "numpy_convolves",
+           "sole_reader"]
 
 #: (form, input order, input groups, input slices, pads, other order, other groups, flips, stride, dilation,
 #:  result sizes, result permutation); ``form`` is forward, weight or transpose
@@ -263,13 +264,38 @@ def sole_reader(steps: tuple[Any, ...], register: int, outputs: tuple[int, ...])
     return readers[0]
 
 
+def numpy_convolves(spec: ConvSpec) -> bool:
+    """Whether numpy's kernel pays for ``spec`` over the einsum on the window: a transposed convolution (it saves
+    the scatter). A forward convolution and a kernel's gradient stay einsums: an im2col copy and one BLAS product
+    with the whole kernel as its inner dimension measured faster on numpy (docs/benchmarks.md, 2026-12-02,
+    branch conv3) than a kernel of one product per kernel offset on shifted channels-last rows."""
+    return spec[0] == "transpose"
+
+
+def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...],
+                            itemsize: int) -> int:
+    """The temporaries :func:`convolve_numpy` holds at once for the transposed convolution ``spec`` (its result
+    aside), in bytes: two copies of its input, its output before the crop and one offset's product."""
+    _, order, _, _, _, other_order, other_groups, _, stride, dilation = spec[:10]
+    if spec[12] == 1:
+        x_shape, other_shape = other_shape, x_shape
+    elements = _prod(list(x_shape))
+    inputs = [x_shape[axis] for axis in order[len(order) - len(stride):]]
+    weight = [other_shape[axis] for axis in other_order]
+    kernel = weight[sum(other_groups):]
+    outs = _prod(weight[other_groups[0]:sum(other_groups)])
+    batch = elements // (_prod(inputs) * _prod(weight[:other_groups[0]]))
+    full = _prod([s * (n - 1) + d * (k - 1) + 1 for s, n, d, k in zip(stride, inputs, dilation, kernel)])
+    return max(2 * elements, elements + outs * batch * (full + _prod(inputs))) * itemsize
+
+
 def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
     """A transposed convolution (``spec``'s form ``transpose``) on numpy without its scatter: one matrix product per
     kernel offset, added into a strided view of the output (a kernel of 3x3 is 9 products of the input's size)."""
     import numpy as np
 
-    _, order, groups, native, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation, first = spec
     x, other = np.asarray(x, dtype=dtype), np.asarray(other, dtype=dtype)
+    _, order, groups, native, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation, first = spec
     if first == 1:
         x, other = other, x
     if flips:

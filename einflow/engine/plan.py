@@ -170,7 +170,17 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
         default = np.dtype(f"f{itemsize}") if itemsize in (2, 4, 8) else np.dtype("float64")
         dtypes = {name: default for name in info.inputs}
     record = specialise(program, lowered, shapes, dtypes, backend, optimize, source, float_dtype)
-    fitting = NO_FITTING if memory_limit is None else _fitted(record, memory_limit, slicing)
+    try:
+        fitting = NO_FITTING if memory_limit is None else _fitted(record, memory_limit, slicing)
+    except MemoryLimitError as over:
+        if not record.convolutions or backend.native_convolution:
+            raise
+        # numpy's convolution kernel runs whole: over the limit, the same products as einsums, which may slice
+        record = specialise(program, lowered, shapes, dtypes, backend, optimize, source, float_dtype, convolve=False)
+        try:
+            fitting = _fitted(record, memory_limit, slicing)
+        except MemoryLimitError:
+            raise over from None
     rendered = render(record, fitting)
     transients = dict(record.transients if fitting.transients is None else fitting.transients)
     allocations = {register: size for register, size in record.allocations.items() if register not in fitting.fused}

@@ -43,7 +43,14 @@ from einflow.engine.codegen import (
     helpers,
     taken_names,
 )
-from einflow.engine.convolution import convolution_kernel, scatter_convolution, sole_reader, window_convolution
+from einflow.engine.convolution import (
+    convolution_kernel,
+    numpy_convolution_bytes,
+    numpy_convolves,
+    scatter_convolution,
+    sole_reader,
+    window_convolution,
+)
 from einflow.engine.kernels import contraction_steps
 from einflow.engine.linalg import is_linalg, linalg_dtype, linalg_flops, linalg_result_dtype, solve_flops
 from einflow.engine.paths import PathChoice, choose_path
@@ -205,13 +212,15 @@ class Specialised:
 
 def specialise(program: ir.ProgramIR, lowered: Lowered, shapes: dict[str, tuple[int, ...]],
                dtypes: dict[str, Any], backend: Backend, optimize: Any, source: str | None,
-               float_dtype: Any) -> Specialised:
+               float_dtype: Any, convolve: bool = True) -> Specialised:
     """The record of ``lowered`` (lowered from ``program``) for these input shapes and dtypes on ``backend``.
+    ``convolve=False`` contracts windows as einsums (sliceable) even where the backend has a convolution kernel.
 
     First every statement's sizes are checked and each register gets its shape and dtype; then each step
     is planned and measured in order (its row of ``PLAN_RULES``).
     """
     builder = _Specialising(lowered, shapes, dtypes, backend, optimize, float_dtype)
+    builder.convolve = convolve and convolution_kernel(backend) is not None
     builder.check(program, shapes, source)
     for step in lowered.steps:
         if not isinstance(step, Free):
@@ -252,6 +261,7 @@ class _Specialising:
         self.convolutions: dict[int, tuple[Any, tuple[int, ...]]] = {}
         self.convolved_windows: set[int] = set()
         self.convolved_scatters: set[int] = set()
+        self.convolve = False  # whether window and scatter contractions may run as convolutions (specialise sets it)
         self.scattered = {step.arg for step in lowered.steps if isinstance(step, Scatter)}
         self._namespace: dict[str, Any] | None = None
 
@@ -448,7 +458,7 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
         equation, tuple(shapes), path, info, names, choice, int(info.opt_cost), tuple(pairwise),
         int(info.largest_intermediate), tuple(orders), in_place, text, fresh)
     specialiser.transient[step.out] = internal * specialiser.itemsize(step.out)
-    if convolution_kernel(specialiser.backend) is not None and not step.scale and step.out in specialiser.scattered \
+    if specialiser.convolve and not step.scale and step.out in specialiser.scattered \
             and step.out not in specialiser.convolutions:
         _scatter_convolution(specialiser, step)
     fused = specialiser.convolutions.get(step.out)
@@ -458,7 +468,11 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
         specialiser.orders.pop(step.out, None)
         if stored != tuple(range(len(stored))):
             specialiser.orders[step.out] = stored
-        specialiser.transient[step.out] = 0
+        spec, (x, other) = fused
+        x = specialiser.window_views[x] if x in specialiser.convolved_windows else x
+        # a native convolution's workspace is the library's; numpy's kernel holds its channels-last copies
+        specialiser.transient[step.out] = 0 if specialiser.backend.native_convolution else numpy_convolution_bytes(
+            spec, specialiser.shape[x], specialiser.shape[other], specialiser.itemsize(step.out))
 
 
 #: the arrays' types a native convolution computes in (others contract the window as an einsum)
@@ -496,9 +510,10 @@ def _window_convolution(specialiser: _Specialising, step: Window, spec: Any) -> 
         return False
     found = window_convolution(reader.operands[side], spec, specialiser.shape[step.arg], reader.operands[1 - side],
                                reader.output, tuple(specialiser.resolve(ref) for ref in reader.sizes))
-    if found is None:
+    if found is None or not (specialiser.backend.native_convolution or numpy_convolves(found)):
         return False
-    specialiser.convolutions[reader.out] = (found, (step.arg, reader.args[1 - side]))
+    # (the window's register is its array itself: alive as long as the convolution needs it)
+    specialiser.convolutions[reader.out] = (found, (step.out, reader.args[1 - side]))
     specialiser.convolved_windows.add(step.out)
     specialiser.window_views[step.out] = step.arg
     return True
@@ -587,7 +602,7 @@ def _measure_window(specialiser: _Specialising, step: Window) -> None:
     specialiser.specs[step.out] = spec
     if is_identity(spec, specialiser.shape[step.arg]):
         return
-    if specialiser.backend.native_convolution and _window_convolution(specialiser, step, spec):
+    if specialiser.convolve and _window_convolution(specialiser, step, spec):
         return  # read in place by the convolution that computes its only reader
     specialiser.transient[step.out] = window_temporaries(spec, specialiser.shape[step.arg],
                                                          specialiser.itemsize(step.arg))
