@@ -111,8 +111,6 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
             raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not "
                                                            "positive definite") from None
         if kind == "spd_factor":
-            if type(factor).__module__.startswith("dask"):  # dask's Cholesky factor is the upper one
-                factor = {np}.swapaxes(factor, -1, -2)
             return {np}.moveaxis(factor, (-2, -1), axes)
         logdet = 2 * {np}.log({np}.diagonal(factor, axis1=-2, axis2=-1)).sum(axis=-1)
         if kind == "spd_logdet":

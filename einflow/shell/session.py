@@ -377,16 +377,7 @@ class Session:
                 raise SessionError(f"'{name}' is stale ({self.stale[name]}); redefine it first")
             needed.add(name)
             stack.extend(self.definitions[name].reads)
-        lines: list[str] = []
-        emitted: list[ir.SizeDecl] = []
-        for name in self._topological(needed):
-            definition = self.definitions[name]
-            for decl in self._decls_for(definition.indices):
-                if decl not in emitted:
-                    emitted.append(decl)
-                    lines.append(ir.format_statement(decl))
-            lines.append(definition.text)
-        return "\n".join(lines)
+        return self._program_text(needed)
 
     # ------------------------------------------------------------------ the whole session as a program
     def statements_text(self) -> str:
@@ -399,9 +390,13 @@ class Session:
         y[i] = 2 x[i]
         n = y[i] y[i]
         """
+        return self._program_text({name for name in self.definitions if name not in self.stale})
+
+    def _program_text(self, names: set[str]) -> str:
+        """The statements of ``names`` in an order that runs, each after the size declarations it uses."""
         lines: list[str] = []
         emitted: list[ir.SizeDecl] = []
-        for name in self._topological({name for name in self.definitions if name not in self.stale}):
+        for name in self._topological(names):
             definition = self.definitions[name]
             for decl in self._decls_for(definition.indices):
                 if decl not in emitted:
