@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from einflow import derive
+from einflow.lang import ir
 from einflow.lang.check import Checked
 from einflow.program import Program, compile
 
@@ -19,11 +20,43 @@ __all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "vjp"
 Wrt = str | Sequence[str]
 
 
-def _program(derived: Checked, source: Program) -> Program:
-    """``derived`` as a Program; the caller holds the source program's arrays, so it may pass them all."""
+def _program(derived: Checked, source: Program, seeds: Sequence[str] = (),
+             by: Sequence[str | None] | None = None) -> Program:
+    """``derived`` as a Program; the caller holds the source program's arrays, so it may pass them all, and
+    the tangents or cotangent it named (``seeds``), even where a zero derivative reads none of them. ``by``:
+    the input each output is a derivative by (None for a value), whose dtype a constant output takes."""
     program = Program(derived.ir, derived.source, derived.info)
-    program.accepts = frozenset(source.inputs) | frozenset(source.info.targets) | source.accepts
+    program.accepts = frozenset(source.inputs) | frozenset(source.info.targets) | source.accepts | frozenset(seeds)
+    if by is not None:
+        _constant_casts(program, by)
     return program
+
+
+def _by(wrt: Wrt) -> list[str | None]:
+    return [wrt] if isinstance(wrt, str) else list(wrt)
+
+
+def _constant_casts(program: Program, wrt: Sequence[str | None]) -> None:
+    """Give the outputs of ``program`` that read no input (``dL_ds = 1``) the dtype of the input each is by."""
+    reads: dict[str, set[str]] = {}
+    for statement in program.ir.statements:
+        if isinstance(statement, ir.Assign) and statement.target is not None:
+            names = {node.name for node in ir.walk(statement.expr) if isinstance(node, (ir.Tensor, ir.Read))}
+            names |= {g.name for node in ir.walk(statement.expr) if isinstance(node, (ir.Read, ir.ShiftDelta))
+                      for g in node.gathers}
+            reads[statement.target] = set().union(*(reads.get(n, {n}) for n in names)) if names else set()
+    outputs = program.info.outputs
+    constant = [name if not (reads.get(output or "", set()) & set(program.inputs)) else None
+                for output, name in zip(outputs, wrt)]
+    if any(name is not None for name in constant):
+        program.casts = tuple(constant)
+
+
+def _tangent_names(wrt: Wrt, tangent: str | Sequence[str] | None) -> list[str]:
+    """The tangent inputs a jvp or hvp names (``einflow.derive``'s defaults: ``T``, or ``T_X`` for each of a list)."""
+    if tangent is None:
+        return ["T"] if isinstance(wrt, str) else [f"T_{x}" for x in wrt]
+    return [tangent] if isinstance(tangent, str) else list(tangent)
 
 
 def _documented(rule: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -37,19 +70,20 @@ def _documented(rule: Callable[..., Any]) -> Callable[[Callable[..., Any]], Call
 @_documented(derive.grad)
 def grad(p: str | Program, wrt: Wrt) -> Program:
     program = compile(p)
-    return _program(derive.grad(program.checked, wrt), program)
+    return _program(derive.grad(program.checked, wrt), program, by=_by(wrt))
 
 
 @_documented(derive.jacobian)
 def jacobian(p: str | Program, wrt: Wrt, mode: str = "auto") -> Program:
     program = compile(p)
-    return _program(derive.jacobian(program.checked, wrt, mode), program)
+    return _program(derive.jacobian(program.checked, wrt, mode), program, by=_by(wrt))
 
 
 @_documented(derive.hessian)
 def hessian(p: str | Program, wrt: Wrt) -> Program:
     program = compile(p)
-    return _program(derive.hessian(program.checked, wrt), program)
+    return _program(derive.hessian(program.checked, wrt), program,
+                    by=_by(wrt) if isinstance(wrt, str) else None)
 
 
 @_documented(derive.hessian_diagonal)
@@ -67,25 +101,25 @@ def laplacian(p: str | Program, wrt: Wrt) -> Program:
 @_documented(derive.vjp)
 def vjp(p: str | Program, wrt: Wrt, cotangent: str = "G") -> Program:
     program = compile(p)
-    return _program(derive.vjp(program.checked, wrt, cotangent), program)
+    return _program(derive.vjp(program.checked, wrt, cotangent), program, [cotangent], by=_by(wrt))
 
 
 @_documented(derive.jvp)
 def jvp(p: str | Program, wrt: Wrt, tangent: str | Sequence[str] | None = None) -> Program:
     program = compile(p)
-    return _program(derive.jvp(program.checked, wrt, tangent), program)
+    return _program(derive.jvp(program.checked, wrt, tangent), program, _tangent_names(wrt, tangent))
 
 
 @_documented(derive.hvp)
 def hvp(p: str | Program, wrt: Wrt, tangent: str | Sequence[str] | None = None) -> Program:
     program = compile(p)
-    return _program(derive.hvp(program.checked, wrt, tangent), program)
+    return _program(derive.hvp(program.checked, wrt, tangent), program, _tangent_names(wrt, tangent), by=_by(wrt))
 
 
 @_documented(derive.value_and_grad)
 def value_and_grad(p: str | Program, wrt: Wrt) -> Program:
     program = compile(p)
-    derived = _program(derive.value_and_grad(program.checked, wrt), program)
+    derived = _program(derive.value_and_grad(program.checked, wrt), program, by=[None, *_by(wrt)])
     return ValueAndGrad(derived, as_tuple=not isinstance(wrt, str))
 
 
@@ -97,6 +131,7 @@ class ValueAndGrad(Program):
     def __init__(self, program: Program, as_tuple: bool) -> None:
         super().__init__(program.ir, program.source, program.info)
         self.accepts = program.accepts
+        self.casts = program.casts
         #: whether the gradients come as a tuple (``wrt`` was a list) or as one array
         self.gradients_as_tuple = as_tuple
 

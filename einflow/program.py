@@ -95,7 +95,7 @@ class Program:
     C[i,j] = A[i,k] B[k,j]
     """
 
-    __slots__ = ("ir", "source", "info", "accepts", "_plans", "_constants", "__weakref__")
+    __slots__ = ("ir", "source", "info", "accepts", "casts", "_plans", "_constants", "__weakref__")
 
     def __init__(self, program_ir: ir.ProgramIR, source: str | None = None, info: ProgramInfo | None = None) -> None:
         check_names(program_ir)  # an IR-built program (derivatives, API arguments) names things as text does
@@ -106,6 +106,9 @@ class Program:
         #: names a call may pass although this program does not read them (a derivative program accepts
         #: every input of the program it was derived from); any other unknown keyword is a TypeError
         self.accepts: frozenset[str] = frozenset()
+        #: for a derivative program, per output: the input whose dtype a constant output takes (``dL_ds = 1``
+        #: has the dtype of ``s``, as a derivative by ``s`` has wherever it reads arrays), else None
+        self.casts: tuple[str | None, ...] | None = None
 
     # ------------------------------------------------------------------ pickling and the plan cache
     def __getstate__(self) -> dict[str, Any]:
@@ -239,12 +242,14 @@ class Program:
             else:
                 limit_key = memory_limit if slicing else ("unsliced", memory_limit)
                 plan = self._plans.get(("numpy", optimize, limit_key, tuple(signature)))
-                if plan is not None:
+                if plan is not None and self.casts is None:
                     result = plan.run(values)
                     if plan.returns_tuple:
                         return tuple(map(_scalar, result))
                     return result[()] if type(result) is np.ndarray and not result.ndim else result
         result = self._evaluate(values, name, optimize, memory_limit, chunks, slicing)
+        if self.casts is not None:
+            result = _cast(result, self.casts, arrays)
         return tuple(map(_scalar, result)) if type(result) is tuple else _scalar(result)
 
     def _evaluate(self, values: list[Any], name: str, optimize: Any, memory_limit: Any, chunks: Any,
@@ -341,6 +346,26 @@ class Program:
         plan = build_plan(self.ir, self.info, resolved, itemsize, get_backend(backend), optimize, limit,
                           self.source, slicing=slicing)
         return PlanReport(self.text, plan.steps, plan.output_shapes, plan.peak_bytes, limit)
+
+
+def _cast(result: Any, casts: tuple[str | None, ...], arrays: Mapping[str, Any]) -> Any:
+    """Each constant output of a derivative program in the float dtype of the input it is taken by."""
+    outputs = list(result) if type(result) is tuple else [result]
+    for k, name in enumerate(casts):
+        like = arrays.get(name) if name is not None else None
+        dtype: Any = np.dtype(type(like)) if type(like) in (float, complex) else getattr(like, "dtype", None)
+        if dtype is None or k >= len(outputs):
+            continue
+        module = type(like).__module__.split(".")[0]
+        if module == "torch":
+            if dtype.is_floating_point or dtype.is_complex:
+                import torch
+                outputs[k] = torch.as_tensor(np.asarray(outputs[k]), dtype=dtype, device=getattr(like, "device", None))
+        elif np.dtype(dtype).kind in "fc":
+            xp = np if module not in ("jax", "jaxlib", "cupy") else __import__("jax.numpy" if module != "cupy"
+                                                                               else "cupy", fromlist=["x"])
+            outputs[k] = xp.asarray(outputs[k], dtype=dtype)
+    return tuple(outputs) if type(result) is tuple else outputs[0]
 
 
 def _scalar(value: Any) -> Any:

@@ -199,7 +199,7 @@ def test_other_compile_time_rules() -> None:
     assert "does not occur in its body" in compile_error("sum[k](x[i])")
     assert "twice" in compile_error("sum[i,i](A[i,i])")
     assert "last statement" in compile_error("a = x\na,\nb = a")
-    assert "size declaration" in compile_error("a = x\nsize n = 3")
+    assert "size declaration names" in compile_error("a = x[i]\nsize n, m = x")
 
 
 # ---------------------------------------------------------------- other error classes

@@ -57,9 +57,28 @@ def _deriving(function: _F) -> _F:
             with activated(IndexSizes()):
                 return function(program, *rest, **options)
 
-        return with_shifts(run, args[0], args[1:], kwargs)  # reads through positions: einflow.derive.shifts
+        return with_shifts(run, _declarations_first(args[0]), args[1:], kwargs)  # einflow.derive.shifts
 
     return derive  # type: ignore[return-value]
+
+
+def _declarations_first(program: Any) -> Any:
+    """The program with the declarations after its last statement moved before it (LANGUAGE.md: declarations
+    stand anywhere): a trailing ``spd``/``symmetric`` line declares the same matrices there, and a trailing
+    ``size`` line sizes no statement, so it goes."""
+    if not isinstance(program, Checked):
+        return program
+    statements = program.ir.statements
+    last = max((k for k, s in enumerate(statements) if isinstance(s, (ir.Assign, ir.Return))), default=len(statements))
+    if last >= len(statements) - 1:
+        return program
+    trailing = [s for s in statements[last + 1:] if isinstance(s, ir.MatrixDecl)]
+    if isinstance(statements[last], ir.Return):  # a return line stays last, after its statement
+        last = max((k for k, s in enumerate(statements[:last]) if isinstance(s, ir.Assign)), default=last)
+        moved = (*statements[:last], *trailing, *statements[last:last + 2])
+    else:
+        moved = (*statements[:last], *trailing, statements[last])
+    return checked(ir.ProgramIR(moved))
 
 
 def _wrt_list(program: Checked, wrt: str | Sequence[str], what: str) -> tuple[list[str], bool]:

@@ -17,7 +17,12 @@ size q1 = x
 y[h] = x[q1] _shift1[q1,h,r] K[r]
 >>> print(ir.format_program(reveal(program.ir, table)))
 size q1 = x
+_range1[h,r] = x[h + r] K[r]
+size h, _axis1 = _range1
 y[h] = x[q1] delta[q1, h + r] K[r]
+
+Revealed as a derivative statement (not one of the program's own values), ``h`` keeps the range it had in the
+statement it came from: a range helper's axis (``_Ranges``).
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from einflow.lang import ir
 from einflow.lang.check import Checked, checked
 from einflow.lang.errors import DerivativeError
-from einflow.lang.indices import indices_in
+from einflow.lang.indices import free_indices, indices_in, windowed_indices
 from einflow.lang.positions import compose, read_through
 
 __all__ = ["PSEUDO", "has_shifts", "disguise", "reveal", "gather_tensors", "with_shifts"]
@@ -113,7 +120,8 @@ def _disguised(expr: ir.Expr, table: _Table, shifted: frozenset[str], indices: s
         return table.tensor(expr.index, expr.position)
     read: ir.Read | None = None
     if isinstance(expr, ir.Read):
-        read = expr
+        read = ir.Read(expr.name, tuple(ir.Affine(((1, p),)) if isinstance(p, str) and p in shifted else p
+                                        for p in expr.positions))
     elif isinstance(expr, ir.Tensor) and set(expr.indices) & shifted and len(set(expr.indices)) == len(expr.indices):
         read = ir.Read(expr.name, tuple(ir.Affine(((1, i),)) if i in shifted else i for i in expr.indices))
     if read is not None:
@@ -141,13 +149,6 @@ def _disguised(expr: ir.Expr, table: _Table, shifted: frozenset[str], indices: s
                                         for child in children))
 
 
-def _shifted(expr: ir.Expr) -> frozenset[str]:
-    """The indices whose range a statement's shifted reads may shorten (those alone in a position, as ``i`` in
-    ``x[i+1]``): a plain read of one of them reads that shorter range, so it is a shifted read by 0."""
-    return frozenset(position.terms[0][1] for node in ir.walk(expr) if isinstance(node, ir.Read)
-                     for position in node.positions if isinstance(position, ir.Affine) and len(position.terms) == 1)
-
-
 def disguise(program: Checked) -> tuple[Checked, _Table]:
     """The program with every delta of a position (those of shifted reads too) as a pseudo tensor."""
     table = _Table(_names(program.ir))
@@ -158,7 +159,7 @@ def disguise(program: Checked) -> tuple[Checked, _Table]:
     statements: list[ir.Statement] = []
     for number, statement in enumerate(program.ir.statements):
         if isinstance(statement, ir.Assign):
-            shifted = _shifted(statement.expr) - declared
+            shifted = windowed_indices(statement.expr) - declared
             before = set(table.deltas)
             sizes: list[ir.SizeDecl] = []
             statement = replace(statement, expr=_disguised(statement.expr, table, shifted, indices, sizes,
@@ -170,34 +171,32 @@ def disguise(program: Checked) -> tuple[Checked, _Table]:
 
 
 def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] | None = None,
-              renamed_from: dict[str, str] | None = None) -> ir.Expr:
+              positions: dict[str, tuple[str, int]] | None = None) -> ir.Expr:
+    """The pseudo tensors of ``expr`` as deltas of positions again. ``lengths`` learns which read's axis each
+    delta's first index runs over; ``positions`` learns, for each index of a revealed position, the index of the
+    program's own statement it stands for and that statement's number (its range is that index's range there)."""
     if isinstance(expr, ir.Tensor) and expr.name in table.deltas:
         index, position = table.deltas[expr.name]
         original = tuple(dict.fromkeys((index, *position.indices)))
         mapping = dict(zip(original, expr.indices))
         if lengths is not None and expr.name in table.lengths:
             lengths[mapping[index]] = table.lengths[expr.name]
-        if renamed_from is not None:
-            renamed_from.update({mapping[i]: i for i in position.indices})
-        found: ir.Position | None = position
-        renamed = position
+        if positions is not None and expr.name in table.origins:
+            for i in position.indices:
+                positions.setdefault(mapping[i], (i, table.origins[expr.name]))
         if isinstance(position, ir.Gather):
-            renamed = ir.Gather(position.name, tuple(mapping[i] for i in position.indices))
-        else:  # rename through placeholders, so that a swap of two names is a swap
-            holders = {i: f"#{k}" for k, i in enumerate(position.indices)}
-            for old, holder in holders.items():
-                found = compose(found, old, ir.Affine(((1, holder),)))  # type: ignore[arg-type]
-            for old, holder in holders.items():
-                found = compose(found, holder, ir.Affine(((1, mapping[old]),)))  # type: ignore[arg-type]
-            renamed = found  # type: ignore[assignment]
-        if isinstance(renamed, ir.Affine) and not renamed.terms:  # delta[p, 3]: an index fixed by a literal
-            return ir.ShiftDelta(mapping[index], renamed)
-        return ir.ShiftDelta(mapping[index], renamed)
+            return ir.ShiftDelta(mapping[index], ir.Gather(position.name, tuple(mapping[i] for i in position.indices)))
+        found: ir.Position | None = position
+        holders = {i: f"#{k}" for k, i in enumerate(position.indices)}  # a swap of two names is a swap
+        for old, holder in holders.items():
+            found = compose(found, old, ir.Affine(((1, holder),)))  # type: ignore[arg-type]
+        for old, holder in holders.items():
+            found = compose(found, holder, ir.Affine(((1, mapping[old]),)))  # type: ignore[arg-type]
+        return ir.ShiftDelta(mapping[index], found)  # type: ignore[arg-type]
     children = ir.children(expr)
     if not children:
         return expr
-    rebuilt = ir.with_children(expr, tuple(_revealed(child, table, lengths, renamed_from) for child in children))
-    return rebuilt
+    return ir.with_children(expr, tuple(_revealed(child, table, lengths, positions) for child in children))
 
 
 def _read_through(expr: ir.Expr, bound: frozenset[str]) -> ir.Expr:
@@ -218,144 +217,215 @@ def _read_through(expr: ir.Expr, bound: frozenset[str]) -> ir.Expr:
     return ir.with_children(expr, tuple(_read_through(child, bound) for child in children))
 
 
-def _sizing(expr: ir.Expr) -> set[str]:
-    """The indices whose range a revealed expression fixes: those of tensors, reads and deltas of positions."""
+def _scatters(expr: ir.Expr, targets: frozenset[str]) -> bool:
+    """Whether ``expr`` is a delta of a position into a target index, or a product with one."""
+    factors = expr.factors if isinstance(expr, ir.Product) else (expr,)
+    return any(isinstance(f, ir.ShiftDelta) and f.index in targets for f in factors)
+
+
+def _distributed(expr: ir.Expr, targets: frozenset[str]) -> ir.Expr:
+    """A derivative statement's top-level products distributed over their sums of scatters: ``F[a,b]
+    (delta[p, a+1] delta[q, b] - delta[p, a] delta[q, b])`` is two scatters of ``F`` (each ``[a,b] -> [p,q]``)
+    instead of one product with a ``[p,a,q,b]`` sum of deltas. A term's free indices are summed by the
+    statement, so the distributed terms mean the same where every part has the same free indices."""
+    terms = expr.terms if isinstance(expr, ir.Sum) else (expr,)
+    result: list[ir.Expr] = []
+    for term in terms:
+        if isinstance(term, ir.Product):
+            for k, factor in enumerate(term.factors):
+                if isinstance(factor, ir.Sum) and all(_scatters(t, targets) for t in factor.terms) \
+                        and len({frozenset(free_indices(t, targets)) for t in factor.terms}) == 1:
+                    # (each part has the sum's indices: a part without one is broadcast over it in the sum)
+                    rest = term.factors[:k] + term.factors[k + 1:]
+                    for part in factor.terms:
+                        factors = ir.product(*rest, part).factors  # type: ignore[union-attr]
+                        scale = float(np.prod([f.value for f in factors if isinstance(f, ir.Num)]))
+                        others = [f for f in factors if not isinstance(f, ir.Num)]
+                        number = int(scale) if scale.is_integer() else scale
+                        spread = _distributed(ir.product(*([ir.Num(number)] if scale != 1 else []), *others), targets)
+                        result.extend(spread.terms if isinstance(spread, ir.Sum) else (spread,))
+                    break
+            else:
+                result.append(term)
+        else:
+            result.append(term)
+    return result[0] if len(result) == 1 else ir.Sum(tuple(result))
+
+
+def _plainly_sized(expr: ir.Expr) -> set[str]:
+    """The indices a revealed expression sizes as axes: of tensors, plain positions of reads, gathers."""
     found: set[str] = set()
     for node in ir.walk(expr):
-        if isinstance(node, (ir.Tensor, ir.Read)):
-            found |= set(indices_in(node))
-        elif isinstance(node, ir.ShiftDelta):
-            found |= {node.index, *node.position.indices}
+        if isinstance(node, ir.Tensor):
+            found |= set(node.indices)
+        elif isinstance(node, ir.Read):
+            found |= {p for p in node.positions if isinstance(p, str)}
+        if isinstance(node, (ir.Read, ir.ShiftDelta)):
+            found |= {i for gather in node.gathers for i in gather.indices}
     return found
 
 
-def _unsized(program: ir.ProgramIR, table: _Table) -> set[str]:
-    """The indices some statement uses but whose range nothing in it fixes once the pseudo tensors are deltas
-    again (a mean's count over a strided index, ``delta[r2,r2]``), and no ``size`` declaration but one from
-    a pseudo tensor fixes: they need a declaration of their own."""
-    declared = {name for s in program.statements if isinstance(s, ir.SizeDecl)
-                and not (isinstance(s.source, str) and s.source in table.deltas) for name in s.names}
-    unsized: set[str] = set()
-    for statement in program.statements:
-        if isinstance(statement, ir.Assign):
-            expr = _revealed(statement.expr, table)
-            used = set(indices_in(expr)) | set(statement.indices or ())
-            unsized |= used - _sizing(expr) - declared
-    return unsized
+_ZERO = ir.Affine((), 0)
 
 
-def _position_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: int, rank: int,
-                    unsized: set[str], ranks: dict[str, int]) -> list[ir.Statement]:
-    """For ``size z, r2 = _shift1`` where ``_shift1`` stands for ``delta[z, 2*r]`` of a read ``x[2*r]`` and
-    ``r2`` has no other size: ``_range1[r2] = x[2*r2]`` and ``size r2 = _range1``, the range inferred as it was
-    in the program (every read of ``r`` alone in a position in that statement, ``s[r]`` too, joins the
-    product: the range is their intersection). Positions of two or more indices are left as they are."""
-    source = str(statement.source)
-    emitted: list[ir.Statement] = []
-    name = statement.names[1] if len(statement.names) > 1 else None
-    index = _alone(table.deltas[source][1])
-    if index is None and isinstance(table.deltas[source][1], ir.Affine):
-        return _joint_sizes(statement, table, tensor, axis, rank, unsized, ranks)
-    if name is None or name not in unsized or index is None:
-        return emitted
-    position = table.deltas[source][1]
-    if isinstance(position, ir.Gather):  # ``t[m]``: the gather tensor's axis is m's range
-        names = tuple(name if i == index else table.fresh("_axis") for i in position.indices)
-        unsized.discard(name)
-        return [ir.SizeDecl(names, position.name)]
-    if index in table.declared:  # a declared range (padded reads): the same declaration for the copy
-        original = table.declared[index]
-        names = tuple(name if n == index else table.fresh("_axis") for n in original.names)
-        unsized.discard(name)
-        return [ir.SizeDecl(names, original.source)]
-    reads: list[ir.Expr] = []
-    for pseudo, (_, position) in table.deltas.items():
-        if table.origins.get(pseudo) != table.origins.get(source) or _alone(position) != index \
-                or not isinstance(position, ir.Affine) \
-                or pseudo not in table.lengths:
-            continue
-        coefficient, _ = position.terms[0]  # type: ignore[union-attr]
-        read = ir.Affine(((coefficient, name),), position.offset)  # type: ignore[union-attr]
-        read_tensor, read_axis = table.lengths[pseudo]
-        read_rank = ranks.get(read_tensor, read_axis + 1) if pseudo != source else rank
-        reads.append(ir.Read(read_tensor, tuple(read if k == read_axis else ir.Affine((), 0)
-                                                for k in range(read_rank))))
-    helper = table.fresh("_range")
-    emitted.append(ir.Assign(helper, (name,), ir.product(*dict.fromkeys(reads))))
-    emitted.append(ir.SizeDecl((name,), helper))
-    unsized.discard(name)
-    return emitted
+class _Ranges:
+    """Exact ranges for the indices of derivative statements that stand for indices of reads through positions.
 
+    A derivation moves the factors of a statement with shifted reads into new statements, each with only some
+    of the reads; re-inferred from those, an index whose range was the intersection of all of them (``a`` in
+    ``U[a, b+1] - U[a+1, b+1]``) would get a longer one. So each such index gets a ``size`` declaration of the
+    range it had in its own statement: the axis of that statement's target, the program's own declaration,
+    the gather tensor's axis, or else the axis of a range helper, ``_range1[a,b] = U[a,b+1] U[a+1,b+1]``: the
+    statement's reads of those indices (other axes read at 0), whose ranges are inferred as the statement's.
+    """
 
-def _joint_sizes(statement: ir.SizeDecl, table: _Table, tensor: str, axis: int, rank: int, unsized: set[str],
-                 ranks: dict[str, int]) -> list[ir.Statement]:
-    """For ``size z, h2, r2 = _shift1`` where ``_shift1`` stands for ``delta[z, h + r]`` of a read ``x[h + r]`` and
-    ``h2`` (or ``r2``) has no other size: ``_range1[h2,r2] = x[h2 + r2] k[r2]`` and ``size h2, _axis1 = _range1``:
-    the read with the position's indices renamed, times the reads of its statement's inputs that size the
-    position's indices on their own (``k[r]``), so the ranges are inferred as they were in the program."""
-    index, position = table.deltas[str(statement.source)]
-    mapping = dict(zip(dict.fromkeys((index, *position.indices)), statement.names))
-    names = [mapping.get(i, i) for i in position.indices]
-    if not set(names) & unsized or len(set(names)) != len(names) or not isinstance(position, ir.Affine):
-        return []
-    zero = ir.Affine((), 0)
-    renamed = ir.Affine(tuple((c, mapping[i]) for c, i in position.terms), position.offset)
-    reads: list[ir.Expr] = [ir.Read(tensor, tuple(renamed if k == axis else zero for k in range(rank)))]
-    origin = table.statements[table.origins[str(statement.source)]]
-    for node in ir.walk(origin.expr) if isinstance(origin, ir.Assign) else ():
-        if isinstance(node, ir.Tensor) and node.name in table.inputs and node.name in ranks:
-            for k, i in enumerate(node.indices):
-                if i in position.indices:
-                    reads.append(ir.Read(node.name, tuple(mapping[i] if m == k else zero
-                                                          for m in range(ranks[node.name]))))
-    helper = table.fresh("_range")
-    declared = tuple(n if n in unsized else table.fresh("_axis") for n in names)
-    unsized.difference_update(names)
-    return [ir.Assign(helper, tuple(names), ir.product(*dict.fromkeys(reads))), ir.SizeDecl(declared, helper)]
+    def __init__(self, table: _Table, ranks: dict[str, int]) -> None:
+        self.table, self.ranks = table, ranks
+        self.helpers: dict[int, tuple[str, tuple[str, ...]]] = {}
 
+    def _helper(self, origin: int, available: set[str]) -> tuple[list[ir.Statement], str, tuple[str, ...]] | None:
+        if origin in self.helpers:
+            name, indices = self.helpers[origin]
+            return [], name, indices
+        statement = self.table.statements[origin]
+        assert isinstance(statement, ir.Assign)
+        nodes = ir.walk(statement.expr)
+        keep: set[str] = set()
+        for node in nodes:
+            if isinstance(node, ir.Read):
+                keep |= {i for p in node.positions if isinstance(p, ir.Affine) for i in p.indices}
+            elif isinstance(node, ir.ShiftDelta):
+                keep |= set(node.indices)
+        keep |= windowed_indices(statement.expr)
+        keep -= self.table.declared.keys()  # a declared index has its range, and reads through it are padded
+        factors: list[ir.Expr] = []
+        for node in nodes:
+            if isinstance(node, (ir.Tensor, ir.Read)) and node.name in available:
+                old = node.indices if isinstance(node, ir.Tensor) else node.positions
+                new = tuple(p if set(ir.position_indices(p)) <= keep else _ZERO for p in old)
+                if set(ir.position_indices(p) for p in new) - {()}:
+                    plain = all(isinstance(p, str) for p in new)
+                    factors.append(ir.Tensor(node.name, new) if plain else ir.Read(node.name, new))  # type: ignore
+            elif isinstance(node, ir.ShiftDelta) and not node.gathers and set(node.indices) <= keep:
+                factors.append(node)
+            elif isinstance(node, ir.Delta) and {node.first, node.second} & keep:
+                factors.append(node)
+        ordered = (i for f in factors for i in (f.indices if isinstance(f, (ir.Tensor, ir.Read, ir.ShiftDelta))
+                                                else (f.first, f.second) if isinstance(f, ir.Delta) else ()))
+        indices = tuple(dict.fromkeys(i for i in ordered if i in keep))  # in order of first occurrence
+        if not factors or not indices:
+            return None
+        name = self.table.fresh("_range")
+        self.helpers[origin] = (name, indices)
+        return [ir.Assign(name, indices, ir.product(*dict.fromkeys(factors)))], name, indices
 
-def _alone(position: ir.Affine | ir.Gather) -> str | None:
-    """The index of a position with one index (``2*r + 1``, ``t[m]``), else None."""
-    if isinstance(position, ir.Affine) and len(position.terms) == 1:
-        return position.terms[0][1]
-    if isinstance(position, ir.Gather) and len(position.indices) == 1:
-        return position.indices[0]
-    return None
+    def declare(self, index: str, original: str, origin: int, assigned: set[str]) -> list[ir.Statement]:
+        """The statements that give ``index`` the range ``original`` has in statement ``origin``."""
+        table = self.table
+        statement = table.statements[origin]
+        assert isinstance(statement, ir.Assign)
+
+        def axis_of(tensor: str | int, names: tuple[str, ...], at: int) -> list[ir.Statement]:
+            if isinstance(tensor, int):
+                return [ir.SizeDecl((index,), tensor)]
+            return [ir.SizeDecl(tuple(index if k == at else table.fresh("_axis") for k in range(len(names))),
+                                tensor)]
+
+        if original in table.declared:
+            declaration = table.declared[original]
+            return axis_of(declaration.source, declaration.names, declaration.names.index(original))
+        if statement.target in assigned and original in (statement.indices or ()):
+            return axis_of(statement.target, statement.indices, statement.indices.index(original))  # type: ignore
+        affine = any(isinstance(node, (ir.Read, ir.ShiftDelta)) and any(
+            isinstance(p, ir.Affine) and original in p.indices
+            for p in (node.positions if isinstance(node, ir.Read) else (node.position,)))
+            for node in ir.walk(statement.expr))
+        if not affine:
+            for node in ir.walk(statement.expr):
+                for gather in node.gathers if isinstance(node, (ir.Read, ir.ShiftDelta)) else ():
+                    if original in gather.indices:
+                        return axis_of(gather.name, gather.indices, gather.indices.index(original))
+        found = self._helper(origin, set(table.inputs) | assigned)
+        if found is None or original not in found[2]:
+            return []
+        emitted, name, indices = found
+        return [*emitted, *axis_of(name, indices, indices.index(original))]
 
 
 def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = frozenset(),
            ranks: dict[str, int] | None = None) -> ir.ProgramIR:
     """The pseudo tensors back as deltas of positions; in the statements computing ``forward`` targets
-    (the program's own values), deltas summed against reads are read through, as they were written."""
+    (the program's own values), deltas summed against reads are read through, as they were written. Every
+    other statement's indices from positions keep the ranges they had (:class:`_Ranges`)."""
+    from einflow.derive.normal import rename, stem_of
+
     ranks = ranks or {}
+    table.taken |= _names(program)
+    ranges = _Ranges(table, ranks)
     statements: list[ir.Statement] = []
-    declared: set[str] = set()
-    unsized = _unsized(program, table)
+    declared: dict[str, tuple[str, int] | None] = {}  # index -> the (index, statement) whose range it has
+    uses: dict[str, int] = {}
+    for statement in program.statements:
+        if isinstance(statement, ir.Assign):
+            for index in {*indices_in(statement.expr), *(statement.indices or ())}:
+                uses[index] = uses.get(index, 0) + 1
     assigned: set[str] = set()
     pending: dict[str, list[ir.Statement]] = {}
     for statement in program.statements:
+        if isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str) \
+                and statement.source in table.deltas:
+            # the first axis has its read's length; the position's indices have their ranges in their statement
+            pseudo = statement.source
+            index, position = table.deltas[pseudo]
+            axes = dict(zip(statement.names, dict.fromkeys((index, *position.indices))))
+            for name, source in list(axes.items())[1:]:
+                if name not in declared and pseudo in table.origins:
+                    statements.extend(ranges.declare(name, source, table.origins[pseudo], assigned))
+                    declared[name] = (source, table.origins[pseudo])
+            length = table.lengths.get(pseudo)
+            if length is None:
+                continue
+            tensor, axis = length
+            rank = ranks.get(tensor, axis + 1)
+            names = tuple(statement.names[0] if k == axis else table.fresh("_axis") for k in range(rank))
+            statement = ir.SizeDecl(names, tensor)
+            if tensor in forward and tensor not in assigned:  # a target's axis: declared once it is assigned
+                pending.setdefault(tensor, []).append(statement)
+                continue
+            declared.setdefault(statement.names[axis], None)
+            statements.append(statement)
+            continue
         if isinstance(statement, ir.SizeDecl):
-            declared |= set(statement.names)
+            declared.update(dict.fromkeys(statement.names))
         if isinstance(statement, ir.Assign):
             lengths: dict[str, tuple[str, int]] = {}
-            renamed_from: dict[str, str] = {}
-            expr = _revealed(statement.expr, table, lengths, renamed_from)
-            sized = declared | {index for node in ir.walk(expr) if isinstance(node, ir.Tensor)
-                                for index in node.indices}
-            for index, original in renamed_from.items():  # a copy of a declared (padded) index: its declaration
-                if index not in declared and original != index and original in table.declared:
-                    source = table.declared[original]
-                    statements.append(ir.SizeDecl(tuple(index if n == original else table.fresh("_axis")
-                                                        for n in source.names), source.source))
-                    declared.add(index)
-                    sized.add(index)
+            positions: dict[str, tuple[str, int]] = {}
+            expr = _revealed(statement.expr, table, lengths, positions)
+            if statement.target not in forward:
+                plain = _plainly_sized(expr)
+                need = {d: key for d, key in positions.items() if d not in plain and declared.get(d, ()) != key}
+                renames = {d: table.fresh(stem_of(d)) for d in need if d in declared or uses.get(d, 0) > 1}
+                if renames:
+                    statement = replace(statement, expr=rename(statement.expr, renames),
+                                        indices=tuple(renames.get(i, i) for i in statement.indices)
+                                        if statement.indices is not None else None)
+                    lengths, positions = {}, {}
+                    expr = _revealed(statement.expr, table, lengths, positions)
+                for d, (original, origin) in need.items():
+                    name = renames.get(d, d)
+                    statements.extend(ranges.declare(name, original, origin, assigned))
+                    declared[name] = (original, origin)
+                if statement.indices:
+                    expr = _distributed(expr, frozenset(statement.indices))
+            sized = set(declared) | {index for node in ir.walk(expr) if isinstance(node, ir.Tensor)
+                                     for index in node.indices}
             for index, (tensor, axis) in lengths.items():
                 if tensor in forward and tensor not in assigned:  # its own statement, or a later one's: no size yet
                     continue
                 if index not in sized and tensor in ranks:  # a scattered index that a pseudo tensor sized
                     names = tuple(index if k == axis else table.fresh("_axis") for k in range(ranks[tensor]))
                     statements.append(ir.SizeDecl(names, tensor))
-                    declared.add(index)
+                    declared.setdefault(index, None)
             if statement.target in forward:
                 expr = _read_through(expr, frozenset(statement.indices or ()))
             statement = replace(statement, expr=expr)
@@ -363,25 +433,32 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
             statements.append(statement)
             statements.extend(pending.pop(statement.target or "", []))  # sizes from this target's axes
             continue
-        elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str) \
-                and statement.source in table.deltas:
-            # the first axis has its read's length; the position's indices are sized where they are read
-            length = table.lengths.get(statement.source)
-            if length is None:
-                continue
-            tensor, axis = length
-            rank = ranks.get(tensor, axis + 1)
-            statements.extend(_position_sizes(statement, table, tensor, axis, rank, unsized, ranks))
-            names = tuple(statement.names[0] if k == axis else table.fresh("_axis") for k in range(rank))
-            statement = ir.SizeDecl(names, tensor)
-            if tensor in forward and tensor not in assigned:  # a target's axis: declared once it is assigned
-                pending.setdefault(tensor, []).append(statement)
-                continue
         statements.append(statement)
     used = {index for statement in statements if isinstance(statement, ir.Assign)
             for index in (*indices_in(statement.expr), *(statement.indices or ()))}
     return ir.ProgramIR(tuple(s for s in statements  # the sizes of indices a derivation no longer reads go
                               if not isinstance(s, ir.SizeDecl) or set(s.names) & used))
+
+
+def _renamed_tensors(statements: tuple[ir.Statement, ...], mapping: dict[str, str]) -> tuple[ir.Statement, ...]:
+    """The statements with the tensors of ``mapping`` renamed: targets, references, declarations, returns."""
+    def renamed(expr: ir.Expr) -> ir.Expr:
+        if isinstance(expr, ir.Tensor) and expr.name in mapping:
+            return ir.Tensor(mapping[expr.name], expr.indices)
+        children = ir.children(expr)
+        return ir.with_children(expr, tuple(renamed(child) for child in children)) if children else expr
+
+    result: list[ir.Statement] = []
+    for statement in statements:
+        if isinstance(statement, ir.Assign):
+            statement = replace(statement, target=mapping.get(statement.target or "", statement.target),
+                                expr=renamed(statement.expr))
+        elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
+            statement = replace(statement, source=mapping.get(statement.source, statement.source))
+        elif isinstance(statement, (ir.Return, ir.MatrixDecl)):
+            statement = replace(statement, names=tuple(mapping.get(n, n) for n in statement.names))
+        result.append(statement)
+    return tuple(result)
 
 
 def with_shifts(derivation: Any, program: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -397,5 +474,12 @@ def with_shifts(derivation: Any, program: Any, args: tuple[Any, ...], kwargs: di
                                   f"differentiated with respect to it")
     disguised, table = disguise(program)
     result = derivation(disguised, *args, **kwargs)
-    revealed = reveal(result.ir, table, frozenset(program.info.targets), dict(program.info.ranks))
+    clashes = {statement.target for statement in result.ir.statements
+               if isinstance(statement, ir.Assign) and statement.target in gathered}
+    statements = result.ir.statements
+    if clashes:  # a helper named like a gather tensor the pseudo tensors hid from the derivation (``t1``)
+        table.taken |= _names(result.ir)
+        statements = _renamed_tensors(statements, {name: table.fresh(name.rstrip("0123456789") or "t")
+                                                   for name in clashes if name is not None})
+    revealed = reveal(ir.ProgramIR(statements), table, frozenset(program.info.targets), dict(program.info.ranks))
     return checked(revealed)

@@ -122,7 +122,7 @@ HELPERS: dict[str, str] = {
         return {as_float}(x).mean(axis=axis)
     if kind in ("argmax", "argmin"):
         extreme = x.max(axis=axis, keepdims=True) if kind == "argmax" else x.min(axis=axis, keepdims=True)
-        hits = {as_float}(x == extreme)
+        hits = (x == extreme).astype(x.dtype) if x.dtype.kind == "f" else {as_float}(x == extreme)
         return hits / hits.sum(axis=axis, keepdims=True)
     x = {as_float}(x)
     if x.size == 0:
@@ -225,7 +225,7 @@ TORCH_HELPERS: dict[str, str] = {
         return {as_float}(x).mean(dim=axis)
     if kind in ("argmax", "argmin"):
         extreme = {np}.amax(x, dim=axis, keepdim=True) if kind == "argmax" else {np}.amin(x, dim=axis, keepdim=True)
-        hits = {as_float}(x == extreme)
+        hits = (x == extreme).to(x.dtype) if x.dtype.is_floating_point else {as_float}(x == extreme)
         return hits / hits.sum(dim=axis, keepdim=True)
     x = {as_float}(x)
     if x.numel() == 0:
@@ -538,7 +538,8 @@ class Source:
         value = self.var(step.arg)
         labels = diagonal_view_labels(step)
         if len(labels) > len(step.labels):
-            value += "[..., " + ", ".join(["None"] * (len(labels) - len(step.labels))) + "]"
+            if step.labels:  # (a 0-d value, a Python number too, broadcasts as it is)
+                value += "[..., " + ", ".join(["None"] * (len(labels) - len(step.labels))) + "]"
             if full:
                 sizes = tuple(step.sizes[step.output.index(label)] for label in labels)
                 value = f"{self.alias['np']}.broadcast_to({value}, {self.shape_text(sizes)})"
@@ -559,7 +560,7 @@ class Source:
             if scaled != value:
                 value = self.fresh("_value")
                 lines.append(f"{value} = {scaled}")
-            lines += [f"{out} = {np_}.zeros({self.shape_text(step.sizes)}, dtype={value}.dtype)",
+            lines += [f"{out} = {np_}.zeros({self.shape_text(step.sizes)}, dtype={np_}.result_type({value}))",
                       f"{np_}.einsum({diagonal_spec(step)!r}, {out})[...] = {value}"]
             return lines + ([f"del {value}"] if scaled != self.var(step.arg) else [])
         owned = f"{self.helper('owned')}({self.var(step.base)}, {self.shape_text(step.sizes)}, {value}"

@@ -247,6 +247,14 @@ def convolve_torch(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
                                     [0] * len(stride), 1)
         else:
             shape = (weight.shape[1], source.shape[1], *sizes[-len(stride):])
+            # torch infers the output's length from the input's: where the stride does not tile the input (its
+            # last positions are read by no output), those positions go, so that it agrees with the gradient's
+            needed = [(out - 1) * step + spread * (kernel - 1) + 1 - 2 * pad for out, step, spread, kernel, pad
+                      in zip(weight.shape[2:], stride, dilation, shape[2:], symmetric)]
+            if any(length > need for length, need in zip(source.shape[2:], needed)):
+                crop = [slice(None), slice(None)] + [slice(0, min(length, need))
+                                                     for length, need in zip(source.shape[2:], needed)]
+                source = source[tuple(crop)]
             out = torch.ops.aten.convolution_backward(weight, source, source.new_empty(shape), None, list(stride),
                                                       symmetric, list(dilation), False, [0] * len(stride), 1,
                                                       [False, True, False])[1]

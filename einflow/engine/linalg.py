@@ -46,7 +46,9 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         error = globals().get("MatrixError", ValueError)
         try:
             scale = float(abs(x).max()) if x.size else 0.0
-            symmetric = float(abs(x - {np}.swapaxes(x, -1, -2)).max(initial=0.0)) <= 1e-10 * scale
+            kind_of = {np}.dtype(x.dtype).kind if hasattr({np}, "dtype") else "f"
+            tolerance = max(1e-10, 100 * float({np}.finfo(x.dtype).eps)) if kind_of in "fc" else 1e-10
+            symmetric = float(abs(x - {np}.swapaxes(x, -1, -2)).max(initial=0.0)) <= tolerance * scale
         except TypeError:  # a traced array (jax.jit): no values to check
             return x
         if not symmetric:
@@ -130,7 +132,8 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
     if kind in ("symmetric", "spd", "spd_by_factor"):
         checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
         scale = float(x.abs().max()) if x.numel() else 0.0
-        if x.numel() and float((x - x.transpose(-1, -2)).abs().max()) > 1e-10 * scale:
+        tolerance = max(1e-10, 100 * {np}.finfo(x.dtype).eps) if x.is_floating_point() or x.is_complex() else 1e-10
+        if x.numel() and float((x - x.transpose(-1, -2)).abs().max()) > tolerance * scale:
             raise ValueError(f"matrix {{name!r}} is declared {{kind}} but is not symmetric")
         if checks == "spd" and int({np}.linalg.cholesky_ex({as_float}(x)).info.max()) != 0:
             raise ValueError(f"matrix {{name!r}} is declared spd but is not positive definite")

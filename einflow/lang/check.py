@@ -238,9 +238,7 @@ class _Checker:
                     if name in matrices:
                         self.fail(IndexRuleError, f"'{name}' is declared {matrices[name][0]} twice", statement)
                     matrices[name] = (statement.kind, statement)
-                if last:
-                    self.fail(IndexRuleError, f"a program cannot end with a {statement.kind} declaration", statement)
-                continue
+                continue  # declarations stand anywhere, the last line too: the value is the last statement's
             if isinstance(statement, ir.SizeDecl):
                 for name in statement.names:
                     if name in declared:
@@ -256,11 +254,9 @@ class _Checker:
                                   f"size declaration names {len(statement.names)} indices but '{source}' has "
                                   f"rank {known}", statement)
                     ranks.setdefault(source, len(statement.names))
-                if last:
-                    self.fail(IndexRuleError, "a program cannot end with a size declaration", statement)
                 continue
             self.check_assign(statement, inputs, ranks, targets)
-            if last:
+            if not returns_tuple:
                 outputs = (statement.target,)
         for name, (kind, statement) in matrices.items():
             if name not in inputs and name not in targets:

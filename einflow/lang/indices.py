@@ -20,8 +20,8 @@ from einflow.lang.contraction import product_output
 from einflow.lang.errors import ShapeError, TensorNameError, located
 
 __all__ = ["indices_in", "free_indices", "product_operands", "product_split", "top_level_terms", "size_links",
-           "join_partners", "statement_sizes", "declared_sizes", "plain_axes", "NOT_PLAIN", "infer_ranges",
-           "position_bounds"]
+           "join_partners", "statement_sizes", "windowed_indices", "declared_sizes", "plain_axes", "NOT_PLAIN",
+           "infer_ranges", "position_bounds"]
 
 T = TypeVar("T")
 
@@ -191,11 +191,16 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
     """
     found: dict[str, tuple[int, str]] = {}
     mentioned: dict[str, None] = {}
+    windowed = windowed_indices(statement.expr) - declared.keys()
 
     def note(index: str, size: int, where: str, node: Any) -> None:
         known = found.get(index)
         if known is None:
             found[index] = (size, where)
+        elif known[0] != size and index in windowed and not where.startswith("'size"):
+            # a plain read of an index that a shifted read sizes is a window by 0: the range is the intersection
+            if size < known[0]:
+                found[index] = (size, where)
         elif known[0] != size:
             raise ShapeError(located(
                 f"index '{index}' has size {known[0]} in {known[1]} but size {size} in {where}",
@@ -269,6 +274,18 @@ def statement_sizes(statement: ir.Assign, shapes: Mapping[str, tuple[int, ...]],
 # ---------------------------------------------------------------- index arithmetic (LANGUAGE.md 8.2)
 #: the label :func:`size_links` gives a shifted, constant or gathered axis (it gives no index a size)
 NOT_PLAIN = "#"
+
+
+def windowed_indices(expr: ir.Expr) -> frozenset[str]:
+    """The indices alone in an affine position of some read of ``expr`` (``i`` in ``x[i+1]``, ``2*i``): a plain
+    read of one of them in the same statement is a read shifted by 0, so plain reads of different lengths
+    beside it meet in their intersection (LANGUAGE.md 8.2) instead of disagreeing.
+
+    >>> sorted(windowed_indices(ir.Read("x", (ir.Affine(((1, "i"),), 1), ir.Affine(((1, "h"), (1, "r")))))))
+    ['i']
+    """
+    return frozenset(position.terms[0][1] for node in ir.walk(expr) if isinstance(node, ir.Read)
+                     for position in node.positions if isinstance(position, ir.Affine) and len(position.terms) == 1)
 
 
 def plain_axes(read: ir.Read) -> list[ir.Tensor]:
