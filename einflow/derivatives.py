@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from einflow import derive
-from einflow.lang import ir
 from einflow.lang.check import Checked
 from einflow.program import Program, compile
 
@@ -24,32 +23,16 @@ def _program(derived: Checked, source: Program, seeds: Sequence[str] = (),
              by: Sequence[str | None] | None = None) -> Program:
     """``derived`` as a Program; the caller holds the source program's arrays, so it may pass them all, and
     the tangents or cotangent it named (``seeds``), even where a zero derivative reads none of them. ``by``:
-    the input each output is a derivative by (None for a value), whose dtype a constant output takes."""
+    the input each output is a derivative by (None for a value), whose float dtype it is given."""
     program = Program(derived.ir, derived.source, derived.info)
     program.accepts = frozenset(source.inputs) | frozenset(source.info.targets) | source.accepts | frozenset(seeds)
-    if by is not None:
-        _constant_casts(program, by)
+    if by is not None and len(by) == len(program.info.outputs):
+        program.casts = tuple(by)  # each output in the float dtype of the input it is by (Program._cast)
     return program
 
 
 def _by(wrt: Wrt) -> list[str | None]:
     return [wrt] if isinstance(wrt, str) else list(wrt)
-
-
-def _constant_casts(program: Program, wrt: Sequence[str | None]) -> None:
-    """Give the outputs of ``program`` that read no input (``dL_ds = 1``) the dtype of the input each is by."""
-    reads: dict[str, set[str]] = {}
-    for statement in program.ir.statements:
-        if isinstance(statement, ir.Assign) and statement.target is not None:
-            names = {node.name for node in ir.walk(statement.expr) if isinstance(node, (ir.Tensor, ir.Read))}
-            names |= {g.name for node in ir.walk(statement.expr) if isinstance(node, (ir.Read, ir.ShiftDelta))
-                      for g in node.gathers}
-            reads[statement.target] = set().union(*(reads.get(n, {n}) for n in names)) if names else set()
-    outputs = program.info.outputs
-    constant = [name if not (reads.get(output or "", set()) & set(program.inputs)) else None
-                for output, name in zip(outputs, wrt)]
-    if any(name is not None for name in constant):
-        program.casts = tuple(constant)
 
 
 def _tangent_names(wrt: Wrt, tangent: str | Sequence[str] | None) -> list[str]:

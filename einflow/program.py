@@ -106,8 +106,8 @@ class Program:
         #: names a call may pass although this program does not read them (a derivative program accepts
         #: every input of the program it was derived from); any other unknown keyword is a TypeError
         self.accepts: frozenset[str] = frozenset()
-        #: for a derivative program, per output: the input whose dtype a constant output takes (``dL_ds = 1``
-        #: has the dtype of ``s``, as a derivative by ``s`` has wherever it reads arrays), else None
+        #: for a derivative program, per output: the input whose float dtype it has (``dL_ds = 1`` has the
+        #: dtype of ``s``; float32 in, float32 out), else None (``einflow.derivatives``)
         self.casts: tuple[str | None, ...] | None = None
 
     # ------------------------------------------------------------------ pickling and the plan cache
@@ -242,8 +242,10 @@ class Program:
             else:
                 limit_key = memory_limit if slicing else ("unsliced", memory_limit)
                 plan = self._plans.get(("numpy", optimize, limit_key, tuple(signature)))
-                if plan is not None and self.casts is None:
+                if plan is not None:
                     result = plan.run(values)
+                    if self.casts is not None:
+                        result = _cast(result, self.casts, arrays)
                     if plan.returns_tuple:
                         return tuple(map(_scalar, result))
                     return result[()] if type(result) is np.ndarray and not result.ndim else result
@@ -348,23 +350,50 @@ class Program:
         return PlanReport(self.text, plan.steps, plan.output_shapes, plan.peak_bytes, limit)
 
 
+def _name(dtype: Any) -> str:
+    """A dtype's name as numpy spells it (``torch.float32`` is ``float32``)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _kind(dtype: Any) -> str:
+    """numpy's kind letter of a numpy, jax, dask or torch dtype."""
+    if type(dtype).__module__.startswith("torch"):
+        return "f" if dtype.is_floating_point else "c" if dtype.is_complex else "b" if _name(dtype) == "bool" else "i"
+    return np.dtype(dtype).kind
+
+
 def _cast(result: Any, casts: tuple[str | None, ...], arrays: Mapping[str, Any]) -> Any:
-    """Each constant output of a derivative program in the float dtype of the input it is taken by."""
+    """Each output of a derivative program in the float dtype of the input it is taken by, as jax gives it:
+    float32 in, float32 out, where a constant of the derivative (an integer count, ``dL_ds = 1``) or a float64
+    one would make it wider. Outputs of another kind (a complex derivative by a real input) stay as they are."""
     outputs = list(result) if type(result) is tuple else [result]
     for k, name in enumerate(casts):
         like = arrays.get(name) if name is not None else None
         dtype: Any = np.dtype(type(like)) if type(like) in (float, complex) else getattr(like, "dtype", None)
-        if dtype is None or k >= len(outputs):
+        if dtype is None or k >= len(outputs) or _kind(dtype) not in "fc":
+            continue
+        value = outputs[k]
+        own = getattr(value, "dtype", None)
+        own = own if own is not None else np.result_type(value)
+        if _name(own) == _name(dtype) or not (_kind(own) in "biu" or _kind(own) == _kind(dtype)):
             continue
         module = type(like).__module__.split(".")[0]
-        if module == "torch":
-            if dtype.is_floating_point or dtype.is_complex:
-                import torch
-                outputs[k] = torch.as_tensor(np.asarray(outputs[k]), dtype=dtype, device=getattr(like, "device", None))
-        elif np.dtype(dtype).kind in "fc":
-            xp = np if module not in ("jax", "jaxlib", "cupy") else __import__("jax.numpy" if module != "cupy"
-                                                                               else "cupy", fromlist=["x"])
-            outputs[k] = xp.asarray(outputs[k], dtype=dtype)
+        if type(value).__module__.startswith("torch"):
+            import torch
+
+            outputs[k] = value.to(getattr(torch, _name(dtype)))
+        elif module == "torch":
+            import torch
+
+            outputs[k] = torch.as_tensor(np.asarray(value), dtype=dtype, device=getattr(like, "device", None))
+        elif module in ("jax", "jaxlib") and type(value).__module__.startswith("numpy"):
+            import jax.numpy as jnp
+
+            outputs[k] = jnp.asarray(value, dtype=dtype)
+        elif hasattr(value, "astype"):
+            outputs[k] = value.astype(dtype)
+        else:
+            outputs[k] = np.asarray(value, dtype=dtype)
     return tuple(outputs) if type(result) is tuple else outputs[0]
 
 

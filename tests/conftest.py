@@ -17,6 +17,7 @@ __all__ = ["RANDOM_TENSORS", "random_expression", "SLOW_FILES"]
 SLOW_FILES = frozenset({
     "test_differential.py", "test_torch_steps.py", "test_numpy_einsum_suite.py", "test_einsum_parity.py",
     "test_derivative_properties.py", "test_fuzz.py", "test_examples.py", "test_researcher.py",
+    "test_shifted_families.py",
 })
 
 

@@ -805,6 +805,12 @@ class _Generator:
             offset = r.choice((0, 1))
             positions[axis] = ("affine", 2, index, offset)
             shape[axis] = n if padded else 2 * (n - 1) + offset + 1
+        if kind == "shift" and not padded and len(indices) > 1 and r.random() < 0.4:
+            # a second axis shifted by another offset (U[a+1, b+2]): the 2-D stencil family
+            second = r.choice([k for k in range(len(indices)) if k != axis])
+            other = r.choice((1, 2))
+            positions[second] = ("affine", 1, indices[second], other)
+            shape[second] = self.size_of(indices[second]) + other
         if padded:
             self.padded.add(index)
         elif kind == "gather":  # E[t[b],d]: t an integer input with values in the axis, repeats allowed

@@ -5,13 +5,14 @@ Each program is written twice: as einflow text, and as a function of jax arrays 
 reads allow (LANGUAGE.md 8.2). Nothing here calls einflow. The families drawn are those the first
 differential generator (``randprog``, one shifted axis per read) never produced:
 
-* ``stencil``: one input read at several offsets on every axis at once (``U[a+1, b+2] - 4 U[a+1, b+1]``),
+* ``stencil``: one input read at several positions on every axis at once (``U[a+1, b+2] - 4 U[a+1, b+1]``;
+  shifted, strided ``2*a``, reversed ``3 - a``, a constant row ``U[1, b]``, zero-padded under ``size``),
   a weighted combination, plain reads of other inputs of other lengths beside it (``V[a,b]``), an
   elementwise function, a reduction over one axis inside it, a weight tensor over the stencil's indices;
 * ``window``: an elementwise function of a window before its contraction (``tanh(x[a + r, b]) k[r]``),
-  or a ``mean``/``max``/``logsumexp`` over the window's index;
+  or a ``mean``/``max``/``logsumexp``/``softmax`` over the window's index;
 * ``gather``: a ``mean``/``max``/``sum`` over gathered rows (``mean[s](E[t1[b,s], d])``), the gather tensor
-  named like a derivative helper (``t1``, ``t2``);
+  named like a derivative helper (``t1``, ``t2``); ``scatter``: a scatter-add ``delta[v, t1[b]] G[b,d]``;
 
 and in each: a Python-float scalar factor, a declaration as the last line, and an input the value does not
 depend on (``sign(c[m])``, whose derivative is zero) that the derivatives are taken by too.
@@ -124,7 +125,8 @@ def _stencil(r: random.Random) -> tuple[str, dict[str, tuple[int, ...]], Any]:
         reads.append("U[" + ", ".join(parts) + "]")
     body = _combination(list(zip(weights, reads)))
     if plain:  # a plain read as long as the range, or longer (the intersection then is the range)
-        shapes["V"] = tuple(n + r.choice((0, 0, 1)) for n in lengths)
+        shifted = [coefficients[k] != 1 or any(o[k] for o in offsets) for k in range(rank)]  # else plain only
+        shapes["V"] = tuple(n + (r.choice((0, 0, 1)) if shifted[k] else 0) for k, n in enumerate(lengths))
         body += " + V[" + ", ".join(axes) + "]"
     inner = f"({body})"
     outer = axes[:-1] if reduce_axis else axes
@@ -172,12 +174,15 @@ def _window(r: random.Random) -> tuple[str, dict[str, tuple[int, ...]], Any]:
     shapes: dict[str, tuple[int, ...]] = {"x": (length, 3) if two else (length,)}
     read = f"x[{'a + ' + (str(dilation) + '*') * (dilation != 1) + 'r'}{', b' if two else ''}]"
     outer = "a,b" if two else "a"
-    kind = r.choice(("product", "product", "mean", "max", "logsumexp"))
+    kind = r.choice(("product", "product", "mean", "max", "logsumexp", "softmax"))
     function = r.choice(("tanh", "square", "none"))
     windows = [slice(j * dilation, j * dilation + rows) for j in range(kernel)]
     if kind == "product":
         shapes["k"] = (kernel,)
         text = f"L = sum[{outer},r]({_apply(function, read)} k[r])"
+    elif kind == "softmax":  # a normaliser over the window, weighted by k
+        shapes["k"] = (kernel,)
+        text = f"L = sum[{outer},r](k[r] {_apply(function, f'softmax[r]({read})')})"
     else:
         size = f"size r = {kernel}\n"
         text = size + f"L = sum[{outer}]({_apply(function, f'{kind}[r]({read})')})"
@@ -186,6 +191,8 @@ def _window(r: random.Random) -> tuple[str, dict[str, tuple[int, ...]], Any]:
         stacked = jnp.stack([arrays["x"][w] for w in windows], axis=-1)  # [a, (b,) r]
         if kind == "product":
             return jnp.sum(_reference_apply(jnp, function, stacked) * arrays["k"])
+        if kind == "softmax":
+            return jnp.sum(arrays["k"] * _reference_apply(jnp, function, jax.nn.softmax(stacked, axis=-1)))
         reduced = {"mean": jnp.mean, "max": jnp.max, "logsumexp": jax.nn.logsumexp}[kind](stacked, axis=-1)
         return jnp.sum(_reference_apply(jnp, function, reduced))
 
@@ -214,19 +221,41 @@ def _gather(r: random.Random) -> tuple[str, dict[str, tuple[int, ...]], Any, dic
     return text, shapes, reference, {name: positions}
 
 
+def _scatter(r: random.Random) -> tuple[str, dict[str, tuple[int, ...]], Any, dict[str, np.ndarray]]:
+    """``h[v,d] = E[v,d] + sum[b](delta[v, t1[b]] G[b,d])``: a scatter-add (repeated positions add up), then a
+    loss of ``h``."""
+    import jax.numpy as jnp
+
+    rows, width, count = r.randint(2, 4), r.randint(1, 3), r.randint(1, 5)
+    name = r.choice(("t1", "t3", "idx"))
+    positions = np.array([r.randrange(rows) for _ in range(count)])
+    function = r.choice(("square", "tanh", "sqrt"))
+    shapes = {"G": (count, width), "E": (rows, width)}
+    text = (f"h[v,d] = E[v,d] + sum[b](delta[v, {name}[b]] G[b,d])\n"
+            f"L = sum[v,d]({_apply(function, '(h[v,d])')})")
+
+    def reference(arrays: dict[str, Any]) -> Any:
+        h = arrays["E"] + jnp.zeros((rows, width)).at[positions].add(arrays["G"])
+        return jnp.sum(_reference_apply(jnp, function, h))
+
+    return text, shapes, reference, {name: positions}
+
+
 def generate_family(seed: int) -> Family:
     """A random program of one of the families (module docstring), with its reference and ``wrt`` inputs."""
     import jax.numpy as jnp
 
     r = random.Random(seed)
-    kind = r.choice(("stencil", "stencil", "window", "gather"))
+    kind = r.choice(("stencil", "stencil", "stencil", "window", "window", "gather", "scatter"))
     integers: dict[str, np.ndarray] = {}
     if kind == "stencil":
         text, shapes, base = _stencil(r)
     elif kind == "window":
         text, shapes, base = _window(r)
-    else:
+    elif kind == "gather":
         text, shapes, base, integers = _gather(r)
+    else:
+        text, shapes, base, integers = _scatter(r)
     scalars: dict[str, float] = {}
     scaled = r.random() < 0.3  # a Python-float scalar factor: the hyper-parameter of the loss
     unused = r.random() < 0.25  # an input whose derivative is zero: sign(c[m])

@@ -22,7 +22,7 @@ jax = pytest.importorskip("jax")
 jax.config.update("jax_enable_x64", True)
 jnp = jax.numpy
 
-COUNT = int(os.environ.get("EINFLOW_FAMILY_N", "60"))
+COUNT = int(os.environ.get("EINFLOW_FAMILY_N", "300"))
 
 
 def _reference_gradient(family, arrays, name):  # type: ignore[no-untyped-def]
@@ -58,7 +58,7 @@ def test_family_matches_jax(seed: int) -> None:
     jvp = ef.jvp(program, wrt=first, tangent="Tv")(**arrays, Tv=tangent)
     np.testing.assert_allclose(jvp, np.sum(_reference_gradient(family, arrays, first) * tangent), rtol=1e-8,
                                atol=1e-8)
-    vjp = ef.vjp(program, wrt=first, cotangent="G")(**arrays, G=np.float64(2.0))
+    vjp = ef.vjp(program, wrt=first, cotangent="Gv")(**arrays, Gv=np.float64(2.0))
     np.testing.assert_allclose(vjp, 2.0 * _reference_gradient(family, arrays, first), rtol=1e-9, atol=1e-9)
     # the gradient's exported numpy source computes the same
     namespace: dict = {}
@@ -77,6 +77,25 @@ def test_family_float32_gradients_are_float32(seed: int) -> None:
     for name, got in zip(names, gradients):
         assert got.dtype == np.float32, (name, got.dtype, family.text)
         np.testing.assert_allclose(got, _reference_gradient(family, arrays, name), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("seed", range(2, COUNT, 4))
+@pytest.mark.parametrize("target", ["torch", "jax"])
+def test_family_gradient_source_for_torch_and_jax(seed: int, target: str) -> None:
+    module = pytest.importorskip(target)
+    family = generate_family(seed)
+    arrays = family.arrays(seed)
+    gradient = ef.grad(family.text, wrt=family.wrt[0])
+    namespace: dict = {}
+    exec(gradient.to_source("gradient", target=target), namespace)
+    inputs = {k: arrays[k] for k in gradient.inputs}
+    if target == "torch":
+        got = namespace["gradient"](**{k: module.as_tensor(v) if not isinstance(v, float) else v
+                                       for k, v in inputs.items()}).numpy()
+    else:
+        got = np.asarray(namespace["gradient"](**inputs))
+    np.testing.assert_allclose(got, _reference_gradient(family, arrays, family.wrt[0]), rtol=1e-9, atol=1e-9,
+                               err_msg=family.text)
 
 
 @pytest.mark.parametrize("seed", range(1, COUNT, 5))

@@ -184,6 +184,8 @@ def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] 
         if positions is not None and expr.name in table.origins:
             for i in position.indices:
                 positions.setdefault(mapping[i], (i, table.origins[expr.name]))
+            if expr.name not in table.lengths:  # the program's own delta (a scatter): its index is sized there too
+                positions.setdefault(mapping[index], (index, table.origins[expr.name]))
         if isinstance(position, ir.Gather):
             return ir.ShiftDelta(mapping[index], ir.Gather(position.name, tuple(mapping[i] for i in position.indices)))
         found: ir.Position | None = position
@@ -403,7 +405,8 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
             expr = _revealed(statement.expr, table, lengths, positions)
             if statement.target not in forward:
                 plain = _plainly_sized(expr)
-                need = {d: key for d, key in positions.items() if d not in plain and declared.get(d, ()) != key}
+                need = {d: key for d, key in positions.items() if d not in plain and declared.get(d, ()) != key
+                        and not (d == key[0] and d in table.declared and d in declared)}  # the program's own
                 renames = {d: table.fresh(stem_of(d)) for d in need if d in declared or uses.get(d, 0) > 1}
                 if renames:
                     statement = replace(statement, expr=rename(statement.expr, renames),
@@ -436,7 +439,14 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
         statements.append(statement)
     used = {index for statement in statements if isinstance(statement, ir.Assign)
             for index in (*indices_in(statement.expr), *(statement.indices or ()))}
-    return ir.ProgramIR(tuple(s for s in statements  # the sizes of indices a derivation no longer reads go
+    once: list[ir.Statement] = []
+    sized: set[str] = set()
+    for s in statements:  # an index sized twice (a read's axis and the derivation's own line): the first holds
+        if isinstance(s, ir.SizeDecl):
+            s = replace(s, names=tuple(table.fresh("_axis") if n in sized else n for n in s.names))
+            sized |= set(s.names)
+        once.append(s)
+    return ir.ProgramIR(tuple(s for s in once  # the sizes of indices a derivation no longer reads go
                               if not isinstance(s, ir.SizeDecl) or set(s.names) & used))
 
 
