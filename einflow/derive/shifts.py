@@ -440,11 +440,11 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
     used = {index for statement in statements if isinstance(statement, ir.Assign)
             for index in (*indices_in(statement.expr), *(statement.indices or ()))}
     once: list[ir.Statement] = []
-    sized: set[str] = set()
+    seen: set[str] = set()
     for s in statements:  # an index sized twice (a read's axis and the derivation's own line): the first holds
         if isinstance(s, ir.SizeDecl):
-            s = replace(s, names=tuple(table.fresh("_axis") if n in sized else n for n in s.names))
-            sized |= set(s.names)
+            s = replace(s, names=tuple(table.fresh("_axis") if n in seen else n for n in s.names))
+            seen |= set(s.names)
         once.append(s)
     return ir.ProgramIR(tuple(s for s in once  # the sizes of indices a derivation no longer reads go
                               if not isinstance(s, ir.SizeDecl) or set(s.names) & used))
