@@ -220,38 +220,53 @@ def _read_through(expr: ir.Expr, bound: frozenset[str]) -> ir.Expr:
 
 
 def _scatters(expr: ir.Expr, targets: frozenset[str]) -> bool:
-    """Whether ``expr`` is a delta of a position into a target index, or a product with one."""
-    factors = expr.factors if isinstance(expr, ir.Product) else (expr,)
-    return any(isinstance(f, ir.ShiftDelta) and f.index in targets for f in factors)
+    """Whether ``expr`` holds a delta of a position into a target index (a scatter)."""
+    return any(isinstance(node, ir.ShiftDelta) and node.index in targets for node in ir.walk(expr))
 
 
-def _distributed(expr: ir.Expr, targets: frozenset[str]) -> ir.Expr:
-    """A derivative statement's top-level products distributed over their sums of scatters: ``F[a,b]
-    (delta[p, a+1] delta[q, b] - delta[p, a] delta[q, b])`` is two scatters of ``F`` (each ``[a,b] -> [p,q]``)
-    instead of one product with a ``[p,a,q,b]`` sum of deltas. A term's free indices are summed by the
-    statement, so the distributed terms mean the same where every part has the same free indices."""
-    terms = expr.terms if isinstance(expr, ir.Sum) else (expr,)
-    result: list[ir.Expr] = []
-    for term in terms:
-        if isinstance(term, ir.Product):
-            for k, factor in enumerate(term.factors):
-                if isinstance(factor, ir.Sum) and all(_scatters(t, targets) for t in factor.terms) \
-                        and len({frozenset(free_indices(t, targets)) for t in factor.terms}) == 1:
-                    # (each part has the sum's indices: a part without one is broadcast over it in the sum)
-                    rest = term.factors[:k] + term.factors[k + 1:]
-                    for part in factor.terms:
-                        factors = ir.product(*rest, part).factors  # type: ignore[union-attr]
-                        scale = float(np.prod([f.value for f in factors if isinstance(f, ir.Num)]))
-                        others = [f for f in factors if not isinstance(f, ir.Num)]
-                        number = int(scale) if scale.is_integer() else scale
-                        spread = _distributed(ir.product(*([ir.Num(number)] if scale != 1 else []), *others), targets)
-                        result.extend(spread.terms if isinstance(spread, ir.Sum) else (spread,))
-                    break
-            else:
-                result.append(term)
-        else:
-            result.append(term)
-    return result[0] if len(result) == 1 else ir.Sum(tuple(result))
+def _alike(terms: tuple[ir.Expr, ...], bound: frozenset[str]) -> bool:
+    """Whether the terms have the same free indices (a term without one is broadcast over it in their sum)."""
+    return len({frozenset(free_indices(term, bound)) for term in terms}) == 1
+
+
+def _added(parts: list[ir.Expr]) -> ir.Expr:
+    flat = [term for part in parts for term in (part.terms if isinstance(part, ir.Sum) else (part,))]
+    return flat[0] if len(flat) == 1 else ir.Sum(tuple(flat))
+
+
+def _scaled(factors: list[ir.Expr]) -> ir.Expr:
+    """The product of ``factors`` with its numbers multiplied into one leading number."""
+    flat = ir.product(*factors)
+    factors = list(flat.factors) if isinstance(flat, ir.Product) else [flat]
+    scale = float(np.prod([f.value for f in factors if isinstance(f, ir.Num)]))
+    others = [f for f in factors if not isinstance(f, ir.Num)]
+    number = int(scale) if scale.is_integer() else scale
+    return ir.product(*([ir.Num(number)] if scale != 1 or not others else []), *others)
+
+
+def _distributed(expr: ir.Expr, targets: frozenset[str], bound: frozenset[str] | None = None) -> ir.Expr:
+    """A derivative statement's products distributed over their sums of scatters, and sums over indices over
+    the terms they add: ``sum[a,b](F[a,b] (delta[p, a+1] delta[q, b] - delta[p, a] delta[q, b]))`` is two
+    scatters of ``F`` (each ``[a,b] -> [p,q]``) instead of one product with a ``[p,a,q,b]`` sum of deltas.
+    Only where the terms have the same free indices, so the distributed form means the same."""
+    bound = targets if bound is None else bound
+    if isinstance(expr, ir.Sum):
+        return _added([_distributed(term, targets, bound) for term in expr.terms])
+    if isinstance(expr, ir.Reduce) and expr.kind == "sum":
+        inner = bound | frozenset(expr.indices)
+        body = _distributed(expr.body, targets, inner)
+        if isinstance(body, ir.Sum) and _alike(body.terms, inner) and _scatters(body, targets):
+            return _added([ir.Reduce(expr.indices, term, "sum") for term in body.terms])
+        return ir.Reduce(expr.indices, body, expr.kind)
+    if isinstance(expr, ir.Product):
+        factors = [_distributed(factor, targets, bound) for factor in expr.factors]
+        for k, factor in enumerate(factors):
+            if isinstance(factor, ir.Sum) and all(_scatters(t, targets) for t in factor.terms) \
+                    and _alike(factor.terms, bound):
+                rest = factors[:k] + factors[k + 1:]
+                return _added([_distributed(_scaled([*rest, part]), targets, bound) for part in factor.terms])
+        return ir.product(*factors)
+    return expr
 
 
 def _plainly_sized(expr: ir.Expr) -> set[str]:

@@ -324,6 +324,41 @@ def _scatter_positions(spec: ScatterSpec, gathers: tuple[Any, ...], arange: Any)
     return flat, inside
 
 
+def _slice_scatter(spec: ScatterSpec) -> tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...]] | None:
+    """For a scatter that writes each value axis along one output axis by one affine index (``delta[p, a+1]
+    delta[q, 2*b]``: no two elements land on one position), the value's axes in the output's order and the
+    slices of the value and of the output they fill; None for any other scatter.
+
+    >>> _slice_scatter(((5,), (4,), (("affine", ((0, 2),), 1),), "x"))
+    ((0,), (slice(0, 2, None),), (slice(1, 4, 2),))
+    """
+    out_shape, value_shape, positions, _ = spec
+    order, taken, kept = [], [], []
+    for axis, position in enumerate(positions):
+        if position[0] == "plain":
+            source, coefficient, offset = position[1], 1, 0
+        elif position[0] == "affine" and len(position[1]) == 1 and position[1][0][1] != 0:
+            (source, coefficient), offset = position[1][0], position[2]
+        else:
+            return None
+        length, count = out_shape[axis], value_shape[source]
+        # the indices i with 0 <= offset + coefficient * i < length: one run [low, high)
+        if coefficient > 0:
+            low, high = max(0, -(offset // coefficient)), min(count, (length - 1 - offset) // coefficient + 1)
+        else:
+            step = -coefficient
+            low, high = max(0, -((length - 1 - offset) // step)), min(count, offset // step + 1)
+        high = max(high, low)
+        start = offset + coefficient * low
+        stop = offset + coefficient * (high - 1) + (1 if coefficient > 0 else -1)
+        order.append(source)
+        kept.append(slice(low, high))
+        taken.append(slice(start, stop if stop >= 0 else None, coefficient) if high > low else slice(0, 0))
+    if sorted(order) != list(range(len(value_shape))):
+        return None
+    return tuple(order), tuple(kept[order.index(k)] for k in range(len(order))), tuple(taken)
+
+
 def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     """The scatter-add on numpy: ``bincount`` with weights (float64), ``add.at`` for other types.
 
@@ -337,6 +372,12 @@ def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
 
         return da.from_array(scatter_numpy(np.asarray(value), spec, *(np.asarray(g) for g in gathers)))
     out_shape, value_shape, _, _ = spec
+    sliced = _slice_scatter(spec)
+    if sliced is not None:  # one strided copy into zeros: no two elements land on one position
+        order, kept, taken = sliced
+        out = xp.zeros(out_shape, dtype=value.dtype)
+        out[taken] = value[kept].transpose(order)
+        return out
     flat, inside = _scatter_positions(spec, gathers, xp.arange)
     flat = xp.broadcast_to(flat, value_shape).reshape(-1)
     weights = value.reshape(-1)

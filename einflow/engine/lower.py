@@ -144,6 +144,8 @@ class _Lowering:
                          if isinstance(statement, ir.MatrixDecl) for name in statement.names}
         #: the indices of the current statement that shifted reads size (LANGUAGE.md 8.2)
         self.shifted: frozenset[str] = frozenset()
+        #: targets only ``size`` declarations read: the sizes of their axes (their statements compute nothing)
+        self.shape_only: dict[str, tuple[SizeRef, ...]] = {}
 
     # ------------------------------------------------------------------ registers
     def emit(self, key: Any, make: Any, labels: tuple[str, ...]) -> _Value:
@@ -194,8 +196,11 @@ class _Lowering:
             for name in statement.names:
                 self.declared[name] = statement.source
             return
-        value = self.names[statement.source]
-        known = self.register_sizes.get(value.reg, ()) if value.reg is not None else ()
+        if statement.source in self.shape_only:
+            known: tuple[SizeRef, ...] = self.shape_only[statement.source]
+        else:
+            value = self.names[statement.source]
+            known = self.register_sizes.get(value.reg, ()) if value.reg is not None else ()
         for axis, name in enumerate(statement.names):
             self.declared[name] = known[axis] if axis < len(known) else 1
 
@@ -234,6 +239,16 @@ class _Lowering:
         # intermediates carrying inverses are computed inside their readers, where the inverses become solves
         inlining = inline_inverses(self.program, frozenset(returned))
         rewritten = dict(inlining.rewritten)
+        # a target only ``size`` declarations read (a derivative's range helper, ``_range1[a,b] = ...``): its
+        # shape is what they need, so its indices' sizes are noted and nothing is computed
+        read = {node.name for statement in assigns for node in ir.walk(statement.expr)
+                if isinstance(node, (ir.Tensor, ir.Read))}
+        read |= {gather.name for statement in assigns for node in ir.walk(statement.expr)
+                 if isinstance(node, (ir.Read, ir.ShiftDelta)) for gather in node.gathers}
+        sources = {statement.source for statement in statements if isinstance(statement, ir.SizeDecl)}
+        size_only = {statement.target for statement in assigns if statement.target in sources
+                     and statement.target not in read | returned and statement.target not in self.matrices
+                     and statement.indices is not None}
         for number, statement in enumerate(statements):
             self.statement = number
             texts.append(ir.format_statement(statement))
@@ -250,6 +265,9 @@ class _Lowering:
                 outputs.extend(self.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
                 continue
             self.note_sizes(statement)
+            if statement.target in size_only:
+                self.shape_only[statement.target or ""] = self.sizes_of(statement.indices or ())
+                continue
             first_new = self.count
             value = self.lower_statement(statement)
             if statement.target is not None:
