@@ -206,3 +206,7 @@ def test_the_symmetry_check_of_a_float32_target_has_a_float32_tolerance() -> Non
         B = np.eye(4, dtype=np.float32)
         B[0, 1] = 1e-3  # far above float32 round-off
         ef.evaluate("L = sum[i,k](S[i,k])\nsymmetric S", S=B)
+    torch = pytest.importorskip("torch")
+    for text in ("L = sum[i,k](S[i,k])\nsymmetric S", "L = sum[i,k](S[i,k])\nspd S"):  # torch: MatrixError too
+        with pytest.raises(ef.MatrixError, match="not symmetric"):
+            ef.evaluate(text, S=torch.as_tensor(B))

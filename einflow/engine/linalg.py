@@ -133,10 +133,11 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
         scale = float(x.abs().max()) if x.numel() else 0.0
         tolerance = max(1e-10, 100 * {np}.finfo(x.dtype).eps) if x.is_floating_point() or x.is_complex() else 1e-10
+        error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
         if x.numel() and float((x - x.transpose(-1, -2)).abs().max()) > tolerance * scale:
-            raise ValueError(f"matrix {{name!r}} is declared {{kind}} but is not symmetric")
+            raise error(f"matrix {{name!r}} is declared {{kind}} but is not symmetric")
         if checks == "spd" and int({np}.linalg.cholesky_ex({as_float}(x)).info.max()) != 0:
-            raise ValueError(f"matrix {{name!r}} is declared spd but is not positive definite")
+            raise error(f"matrix {{name!r}} is declared spd but is not positive definite")
         return x
     x = {np}.movedim({as_float}(x), axes, (-2, -1))
     if kind.startswith("cho_"):  # x is a lower Cholesky factor
