@@ -15,7 +15,7 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = ["newton_logistic", "two_layer_net", "cp_decomposition", "attention", "tensor_network", "dask_vs_numpy",
-           "gaussian_process"]
+           "gaussian_process", "tv_denoise"]
 
 pytestmark = pytest.mark.slow
 
@@ -134,3 +134,13 @@ def test_gaussian_process_fits_its_kernel(outputs: dict[str, subprocess.Complete
     assert abs(_number(r"noise ([\d.]+) \(true", text) - 0.1) < 0.02
     assert abs(_number(r"length ([\d.]+) \(true", text) - 0.8) < 0.2
     assert "= inv[i,j](K[i,j])" in text  # the gradient program is printed as einflow text (K^-1 named once)
+
+
+def test_tv_denoising_removes_noise_with_a_right_stencil_gradient(
+        outputs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    text = _run(outputs, "tv_denoise")
+    assert _number(r"central differences agree to ([\d.e+-]+)", text) < 1e-6
+    noisy = _number(r"error against the clean image: ([\d.]+) noisy", text)
+    denoised = _number(r"noisy, ([\d.]+) denoised", text)
+    assert denoised < 0.5 * noisy  # (0.200 -> 0.073 here)
+    assert re.search(r"delta\[p, a\d* \+ 1\]", text)  # the gradient printed as einflow text, scatters as deltas

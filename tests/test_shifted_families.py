@@ -5,7 +5,7 @@ inside elementwise functions, weighted stencils, reductions over windows and gat
 lengths, Python-float scalars, declarations at the end, inputs the value does not depend on) are compared
 with JAX in float64: the value, the gradient by every input, the Hessian, the hvp, jvp and vjp, and the
 gradient's exported numpy source; float32 inputs give float32 gradients. ``EINFLOW_FAMILY_N`` sets the
-number of programs (``EINFLOW_FAMILY_N=20000`` for the long run).
+number of programs (``EINFLOW_FAMILY_N=20000`` for the long run), ``EINFLOW_FAMILY_START`` the first seed.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ jax.config.update("jax_enable_x64", True)
 jnp = jax.numpy
 
 COUNT = int(os.environ.get("EINFLOW_FAMILY_N", "300"))
+START = int(os.environ.get("EINFLOW_FAMILY_START", "0"))
 
 
 def _reference_gradient(family, arrays, name):  # type: ignore[no-untyped-def]
@@ -31,7 +32,7 @@ def _reference_gradient(family, arrays, name):  # type: ignore[no-untyped-def]
     return np.asarray(jax.grad(lambda u: family.reference({**inputs, name: u}))(inputs[name]))
 
 
-@pytest.mark.parametrize("seed", range(COUNT))
+@pytest.mark.parametrize("seed", range(START, START + COUNT))
 def test_family_matches_jax(seed: int) -> None:
     family = generate_family(seed)
     arrays = family.arrays(seed)
@@ -67,7 +68,7 @@ def test_family_matches_jax(seed: int) -> None:
                                _reference_gradient(family, arrays, first), rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("seed", range(0, COUNT, 3))
+@pytest.mark.parametrize("seed", range(START, START + COUNT, 3))
 def test_family_float32_gradients_are_float32(seed: int) -> None:
     family = generate_family(seed)
     arrays = family.arrays(seed)
@@ -79,7 +80,7 @@ def test_family_float32_gradients_are_float32(seed: int) -> None:
         np.testing.assert_allclose(got, _reference_gradient(family, arrays, name), rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.parametrize("seed", range(2, COUNT, 4))
+@pytest.mark.parametrize("seed", range(START + 2, START + COUNT, 4))
 @pytest.mark.parametrize("target", ["torch", "jax"])
 def test_family_gradient_source_for_torch_and_jax(seed: int, target: str) -> None:
     module = pytest.importorskip(target)
@@ -98,7 +99,7 @@ def test_family_gradient_source_for_torch_and_jax(seed: int, target: str) -> Non
                                err_msg=family.text)
 
 
-@pytest.mark.parametrize("seed", range(1, COUNT, 5))
+@pytest.mark.parametrize("seed", range(START + 1, START + COUNT, 5))
 def test_family_gradients_on_torch(seed: int) -> None:
     torch = pytest.importorskip("torch")
     family = generate_family(seed)
