@@ -52,9 +52,20 @@ __all__ = [
 ]
 
 import einflow.frameworks  # noqa: E402,F401 - registers Program's runners for torch tensors and jax arrays
-from einflow.derivatives import grad, hessian, hessian_diagonal, hvp, jacobian, jvp, laplacian, value_and_grad, vjp  # noqa: E402
+from einflow.derivatives import (  # noqa: E402
+    bilaplacian,
+    grad,
+    hessian,
+    hessian_diagonal,
+    hvp,
+    jacobian,
+    jvp,
+    laplacian,
+    value_and_grad,
+    vjp,
+)
 
-__all__ += ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "vjp", "jvp", "hvp",
+__all__ += ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "vjp", "jvp", "hvp",
             "value_and_grad"]
 
 

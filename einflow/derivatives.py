@@ -14,9 +14,10 @@ from einflow import derive
 from einflow.lang.check import Checked
 from einflow.program import Program, compile
 
-__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "vjp", "jvp", "hvp", "value_and_grad"]
+__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "vjp", "jvp", "hvp", "value_and_grad"]
 
 Wrt = str | Sequence[str]
+Batch = str | Sequence[str] | None
 
 
 def _program(derived: Checked, source: Program, seeds: Sequence[str] = (),
@@ -57,28 +58,35 @@ def grad(p: str | Program, wrt: Wrt) -> Program:
 
 
 @_documented(derive.jacobian)
-def jacobian(p: str | Program, wrt: Wrt, mode: str = "auto") -> Program:
+def jacobian(p: str | Program, wrt: Wrt, mode: str = "auto", batch: Batch = None) -> Program:
     program = compile(p)
-    return _program(derive.jacobian(program.checked, wrt, mode), program, by=_by(wrt))
+    return _program(derive.jacobian(program.checked, wrt, mode, batch=batch), program, by=_by(wrt))
 
 
 @_documented(derive.hessian)
-def hessian(p: str | Program, wrt: Wrt) -> Program:
+def hessian(p: str | Program, wrt: Wrt, batch: Batch = None) -> Program:
     program = compile(p)
-    return _program(derive.hessian(program.checked, wrt), program,
+    return _program(derive.hessian(program.checked, wrt, batch=batch), program,
                     by=_by(wrt) if isinstance(wrt, str) else None)
 
 
 @_documented(derive.hessian_diagonal)
-def hessian_diagonal(p: str | Program, wrt: Wrt) -> Program:
+def hessian_diagonal(p: str | Program, wrt: Wrt, batch: Batch = None) -> Program:
     program = compile(p)
-    return _program(derive.hessian_diagonal(program.checked, wrt), program)
+    return _program(derive.hessian_diagonal(program.checked, wrt, batch=batch), program)
 
 
 @_documented(derive.laplacian)
-def laplacian(p: str | Program, wrt: Wrt) -> Program:
+def laplacian(p: str | Program, wrt: Wrt, batch: Batch = None, weights: str | None = None) -> Program:
     program = compile(p)
-    return _program(derive.laplacian(program.checked, wrt), program)
+    return _program(derive.laplacian(program.checked, wrt, batch=batch, weights=weights), program,
+                    [weights] if weights is not None else [])
+
+
+@_documented(derive.bilaplacian)
+def bilaplacian(p: str | Program, wrt: Wrt, batch: Batch = None) -> Program:
+    program = compile(p)
+    return _program(derive.bilaplacian(program.checked, wrt, batch=batch), program)
 
 
 @_documented(derive.vjp)

@@ -90,7 +90,7 @@ def test_matrix_factorization_hessian_keeps_one_delta_written_diagonally():
     h = ef.hessian("L = sum[i,j]((T[i,j] - U[i,r] V[j,r])^2)", wrt="U")
     final = str(h).splitlines()[-1]
     assert final.count("delta") == 1
-    assert final.endswith("= 2 delta[p,s] V[j,q] V[j,u]")
+    assert final.endswith("= 2 delta[i,r] V[j,p] V[j,q]")  # rows i are independent samples: block diagonal
     report = h.plan({"T": (20, 30), "U": (20, 4), "V": (30, 4)})
     kinds = [s.kind for s in report.steps]
     assert "diagonal" in kinds

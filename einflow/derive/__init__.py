@@ -18,6 +18,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from einflow.derive.batch import Batch, batch_names, follow, restore, strip, summed_batch
 from einflow.derive.cse import coefficients_out, hoist_repeated, hoist_shared_products, reuse_forward
 from einflow.derive.normal import (
     Fresh,
@@ -40,10 +41,11 @@ from einflow.derive.sweep import Work, forward_sweep, name_factors, reverse_swee
 from einflow.lang import ir
 from einflow.lang.check import Checked, check_name, checked
 from einflow.lang.errors import DerivativeError, EinflowError
-from einflow.lang.indices import indices_in
+from einflow.lang.indices import free_indices, indices_in
 from einflow.lang.stable import stabilize_program
 
-__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "vjp", "jvp", "hvp", "value_and_grad"]
+__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "vjp", "jvp", "hvp",
+           "value_and_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -397,7 +399,7 @@ def vjp(program: Checked, wrt: str | Sequence[str], cotangent: str = "G") -> Che
 
 
 @_deriving
-def jacobian(program: Checked, wrt: str | Sequence[str], mode: str = "auto") -> Checked:
+def _jacobian(program: Checked, wrt: str | Sequence[str], mode: str = "auto") -> Checked:
     """The full derivative: shape = value's shape + ``wrt``'s shape (a tuple for a list of ``wrt``).
 
     ``mode``: ``"forward"`` carries tangents (the input's axes) through the statements, ``"reverse"``
@@ -406,7 +408,6 @@ def jacobian(program: Checked, wrt: str | Sequence[str], mode: str = "auto") -> 
     >>> import einflow as ef
     >>> print(ef.jacobian("y[i] = tanh(x[i])", wrt="x"))
     y[i] = tanh(x[i])
-    size p = x
     dy_dx[i,p] = delta[i,p] (1 - y[i]^2)
     """
     names, as_tuple = _wrt_list(program, wrt, "jacobian")
@@ -440,7 +441,7 @@ def jacobian(program: Checked, wrt: str | Sequence[str], mode: str = "auto") -> 
 
 
 @_deriving
-def hessian(program: Checked, wrt: str | Sequence[str]) -> Checked:
+def _hessian(program: Checked, wrt: str | Sequence[str]) -> Checked:
     """Second derivatives of a scalar program: shape = ``wrt``'s shape twice (blocks for a list of ``wrt``).
 
     Forward-over-reverse: the gradient program's statements are differentiated forward.
@@ -493,7 +494,7 @@ def _second_derivatives(program: Checked, wrt: str | Sequence[str], what: str, e
 
 
 @_deriving
-def hessian_diagonal(program: Checked, wrt: str | Sequence[str]) -> Checked:
+def _hessian_diagonal(program: Checked, wrt: str | Sequence[str]) -> Checked:
     """The diagonal of the Hessian of a scalar program, shaped like ``wrt`` (a list: one per input), without
     forming the Hessian: the second-derivative statement is read on its diagonal, so its intermediates are
     those of the Hessian's own statements.
@@ -518,7 +519,7 @@ def hessian_diagonal(program: Checked, wrt: str | Sequence[str]) -> Checked:
 
 
 @_deriving
-def laplacian(program: Checked, wrt: str | Sequence[str]) -> Checked:
+def _laplacian(program: Checked, wrt: str | Sequence[str], weights: str | None = None) -> Checked:
     """The Laplacian of a scalar program, the sum of its second derivatives by each element of ``wrt`` (a
     list: by the elements of all of them), the trace of the Hessian without forming it.
 
@@ -530,6 +531,8 @@ def laplacian(program: Checked, wrt: str | Sequence[str]) -> Checked:
     >>> float(lap(x=np.ones(3), y=2.0))  # 2 y per element of x, plus 6 y
     24.0
     """
+    if weights is not None:
+        return _weighted_laplacian(program, wrt, weights)
     setup, names, _, blocks = _second_derivatives(program, wrt, "laplacian")
     terms = []
     for x in names:
@@ -543,6 +546,32 @@ def laplacian(program: Checked, wrt: str | Sequence[str]) -> Checked:
         terms.append(ir.Reduce(indices, body) if indices else body)
     name = setup.work.tensor_fresh.pick([f"laplacian_{setup.value}"], "laplacian")
     total = ir.Num(0) if not terms else terms[0] if len(terms) == 1 else ir.Sum(tuple(terms))
+    setup.work.statements.append(ir.Assign(name, (), total))
+    return setup.assemble([name], False)
+
+
+def _weighted_laplacian(program: Checked, wrt: str | Sequence[str], weights: str) -> Checked:
+    """``sum[p,q](C[p,q] d2f/dx[p]dx[q])`` for the weights input ``C`` (x's axes twice): the Hessian's statement
+    is contracted with C before it is computed, so no statement holds the Hessian itself."""
+    if not isinstance(wrt, str):
+        raise DerivativeError("laplacian: weights= needs one wrt input (its axes twice are the weights' axes)")
+    try:
+        check_name(weights, "a tensor name")
+    except EinflowError as error:
+        raise DerivativeError(f"laplacian: weights= must be a tensor name: {error}") from None
+    if weights in program.info.inputs or weights in program.info.targets:
+        raise DerivativeError(f"laplacian: weights name '{weights}' is already used by the program")
+    setup, names, _, blocks = _second_derivatives(program, wrt, "laplacian")
+    rank = setup.work.ranks[wrt]
+    setup.tensor_names.take(weights)
+    setup.work.ranks[weights] = 2 * rank
+    for axis in range(2 * rank):
+        setup.sizes.union(("axis", weights, axis), ("axis", wrt, axis % rank))
+    statement = blocks[wrt, wrt]
+    indices = statement.indices or ()
+    body = ir.product(ir.Tensor(weights, indices), rename_apart(statement.expr))
+    total = simplified(ir.Reduce(indices, body)) if indices else simplified(body)
+    name = setup.work.tensor_fresh.pick([f"laplacian_{setup.value}"], "laplacian")
     setup.work.statements.append(ir.Assign(name, (), total))
     return setup.assemble([name], False)
 
@@ -642,3 +671,184 @@ def hvp(program: Checked, wrt: str | Sequence[str], tangent: str | Sequence[str]
         work.statements.append(ir.Assign(name, statement.indices, statement.expr))
         outputs.append(name)
     return setup.assemble(outputs, as_tuple)
+
+
+# ---------------------------------------------------------------- batch indices and operators (LANGUAGE.md §9.1)
+Batched = str | Sequence[str] | None
+
+
+def _structured(derivation: Callable[..., Checked], program: Checked, wrt: str | Sequence[str], batch: Batched,
+                what: str, **options: Any) -> Checked:
+    """``derivation`` per sample along the ``batch`` indices (einflow.derive.batch), else along the indices a
+    program whose value is a sum over samples sums (``L = sum[b](...)``: the derivative is block diagonal in
+    them), else of the whole program."""
+    if batch is not None:
+        names = batch_names(batch, what)
+        wrt_names, _ = _wrt_list(program, wrt, what)
+        found = follow(program, names, wrt_names, what)
+        return restore(derivation(strip(program, found), wrt, **options), found)
+    wrt_names, as_list = _wrt_list(program, wrt, what)
+    if what == "jacobian" and not as_list:
+        samples = _sample_indices(program, wrt_names)
+        if samples is not None:
+            per = restore(derivation(strip(program, samples), wrt, **options), samples)
+            ranks = program.info.ranks
+            value = samples.axes.get(_value_name(program), {}) or {n: k for k, n in enumerate(samples.names)}
+            return _expanded(per, samples.names, [(len(_value_indices(program)), value),
+                                                  (ranks[wrt_names[0]], samples.of(wrt_names[0]))])
+        return derivation(program, wrt, **options)
+    summed = summed_batch(program, wrt_names) if what != "jacobian" and (what == "laplacian" or not as_list) else None
+    if summed is None:
+        return derivation(program, wrt, **options)
+    source, samples = summed
+    per = restore(derivation(strip(source, samples), wrt, **options), samples)
+    if what == "laplacian":
+        return _expanded(per, samples.names, [])
+    x = wrt_names[0]
+    group = (program.info.ranks[x], samples.of(x))
+    return _expanded(per, samples.names, [group] if what == "hessian_diagonal" else [group, group])
+
+
+def _value_name(program: Checked) -> str | None:
+    return program.ir.statements[_last_assign(program.ir)].target  # type: ignore[union-attr]
+
+
+def _value_indices(program: Checked) -> tuple[str, ...]:
+    statement = program.ir.statements[_last_assign(program.ir)]
+    assert isinstance(statement, ir.Assign)
+    return statement.indices if statement.indices is not None else free_indices(statement.expr)
+
+
+def _last_assign(program: ir.ProgramIR) -> int:
+    return max(k for k, s in enumerate(program.statements) if isinstance(s, ir.Assign))
+
+
+def _sample_indices(program: Checked, wrt: list[str]) -> Batch | None:
+    """The output's indices that index independent samples of every ``wrt`` input (None if there are none)."""
+    names = []
+    for index in _value_indices(program):
+        try:
+            follow(program, (index,), wrt, "")
+        except DerivativeError:
+            continue
+        names.append(index)
+    if not names:
+        return None
+    try:
+        return follow(program, tuple(names), wrt, "")
+    except DerivativeError:  # pragma: no cover - each follows alone, so all do together
+        return None
+
+
+def _expanded(per: Checked, names: tuple[str, ...], groups: list[tuple[int, dict[str, int]]]) -> Checked:
+    """A per-sample derivative ``D[b..., rest of group 1..., rest of group 2...]`` as the whole derivative: each
+    group of axes (rank, batch axes) in order, the batch axes of later groups tied to the first's by deltas (a
+    block-diagonal result); no group: the sum over the samples. The per-sample statement is written into the
+    result's (no statement holds a per-sample copy)."""
+    statements = list(per.ir.statements)
+    last = _last_assign(per.ir)
+    final = statements[last]
+    assert isinstance(final, ir.Assign) and final.target is not None and final.indices is not None
+    if len(groups) == 1 and all(groups[0][1].get(n) == k for k, n in enumerate(names)):
+        return per  # already in the wrt's own axis order
+    taken = all_index_names(per.ir) | set(per.info.inputs) | set(per.info.targets)
+    pool = iter([*"pqrsuvwacdeg"] + [f"{c}{n}" for n in range(2, 10) for c in "pqrsuvw"])
+
+    def pick() -> str:
+        name = next(pool)
+        while name in taken:
+            name = next(pool)
+        taken.add(name)
+        return name
+
+    batch = {name: final.indices[k] for k, name in enumerate(names)}
+    rest = list(final.indices[len(names):])
+    target: list[str] = []
+    deltas: list[ir.Expr] = []
+    for position, (rank, axes) in enumerate(groups):
+        inverse = {axis: name for name, axis in axes.items()}
+        for axis in range(rank):
+            if axis not in inverse:
+                target.append(rest.pop(0))
+            elif position == 0:
+                target.append(batch[inverse[axis]])
+            else:
+                partner = pick()
+                deltas.append(ir.Delta(batch[inverse[axis]], partner))
+                target.append(partner)
+    # (a per-sample constant carries delta[b,b] markers: the deltas or the sum give the batch axes instead)
+    expr = _without_markers(final.expr, set(batch.values())) if groups and len(groups) > 1 else final.expr
+    if groups:
+        factors = list(expr.factors) if isinstance(expr, ir.Product) else [expr]
+        scale = factors[:1] if isinstance(factors[0], ir.Num) else []
+        new = ir.Assign(final.target, tuple(target), ir.product(*scale, *deltas, *factors[len(scale):]))
+    else:
+        new = ir.Assign(final.target, (), ir.Reduce(tuple(batch.values()), expr))
+    statements[last] = new
+    return checked(ir.ProgramIR(tuple(statements)))
+
+
+def _without_markers(expr: ir.Expr, indices: set[str]) -> ir.Expr:
+    """``expr`` without its ``delta[b,b]`` factors on ``indices`` (where a delta to a partner gives b instead)."""
+    if isinstance(expr, ir.Product):
+        kept = [f for f in expr.factors if not (isinstance(f, ir.Delta) and f.first == f.second
+                                                 and f.first in indices)]
+        return ir.product(*kept) if kept else ir.Num(1)
+    return expr
+
+
+def _with_name(program: Checked, name: str) -> Checked:
+    """``program`` with its output (the last statement's target, read by no other) renamed to ``name``."""
+    statements = list(program.ir.statements)
+    last = _last_assign(program.ir)
+    final = statements[last]
+    assert isinstance(final, ir.Assign)
+    if name in program.info.inputs or name in program.info.targets:
+        return program
+    statements[last] = ir.Assign(name, final.indices, final.expr)
+    return checked(ir.ProgramIR(tuple(statements)))
+
+
+def jacobian(program: Checked, wrt: str | Sequence[str], mode: str = "auto", batch: Batched = None) -> Checked:
+    return _structured(_jacobian, program, wrt, batch, "jacobian", mode=mode)
+
+
+def hessian(program: Checked, wrt: str | Sequence[str], batch: Batched = None) -> Checked:
+    return _structured(_hessian, program, wrt, batch, "hessian")
+
+
+def hessian_diagonal(program: Checked, wrt: str | Sequence[str], batch: Batched = None) -> Checked:
+    return _structured(_hessian_diagonal, program, wrt, batch, "hessian_diagonal")
+
+
+def laplacian(program: Checked, wrt: str | Sequence[str], batch: Batched = None, weights: str | None = None) -> Checked:
+    return _structured(_laplacian, program, wrt, batch, "laplacian", weights=weights)
+
+
+def _bilaplacian(program: Checked, wrt: str | Sequence[str]) -> Checked:
+    once = _laplacian(program, wrt)
+    value = _value_name(program) or "f"
+    return _with_name(_laplacian(once, wrt), f"bilaplacian_{value}")
+
+
+def bilaplacian(program: Checked, wrt: str | Sequence[str], batch: Batched = None) -> Checked:
+    """The Laplacian of the Laplacian of a scalar program (per sample with ``batch=``).
+
+    >>> import numpy as np, einflow as ef
+    >>> b = ef.bilaplacian("f = (x[i] x[i])^2", wrt="x")  # |x|^4: its bi-Laplacian is 8 n (n + 2)
+    >>> float(b(x=np.ones(3)))
+    120.0
+    """
+    return _structured(_bilaplacian, program, wrt, batch, "laplacian")
+
+
+for _public, _private, _extra in [
+    (jacobian, _jacobian, "\n    ``batch=`` names output indices that index independent samples (LANGUAGE.md §9.1): the result is\n"
+                          "    ``J[b, <other output indices>, <wrt's other axes>]``, each batch index once.\n"),
+    (hessian, _hessian, "\n    ``batch=`` names output indices that index independent samples (LANGUAGE.md §9.1): the result is\n"
+                        "    the per-sample Hessian ``H[b, k, l]``, each batch index once.\n"),
+    (hessian_diagonal, _hessian_diagonal, "\n    ``batch=``: the per-sample diagonal ``[b, k]`` (LANGUAGE.md §9.1).\n"),
+    (laplacian, _laplacian, "\n    ``batch=``: the per-sample Laplacian ``[b]``; ``weights=\"C\"`` names a new input over wrt's axes\n"
+                            "    twice, giving ``sum[k,l](C[k,l] d2f/dx[k]dx[l])`` (LANGUAGE.md §9.1).\n"),
+]:
+    _public.__doc__ = (_private.__doc__ or "").rstrip() + "\n" + _extra
