@@ -61,12 +61,13 @@ from einflow.derivatives import (  # noqa: E402
     jacobian,
     jvp,
     laplacian,
+    taylor,
     value_and_grad,
     vjp,
 )
 
-__all__ += ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "vjp", "jvp", "hvp",
-            "value_and_grad"]
+__all__ += ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp",
+            "hvp", "value_and_grad"]
 
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]

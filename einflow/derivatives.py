@@ -14,7 +14,8 @@ from einflow import derive
 from einflow.lang.check import Checked
 from einflow.program import Program, compile
 
-__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "vjp", "jvp", "hvp", "value_and_grad"]
+__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp", "hvp",
+           "value_and_grad"]
 
 Wrt = str | Sequence[str]
 Batch = str | Sequence[str] | None
@@ -87,6 +88,13 @@ def laplacian(p: str | Program, wrt: Wrt, batch: Batch = None, weights: str | No
 def bilaplacian(p: str | Program, wrt: Wrt, batch: Batch = None) -> Program:
     program = compile(p)
     return _program(derive.bilaplacian(program.checked, wrt, batch=batch), program)
+
+
+@_documented(derive.taylor)
+def taylor(p: str | Program, wrt: str, direction: str = "v", order: int = 2) -> Program:
+    program = compile(p)
+    return _program(derive.taylor(program.checked, wrt, direction, order), program, [direction],
+                    by=[wrt] * order if isinstance(order, int) and order > 0 else None)
 
 
 @_documented(derive.vjp)

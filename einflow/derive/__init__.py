@@ -38,14 +38,15 @@ from einflow.derive.simplify import is_zero
 from einflow.derive.simplify import simplify as simplified  # (the module keeps the name simplify here)
 from einflow.derive.sizes import IndexSizes, activated, active
 from einflow.derive.sweep import Work, forward_sweep, name_factors, reverse_sweep, tangent_sweep, zeros
+from einflow.derive.taylor import laplacian_sweep, taylor_sweep
 from einflow.lang import ir
 from einflow.lang.check import Checked, check_name, checked
 from einflow.lang.errors import DerivativeError, EinflowError
 from einflow.lang.indices import free_indices, indices_in
 from einflow.lang.stable import stabilize_program
 
-__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "vjp", "jvp", "hvp",
-           "value_and_grad"]
+__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp",
+           "hvp", "value_and_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -521,18 +522,46 @@ def _hessian_diagonal(program: Checked, wrt: str | Sequence[str]) -> Checked:
 @_deriving
 def _laplacian(program: Checked, wrt: str | Sequence[str], weights: str | None = None) -> Checked:
     """The Laplacian of a scalar program, the sum of its second derivatives by each element of ``wrt`` (a
-    list: by the elements of all of them), the trace of the Hessian without forming it.
+    list: by the elements of all of them), the trace of the Hessian without forming it: a forward sweep
+    carries each statement's first derivatives along every direction and its Laplacian summed over them
+    (einflow.derive.taylor), about the cost of D + 2 forward passes for D directions.
 
     >>> import numpy as np, einflow as ef
     >>> lap = ef.laplacian("f = x[i] x[i] y + y^3", wrt=["x", "y"])
-    >>> print(lap)  # (delta[p,p] = 1 keeps the sum over x's elements)
+    >>> print(lap)
     size p = x
     laplacian_f = 2 delta[p,p] y + 6 y
     >>> float(lap(x=np.ones(3), y=2.0))  # 2 y per element of x, plus 6 y
     24.0
     """
+    names, _ = _wrt_list(program, wrt, "laplacian")
+    setup = _Setup(program, "laplacian")
+    if setup.value_rank:
+        raise DerivativeError(f"laplacian needs a scalar value, but '{setup.value}' has rank {setup.value_rank}")
+    work = setup.work
     if weights is not None:
-        return _weighted_laplacian(program, wrt, weights)
+        _weights_input(program, setup, names, weights)
+    terms = []
+    for x in names:
+        term = laplacian_sweep(work, x, setup.value, weights)
+        if not is_zero(term):
+            terms.append(term)
+    name = work.tensor_fresh.pick([f"laplacian_{setup.value}"], "laplacian")
+    total = ir.Num(0) if not terms else terms[0] if len(terms) == 1 else simplified(ir.Sum(tuple(terms)))
+    work.statements.append(_mark_missing_targets(ir.Assign(name, (), total)))
+    return setup.assemble([name], False)
+
+
+def _gathers(program: Checked) -> bool:
+    """Does the program read a tensor at positions taken from an integer tensor (``E[t[b],d]``)?"""
+    return any(isinstance(node, ir.Read) and node.gathers for s in program.ir.statements if isinstance(s, ir.Assign)
+               for node in ir.walk(s.expr))
+
+
+@_deriving
+def _laplacian_by_trace(program: Checked, wrt: str | Sequence[str]) -> Checked:
+    """The Laplacian as the trace of the forward-over-reverse Hessian statement, read on its diagonal: the
+    route for programs with gathered reads, whose scattered adjoints the forward sweep does not size."""
     setup, names, _, blocks = _second_derivatives(program, wrt, "laplacian")
     terms = []
     for x in names:
@@ -550,10 +579,9 @@ def _laplacian(program: Checked, wrt: str | Sequence[str], weights: str | None =
     return setup.assemble([name], False)
 
 
-def _weighted_laplacian(program: Checked, wrt: str | Sequence[str], weights: str) -> Checked:
-    """``sum[p,q](C[p,q] d2f/dx[p]dx[q])`` for the weights input ``C`` (x's axes twice): the Hessian's statement
-    is contracted with C before it is computed, so no statement holds the Hessian itself."""
-    if not isinstance(wrt, str):
+def _weights_input(program: Checked, setup: _Setup, names: list[str], weights: str) -> None:
+    """Register ``weights`` as a new input over the one wrt input's axes twice."""
+    if len(names) != 1:
         raise DerivativeError("laplacian: weights= needs one wrt input (its axes twice are the weights' axes)")
     try:
         check_name(weights, "a tensor name")
@@ -561,19 +589,12 @@ def _weighted_laplacian(program: Checked, wrt: str | Sequence[str], weights: str
         raise DerivativeError(f"laplacian: weights= must be a tensor name: {error}") from None
     if weights in program.info.inputs or weights in program.info.targets:
         raise DerivativeError(f"laplacian: weights name '{weights}' is already used by the program")
-    setup, names, _, blocks = _second_derivatives(program, wrt, "laplacian")
-    rank = setup.work.ranks[wrt]
+    x = names[0]
+    rank = setup.work.ranks[x]
     setup.tensor_names.take(weights)
     setup.work.ranks[weights] = 2 * rank
     for axis in range(2 * rank):
-        setup.sizes.union(("axis", weights, axis), ("axis", wrt, axis % rank))
-    statement = blocks[wrt, wrt]
-    indices = statement.indices or ()
-    body = ir.product(ir.Tensor(weights, indices), rename_apart(statement.expr))
-    total = simplified(ir.Reduce(indices, body)) if indices else simplified(body)
-    name = setup.work.tensor_fresh.pick([f"laplacian_{setup.value}"], "laplacian")
-    setup.work.statements.append(ir.Assign(name, (), total))
-    return setup.assemble([name], False)
+        setup.sizes.union(("axis", weights, axis), ("axis", x, axis % rank))
 
 
 def _tangents(program: Checked, setup: _Setup, names: list[str], tangent: str | Sequence[str] | None,
@@ -822,6 +843,8 @@ def hessian_diagonal(program: Checked, wrt: str | Sequence[str], batch: Batched 
 
 
 def laplacian(program: Checked, wrt: str | Sequence[str], batch: Batched = None, weights: str | None = None) -> Checked:
+    if weights is None and _gathers(program):
+        return _structured(_laplacian_by_trace, program, wrt, batch, "laplacian")
     return _structured(_laplacian, program, wrt, batch, "laplacian", weights=weights)
 
 
@@ -842,13 +865,45 @@ def bilaplacian(program: Checked, wrt: str | Sequence[str], batch: Batched = Non
     return _structured(_bilaplacian, program, wrt, batch, "laplacian")
 
 
+_BATCH_DOC = "\n    ``batch=`` names output indices that index independent samples (LANGUAGE.md §9.1): "
 for _public, _private, _extra in [
-    (jacobian, _jacobian, "\n    ``batch=`` names output indices that index independent samples (LANGUAGE.md §9.1): the result is\n"
-                          "    ``J[b, <other output indices>, <wrt's other axes>]``, each batch index once.\n"),
-    (hessian, _hessian, "\n    ``batch=`` names output indices that index independent samples (LANGUAGE.md §9.1): the result is\n"
-                        "    the per-sample Hessian ``H[b, k, l]``, each batch index once.\n"),
-    (hessian_diagonal, _hessian_diagonal, "\n    ``batch=``: the per-sample diagonal ``[b, k]`` (LANGUAGE.md §9.1).\n"),
-    (laplacian, _laplacian, "\n    ``batch=``: the per-sample Laplacian ``[b]``; ``weights=\"C\"`` names a new input over wrt's axes\n"
-                            "    twice, giving ``sum[k,l](C[k,l] d2f/dx[k]dx[l])`` (LANGUAGE.md §9.1).\n"),
+    (jacobian, _jacobian, "the result is\n    ``J[b, <other output indices>, <wrt's other axes>]``, each batch index "
+                          "once.\n"),
+    (hessian, _hessian, "the result is\n    the per-sample Hessian ``H[b, k, l]``, each batch index once.\n"),
+    (hessian_diagonal, _hessian_diagonal, "the per-sample diagonal\n    ``[b, k]``.\n"),
+    (laplacian, _laplacian, "the per-sample Laplacian\n    ``[b]``. ``weights=\"C\"`` names a new input over "
+                            "wrt's axes twice: ``sum[k,l](C[k,l] d2f/dx[k]dx[l])``.\n"),
 ]:
-    _public.__doc__ = (_private.__doc__ or "").rstrip() + "\n" + _extra
+    _public.__doc__ = (_private.__doc__ or "").rstrip() + "\n" + _BATCH_DOC + _extra
+
+
+@_deriving
+def taylor(program: Checked, wrt: str, direction: str = "v", order: int = 2) -> Checked:
+    """The derivatives ``d^k/dt^k f(x + t v)`` at ``t = 0`` for ``k = 1..order``, as one program returning them
+    in order (each shaped like the value); ``direction`` names the new input ``v``, shaped like ``wrt``. One
+    forward sweep carries every statement's Taylor coefficients (einflow.derive.taylor): no nested passes.
+
+    >>> import numpy as np, einflow as ef
+    >>> t = ef.taylor("f = exp(2 x[i] x[i])", wrt="x", direction="v", order=3)
+    >>> [round(float(d), 6) for d in t(x=np.zeros(2), v=np.array([1.0, 0.0]))]  # exp(2 t^2) at 0: 0, 4, 0
+    [0.0, 4.0, 0.0]
+    """
+    if not isinstance(wrt, str):
+        raise DerivativeError(f"taylor: wrt= must name one input, got {wrt!r}")
+    _wrt_list(program, wrt, "taylor")
+    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+        raise DerivativeError(f"taylor: order= must be a positive integer, got {order!r}")
+    setup = _Setup(program, "taylor")
+    _tangents(program, setup, [wrt], direction, False, "taylor")
+    work = setup.work
+    found = taylor_sweep(work, wrt, direction, order, setup.value)
+    value = work.target(setup.value)
+    assert value is not None
+    indices = value.indices or ()
+    outputs = []
+    for k, expr in enumerate(found, start=1):
+        name = work.tensor_fresh.pick([f"d{k}{setup.value}_dt{k}"], f"taylor{k}")
+        body = zeros(indices) if is_zero(expr) else expr
+        work.statements.append(_mark_missing_targets(ir.Assign(name, indices, body)))
+        outputs.append(name)
+    return setup.assemble(outputs, True)

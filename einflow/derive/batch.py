@@ -259,7 +259,7 @@ def restore(derived: Checked, batch: Batch, outputs_first: bool = True) -> Check
     for position, statement in enumerate(derived.ir.statements):
         if isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str) and statement.source in axes:
             names = list(statement.names)
-            for name, axis in sorted(axes[statement.source].items(), key=lambda item: item[1]):
+            for axis in sorted(axes[statement.source].values()):
                 names.insert(axis, fresh.pick())
             body.append(ir.SizeDecl(tuple(names), statement.source))
             continue

@@ -79,6 +79,18 @@ def _reading(moved: dict[str, tuple[tuple[str, ...], tuple[str, ...], list[ir.Te
     return replace
 
 
+def _powers_apart(expr: ir.Expr) -> ir.Expr:
+    """A read that became a product, raised to an integer power, as the product of the powers:
+    ``(d[i,p] x[q])^2`` is ``d[i,p]^2 x[q]^2``, so a sum over i, p, q factors apart."""
+    if isinstance(expr, ir.Power) and isinstance(expr.base, ir.Product) and isinstance(expr.exponent, int):
+        return ir.product(*(ir.Power(_powers_apart(f), expr.exponent) for f in expr.base.factors))
+    children = ir.children(expr)
+    if not children:
+        return expr
+    new = tuple(_powers_apart(child) for child in children)
+    return expr if new == children else ir.with_children(expr, new)
+
+
 def factor_outer(statements: list[ir.Assign], results: set[str], keep: set[str], names: Fresh,
                  ranks: dict[str, int]) -> list[ir.Assign]:
     """The statements with outer factors moved from derivative statements to their readers.
@@ -90,7 +102,7 @@ def factor_outer(statements: list[ir.Assign], results: set[str], keep: set[str],
     moved: dict[str, tuple[tuple[str, ...], tuple[str, ...], list[ir.Tensor]]] = {}
     out: list[ir.Assign] = []
     for statement in statements:
-        expr = _map(statement.expr, _reading(moved)) if moved else statement.expr
+        expr = _powers_apart(_map(statement.expr, _reading(moved))) if moved else statement.expr
         if expr is not statement.expr:
             statement = ir.Assign(statement.target, statement.indices, expr)
         target, indices = statement.target, statement.indices

@@ -541,6 +541,11 @@ def _s_power(node: ir.Power, s: Simplify) -> ir.Expr:
     if isinstance(base, ir.Power) and isinstance(exponent, int):
         _fire("power", "power of power")
         return s(ir.Power(base.base, base.exponent * exponent))
+    if isinstance(base, ir.Product) and isinstance(exponent, int) and exponent > 0:
+        spans = [frozenset(indices_in(f)) for f in base.factors]
+        if len(set(spans)) > 1:  # (a[i,p] x[q])^2 = a[i,p]^2 x[q]^2: a sum over i, p, q then factors apart
+            _fire("power", "power of product")
+            return s(ir.product(*(ir.Power(f, exponent) for f in base.factors)))
     return ir.Power(base, exponent)
 
 
