@@ -22,7 +22,7 @@ from einflow.derive.canonical import bound_inside
 from einflow.derive.normal import rename
 from einflow.derive.rules import Leaf, derivative, input_leaf
 from einflow.derive.simplify import simplify
-from einflow.derive.sweep import _INLINE_DEPTH, Work, _contracts, _fresh_copy, _on_axes
+from einflow.derive.sweep import _INLINE_DEPTH, Work, _fresh_copy, _on_axes
 from einflow.lang import ir
 from einflow.lang.errors import DerivativeError
 
@@ -137,7 +137,7 @@ class _Coefficients:
              name: str) -> None:
         """Record ``target``'s coefficient: inlined where it is simple, else a statement named ``name``."""
         work = self.work
-        full = indices + axes
+        full = axes + indices  # the directions first: a contraction over the last axis is then one matrix product
 
         def materialize(kept: tuple[str, ...], body: ir.Expr) -> ir.Tensor:
             tensor = work.tensor_fresh.pick([name], "d")
@@ -147,7 +147,8 @@ class _Coefficients:
 
         if isinstance(expr, (ir.Num, ir.Tensor)):
             self.known[target] = (full, expr, depth + 1)
-        elif isinstance(expr, ir.Sum) or _contracts(expr) or depth + 1 > _INLINE_DEPTH:
+        elif (isinstance(expr, ir.Sum) or any(isinstance(n, ir.Reduce) for n in ir.walk(expr))
+              or depth + 1 > _INLINE_DEPTH):  # (a contraction is computed once, in this statement's layout)
             split = _on_axes(expr, indices, axes)
             if split is None:
                 self.known[target] = (full, materialize(full, expr), 0)
@@ -179,7 +180,7 @@ def laplacian_sweep(work: Work, wrt: str, output: str, weights: str | None = Non
         def leaf(node: ir.Tensor) -> ir.Expr | None:
             if node.name == wrt:
                 return seed(node)
-            return tangents.placeholder(node.name, node.indices + axes)
+            return tangents.placeholder(node.name, axes + node.indices)
 
         return leaf
 
@@ -211,6 +212,7 @@ def laplacian_sweep(work: Work, wrt: str, output: str, weights: str | None = Non
             else:
                 parts.append(ir.Reduce(u, body) if u else body)
         laplacian = simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0]) if parts else ir.Num(0)
+        laplacian = _sums_apart(laplacian)
         if target == output:
             return laplacian
         if not _is_zero(tangent):
@@ -219,6 +221,38 @@ def laplacian_sweep(work: Work, wrt: str, output: str, weights: str | None = Non
             laplacians.keep(target, indices, (), laplacian, 0 if not isinstance(laplacian, ir.Sum) else 0,
                             f"lap_{target}")
     return result
+
+
+def _sums_apart(expr: ir.Expr) -> ir.Expr:
+    """Sums of products split into independent sums: ``sum[p,q](a[p,i]^2 x[q]^2 c[i])`` is
+    ``c[i] sum[p](a[p,i]^2) sum[q](x[q]^2)`` (the factors grouped by the summed indices they share), so no
+    term builds an array over indices that never meet."""
+    children = ir.children(expr)
+    if children:
+        new = tuple(_sums_apart(child) for child in children)
+        if new != children:
+            expr = ir.with_children(expr, new)
+    if not (isinstance(expr, ir.Reduce) and expr.kind == "sum" and isinstance(expr.body, ir.Product)):
+        return expr
+    summed = set(expr.indices)
+    outside: list[ir.Expr] = []
+    groups: list[tuple[set[str], list[ir.Expr]]] = []
+    for factor in expr.body.factors:
+        touched = set(_ordered_indices(factor)) & summed
+        if not touched:
+            outside.append(factor)
+            continue
+        joined = [g for g in groups if g[0] & touched]
+        merged = (touched.union(*(g[0] for g in joined)), [f for g in joined for f in g[1]] + [factor])
+        groups = [g for g in groups if not g[0] & touched] + [merged]
+    if len(groups) + bool(outside) <= 1:
+        return expr
+    parts = [ir.Reduce(tuple(i for i in expr.indices if i in indices), ir.product(*factors))
+             for indices, factors in groups]
+    unused = [i for i in expr.indices if not any(i in g[0] for g in groups)]
+    if unused:  # a summed index no factor reads counts its size: delta[p,p] keeps it
+        parts.append(ir.Reduce(tuple(unused), ir.product(*(ir.Delta(i, i) for i in unused))))
+    return ir.product(*outside, *parts)
 
 
 def _partitions(k: int, largest: int | None = None) -> list[list[int]]:
