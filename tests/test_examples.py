@@ -15,7 +15,7 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = ["newton_logistic", "two_layer_net", "cp_decomposition", "attention", "tensor_network", "dask_vs_numpy",
-           "gaussian_process", "tv_denoise"]
+           "gaussian_process", "tv_denoise", "pinn_poisson"]
 
 pytestmark = pytest.mark.slow
 
@@ -144,3 +144,9 @@ def test_tv_denoising_removes_noise_with_a_right_stencil_gradient(
     denoised = _number(r"noisy, ([\d.]+) denoised", text)
     assert denoised < 0.5 * noisy  # (0.200 -> 0.073 here)
     assert re.search(r"delta\[p, a\d* \+ 1\]", text)  # the gradient printed as einflow text, scatters as deltas
+
+
+def test_pinn_poisson_learns_the_analytic_solution(outputs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    text = _run(outputs, "pinn_poisson")
+    assert _number(r"relative L2 error against sin\(pi x\) sin\(pi y\): ([\d.]+)%", text) < 3  # (0.5% here)
+    assert _number(r"central differences of the network agree to ([\d.e+-]+)", text) < 1e-3

@@ -132,6 +132,61 @@ def test_helper_names_never_collide_with_a_gather_tensor_named_t1() -> None:
     assert ef.compile(str(gradient)).source == gradient.source  # re-parsable as printed
 
 
+# seed 1727 of tests/test_differential.py: the implicit ``S = ...`` has the axes of the gathered read (m, c);
+# its disguise ``W[q1,c] _shift1[q1,m]`` alone has them as (c, m), and df_dW read df_dS[a,m] for df_dS[m,a]
+_REPRODUCER = "f = S[i,t2] S[p,m] R[p,i,t2] * w[m]"
+_GATHERED_S_CASES = {
+    # name: (S's statement, f's statement, W's shape, ix1's length, S from W and ix1 in JAX)
+    "reproducer_square": ("S = (-(1 W[ix1[m],c]))**2", _REPRODUCER, (4, 3), 3, lambda W, ix: (-W[ix]) ** 2),
+    "reproducer": ("S = (-(1 W[ix1[m],c]))**2", _REPRODUCER, (4, 3), 5, lambda W, ix: (-W[ix]) ** 2),
+    "gather_on_the_second_axis": ("S = (-(1 W[c,ix1[m]]))**2", _REPRODUCER, (3, 4), 5,
+                                  lambda W, ix: (-W[:, ix]) ** 2),
+    "explicit_transposed_target": ("S[c,m] = (-W[ix1[m],c])**2", _REPRODUCER, (4, 3), 5,
+                                   lambda W, ix: ((-W[ix]) ** 2).T),
+    "gather_between_two_axes": ("S = W[d,ix1[m],c]^2", "f = S[i,t2,k] S[p,m,k] R[p,i,t2] * w[m]", (2, 4, 3), 5,
+                                lambda W, ix: W[:, ix] ** 2),
+    "product_beside_the_read": ("S = V[k] W[ix1[m],c]", "f = S[i,t2,k] S[p,m,k] R[p,i,t2] * w[m]", (4, 3), 5,
+                                lambda W, ix: jnp.einsum("k,mc->kmc", jnp.asarray(_V), W[ix])),
+    "shifted_read": ("S = (-(1 W[m+1,c]))**2", _REPRODUCER, (6, 3), 0, lambda W, ix: (-W[1:]) ** 2),
+}
+_V = RNG.normal(size=2)
+
+
+@pytest.mark.parametrize("case", list(_GATHERED_S_CASES))
+def test_grad_of_S_minus_W_ix1_m_c_squared_keeps_S_axes(case: str) -> None:
+    first, second, shape, length, build = _GATHERED_S_CASES[case]
+    W, ix1 = RNG.normal(size=shape), np.arange(length) * 3 % 4
+    S = np.asarray(build(jnp.asarray(W), ix1))
+    subscripts = "it,pm,pit,m->" if S.ndim == 2 else "itk,pmk,pit,m->"
+    R, w = RNG.normal(size=(S.shape[0], S.shape[0], S.shape[1])), RNG.normal(size=S.shape[-1 if S.ndim == 2 else 1])
+    inputs = {"W": W, "R": R, "w": w, **({"ix1": ix1} if length else {}), **({"V": _V} if "V[" in first else {})}
+    program = f"{first}\n{second}"
+    np.testing.assert_allclose(ef.evaluate(program, **inputs), np.einsum(subscripts, S, S, R, w), atol=1e-12)
+
+    def f(W, R, w):  # type: ignore[no-untyped-def]
+        S = build(W, ix1)
+        return jnp.einsum(subscripts, S, S, R, w)
+
+    want = jax.grad(f, argnums=(0, 1, 2))(jnp.asarray(W), jnp.asarray(R), jnp.asarray(w))
+    got = ef.grad(program, wrt=["R", "w", "W"])(**inputs)
+    for mine, theirs in zip(got, (want[1], want[2], want[0])):
+        np.testing.assert_allclose(mine, theirs, atol=1e-12)
+
+
+@pytest.mark.parametrize("target", ["", "y = "])
+def test_jacobian_and_jvp_of_W_ix1_m_c_W_ix1_n_d_keep_the_value_axes(target: str) -> None:
+    W, T, ix1 = RNG.normal(size=(4, 3)), RNG.normal(size=(4, 3)), np.array([2, 0, 3, 2, 1])
+    text = f"{target}W[ix1[m],c] W[ix1[n],d]^2"  # value axes m, c, n, d; disguised they would be c, m, d, n
+
+    def value(W):  # type: ignore[no-untyped-def]
+        return jnp.einsum("mc,nd->mcnd", W[ix1], W[ix1] ** 2)
+
+    np.testing.assert_allclose(ef.jacobian(text, wrt="W")(W=W, ix1=ix1), jax.jacobian(value)(jnp.asarray(W)),
+                               atol=1e-12)
+    _, tangent = jax.jvp(value, (jnp.asarray(W),), (jnp.asarray(T),))
+    np.testing.assert_allclose(ef.jvp(text, wrt="W", tangent="T")(W=W, ix1=ix1, T=T), tangent, atol=1e-12)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "torch", "jax", "dask"])
 def test_python_float_scalars_in_the_gp_kernel(backend: str) -> None:
     X = np.eye(2)

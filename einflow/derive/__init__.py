@@ -714,7 +714,8 @@ def _structured(derivation: Callable[..., Checked], program: Checked, wrt: str |
         if samples is not None:
             per = restore(derivation(strip(program, samples), wrt, **options), samples)
             ranks = program.info.ranks
-            value = samples.axes.get(_value_name(program), {}) or {n: k for k, n in enumerate(samples.names)}
+            outputs = _value_indices(program)  # (a bare last expression: its free indices in order)
+            value = {n: outputs.index(n) for n in samples.names}
             return _expanded(per, samples.names, [(len(_value_indices(program)), value),
                                                   (ranks[wrt_names[0]], samples.of(wrt_names[0]))])
         return derivation(program, wrt, **options)
@@ -851,7 +852,10 @@ def laplacian(program: Checked, wrt: str | Sequence[str], batch: Batched = None,
 def _bilaplacian(program: Checked, wrt: str | Sequence[str]) -> Checked:
     once = _laplacian(program, wrt)
     value = _value_name(program) or "f"
-    return _with_name(_laplacian(once, wrt), f"bilaplacian_{value}")
+    read = [x for x in ([wrt] if isinstance(wrt, str) else wrt) if x in once.info.inputs]
+    if not read:  # the Laplacian does not depend on wrt: its Laplacian is zero
+        return _with_name(checked(ir.ProgramIR((ir.Assign("f", (), ir.Num(0)),))), f"bilaplacian_{value}")
+    return _with_name(_laplacian(once, read if len(read) > 1 else read[0]), f"bilaplacian_{value}")
 
 
 def bilaplacian(program: Checked, wrt: str | Sequence[str], batch: Batched = None) -> Checked:

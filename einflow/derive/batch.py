@@ -84,6 +84,7 @@ def follow(program: Checked, names: tuple[str, ...], wrt: list[str], what: str) 
     axes: dict[str | None, dict[str, int]] = {value: {name: outputs.index(name) for name in names}}
     # every read of a tensor: (statement position, the batch axes it is read with)
     reads: dict[str, list[tuple[int, dict[str, int]]]] = {}
+    batch_locals: set[str] = set()  # the names the batch indices have in the statements
     for position in range(last, -1, -1):
         statement = statements[position]
         if not isinstance(statement, ir.Assign):
@@ -94,6 +95,7 @@ def follow(program: Checked, names: tuple[str, ...], wrt: list[str], what: str) 
             axes[target] = own
         own = axes[target]
         local = {(_output_indices(statement))[axis]: name for name, axis in own.items()}
+        batch_locals.update(local)
         for node in ir.walk(statement.expr):
             _check_node(node, local, position, what)
             if isinstance(node, (ir.Tensor, ir.Read)):
@@ -113,9 +115,16 @@ def follow(program: Checked, names: tuple[str, ...], wrt: list[str], what: str) 
                 raise DerivativeError(f"{what}: batch index '{name}' does not follow an axis of '{x}' through the "
                                       f"program (each batch index must index one axis of every wrt input)")
         axes[x] = carried
-    for name, found in reads.items():
-        if name not in axes:
-            axes[name] = _consistent(name, found, what)
+    for tensor, seen in reads.items():
+        if tensor not in axes:
+            axes[tensor] = _consistent(tensor, seen, what)
+    used = all_index_names(ir.ProgramIR(tuple(s for s in statements if isinstance(s, ir.Assign))))
+    for statement in statements:  # an index sized by a batch axis would lose its size per sample
+        if isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
+            for name, axis in axes.get(statement.source, {}).items():
+                if axis < len(statement.names) and statement.names[axis] in used - batch_locals:
+                    raise DerivativeError(f"{what}: 'size {', '.join(statement.names)} = {statement.source}' sizes "
+                                          f"'{statement.names[axis]}' by batch index '{name}'")
     return Batch(names, {k: v for k, v in axes.items() if k is not None and v}, dict(program.info.ranks),
                  program.info.inputs)
 

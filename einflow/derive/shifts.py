@@ -76,6 +76,9 @@ class _Table:
         #: the disguised program's own statements and inputs (a pseudo tensor's origin is a position here)
         self.statements: tuple[ir.Statement, ...] = ()
         self.inputs: tuple[str, ...] = ()
+        #: targets of implicit statements given their axes explicitly while disguised (``S = W[t[m],c]`` has
+        #: axes ``m, c``; its disguise ``W[q1,c] _shift1[q1,m]`` alone would give them as ``c, m``)
+        self.implicit: set[str | None] = set()
 
     def fresh(self, stem: str) -> str:
         number = 1
@@ -162,8 +165,13 @@ def disguise(program: Checked) -> tuple[Checked, _Table]:
             shifted = windowed_indices(statement.expr) - declared
             before = set(table.deltas)
             sizes: list[ir.SizeDecl] = []
-            statement = replace(statement, expr=_disguised(statement.expr, table, shifted, indices, sizes,
-                                                           program.info.ranks, program.info.inputs))
+            expr = _disguised(statement.expr, table, shifted, indices, sizes, program.info.ranks,
+                              program.info.inputs)
+            axes = statement.indices
+            if axes is None and free_indices(expr) != free_indices(statement.expr):  # the reads' axes, as written
+                axes = free_indices(statement.expr)
+                table.implicit.add(statement.target)
+            statement = replace(statement, indices=axes, expr=expr)
             statements.extend(sizes)
             table.origins.update(dict.fromkeys(set(table.deltas) - before, number))
         statements.append(statement)
@@ -446,6 +454,8 @@ def reveal(program: ir.ProgramIR, table: _Table, forward: frozenset[str] = froze
                     declared.setdefault(index, None)
             if statement.target in forward:
                 expr = _read_through(expr, frozenset(statement.indices or ()))
+                if statement.target in table.implicit and free_indices(expr) == statement.indices:
+                    statement = replace(statement, indices=None)  # implicit again, as it was written
             statement = replace(statement, expr=expr)
             assigned.add(statement.target or "")
             statements.append(statement)

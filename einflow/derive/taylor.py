@@ -297,12 +297,12 @@ def taylor_sweep(work: Work, wrt: str, direction: str, order: int, output: str) 
         if target is None or target not in varying or target == wrt:
             continue
         indices = statement.indices or ()
-        expr = statement.expr
-        if (isinstance(expr, ir.Call) and expr.func in _POLYNOMIAL_DERIVATIVES and isinstance(expr.arg, ir.Tensor)
-                and expr.arg.name in coefficients[1].known and target != output):
-            series = [coefficients[k].placeholder(expr.arg.name, expr.arg.indices) for k in range(1, order + 1)]
+        call = statement.expr
+        if (isinstance(call, ir.Call) and call.func in _POLYNOMIAL_DERIVATIVES and isinstance(call.arg, ir.Tensor)
+                and call.arg.name in coefficients[1].known and target != output):
+            series = [coefficients[k].placeholder(call.arg.name, call.arg.indices) for k in range(1, order + 1)]
             arg = [coefficients[k].substitute(s)[0] if s is not None else None for k, s in enumerate(series, start=1)]
-            for k, coefficient in enumerate(_recurrence(work, target, indices, expr.func, arg), start=1):
+            for k, coefficient in enumerate(_recurrence(work, target, indices, call.func, arg), start=1):
                 if coefficient is not None:
                     coefficients[k].keep(target, indices, (), coefficient, 0, f"{target}_t{k}")
             continue
@@ -382,7 +382,7 @@ def _recurrence(work: Work, target: str, indices: tuple[str, ...], func: str,
         if m > 0:
             for degree in range(2, len(polynomial)):
                 powers[degree].append(named(f"{target}_p{degree}_{m}", cauchy(powers[degree - 1], c, m)))
-        terms = [ir.Num(polynomial[0])] if m == 0 and polynomial[0] else []
+        terms: list[ir.Expr] = [ir.Num(polynomial[0])] if m == 0 and polynomial[0] else []
         terms += [ir.product(ir.Num(coefficient), powers[degree][m])  # type: ignore[arg-type]
                   for degree, coefficient in enumerate(polynomial) if degree and coefficient
                   and powers[degree][m] is not None]
@@ -391,7 +391,8 @@ def _recurrence(work: Work, target: str, indices: tuple[str, ...], func: str,
                  if a[j] is not None and w[k - j] is not None]
         body = None if not parts else ir.product(ir.Num(1 / k), ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])
         c.append(named(f"{target}_c{k}", body))
-        results.append(None if c[k] is None else simplify(ir.product(ir.Num(math.factorial(k)), c[k])))
+        coefficient = c[k]
+        results.append(None if coefficient is None else simplify(ir.product(ir.Num(math.factorial(k)), coefficient)))
     return results
 
 
