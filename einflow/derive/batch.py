@@ -41,6 +41,8 @@ class Batch:
     ranks: dict[str, int] = field(default_factory=dict)
     #: the source program's inputs (what a size declaration reads)
     inputs: tuple[str, ...] = ()
+    #: positions of the statements the value does not read
+    dead: frozenset[int] = frozenset()
 
     def of(self, tensor: str) -> dict[str, int]:
         return self.axes.get(tensor, {})
@@ -85,11 +87,15 @@ def follow(program: Checked, names: tuple[str, ...], wrt: list[str], what: str) 
     # every read of a tensor: (statement position, the batch axes it is read with)
     reads: dict[str, list[tuple[int, dict[str, int]]]] = {}
     batch_locals: set[str] = set()  # the names the batch indices have in the statements
+    dead: set[int] = set()
     for position in range(last, -1, -1):
         statement = statements[position]
         if not isinstance(statement, ir.Assign):
             continue
         target = statement.target if position != last else value
+        if position != last and target not in reads:
+            dead.add(position)  # a statement the value does not read mixes nothing: the per-sample program drops it
+            continue
         if position != last:
             own = _consistent(target, reads.get(target or "", []), what)  # type: ignore[arg-type]
             axes[target] = own
@@ -126,7 +132,7 @@ def follow(program: Checked, names: tuple[str, ...], wrt: list[str], what: str) 
                     raise DerivativeError(f"{what}: 'size {', '.join(statement.names)} = {statement.source}' sizes "
                                           f"'{statement.names[axis]}' by batch index '{name}'")
     return Batch(names, {k: v for k, v in axes.items() if k is not None and v}, dict(program.info.ranks),
-                 program.info.inputs)
+                 program.info.inputs, frozenset(dead))
 
 
 def _consistent(tensor: str, found: list[tuple[int, dict[str, int]]], what: str) -> dict[str, int]:
@@ -211,6 +217,8 @@ def strip(program: Checked, batch: Batch) -> Checked:
     body: list[ir.Statement] = []
     last = _last(program.ir)
     for position, statement in enumerate(program.ir.statements):
+        if position in batch.dead:
+            continue
         if isinstance(statement, ir.Assign):
             target = statement.target
             own = batch.of(target) if target is not None else (
@@ -229,6 +237,10 @@ def strip(program: Checked, batch: Batch) -> Checked:
             body.append(statement)
     kept = [s for s in body if not (isinstance(s, ir.SizeDecl) and isinstance(s.source, int)
                                     and set(s.names) <= local_names)]
+    read = {n.name for s in kept if isinstance(s, ir.Assign) for n in ir.walk(s.expr)
+            if isinstance(n, (ir.Tensor, ir.Read))} | {s.target for s in kept if isinstance(s, ir.Assign)}
+    kept = [ir.MatrixDecl(s.kind, tuple(n for n in s.names if n in read)) if isinstance(s, ir.MatrixDecl) else s
+            for s in kept if not isinstance(s, ir.MatrixDecl) or set(s.names) & read]
     return checked(ir.ProgramIR(tuple(kept)))
 
 
