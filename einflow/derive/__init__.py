@@ -382,12 +382,7 @@ def vjp(program: Checked, wrt: str | Sequence[str], cotangent: str = "G") -> Che
     """
     names, as_tuple = _wrt_list(program, wrt, "vjp")
     setup = _Setup(program, "vjp")
-    try:
-        check_name(cotangent, "a tensor name")
-    except EinflowError as error:
-        raise DerivativeError(f"vjp: cotangent= must be a tensor name: {error}") from None
-    if cotangent in program.info.inputs or cotangent in program.info.targets:
-        raise DerivativeError(f"vjp: cotangent name '{cotangent}' is already used by the program")
+    _new_input(program, cotangent, "vjp", "cotangent")
     setup.tensor_names.take(cotangent)
     output = setup.work.target(setup.value)
     assert output is not None
@@ -579,16 +574,21 @@ def _laplacian_by_trace(program: Checked, wrt: str | Sequence[str]) -> Checked:
     return setup.assemble([name], False)
 
 
+def _new_input(program: Checked, name: str, what: str, role: str) -> None:
+    """A DerivativeError unless ``name`` (the ``role=`` argument) can name a new input of ``program``."""
+    try:
+        check_name(name, "a tensor name")
+    except EinflowError as error:
+        raise DerivativeError(f"{what}: {role}= must be a tensor name: {error}") from None
+    if name in program.info.inputs or name in program.info.targets:
+        raise DerivativeError(f"{what}: {role} name '{name}' is already used by the program")
+
+
 def _weights_input(program: Checked, setup: _Setup, names: list[str], weights: str) -> None:
     """Register ``weights`` as a new input over the one wrt input's axes twice."""
     if len(names) != 1:
         raise DerivativeError("laplacian: weights= needs one wrt input (its axes twice are the weights' axes)")
-    try:
-        check_name(weights, "a tensor name")
-    except EinflowError as error:
-        raise DerivativeError(f"laplacian: weights= must be a tensor name: {error}") from None
-    if weights in program.info.inputs or weights in program.info.targets:
-        raise DerivativeError(f"laplacian: weights name '{weights}' is already used by the program")
+    _new_input(program, weights, "laplacian", "weights")
     x = names[0]
     rank = setup.work.ranks[x]
     setup.tensor_names.take(weights)
