@@ -23,7 +23,7 @@ demo: $(BASE)
 
 # make test: every test file and backend; the slow files (tests/conftest.py, SLOW_FILES) last, with fewer random
 # programs. make test-quick: without the slow files. make test-full: everything at full size.
-TEST_SIZES := EINFLOW_DIFF_N=400 EINFLOW_TORCH_RANDOM_N=40 EINFLOW_FAMILY_N=25
+TEST_SIZES := EINFLOW_DIFF_N=400 EINFLOW_TORCH_RANDOM_N=40 EINFLOW_FAMILY_N=25 EINFLOW_OPERATORS_N=60
 
 test: $(TESTING)
 	$(TEST_SIZES) $(PY) -m pytest --durations=15

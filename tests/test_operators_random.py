@@ -37,6 +37,11 @@ CHECKS = ("laplacian", "hessian", "hessian_diagonal", "jacobian", "weighted", "t
 BATCH = 3
 
 
+def _vmap(function):  # type: ignore[no-untyped-def]
+    """``jax.vmap`` compiled once: the reference's Hessians run in XLA, not op by op."""
+    return jax.jit(jax.vmap(function))
+
+
 def _batched_text(text: str, x: str, name: str = "bb") -> str:
     """``text`` with index ``name`` first on ``x`` and on everything computed from it (written here, from the
     IR's dataclasses, independently of einflow.derive.batch)."""
@@ -117,19 +122,19 @@ def test_operators_on_random_batched_programs(seed: int) -> None:
     given = {**inputs, x: samples}
     message = f"{check} (seed {seed}) of\n{text}"
     if check == "laplacian":
-        got, want = ef.laplacian(text, wrt=x, batch="bb")(**given), jax.vmap(trace(f))(batch)
+        got, want = ef.laplacian(text, wrt=x, batch="bb")(**given), _vmap(trace(f))(batch)
     elif check == "hessian":
         got = ef.hessian(text, wrt=x, batch="bb")(**given)
-        want = jax.vmap(hessian)(batch).reshape(BATCH, *shape, *shape)
+        want = _vmap(hessian)(batch).reshape(BATCH, *shape, *shape)
     elif check == "hessian_diagonal":
         got = ef.hessian_diagonal(text, wrt=x, batch="bb")(**given)
-        want = jax.vmap(lambda u: jnp.diagonal(hessian(u)))(batch).reshape(BATCH, *shape)
+        want = _vmap(lambda u: jnp.diagonal(hessian(u)))(batch).reshape(BATCH, *shape)
     elif check == "jacobian":
-        got, want = ef.jacobian(text, wrt=x, batch="bb")(**given), jax.vmap(jax.grad(f))(batch)
+        got, want = ef.jacobian(text, wrt=x, batch="bb")(**given), _vmap(jax.grad(f))(batch)
     elif check == "weighted":
         c = np.random.default_rng(seed).normal(size=(size, size))
         got = ef.laplacian(text, wrt=x, batch="bb", weights="CW")(**given, CW=c.reshape(*shape, *shape))
-        want = jax.vmap(lambda u: jnp.sum(jnp.asarray(c) * hessian(u)))(batch)
+        want = _vmap(lambda u: jnp.sum(jnp.asarray(c) * hessian(u)))(batch)
     elif check == "taylor":
         direction = np.random.default_rng(seed).normal(size=shape)
         got = ef.taylor(case.text, wrt=x, direction="dv", order=3)(**arrays, dv=direction)
@@ -141,7 +146,7 @@ def test_operators_on_random_batched_programs(seed: int) -> None:
     else:
         if size > 6:
             pytest.skip("bi-Laplacian checked on inputs of at most 6 elements (nested JAX Hessians)")
-        got, want = ef.bilaplacian(text, wrt=x, batch="bb")(**given), jax.vmap(trace(trace(f)))(batch)
+        got, want = ef.bilaplacian(text, wrt=x, batch="bb")(**given), _vmap(trace(trace(f)))(batch)
     scale = 1 + float(np.max(np.abs(np.asarray(want, dtype=float))))
     np.testing.assert_allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float), rtol=1e-7,
                                atol=1e-9 * scale, err_msg=message)
