@@ -31,12 +31,14 @@ _KIND = {ir.Num: 0, ir.Delta: 1, ir.Tensor: 2, ir.Power: 3, ir.Call: 4, ir.Sum: 
          ir.Normalize: 8, ir.Binary: 9, ir.Linalg: 10}
 
 
+@functools.lru_cache(maxsize=16384)
 def shape_key(expr: ir.Expr) -> tuple[int, str]:
     """Sort key ignoring index names (so alpha-equivalent products sort alike)."""
     anonymous = rename(expr, {i: "_" for i in indices_in(expr)})
     return _KIND[type(expr)], ir.format_expr(anonymous)
 
 
+@functools.lru_cache(maxsize=16384)
 def _sorted(expr: ir.Expr) -> ir.Expr:
     if isinstance(expr, ir.Product):
         return ir.Product(tuple(sorted((_sorted(f) for f in expr.factors), key=shape_key)))
