@@ -25,6 +25,7 @@ import numpy as np
 from einflow.engine.memory import format_bytes
 from einflow.lang.errors import DerivativeError, EinflowError, MemoryLimitError
 from einflow.lang.grammar import parse
+from einflow.shell.records import SessionRecord, check_record
 from einflow.shell.replies import Reply, SessionError, check_name, format_value, parse_bytes, to_numpy
 
 if TYPE_CHECKING:  # annotations only: the session imports this module, never the other way round
@@ -291,9 +292,10 @@ SESSION_MEMBER = "einflow_session.json"
 _LARGEST_RECORD = 64 * 2 ** 20
 
 
-def load_session_record(path: str) -> dict[str, Any] | None:
-    """The statements a ``:save FILE.npz`` kept beside the arrays (None for a plain .npz of arrays)."""
+def _read_session_record(path: str) -> tuple[dict[str, Any], SessionRecord] | None:
+    """The record a ``:save FILE.npz`` kept beside the arrays, as JSON and checked (None for a plain .npz)."""
     path = os.path.expanduser(path)
+    where = f"{path}[{SESSION_MEMBER}]"
     try:
         with _open_regular(path) as handle, zipfile.ZipFile(handle) as archive:
             try:
@@ -301,18 +303,23 @@ def load_session_record(path: str) -> dict[str, Any] | None:
             except KeyError:
                 return None
             if info.file_size > _LARGEST_RECORD:
-                raise SessionError(f"{path}[{SESSION_MEMBER}] is {format_bytes(info.file_size)}; a session's "
-                                   "statements are far smaller: the file is damaged")
-            text = decode_utf8(archive.read(info), f"{path}[{SESSION_MEMBER}]")
+                raise SessionError(f"{where} is {format_bytes(info.file_size)}; a session's statements are far "
+                                   "smaller: the file is damaged")
+            text = decode_utf8(archive.read(info), where)
     except zipfile.BadZipFile as error:
         raise SessionError(f"{path} is not a valid .npz file ({error})") from None
     try:
         record = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SessionError(f"{path}[{SESSION_MEMBER}] is not a session record ({error})") from None
-    if not isinstance(record, dict) or record.get("format") != "einflow session":
-        raise SessionError(f"{path}[{SESSION_MEMBER}] is not a session record")
-    return record
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise SessionError(f"{where} is not a session record ({error})") from None
+    return record, check_record(record, where)
+
+
+def load_session_record(path: str) -> dict[str, Any] | None:
+    """The statements a ``:save FILE.npz`` kept beside the arrays (None for a plain .npz of arrays), checked:
+    a damaged record or one of an unknown ``version`` is a SessionError naming the file and the field."""
+    found = _read_session_record(path)
+    return None if found is None else found[0]
 
 
 @_command("load", ":load NAME FILE.npy | :load FILE.npz [NAME ...]",
@@ -325,9 +332,10 @@ def _load(session: Session, rest: str) -> str:
     names = [word for word in words if word != files[0]]
     if files[0].endswith(".npy") and len(names) > 1:
         raise SessionError("a .npy file holds one array: :load NAME FILE.npy")
-    record = load_session_record(files[0]) if files[0].endswith(".npz") and not names else None
-    if record is not None:  # a saved session: its data, then its statements (they re-evaluate as they run)
-        arrays = load_arrays(files[0], [name for name in record.get("data", ())], session.limit_bytes())
+    found = _read_session_record(files[0]) if files[0].endswith(".npz") and not names else None
+    if found is not None:  # a saved session: its data, then its statements (they re-evaluate as they run)
+        record = found[1]
+        arrays = load_arrays(files[0], list(record.data), session.limit_bytes())
         lines = [f"{name}: {array.shape} {array.dtype}  (from {files[0]})" for name, array in arrays.items()]
         return "\n".join(lines + session.restore(arrays, record, f":load {files[0]}"))
     arrays = load_arrays(files[0], names or None, session.limit_bytes())
