@@ -307,3 +307,42 @@ def test_a_record_listing_a_reader_before_what_it_reads_restores_in_an_order_tha
     assert not session.stale and notes[-1].startswith("statements restored (re-evaluated when their inputs "
                                                       "change): s1, s2, s3,")
     assert [entry["name"] for entry in session.record()["statements"]][:3] == ["s1", "s2", "s3"]
+
+
+# ---------------------------------------------------------------- stdin is bounded like files
+_PEAK_OF_CHILD = """
+import resource, subprocess, sys
+
+def at_most_4_gib():  # should the bound fail, the child stops at 4 GiB, not at the machine's memory
+    resource.setrlimit(resource.RLIMIT_AS, (4 * 2 ** 30, 4 * 2 ** 30))
+
+with open("/dev/zero", "rb") as endless:
+    done = subprocess.run([sys.executable, "-m", "einflow.shell.cli", *sys.argv[1:]], stdin=endless,
+                          capture_output=True, text=True, timeout=60, preexec_fn=at_most_4_gib)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+print(done.stderr)
+"""
+
+
+@pytest.mark.parametrize(("arguments", "where"), [(("run", "-"), "<stdin> holds more than 64 MiB of text"),
+                                                  ((), "line 1 of <stdin> holds more than 64 MiB of text")],
+                         ids=["einflow run -", "a piped session"])
+def test_einflow_run_dash_on_an_endless_stdin_stops_at_the_bound_of_a_program_file(
+        arguments: tuple[str, ...], where: str) -> None:
+    done = subprocess.run([sys.executable, "-c", _PEAK_OF_CHILD, *arguments], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    status, peak_mib = (int(word) for word in done.stdout.split("\n", 1)[0].split())
+    assert status == 1 and f"einflow: SessionError: {where}" in done.stdout, done.stdout + done.stderr
+    assert peak_mib < 600  # the bound (64 MiB) and the interpreter, not the stream (it was 2.5 GB in 6 s)
+
+
+def test_a_program_file_over_the_bound_is_refused_before_it_is_read(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from einflow.shell.cli import main
+    from einflow.shell.commands import LARGEST_TEXT
+
+    huge = tmp_path / "huge.ein"
+    with huge.open("wb") as handle:  # sparse: no disk is used
+        handle.truncate(LARGEST_TEXT + 1)
+    assert main(["run", str(huge)]) == 1
+    assert f"einflow: SessionError: {huge} holds more than 64 MiB of text" in capsys.readouterr().err

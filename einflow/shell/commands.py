@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # annotations only: the session imports this module, never th
     from einflow.shell.session import Session
 
 __all__ = ["COMMANDS", "Command", "run_command", "unique_commands", "atomic_write", "save_arrays", "load_arrays",
+           "read_text_file", "read_bounded", "read_bounded_lines", "LARGEST_TEXT",
            "remove_stale_temporaries", "program_of", "parse_wrt", "derivative_program", "bind_derivative",
            "plan_report"]
 
@@ -199,11 +200,53 @@ def decode_utf8(data: bytes, where: str) -> str:
                            f"{column} cannot be decoded") from None
 
 
-def read_text_file(path: str, what: str = "regular text files") -> str:
-    """The UTF-8 text of a regular file (FIFOs, devices and folders are refused; so is text that is not UTF-8)."""
+#: the most einflow text read at once: one program file, a program on stdin (``einflow run -``), one line of a
+#: piped session (a program of a million statements is about 30 MiB)
+LARGEST_TEXT = 64 * 2 ** 20
+
+
+def _too_much_text(where: str, limit: int) -> SessionError:
+    return SessionError(f"{where} holds more than {format_bytes(limit)} of text, more than einflow reads as one "
+                        "program or line (an endless stream, such as /dev/zero or `yes`, is refused); split it up")
+
+
+def read_bounded(stream: IO[Any], where: str, limit: int = LARGEST_TEXT) -> str:
+    """The text of ``stream`` (a file, a pipe; bytes are decoded as UTF-8): at most ``limit`` bytes are read, and a
+    stream that holds more is a SessionError naming ``where`` (it is not read to its end, which may never come)."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise _too_much_text(where, limit)
+    return data if isinstance(data, str) else decode_utf8(data, where)
+
+
+def read_bounded_lines(stream: IO[Any], where: str, limit: int = LARGEST_TEXT) -> Iterator[str]:
+    """The lines of ``stream`` (with their newlines), each read only when it is asked for and at most ``limit``
+    bytes long; a line that is not UTF-8 is a SessionError naming its number."""
+    number = 0
+    while True:
+        line = stream.readline(limit + 1)
+        number += 1
+        if not line:
+            return
+        if len(line) > limit:
+            raise _too_much_text(f"line {number} of {where}", limit)
+        if isinstance(line, str):
+            yield line
+            continue
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError:
+            decode_utf8(b"\n" * (number - 1) + line, where)
+
+
+def read_text_file(path: str, what: str = "regular text files", limit: int = LARGEST_TEXT) -> str:
+    """The UTF-8 text of a regular file (FIFOs, devices and folders are refused; so is text that is not UTF-8, and
+    a file larger than ``limit`` bytes, before it is read)."""
     path = os.path.expanduser(path)
     with _open_regular(path, what) as handle:
-        return decode_utf8(handle.read(), path)
+        if os.fstat(handle.fileno()).st_size > limit:
+            raise _too_much_text(path, limit)
+        return read_bounded(handle, path, limit)
 
 
 def _npy_header(stream: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtype]:
