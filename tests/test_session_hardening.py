@@ -346,3 +346,75 @@ def test_a_program_file_over_the_bound_is_refused_before_it_is_read(tmp_path: Pa
         handle.truncate(LARGEST_TEXT + 1)
     assert main(["run", str(huge)]) == 1
     assert f"einflow: SessionError: {huge} holds more than 64 MiB of text" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- planning leaves Python's global random alone
+def grid_terms(side: int) -> tuple[list[str], dict[str, int]]:
+    """An open-boundary side x side lattice as einsum terms, bond 2."""
+    edges = [(r * side + c, r * side + c + 1) for r in range(side) for c in range(side - 1)]
+    edges += [(r * side + c, (r + 1) * side + c) for r in range(side - 1) for c in range(side)]
+    terms = ["" for _ in range(side * side)]
+    for number, (a, b) in enumerate(edges):
+        letter = chr(ord("A") + number) if number < 26 else chr(ord("a") + number - 26)
+        terms[a] += letter
+        terms[b] += letter
+    return terms, {letter: 2 for term in terms for letter in term}
+
+
+def draws_off_stream(planning: Any, seed: int) -> tuple[int, int]:
+    """Draw from the global ``random`` (seeded ``seed``) in this thread while ``planning`` runs twice in another;
+    return how many draws differed from ``random.Random(seed)``'s stream, and how many there were."""
+    import random
+    import threading
+
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def plan() -> None:
+        try:
+            for _ in range(2):
+                planning()
+        except BaseException as error:  # pragma: no cover - reported below
+            failures.append(error)
+        finally:
+            done.set()
+
+    reference = random.Random(seed)
+    draws = differ = 0
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, as a loaded machine does
+    try:
+        random.seed(seed)
+        planner = threading.Thread(target=plan)
+        planner.start()
+        while not done.is_set() or draws < 50:
+            differ += random.random() != reference.random()
+            draws += 1
+        planner.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert not failures, failures
+    return differ, draws
+
+
+def test_cotengra_planning_in_one_thread_leaves_another_threads_seeded_stream_alone() -> None:
+    pytest.importorskip("cotengra")
+    from einflow.lang.trees import hyper_path
+
+    terms, sizes = grid_terms(5)  # big enough that cotengra's partitioning trials join parts by random-greedy
+    first = hyper_path(terms, "", sizes, 4)
+    assert draws_off_stream(lambda: hyper_path(terms, "", sizes, 4), seed=20261207)[0] == 0
+    assert hyper_path(terms, "", sizes, 4) == first  # the search stays seeded: the same path every time
+
+
+def test_random_greedy_planning_without_cotengra_leaves_another_threads_seeded_stream_alone() -> None:
+    from einflow.lang.trees import PrivateRandomGreedy
+
+    terms, sizes = grid_terms(5)
+
+    def search() -> list[tuple[int, ...]]:
+        return PrivateRandomGreedy(max_repeats=6, minimize="flops")([set(t) for t in terms], set(), sizes)
+
+    first = search()
+    assert draws_off_stream(search, seed=7)[0] == 0
+    assert search() == first and len(first) == len(terms) - 1  # seeded by trial: the same path every time
