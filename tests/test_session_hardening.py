@@ -418,3 +418,13 @@ def test_random_greedy_planning_without_cotengra_leaves_another_threads_seeded_s
     first = search()
     assert draws_off_stream(search, seed=7)[0] == 0
     assert search() == first and len(first) == len(terms) - 1  # seeded by trial: the same path every time
+
+
+# ---------------------------------------------------------------- transcripts do not pin a float's last digit
+def test_a_documented_dot_product_matches_one_that_differs_in_its_last_digit() -> None:
+    from transcripts import matches
+
+    assert matches("d: () float64\n0.9650487376660893", "d: () float64\n0.9650487376660895")  # docs/repl.md
+    assert matches("[0.9866143  0.84828364]\n...", "[0.9866143  0.84828364]\nmore")
+    assert not matches("d: () float64\n0.9650487376660893", "d: () float64\n0.9650487376760893")  # a real change
+    assert not matches("d: () float64\n0.9650487376660893", "e: () float64\n0.9650487376660893")
