@@ -10,7 +10,7 @@ import contextlib
 import difflib
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
@@ -22,7 +22,6 @@ from einflow.lang.errors import EinflowError, MemoryLimitError, ParseError, Tens
 from einflow.lang.grammar import parse
 from einflow.lang.indices import indices_in
 from einflow.program import Program, default_memory_limit
-from einflow.shell.commands import run_command
 from einflow.shell.records import RECORD_FORMAT, RECORD_VERSION, SessionRecord, check_record
 from einflow.shell.replies import NAME, Reply, SessionError, check_name, format_value
 
@@ -106,8 +105,11 @@ class Session:
     10.0
     """
 
-    def __init__(self, width: int | None = None, seed: int | None = None) -> None:
+    def __init__(self, width: int | None = None, seed: int | None = None,
+                 commands: Callable[[Session, str], Reply] | None = None) -> None:
         self.width = width
+        #: runs a ``:command`` line (einflow.shell.commands.run_command unless a front end gives its own)
+        self.commands = commands
         self.values: dict[str, Any] = {}
         self.definitions: dict[str, Definition] = {}
         self.origins: dict[str, str] = {}  # data names -> how they were bound
@@ -136,7 +138,7 @@ class Session:
         snapshot = self._snapshot()
         try:
             if text.startswith(":"):
-                return run_command(self, text)
+                return self._command_runner()(self, text)
             hint = self._hint(text)
             if hint:
                 return Reply(hint, ok=False)
@@ -157,6 +159,13 @@ class Session:
         except Exception as error:  # a bug in einflow must not end the user's session
             self._restore(snapshot)
             return Reply(f"internal error (please report it): {_error_text(error)}", ok=False, error=error)
+
+    def _command_runner(self) -> Callable[[Session, str], Reply]:
+        if self.commands is None:  # the session's own table, imported when the first command runs
+            from einflow.shell.commands import run_command
+
+            self.commands = run_command
+        return self.commands
 
     def _hint(self, text: str) -> str:
         """A pointer to the session's own command for words typed as in Python or IPython (unless bound)."""
