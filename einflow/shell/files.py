@@ -331,6 +331,18 @@ def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+    _sync_folder(os.path.dirname(target))
+
+
+def _sync_folder(folder: str) -> None:
+    """Flush a folder's entries to disk, so that a crash just after a save keeps the new file's name (POSIX;
+    where a folder cannot be opened or synced, as on Windows, the rename alone stands)."""
+    with contextlib.suppress(OSError):
+        descriptor = os.open(folder or ".", os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 def save_arrays(path: str, arrays: dict[str, Any], record: dict[str, Any] | None = None) -> None:
