@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import math
 import os
 import re
 import stat
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
+from transcripts import matches
 
 import einflow
 from einflow.shell.commands import COMMANDS, atomic_write
@@ -785,22 +785,6 @@ FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
 def transcripts(path: Path, start: str) -> list[str]:
     """Fenced blocks of ``path`` whose first line starts with ``start`` (``ein> `` or ``$ einflow``)."""
     return [block for block in FENCE.findall(path.read_text()) if block.startswith(start)]
-
-
-_FLOAT = re.compile(r"-?\d+\.\d{6,}(?:e[-+]?\d+)?")
-
-
-def matches(expected: str, got: str) -> bool:
-    """Equal, with ``...`` in ``expected`` standing for any text (as in doctest's ELLIPSIS), and each number
-    printed with six or more decimals equal to 1e-12 relative (a BLAS sum's last digit differs by machine)."""
-    import doctest
-
-    wanted, found = _FLOAT.findall(expected), _FLOAT.findall(got)
-    if len(wanted) == len(found) and all(math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=1e-300)
-                                         for a, b in zip(wanted, found)):
-        expected, got = _FLOAT.sub("#", expected), _FLOAT.sub("#", got)
-    return doctest.OutputChecker().check_output(expected.rstrip("\n") + "\n", got.rstrip("\n") + "\n",
-                                                doctest.ELLIPSIS)
 
 
 def session_steps(block: str) -> list[tuple[str, str]]:

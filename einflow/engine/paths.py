@@ -16,7 +16,7 @@ that path costs at least :data:`SEARCH_FLOPS`, a search runs and the cheapest of
   product gets the same path on any machine, and a gradient's split tree (einflow/derive/tree.py),
   searched the same way, is the forward's path when its sizes are the same. Its time is the trials'
   (about 0.05 s a trial for 36 tensors, 0.3 s for 100, 1-2 s for 200 on an idle core: seconds);
-* without it, a seeded random-greedy search (opt_einsum's ``RandomGreedy``, minimising FLOPs,
+* without it, a seeded random-greedy search (opt_einsum's ``RandomGreedy`` with private generators, FLOPs,
   :data:`SEARCH_MIN_TRIALS` to :data:`SEARCH_REPEATS` trials, :data:`SEARCH_REPEATS_LARGE` for the large
   ones) whose path's subtrees are re-solved exactly (:mod:`einflow.lang.trees`), and the fast path re-solved
   the same way, within a time budget that grows with the work at stake (``flops / SEARCH_RATE`` seconds,
@@ -49,7 +49,7 @@ from typing import Any
 
 import opt_einsum as oe
 
-from einflow.lang.trees import refine, searched, tree_flops
+from einflow.lang.trees import PrivateRandomGreedy, refine, searched, tree_flops
 
 __all__ = ["PathChoice", "choose_path", "EXACT_OPERANDS", "SEARCH_FLOPS", "SEARCH_REPEATS", "SEARCH_RATE",
            "SEARCH_SECONDS_MIN", "SEARCH_SECONDS_MAX", "SEARCH_LARGE_FLOPS", "SEARCH_SECONDS_LARGE",
@@ -149,7 +149,7 @@ def _auto(equation: str, shapes: tuple[tuple[int, ...], ...]) -> tuple[Any, Any,
         # random-greedy's best, it refined, and the fast path refined. At least SEARCH_MIN_TRIALS trials and
         # one refinement pass each run whatever the clock says, so the result does not hinge on the
         # machine's load; the rest stops at the budget.
-        search = oe.RandomGreedy(max_repeats=SEARCH_MIN_TRIALS, minimize="flops")
+        search = PrivateRandomGreedy(max_repeats=SEARCH_MIN_TRIALS, minimize="flops")  # global random untouched
         greedy = search([set(term) for term in terms], set(output), sizes)
         left = start + budget / 3 - time.perf_counter()
         repeats = SEARCH_REPEATS_LARGE if flops >= SEARCH_LARGE_FLOPS else SEARCH_REPEATS

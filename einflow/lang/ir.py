@@ -32,6 +32,7 @@ __all__ = [
     "ProgramIR",
     "children",
     "walk",
+    "tensors_read",
     "with_children",
     "FUNCTIONS",
     "REDUCTIONS",
@@ -380,6 +381,23 @@ def walk(expr: Expr) -> list[Expr]:
         found.append(node)
         stack.extend(reversed(children(node)))
     return found
+
+
+def tensors_read(expr: Expr) -> tuple[str, ...]:
+    """The name of every tensor ``expr`` reads, once each, in source order: plain references, shifted and
+    literal reads (``u[i+1]``, ``A[0, j]``), and the position tensors of gathers (``t`` in ``E[t[b], d]``).
+
+    >>> from einflow.lang.grammar import parse
+    >>> tensors_read(parse("y[b] = E[t[b], 0] + u[b+1] w[b]").statements[0].expr)
+    ('E', 't', 'u', 'w')
+    """
+    names: dict[str, None] = {}
+    for node in walk(expr):
+        if isinstance(node, (Tensor, Read)):
+            names[node.name] = None
+        if isinstance(node, (Read, ShiftDelta)):
+            names.update(dict.fromkeys(gather.name for gather in node.gathers))
+    return tuple(names)
 
 
 def with_children(expr: Expr, new: tuple[Expr, ...]) -> Expr:

@@ -24,17 +24,20 @@ True
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import heapq
 import math
 import random
+import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import opt_einsum as oe
 
-__all__ = ["refine", "tree_flops", "hyper_path", "searched", "hyper_trials", "HYPER_SEED",
+__all__ = ["refine", "tree_flops", "hyper_path", "searched", "hyper_trials", "PrivateRandomGreedy", "HYPER_SEED",
            "HYPER_TRIALS", "HYPER_TRIALS_MAX", "HYPER_WORK", "REFINE_PASSES"]
 
 Path = list[tuple[int, ...]]
@@ -185,15 +188,103 @@ def refine(inputs: Sequence[Iterable[str]], output: Iterable[str], sizes: dict[s
     return tree.path()
 
 
-@contextlib.contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Python's ``random`` seeded within (cotengra's trials draw from it), its state restored after."""
-    state = random.getstate()
-    random.seed(seed)
+# ---------------------------------------------------------------- searches that draw from private generators
+# Planning never touches Python's global ``random``: another thread's seeded stream must not change because a
+# plan was searched (nor the search's result because another thread drew). cotengra's own greedy trial and
+# opt_einsum's RandomGreedy draw from the global generator (opt_einsum even reseeds it), so einflow runs
+# their greedy step with a ``random.Random`` of its own; cotengra's other trial methods take a ``seed``.
+
+
+def _thermal_choice(queue: list[Any], remaining: Any, rng: random.Random, nbranch: int, temperature: float,
+                    rel_temperature: bool) -> Any:
+    """Pick one of the ``nbranch`` cheapest live candidates of a greedy step's heap, each with Boltzmann weight
+    ``exp(-(cost - cheapest) / temperature)``; the others go back on the heap (opt_einsum's ``choose_fn``)."""
+    candidates: list[Any] = []
+    while queue and len(candidates) < nbranch:
+        candidate = heapq.heappop(queue)
+        if candidate[1] in remaining and candidate[2] in remaining:  # a candidate whose inputs are gone is dropped
+            candidates.append(candidate)
+    if len(candidates) <= 1:
+        return candidates[0] if candidates else None
+    costs = [candidate[0][0] for candidate in candidates]
+    cheapest = costs[0]
+    scale = temperature * max(1, abs(cheapest)) if rel_temperature else temperature
+    weights = [float(cost == cheapest) if scale == 0 else math.exp(-(cost - cheapest) / scale) for cost in costs]
+    chosen = candidates.pop(rng.choices(range(len(candidates)), weights=weights)[0])
+    for candidate in candidates:
+        heapq.heappush(queue, candidate)
+    return chosen
+
+
+def _random_greedy_trial(trial: int, inputs: list[Any], output: Any, sizes: dict[str, int], nbranch: int,
+                         temperature: float, rel_temperature: bool) -> tuple[Any, int, int]:
+    """One trial of :class:`PrivateRandomGreedy`: trial 0 is plain greedy (with jittered costs), the others
+    choose among the cheapest steps at random; trial ``r`` draws from ``random.Random(r)``."""
+    from opt_einsum.path_random import ssa_path_compute_cost
+
+    rng = random.Random(trial)
+
+    def jittered_cost(size12: int, size1: int, size2: int, k12: Any, k1: Any, k2: Any) -> float:
+        return rng.gauss(1.0, 0.01) * (size12 - size1 - size2)
+
+    choose = None if trial == 0 or nbranch == 1 else functools.partial(
+        _thermal_choice, rng=rng, nbranch=nbranch, temperature=temperature, rel_temperature=rel_temperature)
+    ssa_path = oe.paths.ssa_greedy_optimize(inputs, output, sizes, choose, jittered_cost)
+    flops, size = ssa_path_compute_cost(ssa_path, inputs, output, sizes)
+    return ssa_path, flops, size
+
+
+class PrivateRandomGreedy(oe.RandomGreedy):
+    """opt_einsum's random-greedy search (the same trials, costs and choices) whose trial ``r`` draws from its
+    own ``random.Random(r)`` instead of seeding and drawing from Python's global generator."""
+
+    def setup(self, inputs: Any, output: Any, size_dict: dict[str, int]) -> tuple[Any, Any]:
+        return _random_greedy_trial, (inputs, output, size_dict, self.nbranch, self.temperature,
+                                      self.rel_temperature)
+
+
+def _cotengra_greedy_trial(inputs: Any, output: Any, size_dict: dict[str, int], random_strength: float = 0.0,
+                           temperature: float = 0.0, costmod: float = 1.0, seed: random.Random | None = None) -> Any:
+    """cotengra's ``greedy`` hyper trial (sizes jittered by ``random_strength``, Gumbel noise of ``temperature``
+    on the scores) drawing from ``seed``, the search's own generator."""
+    from cotengra.core import ContractionTree, jitter_dict
+    from cotengra.pathfinders.path_basic import ContractionProcessor
+
+    rng = seed if seed is not None else random.Random(HYPER_SEED)
+    jittered = jitter_dict(size_dict, random_strength, rng) if random_strength else size_dict
+    processor = ContractionProcessor(inputs, output, jittered)
+    processor.simplify()
+    processor.optimize_greedy(costmod=costmod, temperature=temperature, seed=rng)
+    processor.optimize_remaining_by_size()
+    return ContractionTree.from_path(inputs, output, size_dict, ssa_path=processor.ssa_path)
+
+
+_GREEDY = "einflow-greedy"
+_REGISTERING = threading.Lock()
+
+
+def _hyper_methods(ctg: Any, rng: random.Random) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """cotengra's default trial methods, its ``greedy`` replaced by :func:`_cotengra_greedy_trial` (registered
+    once, with cotengra's search space), each given ``rng`` as its seed."""
+    from cotengra.hyperoptimizers import hyper
+
+    methods = list(hyper.get_default_hq_methods())
     try:
-        yield
-    finally:
-        random.setstate(state)
+        with _REGISTERING:
+            if _GREEDY not in hyper.list_hyper_functions():
+                hyper.register_hyper_function(_GREEDY, _cotengra_greedy_trial, hyper._HYPER_SEARCH_SPACE["greedy"])
+        methods = [_GREEDY if method == "greedy" else method for method in methods]
+    except (ImportError, AttributeError, KeyError):  # another cotengra: keep the methods that take a seed
+        methods = [method for method in methods if method != "greedy"] or ["labels"]
+
+    def random_greedy(inputs: Any, output: Any, size_dict: dict[str, int], **options: Any) -> Any:
+        """The partitioning trials' joining of their parts (cotengra's preset draws from the global random)."""
+        search = ctg.RandomGreedyOptimizer(max_repeats=128, seed=rng.randrange(2 ** 32), parallel=False)
+        return search(inputs, output, size_dict, **options)
+
+    constants = {method: {"seed": rng} if method == _GREEDY else {"seed": rng, "super_optimize": random_greedy}
+                 for method in methods}  # the partitioning methods (labels, kahypar) join parts with random-greedy
+    return methods, constants
 
 
 def hyper_path(terms: Sequence[str], output: str, sizes: dict[str, int], trials: int,
@@ -202,18 +293,20 @@ def hyper_path(terms: Sequence[str], output: str, sizes: dict[str, int], trials:
     None without cotengra.
 
     ``terms`` are the operands' index letters, ``output`` the result's. No clock: the same ``seed`` (default
-    :data:`HYPER_SEED`) and trials give the same path. cotengra draws from Python's ``random``, seeded for
-    the search and restored after (its hyper-parameter search is seeded too).
+    :data:`HYPER_SEED`) and trials give the same path. Every trial draws from one ``random.Random(seed)`` of
+    this search (and the hyper-parameter search is seeded too): Python's global ``random`` is never touched,
+    so searches in several threads neither disturb each other nor the threads' own seeded streams.
     """
     try:
         import cotengra as ctg
     except ImportError:
         return None
     seed = HYPER_SEED if seed is None else seed
-    with _seeded(seed), warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # cotengra's note that kahypar/optuna, optional for it, are missing
-        optimizer = ctg.HyperOptimizer(minimize="flops", max_repeats=trials, parallel=False, progbar=False,
-                                       seed=seed)
+        methods, constants = _hyper_methods(ctg, random.Random(seed))
+        optimizer = ctg.HyperOptimizer(methods=methods, constants=constants, minimize="flops", max_repeats=trials,
+                                       parallel=False, progbar=False, seed=seed)
         tree = optimizer.search([tuple(term) for term in terms], tuple(output), sizes)
     return [tuple(step) for step in tree.get_path()]
 

@@ -36,11 +36,11 @@ def _looks_like_a_file(text: str) -> bool:
 
 def _read_text(text: str) -> tuple[str, str]:
     """Program text given on the command line and where it came from: a file, ``-`` (stdin), or the text."""
-    from einflow.shell.commands import decode_utf8, read_text_file
+    from einflow.shell.files import read_bounded, read_text_file
 
-    if text == "-":
-        raw = getattr(sys.stdin, "buffer", None)  # a text stream without bytes under it (a test's StringIO) is text
-        return (decode_utf8(raw.read(), "<stdin>") if raw is not None else sys.stdin.read()), "<stdin>"
+    if text == "-":  # as much as a program file may hold, and no more: stdin may never end
+        # a text stream without bytes under it (a test's StringIO) is read as text
+        return read_bounded(getattr(sys.stdin, "buffer", sys.stdin), "<stdin>"), "<stdin>"
     if _looks_like_a_file(text):  # a missing *.ein file is an error, not program text
         return read_text_file(text, "regular program files"), text
     return text, "the text"
@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
 def _evaluate(program: Any, inputs: str | None, backend: str | None, out: str | None, quiet: bool) -> int:
     """Run ``program`` on the arrays of the ``inputs`` .npz; print (and save to ``out``) its values."""
     from einflow.program import default_memory_limit
-    from einflow.shell.commands import load_arrays, save_arrays
+    from einflow.shell.files import load_arrays, save_arrays
     from einflow.shell.replies import format_value
 
     arrays = load_arrays(inputs, limit=default_memory_limit()) if inputs else {}
@@ -172,18 +172,11 @@ def _session(args: argparse.Namespace) -> int:
 
 
 def _stdin_lines() -> Iterator[str]:
-    """Standard input's lines, decoded as UTF-8 one at a time (a SessionError names the line that is not)."""
-    from einflow.shell.commands import decode_utf8
+    """Standard input's lines, read and decoded as UTF-8 one at a time, each at most as long as a program file
+    may be (a SessionError names a line that is longer, or not UTF-8)."""
+    from einflow.shell.files import read_bounded_lines
 
-    raw = getattr(sys.stdin, "buffer", None)
-    if raw is None:  # a text stream without bytes under it (a test's StringIO)
-        yield from sys.stdin
-        return
-    for number, line in enumerate(raw, 1):
-        try:
-            yield line.decode("utf-8")
-        except UnicodeDecodeError:
-            decode_utf8(b"\n" * (number - 1) + line, "<stdin>")
+    return read_bounded_lines(getattr(sys.stdin, "buffer", sys.stdin), "<stdin>")
 
 
 def _first_positional(argv: list[str]) -> int | None:
@@ -203,7 +196,7 @@ def _first_positional(argv: list[str]) -> int | None:
 def _file(parser: argparse.ArgumentParser, argv: list[str], file_at: int) -> int:
     """``einflow FILE.ein [options]``: a program runs like ``einflow run``; a session script (with
     ``:commands``) runs its lines like ``einflow < FILE.ein``."""
-    from einflow.shell.commands import read_text_file
+    from einflow.shell.files import read_text_file
 
     path = argv[file_at]
     text = read_text_file(path, "regular program files")  # a FIFO or a device is refused, not waited on

@@ -3,28 +3,35 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import difflib
-import json
-import math
-import os
 import re
 import shlex
-import signal
-import stat
-import tempfile
-import threading
 import timeit
-import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from einflow.engine.memory import format_bytes
-from einflow.lang.errors import DerivativeError, EinflowError, MemoryLimitError
+from einflow.lang.errors import DerivativeError
 from einflow.lang.grammar import parse
+from einflow.shell.files import (  # noqa: F401  (re-exported: the commands' file I/O lives in files.py)
+    LARGEST_TEXT,
+    SESSION_MEMBER,
+    TEMPORARY_MARK,
+    atomic_write,
+    check_numeric,
+    decode_utf8,
+    load_arrays,
+    load_session_record,
+    read_bounded,
+    read_bounded_lines,
+    read_session_record,
+    read_text_file,
+    remove_stale_temporaries,
+    save_arrays,
+)
 from einflow.shell.replies import Reply, SessionError, check_name, format_value, parse_bytes, to_numpy
 
 if TYPE_CHECKING:  # annotations only: the session imports this module, never the other way round
@@ -33,6 +40,7 @@ if TYPE_CHECKING:  # annotations only: the session imports this module, never th
     from einflow.shell.session import Session
 
 __all__ = ["COMMANDS", "Command", "run_command", "unique_commands", "atomic_write", "save_arrays", "load_arrays",
+           "read_text_file", "read_bounded", "read_bounded_lines", "LARGEST_TEXT",
            "remove_stale_temporaries", "program_of", "parse_wrt", "derivative_program", "bind_derivative",
            "plan_report"]
 
@@ -94,12 +102,6 @@ def _words(rest: str, usage: str, minimum: int = 1) -> list[str]:
     return words
 
 
-def _check_numeric(name: str, array: np.ndarray) -> np.ndarray:
-    if array.dtype.kind not in "biufc":
-        raise SessionError(f"{name}: expected numbers, got an array of dtype {array.dtype}")
-    return array
-
-
 # ---------------------------------------------------------------- data in
 _begin_section("data in")
 
@@ -125,7 +127,7 @@ def _set(session: Session, rest: str) -> str:
         array = np.asarray(value)
     except ValueError as error:  # ragged lists
         raise SessionError(f"cannot make an array from {literal.strip()!r}: {error}") from None
-    _check_numeric(name, array)
+    check_numeric(name, array)
     notes = session.bind(name, array, f":set {literal.strip()}")
     return "\n".join([format_value(name, array, session.width), *notes])
 
@@ -169,152 +171,6 @@ def _seed(session: Session, rest: str) -> str:
     return ""
 
 
-def _open_regular(path: str, what: str = "regular .npy and .npz files") -> IO[bytes]:
-    """Open a file for reading, refusing anything that is not a regular file (a FIFO would block, a device
-    would never end)."""
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO opens without blocking
-    mode = os.fstat(descriptor).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(descriptor)
-        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
-            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
-        raise SessionError(f"{path} is {kind}; only {what} are read")
-    return os.fdopen(descriptor, "rb")
-
-
-def decode_utf8(data: bytes, where: str) -> str:
-    """``data`` as UTF-8 text; a SessionError naming ``where``, the line and the byte when it is not.
-
-    >>> decode_utf8(b"y = 2\\nz = \\xff", "prog.ein")
-    Traceback (most recent call last):
-    einflow.shell.replies.SessionError: prog.ein is not UTF-8 text: byte 0xff at line 2, column 5 cannot be decoded
-    """
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
-        raise SessionError(f"{where} is not UTF-8 text: byte 0x{data[error.start]:02x} at line {line}, column "
-                           f"{column} cannot be decoded") from None
-
-
-def read_text_file(path: str, what: str = "regular text files") -> str:
-    """The UTF-8 text of a regular file (FIFOs, devices and folders are refused; so is text that is not UTF-8)."""
-    path = os.path.expanduser(path)
-    with _open_regular(path, what) as handle:
-        return decode_utf8(handle.read(), path)
-
-
-def _npy_header(stream: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtype]:
-    """Read a .npy header: the declared shape and dtype (the stream is left at the start of the data)."""
-    version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
-    elif version == (2, 0):
-        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
-    else:
-        raise SessionError(f"{where}: .npy format version {version} is not supported (1.0 and 2.0 are)")
-    if dtype.hasobject:
-        raise SessionError(f"{where} holds Python objects (a pickle; allow_pickle is always off): only arrays of "
-                           "numbers are loaded")
-    return tuple(shape), dtype
-
-
-def _declared_bytes(open_member: Callable[[], Any], where: str, stored: int) -> int:
-    """The bytes one array's header declares, checked against the ``stored`` bytes before any data is read."""
-    with open_member() as stream:
-        shape, dtype = _npy_header(stream, where)
-        declared = math.prod(shape) * dtype.itemsize
-        data = stored - stream.tell()
-        if declared > data:
-            raise SessionError(f"{where} declares an array of shape {shape} {dtype} ({format_bytes(declared)}) "
-                               f"but holds only {format_bytes(max(data, 0))} of data: the file is truncated or "
-                               "its header is wrong; nothing was read")
-    return declared
-
-
-def load_arrays(path: str, names: list[str] | None = None, limit: int | None = None) -> dict[str, np.ndarray]:
-    """Arrays from a .npy file (one, under its file stem) or a .npz file (all, or the ``names`` given).
-
-    Before any data is read, each array's header (its shape and dtype) is checked against the bytes the
-    file really holds and the total against ``limit`` (bytes; ``MemoryLimitError`` when over). Pickled
-    objects and non-regular files (FIFOs, devices, folders) are refused.
-    """
-    path = os.path.expanduser(path)
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        with _open_regular(path) as handle:
-            if path.endswith(".npz"):
-                with zipfile.ZipFile(handle) as archive:
-                    members = {info.filename[:-4]: info for info in archive.infolist()
-                               if info.filename.endswith(".npy")}
-                    keys = names or list(members)
-                    missing = [key for key in keys if key not in members]
-                    if missing:
-                        raise SessionError(f"{path} has no array {missing[0]!r} (it holds {', '.join(members)})")
-                    total = 0
-                    for key in keys:
-                        info = members[key]
-                        total += _declared_bytes(lambda info=info: archive.open(info), f"{path}[{key}]",
-                                                 info.file_size)
-                    _check_limit(path, total, limit)
-                    for key in keys:
-                        with archive.open(members[key]) as member:
-                            arrays[key] = np.lib.format.read_array(member, allow_pickle=False)
-            else:
-                size = os.fstat(handle.fileno()).st_size
-                declared = _declared_bytes(lambda: contextlib.nullcontext(handle), path, size)
-                _check_limit(path, declared, limit)
-                handle.seek(0)
-                stem = os.path.splitext(os.path.basename(path))[0]
-                arrays[names[0] if names else stem] = np.lib.format.read_array(handle, allow_pickle=False)
-    except (zipfile.BadZipFile, EOFError) as error:
-        raise SessionError(f"{path} is not a valid {os.path.splitext(path)[1] or '.npy'} file ({error})") from None
-    except ValueError as error:
-        if isinstance(error, EinflowError):
-            raise
-        raise SessionError(f"{path} is not a valid .npy/.npz file ({error})") from None
-    for key, array in arrays.items():
-        check_name(key)
-        _check_numeric(key, array)
-    return arrays
-
-
-def _check_limit(path: str, needed: int, limit: int | None) -> None:
-    if limit is not None and needed > limit:
-        raise MemoryLimitError(f"{path} holds {format_bytes(needed)} of arrays, over the memory limit of "
-                               f"{format_bytes(limit)}; nothing was read")
-
-
-#: the member of a session's .npz (``:save FILE.npz``) that holds its statements (JSON; not an array)
-SESSION_MEMBER = "einflow_session.json"
-_LARGEST_RECORD = 64 * 2 ** 20
-
-
-def load_session_record(path: str) -> dict[str, Any] | None:
-    """The statements a ``:save FILE.npz`` kept beside the arrays (None for a plain .npz of arrays)."""
-    path = os.path.expanduser(path)
-    try:
-        with _open_regular(path) as handle, zipfile.ZipFile(handle) as archive:
-            try:
-                info = archive.getinfo(SESSION_MEMBER)
-            except KeyError:
-                return None
-            if info.file_size > _LARGEST_RECORD:
-                raise SessionError(f"{path}[{SESSION_MEMBER}] is {format_bytes(info.file_size)}; a session's "
-                                   "statements are far smaller: the file is damaged")
-            text = decode_utf8(archive.read(info), f"{path}[{SESSION_MEMBER}]")
-    except zipfile.BadZipFile as error:
-        raise SessionError(f"{path} is not a valid .npz file ({error})") from None
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SessionError(f"{path}[{SESSION_MEMBER}] is not a session record ({error})") from None
-    if not isinstance(record, dict) or record.get("format") != "einflow session":
-        raise SessionError(f"{path}[{SESSION_MEMBER}] is not a session record")
-    return record
-
-
 @_command("load", ":load NAME FILE.npy | :load FILE.npz [NAME ...]",
           "read arrays (.npy one, .npz all or some); a session's .npz brings its statements back too")
 def _load(session: Session, rest: str) -> str:
@@ -325,9 +181,10 @@ def _load(session: Session, rest: str) -> str:
     names = [word for word in words if word != files[0]]
     if files[0].endswith(".npy") and len(names) > 1:
         raise SessionError("a .npy file holds one array: :load NAME FILE.npy")
-    record = load_session_record(files[0]) if files[0].endswith(".npz") and not names else None
-    if record is not None:  # a saved session: its data, then its statements (they re-evaluate as they run)
-        arrays = load_arrays(files[0], [name for name in record.get("data", ())], session.limit_bytes())
+    found = read_session_record(files[0]) if files[0].endswith(".npz") and not names else None
+    if found is not None:  # a saved session: its data, then its statements (they re-evaluate as they run)
+        record = found[1]
+        arrays = load_arrays(files[0], list(record.data), session.limit_bytes())
         lines = [f"{name}: {array.shape} {array.dtype}  (from {files[0]})" for name, array in arrays.items()]
         return "\n".join(lines + session.restore(arrays, record, f":load {files[0]}"))
     arrays = load_arrays(files[0], names or None, session.limit_bytes())
@@ -338,128 +195,6 @@ def _load(session: Session, rest: str) -> str:
 
 # ---------------------------------------------------------------- data out
 _begin_section("data out")
-
-
-TEMPORARY_MARK = ".einflow-save-"
-
-
-def _temporary_prefix(target: str) -> str:
-    return f".{os.path.basename(target)}{TEMPORARY_MARK}"
-
-
-def remove_stale_temporaries(target: str) -> list[str]:
-    """Delete temporary files that a killed save of ``target`` left behind; return their paths.
-
-    A temporary's name holds the id of the process writing it; one whose process no longer runs is stale.
-    """
-    folder, prefix = os.path.dirname(target), _temporary_prefix(target)
-    removed: list[str] = []
-    try:
-        entries = os.listdir(folder)
-    except OSError:
-        return removed
-    for entry in entries:
-        if not (entry.startswith(prefix) and entry.endswith(".tmp")):
-            continue
-        pid_text = entry[len(prefix):].split("-", 1)[0]
-        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _running(int(pid_text)):
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(folder, entry))
-            removed.append(os.path.join(folder, entry))
-    return removed
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
-@contextlib.contextmanager
-def _terminate_cleanly() -> Iterator[None]:
-    """While a file is written, SIGTERM raises SystemExit (so the temporary is removed on the way out), when
-    this is the main thread and nobody else handles SIGTERM."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def leave(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, leave)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def atomic_write(path: str, write: Callable[[IO[bytes]], None]) -> None:
-    """Write a file through a temporary file in the same folder and ``os.replace`` it into place.
-
-    A reader (or a crash) never sees a half-written file; an existing file is replaced only on success and
-    keeps its permission bits (a new file gets the umask's). A symbolic link is written *through*: the
-    file it points to is replaced and the link stays. Temporaries left by a killed save (their process is
-    gone) are removed by the next save of the same file.
-    """
-    target = os.path.realpath(os.path.expanduser(path))
-    try:
-        existing = os.stat(target)
-    except FileNotFoundError:
-        existing = None
-    if existing is not None and not stat.S_ISREG(existing.st_mode):
-        raise SessionError(f"{path} exists and is not a regular file; choose another name")
-    remove_stale_temporaries(target)
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f"{_temporary_prefix(target)}{os.getpid()}-", suffix=".tmp",
-                                             dir=os.path.dirname(target))
-    except OSError as error:
-        raise type(error)(error.errno, f"cannot write {path}: {error.strerror}") from None
-    try:
-        with _terminate_cleanly(), os.fdopen(handle, "wb") as stream:
-            write(stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        if existing is not None:
-            mode = stat.S_IMODE(existing.st_mode)
-        else:
-            mask = os.umask(0)
-            os.umask(mask)
-            mode = 0o666 & ~mask
-        os.chmod(temporary, mode)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def save_arrays(path: str, arrays: dict[str, Any], record: dict[str, Any] | None = None) -> None:
-    """Save atomically: one array to ``.npy``, or named arrays to ``.npz`` (any names, no pickles); a session's
-    ``record`` (its statements, JSON) goes into the .npz too."""
-    host = {name: to_numpy(value) for name, value in arrays.items()}
-    if path.endswith(".npz"):
-        def write(stream: IO[bytes]) -> None:
-            with zipfile.ZipFile(stream, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-                for name, array in host.items():
-                    with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                        np.lib.format.write_array(member, array, allow_pickle=False)
-                if record is not None:
-                    archive.writestr(SESSION_MEMBER, json.dumps(record, indent=1))
-    else:
-        if len(host) != 1:
-            raise SessionError("a .npy file holds exactly one array; use a .npz file for several")
-        (array,) = host.values()
-
-        def write(stream: IO[bytes]) -> None:
-            np.lib.format.write_array(stream, array, allow_pickle=False)
-
-    atomic_write(path, write)
 
 
 _SAVE_USAGE = ":save FILE.npz [NAME ...]  or  :save NAME FILE.npy  or  :save FILE.ein"

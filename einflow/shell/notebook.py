@@ -173,8 +173,8 @@ class EinflowMagics:
 
             program_ir = parse(cell)
             defined = {s.target for s in program_ir.statements if isinstance(s, ir.Assign) and s.target}
-            reads = {node.name for s in program_ir.statements if isinstance(s, ir.Assign)
-                     for node in ir.walk(s.expr) if isinstance(node, ir.Tensor)}
+            reads = {name for s in program_ir.statements if isinstance(s, ir.Assign)
+                     for name in ir.tensors_read(s.expr)}
             sources = {s.source for s in program_ir.statements
                        if isinstance(s, ir.SizeDecl) and isinstance(s.source, str)}
             self._take_inputs(sorted((reads | sources) - defined))

@@ -12,7 +12,8 @@ from prompt_toolkit.document import Document
 
 from einflow.lang.errors import EinflowError
 from einflow.lang.ir import BINARY_FUNCTIONS, FUNCTIONS, LINALG, MATRIX_DECLARATIONS, NORMALISERS, REDUCTIONS
-from einflow.shell.commands import COMMANDS, read_text_file
+from einflow.shell.commands import COMMANDS
+from einflow.shell.files import read_text_file
 from einflow.shell.session import CONTINUATION, PROMPT, Reply, Session, needs_more
 
 __all__ = ["EinflowCompleter", "history_path", "check_history", "run_repl", "colour_off", "BANNER"]

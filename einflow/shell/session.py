@@ -10,7 +10,7 @@ import contextlib
 import difflib
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
@@ -22,7 +22,7 @@ from einflow.lang.errors import EinflowError, MemoryLimitError, ParseError, Tens
 from einflow.lang.grammar import parse
 from einflow.lang.indices import indices_in
 from einflow.program import Program, default_memory_limit
-from einflow.shell.commands import run_command
+from einflow.shell.records import RECORD_FORMAT, RECORD_VERSION, SessionRecord, check_record
 from einflow.shell.replies import NAME, Reply, SessionError, check_name, format_value
 
 __all__ = ["Session", "Reply", "Definition", "SessionError", "format_value", "needs_more", "check_name",
@@ -84,10 +84,6 @@ def _error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _tensor_names(expr: ir.Expr) -> set[str]:
-    return {node.name for node in ir.walk(expr) if isinstance(node, ir.Tensor)}
-
-
 class Session:
     """The state of one interactive session: bound arrays, kept statements, size declarations.
 
@@ -109,8 +105,11 @@ class Session:
     10.0
     """
 
-    def __init__(self, width: int | None = None, seed: int | None = None) -> None:
+    def __init__(self, width: int | None = None, seed: int | None = None,
+                 commands: Callable[[Session, str], Reply] | None = None) -> None:
         self.width = width
+        #: runs a ``:command`` line (einflow.shell.commands.run_command unless a front end gives its own)
+        self.commands = commands
         self.values: dict[str, Any] = {}
         self.definitions: dict[str, Definition] = {}
         self.origins: dict[str, str] = {}  # data names -> how they were bound
@@ -139,7 +138,7 @@ class Session:
         snapshot = self._snapshot()
         try:
             if text.startswith(":"):
-                return run_command(self, text)
+                return self._command_runner()(self, text)
             hint = self._hint(text)
             if hint:
                 return Reply(hint, ok=False)
@@ -160,6 +159,13 @@ class Session:
         except Exception as error:  # a bug in einflow must not end the user's session
             self._restore(snapshot)
             return Reply(f"internal error (please report it): {_error_text(error)}", ok=False, error=error)
+
+    def _command_runner(self) -> Callable[[Session, str], Reply]:
+        if self.commands is None:  # the session's own table, imported when the first command runs
+            from einflow.shell.commands import run_command
+
+            self.commands = run_command
+        return self.commands
 
     def _hint(self, text: str) -> str:
         """A pointer to the session's own command for words typed as in Python or IPython (unless bound)."""
@@ -261,7 +267,7 @@ class Session:
         names: set[str] = set()
         for statement in statements:
             if isinstance(statement, ir.Assign):
-                names |= {node.name for node in ir.walk(statement.expr) if isinstance(node, ir.Tensor)}
+                names |= set(ir.tensors_read(statement.expr))
                 names.add(statement.target or "")
         kinds = sorted({kind for name, kind in self.matrices.items() if name in names})
         decls += tuple(ir.MatrixDecl(kind, tuple(sorted(n for n, k in self.matrices.items()
@@ -323,19 +329,28 @@ class Session:
         notes.insert(0, ir.format_statement(decl))
         return notes + self.update_dependents(set(), set(decl.names) | {n for o in replaced.values() for n in o.names})
 
-    def update_dependents(self, names: set[str], indices: Iterable[str] = ()) -> list[str]:
-        """Re-evaluate every kept statement that depends on ``names`` (or uses ``indices``), in order."""
+    def update_dependents(self, names: set[str], indices: Iterable[str] = (),
+                          up_to_date: Iterable[str] = ()) -> list[str]:
+        """Re-evaluate every kept statement that depends on ``names`` (or uses ``indices``), in order.
+
+        Statements in ``up_to_date`` were just evaluated in an order that runs (:meth:`restore`): they are
+        re-evaluated only when they read a statement that is. The walk is linear in the session's statements.
+        """
         changed_indices = set(indices)
-        affected: set[str] = set()
-        frontier = set(names)
-        first = True
-        while frontier or first:
-            found = {other for other, definition in self.definitions.items()
-                     if other not in affected and (definition.reads & frontier
-                                                   or (first and definition.indices & changed_indices))}
-            first = False
-            affected |= found
-            frontier = found
+        current = set(up_to_date)
+        readers: dict[str, list[str]] = {}
+        for other, definition in self.definitions.items():
+            for read in definition.reads:
+                readers.setdefault(read, []).append(other)
+        affected = {other for other, definition in self.definitions.items()
+                    if other not in current and definition.indices & changed_indices} if changed_indices else set()
+        frontier = [*names, *affected]
+        while frontier:
+            name = frontier.pop()
+            for reader in readers.get(name, ()):
+                if reader not in affected and not (reader in current and name in current):
+                    affected.add(reader)
+                    frontier.append(reader)
         updated: list[str] = []
         notes: list[str] = []
         for name in self._topological(affected):
@@ -410,39 +425,46 @@ class Session:
         declarations, the kept statements (stale ones too) and which names are data."""
         decls = list(dict.fromkeys(self.sizes.values()))
         order = self._topological(set(self.definitions))
-        return {"format": "einflow session", "version": 1,
+        return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
                 "sizes": [ir.format_statement(decl) for decl in decls],
                 "statements": [{"name": name, "text": self.definitions[name].text,
                                 "stale": self.stale.get(name)} for name in order],
                 "data": [name for name in self.values if name not in self.definitions],
                 "backend": self.backend}
 
-    def restore(self, arrays: Mapping[str, Any], record: Mapping[str, Any], origin: str) -> list[str]:
+    def restore(self, arrays: Mapping[str, Any], record: Mapping[str, Any] | SessionRecord, origin: str) -> list[str]:
         """Bind the saved data, then keep and re-evaluate the saved statements (the inverse of :meth:`record`);
-        a statement that does not evaluate now is kept stale, as it would be after an edit."""
-        notes = self._restore_backend(record.get("backend"))
-        data = {name: arrays[name] for name in record.get("data", ()) if name in arrays}
+        a statement that does not evaluate now is kept stale, as it would be after an edit.
+
+        ``record`` is checked first (:func:`einflow.shell.records.check_record`, a SessionError naming ``origin``
+        and the bad field). Each saved statement is evaluated once, in the record's order, and the work besides
+        is linear in the number of statements; then the session's own statements that read a restored name (or
+        use a restored size) are re-evaluated.
+        """
+        if not isinstance(record, SessionRecord):
+            record = check_record(record, origin)
+        notes = self._restore_backend(record.backend)
+        data = {name: arrays[name] for name in record.data if name in arrays}
         notes += self.bind_many(data, origin)
-        for text in record.get("sizes", ()):
-            for statement in parse(text).statements:
-                if isinstance(statement, ir.SizeDecl):
-                    for name in statement.names:
-                        self.sizes[name] = statement
+        for decl in record.sizes:
+            for index in decl.names:
+                self.sizes[index] = decl
+        for saved in record.statements:
+            self.definitions[saved.name] = Definition(saved.statement, saved.text, self._reads(saved.statement),
+                                                      self._indices_of(saved.statement))
+            self.order.setdefault(saved.name)
+            self.origins.pop(saved.name, None)
+            self.values.pop(saved.name, None)
+        saved_names = {saved.name for saved in record.statements}
         restored: list[str] = []
-        for entry in record.get("statements", ()):
-            (statement,) = parse(entry["text"]).statements
-            assert isinstance(statement, ir.Assign) and statement.target is not None
-            name = statement.target
-            self.definitions[name] = Definition(statement, entry["text"], self._reads(statement),
-                                                self._indices_of(statement))
-            self.order.setdefault(name)
-            self.origins.pop(name, None)
+        for name in self._topological(saved_names):  # the record's order, unless an edit put a reader first
+            definition = self.definitions[name]
             try:
-                self._require_bound(self.definitions[name].reads - set(self.definitions))
-                stale_inputs = sorted(read for read in self.definitions[name].reads if read in self.stale)
+                self._require_bound([read for read in definition.reads if read not in self.definitions])
+                stale_inputs = sorted(read for read in definition.reads if read in self.stale)
                 if stale_inputs:
                     raise TensorNameError(f"depends on stale {', '.join(stale_inputs)}")
-                self.values[name] = self.evaluate(statement, entry["text"])
+                self.values[name] = self.evaluate(definition.statement, definition.source)
                 self.stale.pop(name, None)
                 restored.append(name)
             except EinflowError as error:
@@ -451,7 +473,8 @@ class Session:
                 notes.append(f"stale: {name} ({self.stale[name]})")
         if restored:
             notes.append("statements restored (re-evaluated when their inputs change): " + ", ".join(restored))
-        return notes
+        size_names = {index for decl in record.sizes for index in decl.names}
+        return notes + self.update_dependents(saved_names, size_names, up_to_date=saved_names)
 
     def _restore_backend(self, saved: str | None) -> list[str]:
         """Choose the saved backend again (before any statement re-evaluates); a backend this machine lacks is
@@ -505,7 +528,7 @@ class Session:
             span = None
             if statement is not None:
                 span = next((node.span for node in ir.walk(statement.expr)
-                             if isinstance(node, ir.Tensor) and node.name == name), None)
+                             if isinstance(node, (ir.Tensor, ir.Read)) and name in ir.tensors_read(node)), None)
             raise TensorNameError(located(message, span, source))
 
     def _decls_for(self, indices: Iterable[str]) -> list[ir.SizeDecl]:
@@ -521,7 +544,7 @@ class Session:
 
     def _reads(self, statement: ir.Assign) -> frozenset[str]:
         sources = {decl.source for decl in self._decls_for(self._indices_of(statement)) if isinstance(decl.source, str)}
-        return frozenset(_tensor_names(statement.expr) | sources)
+        return frozenset(ir.tensors_read(statement.expr)) | sources
 
     def _path_to(self, name: str, reads: Iterable[str]) -> list[str]:
         """A chain of kept statements leading from ``reads`` back to ``name`` (empty when there is none)."""
@@ -545,21 +568,23 @@ class Session:
         return []
 
     def _topological(self, names: set[str]) -> list[str]:
+        """``names`` (kept statements) in an order that runs: each after the statements of ``names`` it reads."""
         order: list[str] = []
         seen: set[str] = set()
-
-        def visit(name: str) -> None:
-            if name in seen:
-                return
-            seen.add(name)
-            for read in sorted(self.definitions[name].reads):
-                if read in names:
-                    visit(read)
-            order.append(name)
-
-        for name in self.definitions:
-            if name in names:
-                visit(name)
+        for root in self.definitions:
+            if root not in names or root in seen:
+                continue
+            seen.add(root)
+            stack = [(root, iter(sorted(self.definitions[root].reads)))]  # no recursion: chains may be long
+            while stack:
+                name, pending = stack[-1]
+                read = next((read for read in pending if read in names and read not in seen), None)
+                if read is None:
+                    stack.pop()
+                    order.append(name)
+                else:
+                    seen.add(read)
+                    stack.append((read, iter(sorted(self.definitions[read].reads))))
         return order
 
     def shapes(self, names: Iterable[str]) -> Mapping[str, tuple[int, ...]]:
