@@ -491,7 +491,13 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
             work = np.result_type(work, preferred)
         work = np.dtype(np.float32) if is_low(work) else work
         arrays = [a if a.dtype == work else a.astype(work) for a in arrays]
-        result = oe.contract(equation, *arrays, optimize=path)
+        if name == "dask":  # each step's output chunks bounded as dask.array.einsum bounds the call's (dask_ops)
+            from einflow.engine.backends.dask_ops import chunk_floor
+
+            with chunk_floor(arrays):
+                result = oe.contract(equation, *arrays, optimize=path, backend=get_backend("dask").einsum_backend)
+        else:
+            result = oe.contract(equation, *arrays, optimize=path)
         if common == np.bool_ and preferred is None:
             return result != 0
         return result if result.dtype == final else result.astype(final)
