@@ -298,7 +298,11 @@ class Program:
         if plan is None:
             plan = self._build(key, name, values, optimize, memory_limit if slicing or not engine.lazy else None,
                                slicing)
-        result = plan.run(values)
+        if engine.lazy:  # no task's output outgrows the inputs' largest chunk much (dask_ops.chunk_floor)
+            with engine.chunk_floor(values):
+                result = plan.run(values)
+        else:
+            result = plan.run(values)
         outputs = result if plan.returns_tuple else (result,)
         if engine.lazy and not lazy:
             limit = memory_limit_bytes(memory_limit)

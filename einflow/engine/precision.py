@@ -5,8 +5,9 @@ float32; einflow does the same on every backend, more simply: a low-precision in
 its own library (``x.float()`` on torch, ``x.astype(float32)`` elsewhere, so autograd and jax tracing see the
 cast), the program runs in float32, and each result that float32 inputs make float32 is rounded to the low
 type. Which results are rounded follows numpy's rule for the input types (ml_dtypes' rule for bfloat16:
-bfloat16 promotes as float16 does): float16 inputs, or float16 with int8/uint8/bool inputs, give float16;
-float16 beside float32, int16 or bfloat16 gives float32, so nothing is rounded.
+bfloat16 promotes as float16 does; booleans count as int64, as programs count them): float16 inputs, or
+float16 with int8/uint8 inputs, give float16; float16 beside float32, int16 or bfloat16 gives float32, so
+nothing is rounded.
 
 >>> import numpy as np
 >>> widened, low = widen([np.ones(3, np.float16), 2.0])
@@ -81,13 +82,14 @@ def result_low(dtypes: Sequence[Any]) -> str | None:
         elif type(dtype).__module__.startswith("torch"):
             if dtype.is_floating_point or dtype.is_complex:
                 return None
-            stand_ins.append(np.dtype("bool" if str(dtype) == "torch.bool" else
-                                      str(dtype).removeprefix("torch.")))
+            stand_ins.append(np.dtype("int64" if str(dtype) == "torch.bool" else str(dtype).removeprefix("torch.")))
         else:
             try:
                 stand_ins.append(np.dtype(dtype))
             except TypeError:
                 return None
+        if stand_ins[-1] == np.bool_:  # programs count booleans as int64 0 and 1
+            stand_ins[-1] = np.dtype(np.int64)
     return lows.pop() if np.result_type(*stand_ins) == np.float16 else None
 
 

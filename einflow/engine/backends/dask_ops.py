@@ -149,39 +149,47 @@ def einsum(subscripts: Any, *operands: Any, **kwargs: Any) -> Any:
         return da.einsum(subscripts, *operands, **kwargs)
 
 
-def broadcast_operands(operands: Sequence[Any], labels: Sequence[Sequence[str]],
+def broadcast_operands(operands: Sequence[Any], labels: Sequence[Sequence[Sequence[str]]],
                        output: Sequence[str]) -> tuple[Any, ...]:
-    """The operands of an elementwise step (axes ``labels[k]``, broadcast to the axes ``output``) rechunked so
-    that no block of the result holds more than the largest operand chunk (or the call's, :func:`chunk_floor`)
-    times ``array.chunk-size-tolerance``: every output axis's chunks shrink by the same share, as
+    """The operands of an elementwise step, broadcast to the axes ``output``, rechunked so that no block of the
+    result holds more than the largest operand chunk (or the call's, :func:`chunk_floor`) times
+    ``array.chunk-size-tolerance``: every output axis's chunks shrink by the same share, as
     ``dask.array.einsum`` shrinks them, and an axis two operands share is chunked alike in both.
 
+    ``labels[k]``: the ways operand k is read (its axes' labels each time; ``x[i] x[j]`` reads x as ``i`` and
+    as ``j``, and each axis takes the smallest chunk its labels ask for). Other values pass unchanged.
+
     >>> x, y = da.ones(2**18, chunks=2**18), da.ones(64, chunks=64)
-    >>> a, b = broadcast_operands([x, y], ["i", "j"], "ij")
+    >>> a, b = broadcast_operands([x, y], [["i"], ["j"]], "ij")
     >>> a.chunksize, b.chunksize
     ((36636,), (9,))
     """
-    arrays = [(operand, tuple(axes)) for operand, axes in zip(operands, labels) if isinstance(operand, da.Array)]
+    arrays = [(operand, reads) for operand, reads in zip(operands, labels) if isinstance(operand, da.Array)]
     if not arrays or not output:
         return tuple(operands)
     largest_input = max(max(_largest(operand.chunks) for operand, _ in arrays), _FLOOR.get())
     block: dict[str, int] = {}
-    for operand, axes in arrays:
-        for axis, label in enumerate(axes):
-            block[label] = max(block.get(label, 1), max(operand.chunks[axis], default=1))
-    factor = math.prod(block.values()) / (largest_input * dask.config.get("array.chunk-size-tolerance", 1.25))
+    for operand, reads in arrays:
+        for axes in reads:
+            for axis, label in enumerate(axes):
+                block[label] = max(block.get(label, 1), max(operand.chunks[axis], default=1))
+    factor = math.prod(block.get(label, 1) for label in set(output)) / (
+        largest_input * dask.config.get("array.chunk-size-tolerance", 1.25))
     if factor <= 1:
         return tuple(operands)
     cut = [label for label in output if block.get(label, 1) > 1]
     shrink = factor ** (1 / max(len(cut), 1))
     size = {label: max(1, math.ceil(block[label] / shrink)) for label in cut}
     result = []
-    for operand, axes in zip(operands, labels):
+    for operand, reads in zip(operands, labels):
         if not isinstance(operand, da.Array):
             result.append(operand)
             continue
-        wanted = {axis: size[label] for axis, label in enumerate(axes)
-                  if label in size and max(operand.chunks[axis], default=1) > size[label]}
+        wanted: dict[int, int] = {}
+        for axes in reads:
+            for axis, label in enumerate(axes):
+                if label in size and max(operand.chunks[axis], default=1) > size[label]:
+                    wanted[axis] = min(wanted.get(axis, size[label]), size[label])
         result.append(operand.rechunk(wanted) if wanted else operand)
     return tuple(result)
 
