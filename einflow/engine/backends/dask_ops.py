@@ -162,7 +162,7 @@ def broadcast_operands(operands: Sequence[Any], labels: Sequence[Sequence[Sequen
     >>> x, y = da.ones(2**18, chunks=2**18), da.ones(64, chunks=64)
     >>> a, b = broadcast_operands([x, y], [["i"], ["j"]], "ij")
     >>> a.chunksize, b.chunksize
-    ((36636,), (9,))
+    ((36635,), (8,))
     """
     arrays = [(operand, reads) for operand, reads in zip(operands, labels) if isinstance(operand, da.Array)]
     if not arrays or not output:
@@ -179,7 +179,7 @@ def broadcast_operands(operands: Sequence[Any], labels: Sequence[Sequence[Sequen
         return tuple(operands)
     cut = [label for label in output if block.get(label, 1) > 1]
     shrink = factor ** (1 / max(len(cut), 1))
-    size = {label: max(1, math.ceil(block[label] / shrink)) for label in cut}
+    size = {label: max(1, math.floor(block[label] / shrink)) for label in cut}  # (floor: within the bound)
     result = []
     for operand, reads in zip(operands, labels):
         if not isinstance(operand, da.Array):
