@@ -515,18 +515,17 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         final = compute if preferred is None else preferred
         wide = np.result_type(compute, final) if preferred is not None else compute
         work = np.dtype(np.float32) if is_low(wide) else wide
-        if len(arrays) == 1 and not _sums(equation) and work == final:
-            pass  # a transpose or a diagonal: numpy's view, below
-        elif len(arrays) == 1 and not _sums(equation) and compute == final and is_low(final):
-            # a transpose or a diagonal moves 2-byte items: numpy's view of them as uint16
-            bits = arrays[0] if arrays[0].dtype == final else arrays[0].astype(final)
-            view = _numpy_einsum(equation, bits.view(np.uint16)).view(final)
-            return _finish(_apply_order(view, order, arrays), out, casting)
-        else:
-            arrays = [a if a.dtype == work else a.astype(work) for a in arrays]
-            result = einsum(equation, *arrays, order=order, optimize=optimize)
-            result = np.asarray(result).astype(final, copy=False)
-            return _finish(result, out, "unsafe" if preferred is not None else casting)
+        if len(arrays) == 1 and not _sums(equation):
+            # a transpose or a diagonal moves items without arithmetic: numpy's view (of 2-byte items as uint16)
+            source = arrays[0] if arrays[0].dtype == compute else arrays[0].astype(compute)
+            moved = _numpy_einsum(equation, source.view(np.uint16)).view(compute) if is_low(compute) else \
+                _numpy_einsum(equation, source)
+            moved = moved if moved.dtype == final else moved.astype(final)
+            return _finish(_apply_order(moved, order, arrays), out, "unsafe" if preferred is not None else casting)
+        arrays = [a if a.dtype == work else a.astype(work) for a in arrays]
+        result = einsum(equation, *arrays, order=order, optimize=optimize)
+        result = np.asarray(result).astype(final, copy=False)
+        return _finish(result, out, "unsafe" if preferred is not None else casting)
     if len(arrays) == 1:
         # one operand: numpy's einsum returns views for transposes and diagonals; the checks above are einflow's
         result = _numpy_einsum(equation, arrays[0], dtype=dtype, order=order, casting=casting)

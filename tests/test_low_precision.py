@@ -171,6 +171,10 @@ def test_einsum_moves_numpy_bfloat16_without_arithmetic() -> None:
     assert transposed.dtype == BF16 and np.array_equal(transposed.astype(np.float32), a.T.astype(np.float32))
     square = np.arange(9.0).reshape(3, 3).astype(BF16)
     assert ef.einsum("ii->i", square).astype(np.float32).tolist() == [0.0, 4.0, 8.0]
+    widened = ef.einsum("ij->ji", a, preferred_element_type=np.float32)
+    assert widened.dtype == np.float32 and np.array_equal(widened, a.T.astype(np.float32))
+    narrowed = ef.einsum("ij->ji", a.astype(np.float32), dtype=np.float16, casting="same_kind")
+    assert narrowed.dtype == np.float16 and np.array_equal(narrowed, a.T.astype(np.float16))
 
 
 @pytest.mark.parametrize("library", ["numpy", "torch", "jax"])
