@@ -75,7 +75,7 @@ def result_low(dtypes: Sequence[Any]) -> str | None:
     lows = {low_name(dtype) for dtype in dtypes} - {None}
     if not lows or len(lows) > 1:
         return None
-    stand_ins = []
+    stand_ins: list[np.dtype[Any]] = []
     for dtype in dtypes:
         if low_name(dtype) is not None:
             stand_ins.append(np.dtype(np.float16))

@@ -117,6 +117,8 @@ class Renderer(FittedRenderer, Source):
         self.tensor_literals = False  # (integer arrays are read in the step's floating type: ``read_as``)
         #: torch and jax: the floating type integer arrays are read in by the elementwise step being rendered
         self.read_as: str | None = None
+        #: dask: the generated code's name for dask_ops.broadcast_operands, once a broadcast needs it
+        self.broadcast_helper: str | None = None
 
     def itemsize(self, register: int) -> int:
         return self.record.itemsize(register)
@@ -332,17 +334,16 @@ class Renderer(FittedRenderer, Source):
             reads.setdefault(arg.register, set()).add(labels)
         if not reads:
             return []
-        helper = self.alias.get("broadcast_operands")
+        helper = self.broadcast_helper
         if helper is None:
             from einflow.engine.backends.dask_ops import broadcast_operands
 
-            helper = self.fresh("_broadcast_operands")
-            self.alias["broadcast_operands"] = helper
+            helper = self.broadcast_helper = self.fresh("_broadcast_operands")
             self.namespace[helper] = broadcast_operands
         names = [self.var(register) for register in reads]
-        labels = tuple(tuple(sorted(found)) for found in reads.values())
+        readings: tuple[tuple[tuple[str, ...], ...], ...] = tuple(tuple(sorted(found)) for found in reads.values())
         targets = ", ".join(names) + ("," if len(names) == 1 else "")
-        return [f"{targets} = {helper}(({targets}), {labels!r}, {tuple(step.labels)!r})"]
+        return [f"{targets} = {helper}(({targets}), {readings!r}, {tuple(step.labels)!r})"]
 
     def elementwise(self, step: Elementwise) -> str:
         self.in_place = self.one_float_type(node_args(step.expr), step.out)

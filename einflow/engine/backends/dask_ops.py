@@ -199,7 +199,7 @@ def _diagonal_chunks(labels: str, operand: Any) -> Any:
     chunks = list(getattr(operand, "chunks", ()))
     if len(set(labels)) == len(labels) or len(chunks) != len(labels):
         return operand
-    first = {}
+    first: dict[str, Any] = {}
     for axis, label in enumerate(labels):
         chunks[axis] = first.setdefault(label, chunks[axis])
     return operand if tuple(chunks) == operand.chunks else operand.rechunk(tuple(chunks))
