@@ -67,6 +67,17 @@ def test_a_dot_product_of_4096_ones_is_4096_in_low_precision(library: str, name:
         assert float(_host(result)) == 4096.0
 
 
+def test_a_chunked_float16_sum_on_dask_is_float16_and_exact() -> None:
+    import dask.array as da
+
+    ones = da.ones(4096, chunks=1024, dtype=np.float16)
+    lazy = ef.compile("s = sum[i](x[i] x[i])")(x=ones)
+    assert isinstance(lazy, da.Array) and lazy.dtype == np.float16
+    assert float(lazy.compute()) == 4096.0
+    computed = ef.compile("s = sum[i](x[i])")(x=np.ones(4096, np.float16), backend="dask", chunks=512)
+    assert computed.dtype == np.float16 and float(computed) == 4096.0
+
+
 @pytest.mark.parametrize(("library", "name"), CASES)
 def test_a_low_precision_program_matches_float64_within_one_rounding(library: str, name: str) -> None:
     rng = np.random.default_rng(0)
