@@ -32,6 +32,7 @@ import opt_einsum as oe
 from einflow.engine.backends import get_backend, infer_backend
 from einflow.engine.kernels import compile_numpy
 from einflow.engine.paths import choose_path
+from einflow.engine.precision import is_low, low_name, numpy_low
 from einflow.lang.errors import ArgumentError, MemoryLimitError, PathError, ShapeError, SubscriptsError
 
 __all__ = ["einsum", "einsum_path"]
@@ -393,12 +394,15 @@ def _finish(result: Any, out: Any, casting: str) -> Any:
 
 # ---------------------------------------------------------------------------------------------- public API
 def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K", casting: str = "safe",
-           optimize: Any = "auto", **unexpected: Any) -> Any:
+           optimize: Any = "auto", preferred_element_type: Any = None, **unexpected: Any) -> Any:
     """numpy.einsum's interface, planned once per (subscripts, shapes, optimize) and run by einflow's kernels.
 
     Accepts what numpy.einsum accepts (subscripts or sublists, ``out=``, ``dtype=``, ``order=``,
     ``casting=``, numpy's ``optimize=`` values) and opt_einsum's path algorithms; ``optimize`` defaults to
     ``'auto'`` (opt_einsum's choice). Every pairwise step computes in the dtype numpy would use.
+    ``preferred_element_type`` (jax.numpy.einsum's option, on every backend): the result's dtype, accumulated
+    in at least its precision. float16 and bfloat16 accumulate in float32 (numpy arrays: the path runs in
+    float32 and the result is rounded once; torch and jax accumulate so natively).
 
     >>> import numpy as np, einflow as ef
     >>> ef.einsum("ij,jk", np.eye(2), np.ones((2, 3))).shape
@@ -411,7 +415,7 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
     3.0
     """
     if out is None and dtype is None and order == "K" and casting == "safe" and type(optimize) is str and \
-            len(operands) > 2 and type(operands[0]) is str:
+            preferred_element_type is None and len(operands) > 2 and type(operands[0]) is str:
         # fast path: a repeat of a plain call on numpy arrays runs its prepared kernel directly
         signature = []
         for value in operands[1:]:
@@ -423,9 +427,11 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
             if prepared is not None:
                 return prepared(operands[1:])
     if unexpected:
-        _unexpected_keyword("einsum", next(iter(unexpected)), ("out", "dtype", "order", "casting", "optimize"))
+        _unexpected_keyword("einsum", next(iter(unexpected)), ("out", "dtype", "order", "casting", "optimize",
+                                                               "preferred_element_type"))
     subscripts, values = _split_arguments(operands)
     dtype, order, casting = _check_options(out, dtype, order, casting)
+    preferred = _check_preferred(preferred_element_type)
     key = _optimize_key(optimize)
     arrays = [_as_operand(position, value) for position, value in enumerate(values)]
     shapes = tuple(tuple(a.shape) for a in arrays)
@@ -440,21 +446,36 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
                 raise ArgumentError("out= and dtype= need numpy arrays; cast the result instead")
             engine: Any = get_backend(name)  # the torch backend's asarray also takes device=
             device = next((a.device for a in arrays if type(a).__module__.startswith("torch")), None)
-            converted = [engine.asarray(a, device=device) if name == "torch" else engine.asarray(a) for a in arrays]
+            # (jax arrays pass as they are, booleans too: dot_general takes them beside a wider result type)
+            converted = [engine.asarray(a, device=device) if name == "torch" else
+                         a if type(a).__module__.startswith(("jax", "jaxlib")) else engine.asarray(a) for a in arrays]
             path, _ = _plan(equation, shapes, key)
             # numpy's dtype rule: the operands' result type (bool stays bool: products are 'and', sums 'or')
             common = np.result_type(*[_numpy_dtype(a.dtype, name) for a in arrays])
-            native = _native_dtype(np.dtype(np.int64) if common == np.bool_ else common, name)
-            converted = [a if a.dtype == native else a.to(native) if name == "torch" else a.astype(native)
-                         for a in converted]
-            result = oe.contract(equation, *converted, optimize=path, backend=engine.einsum_backend)
-            return result != 0 if common == np.bool_ else result
-    if numpy_arrays and any(a.dtype.kind not in "biufc" for a in arrays):
+            work = np.dtype(np.int64) if common == np.bool_ else common
+            if preferred is not None:
+                work = np.result_type(work, preferred)
+            native = _native_dtype(work, name)
+            if name == "jax":
+                # jax.numpy.einsum on einflow's path: one lax.dot_general per pairwise step, mixed operand dtypes
+                # passed as they are (no convert before a dot) and the result type as dot_general's
+                # preferred_element_type
+                result = _jax_einsum(equation, converted, path, native)
+            else:
+                converted = [a if a.dtype == native else a.to(native) for a in converted]
+                result = oe.contract(equation, *converted, optimize=path, backend=engine.einsum_backend)
+            if common == np.bool_ and preferred is None:
+                return result != 0
+            if preferred is not None and preferred != work:
+                target = _native_dtype(preferred, name)
+                result = result.to(target) if name == "torch" else result.astype(target)
+            return result
+    if numpy_arrays and any(a.dtype.kind not in "biufc" and not is_low(a.dtype) for a in arrays):
         if any(a.dtype.kind == "O" for a in arrays):  # Python objects: numpy's own loops
             numpy_optimize = optimize if isinstance(key, bool) or key in _NUMPY_PATHS or (
                 isinstance(key, tuple) and key[0] in ("memory", "path")) else False
             return _numpy_einsum(*operands, out=out, optimize=numpy_optimize, **options)
-        strange = next(a.dtype for a in arrays if a.dtype.kind not in "biufc")
+        strange = next(a.dtype for a in arrays if a.dtype.kind not in "biufc" and not is_low(a.dtype))
         raise ArgumentError(f"einsum computes with numbers (bool, int, float, complex); an operand has dtype "
                             f"{strange}")
     if not numpy_arrays:  # cupy, dask, ...: opt_einsum dispatches to the arrays' own library
@@ -463,13 +484,23 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         path, _ = _plan(equation, shapes, key)
         common = np.result_type(*[a.dtype for a in arrays])  # numpy's dtype rule here too
         # (dask sums small integers and booleans into int64: computed so and brought back to numpy's type;
-        # booleans as 'and' and 'or', integers wrapping as numpy's would)
+        # booleans as 'and' and 'or', integers wrapping as numpy's would; float16 and bfloat16 in float32)
+        final = common if preferred is None else preferred
         work = np.dtype(np.int64) if common == np.bool_ else common
+        if preferred is not None:
+            work = np.result_type(work, preferred)
+        work = np.dtype(np.float32) if is_low(work) else work
         arrays = [a if a.dtype == work else a.astype(work) for a in arrays]
-        result = oe.contract(equation, *arrays, optimize=path)
-        if common == np.bool_:
+        if name == "dask":  # each step's output chunks bounded as dask.array.einsum bounds the call's (dask_ops)
+            from einflow.engine.backends.dask_ops import chunk_floor
+
+            with chunk_floor(arrays):
+                result = oe.contract(equation, *arrays, optimize=path, backend=get_backend("dask").einsum_backend)
+        else:
+            result = oe.contract(equation, *arrays, optimize=path)
+        if common == np.bool_ and preferred is None:
             return result != 0
-        return result if result.dtype == common else result.astype(common)
+        return result if result.dtype == final else result.astype(final)
     if dtype is not None:
         for position, a in enumerate(arrays):
             _cast_check(a.dtype, dtype, casting, f"operand {position}")
@@ -478,6 +509,23 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         compute = np.result_type(*arrays)
         for position, a in enumerate(arrays):
             _cast_check(a.dtype, compute, casting, f"operand {position}")
+    if preferred is not None or is_low(compute):
+        # float16 and bfloat16 accumulate in float32 and are rounded once; preferred_element_type= accumulates in
+        # at least its own precision and is the result's type
+        final = compute if preferred is None else preferred
+        wide = np.result_type(compute, final) if preferred is not None else compute
+        work = np.dtype(np.float32) if is_low(wide) else wide
+        if len(arrays) == 1 and not _sums(equation):
+            # a transpose or a diagonal moves items without arithmetic: numpy's view (of 2-byte items as uint16)
+            source = arrays[0] if arrays[0].dtype == compute else arrays[0].astype(compute)
+            moved = _numpy_einsum(equation, source.view(np.uint16)).view(compute) if is_low(compute) else \
+                _numpy_einsum(equation, source)
+            moved = moved if moved.dtype == final else moved.astype(final)
+            return _finish(_apply_order(moved, order, arrays), out, "unsafe" if preferred is not None else casting)
+        arrays = [a if a.dtype == work else a.astype(work) for a in arrays]
+        result = einsum(equation, *arrays, order=order, optimize=optimize)
+        result = np.asarray(result).astype(final, copy=False)
+        return _finish(result, out, "unsafe" if preferred is not None else casting)
     if len(arrays) == 1:
         # one operand: numpy's einsum returns views for transposes and diagonals; the checks above are einflow's
         result = _numpy_einsum(equation, arrays[0], dtype=dtype, order=order, casting=casting)
@@ -506,6 +554,39 @@ def einsum(*operands: Any, out: Any = None, dtype: Any = None, order: str = "K",
         return prepared(arrays)
     result = prepared(arrays)
     return _finish(_apply_order(np.asarray(result), order, arrays), out, casting)
+
+
+def _sums(equation: str) -> bool:
+    """Whether an equation sums an index (else it only moves, broadcasts or takes diagonals)."""
+    inputs, output = equation.split("->")
+    return bool(set(inputs.replace(",", "")) - set(output))
+
+
+def _check_preferred(preferred: Any) -> np.dtype | None:
+    """``preferred_element_type=`` as a numpy dtype of numbers (jax's spellings: 'float32', jnp.bfloat16, ...)."""
+    if preferred is None:
+        return None
+    try:
+        found = np.dtype(preferred)
+    except (TypeError, ValueError):
+        found = None
+    if found is None and low_name(preferred) is not None:  # torch.bfloat16 and torch.float16
+        found = numpy_low(low_name(preferred) or "")
+    if found is None:
+        raise ArgumentError(f"preferred_element_type={preferred!r} is not a dtype (e.g. 'float32' or "
+                            "jnp.bfloat16)")
+    if found.kind not in "biufc" and not is_low(found):
+        raise ArgumentError(f"preferred_element_type={preferred!r}: einsum computes with numbers (bool, int, "
+                            "float, complex)")
+    return found
+
+
+def _jax_einsum(equation: str, operands: list[Any], path: Any, preferred: Any) -> Any:
+    """jax.numpy.einsum on this path: a dot_general per pairwise step, accumulating in ``preferred``."""
+    import jax.numpy as jnp
+
+    return jnp.einsum(equation, *operands, optimize=[tuple(step) for step in path],
+                      preferred_element_type=preferred)
 
 
 def _numpy_dtype(dtype: Any, backend: str) -> np.dtype:

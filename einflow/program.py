@@ -15,6 +15,7 @@ from einflow.engine import backends as _registry
 from einflow.engine.backends import get_backend, infer_backend
 from einflow.engine.memory import default_memory_limit, memory_limit_bytes
 from einflow.engine.plan import Plan, build_plan
+from einflow.engine.precision import is_low, narrow, widen
 from einflow.lang import ir
 from einflow.lang.check import Checked, ProgramInfo, check_names, check_program
 from einflow.lang.errors import ArgumentError, EinflowError, ShapeError, TensorNameError
@@ -249,7 +250,10 @@ class Program:
                     if plan.returns_tuple:
                         return tuple(map(_scalar, result))
                     return result[()] if type(result) is np.ndarray and not result.ndim else result
+        values, low = widen(values)  # float16 and bfloat16 run in float32 (einflow.engine.precision)
         result = self._evaluate(values, name, optimize, memory_limit, chunks, slicing)
+        if low is not None:
+            result = narrow(result, low)
         if self.casts is not None:
             result = _cast(result, self.casts, arrays)
         return tuple(map(_scalar, result)) if type(result) is tuple else _scalar(result)
@@ -294,7 +298,11 @@ class Program:
         if plan is None:
             plan = self._build(key, name, values, optimize, memory_limit if slicing or not engine.lazy else None,
                                slicing)
-        result = plan.run(values)
+        if engine.lazy:  # no task's output outgrows the inputs' largest chunk much (dask_ops.chunk_floor)
+            with engine.chunk_floor(values):
+                result = plan.run(values)
+        else:
+            result = plan.run(values)
         outputs = result if plan.returns_tuple else (result,)
         if engine.lazy and not lazy:
             limit = memory_limit_bytes(memory_limit)
@@ -359,7 +367,7 @@ def _kind(dtype: Any) -> str:
     """numpy's kind letter of a numpy, jax, dask or torch dtype."""
     if type(dtype).__module__.startswith("torch"):
         return "f" if dtype.is_floating_point else "c" if dtype.is_complex else "b" if _name(dtype) == "bool" else "i"
-    return np.dtype(dtype).kind
+    return "f" if is_low(dtype) else np.dtype(dtype).kind  # (ml_dtypes' bfloat16 is of kind 'V' to numpy)
 
 
 def _cast(result: Any, casts: tuple[str | None, ...], arrays: Mapping[str, Any]) -> Any:

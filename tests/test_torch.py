@@ -74,11 +74,6 @@ def test_einsum_and_program_follow_one_rule() -> None:
     torch.testing.assert_close(by_einsum, by_program)
 
 
-def test_bfloat16_is_refused_clearly() -> None:
-    with pytest.raises(ef.BackendError, match="bfloat16"):
-        ef.compile("y[i] = 2 x[i]")(x=torch.ones(2, dtype=torch.bfloat16))
-
-
 @pytest.mark.parametrize("name", sorted(FUNCTION_RULES))
 def test_every_function_matches_numpy(name: str) -> None:
     x = np.array([-2.0, -0.5, 0.0, 0.25, 1.5])

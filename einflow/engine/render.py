@@ -52,6 +52,7 @@ from einflow.engine.steps import (
     SizeRef,
     Step,
     Window,
+    arg_nodes,
     node_args,
 )
 
@@ -116,6 +117,8 @@ class Renderer(FittedRenderer, Source):
         self.tensor_literals = False  # (integer arrays are read in the step's floating type: ``read_as``)
         #: torch and jax: the floating type integer arrays are read in by the elementwise step being rendered
         self.read_as: str | None = None
+        #: dask: the generated code's name for dask_ops.broadcast_operands, once a broadcast needs it
+        self.broadcast_helper: str | None = None
 
     def itemsize(self, register: int) -> int:
         return self.record.itemsize(register)
@@ -304,6 +307,44 @@ class Renderer(FittedRenderer, Source):
                     return f"({inner}).neg_().add_({self.number(numbers[0].value)})", 4
         return None
 
+    def step_lines(self, step: Step) -> list[str]:
+        lines = self.own_step_lines(step)
+        if self.backend.lazy and isinstance(step, Elementwise):
+            return self.bounded_broadcast(step) + lines
+        return lines
+
+    def bounded_broadcast(self, step: Elementwise) -> list[str]:
+        """dask: the line rechunking the arrays an elementwise step broadcasts to a larger result (an outer
+        product ``x[:, None] * y[None, :]``), so its blocks stay near its inputs' (dask_ops.broadcast_operands)."""
+        reads: dict[int, set[tuple[str, ...]]] = {}
+        elements = math.prod(self.shape[step.out])
+        for arg in arg_nodes(step.expr):
+            shape = self.shape[arg.register]
+            if not shape or math.prod(shape) >= elements:
+                continue
+            if arg.axes is None:
+                if len(shape) != len(step.labels):
+                    continue
+                labels = tuple(step.labels)
+            else:
+                where = {axis: k for k, axis in enumerate(arg.axes) if axis is not None}
+                if len(where) != len(shape):
+                    continue
+                labels = tuple(step.labels[where[axis]] for axis in range(len(shape)))
+            reads.setdefault(arg.register, set()).add(labels)
+        if not reads:
+            return []
+        helper = self.broadcast_helper
+        if helper is None:
+            from einflow.engine.backends.dask_ops import broadcast_operands
+
+            helper = self.broadcast_helper = self.fresh("_broadcast_operands")
+            self.namespace[helper] = broadcast_operands
+        names = [self.var(register) for register in reads]
+        readings: tuple[tuple[tuple[str, ...], ...], ...] = tuple(tuple(sorted(found)) for found in reads.values())
+        targets = ", ".join(names) + ("," if len(names) == 1 else "")
+        return [f"{targets} = {helper}(({targets}), {readings!r}, {tuple(step.labels)!r})"]
+
     def elementwise(self, step: Elementwise) -> str:
         self.in_place = self.one_float_type(node_args(step.expr), step.out)
         try:
@@ -337,7 +378,7 @@ class Renderer(FittedRenderer, Source):
         return (f"{self.blocks_name}({name}, ({listed}), {blocks.sliced!r}, {shape!r}, "
                 f"{str(np.dtype(self.dtype[step.out]))!r}, {blocks.rows}, {kernel.buffers})")
 
-    def step_lines(self, step: Step) -> list[str]:
+    def own_step_lines(self, step: Step) -> list[str]:
         rule = RENDER_RULES.get(type(step))
         if rule is not None and rule.lines is not None:  # the step's own lines, never sliced nor chunked
             return rule.lines(self, step)

@@ -127,6 +127,12 @@ class DaskBackend(Backend):
     def xp(self) -> Any:
         return dask.array
 
+    def chunk_floor(self, values: Any) -> Any:
+        """A context in which the program's steps are bounded by its inputs' largest chunk (dask_ops)."""
+        from einflow.engine.backends.dask_ops import chunk_floor
+
+        return chunk_floor(values)
+
     def chunks_for(self, tensor: str, chunks: Any = None) -> Any:
         """The chunk spec for input ``tensor``: ``chunks`` (or the backend's setting), per tensor if a name map.
 

@@ -14,6 +14,7 @@ import numpy
 import torch
 
 from einflow.engine.backends.base import Backend, numpy_input
+from einflow.engine.precision import numpy_low
 from einflow.lang.errors import BackendError
 
 __all__ = ["TorchBackend", "numpy_dtype"]
@@ -27,6 +28,9 @@ _TO_NUMPY = {
     # (unsigned types past uint8: numpy's sum of uint8 is uint64, and results come in numpy's type)
     **{getattr(torch, name): numpy.dtype(name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)},
 }
+_BFLOAT16 = numpy_low("bfloat16")  # ml_dtypes' numpy bfloat16 (it comes with jax)
+if _BFLOAT16 is not None:
+    _TO_NUMPY[torch.bfloat16] = _BFLOAT16
 
 
 def numpy_dtype(dtype: Any) -> numpy.dtype:
@@ -38,7 +42,8 @@ def numpy_dtype(dtype: Any) -> numpy.dtype:
     found = _TO_NUMPY.get(dtype)
     if found is None:
         raise BackendError(f"backend 'torch' cannot compute with dtype {dtype} (einflow plans in numpy's types: "
-                           "bool, int, float16/32/64, complex); cast the input, e.g. x.float()")
+                           "bool, int, bfloat16 (with ml_dtypes installed), float16/32/64, complex); cast the "
+                           "input, e.g. x.float()")
     return found
 
 
