@@ -538,11 +538,11 @@ class _Lowering:
                         continue
                     partner = next((k for k, labels in enumerate(operands) if k != position and index in labels), None)
                     rhs = factors[partner] if partner is not None else None
+                    # (a batch index B lacks: B is the same right-hand side for every matrix, broadcast)
                     if not isinstance(rhs, ir.Tensor) or rhs.indices.count(index) != 1 or other in rhs.indices \
-                            or self.names[rhs.name].reg is None or len(set(rhs.indices)) != len(rhs.indices) \
-                            or not batch <= set(rhs.indices):
+                            or self.names[rhs.name].reg is None or len(set(rhs.indices)) != len(rhs.indices):
                         continue
-                    width = len(rhs.indices) - 1 - len(batch)  # the right-hand sides' axes
+                    width = len(rhs.indices) - 1 - len(batch & set(rhs.indices))  # the right-hand sides' axes
                     if best is None or width < best[0]:
                         best = (width, position, partner, index, other, transposed)  # type: ignore[assignment]
             if best is None:
@@ -567,7 +567,8 @@ class _Lowering:
             factor = self.factor(matrix, inverse.indices)
             kind, axes, solved = "cho_solve", factor.axes, factor.reg  # type: ignore[assignment]
         batch_labels = tuple(label for label in matrix.labels if label not in inverse.indices)
-        batch = tuple((matrix.labels.index(label), rhs.indices.index(label)) for label in batch_labels)
+        batch = tuple((matrix.labels.index(label), rhs.indices.index(label) if label in rhs.indices else None)
+                      for label in batch_labels)
         rest = tuple(label for label in rhs.indices if label != index and label not in batch_labels)
         labels = (*batch_labels, other, *rest)
         rhs_reg = self.names[rhs.name].reg
