@@ -984,8 +984,8 @@ def _solve_lines(source: Source, step: Solve, out: str) -> list[str]:
 
 
 def _reduce_note(source: Source, step: Reduce) -> str:
-    keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", "spd_by_factor", "spd_factor", "cho_inv",
-             *CHECK_KINDS)
+    keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "adj", "spd_inv", "spd_by_factor", "spd_factor",
+             "cho_inv", *CHECK_KINDS)
     kept = step.labels if step.kind in keeps else tuple(
         label for k, label in enumerate(step.labels) if k not in step.axes)
     return f"[{','.join(step.labels)}] -> [{','.join(kept)}]"

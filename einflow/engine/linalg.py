@@ -19,7 +19,7 @@ __all__ = ["SPD_FACTORING", "FACTOR_KINDS", "SOLVE_HELPER", "TORCH_SOLVE_HELPER"
            "matrix_kind", "linalg_result_dtype", "LINALG_HELPER",
            "TORCH_LINALG_HELPER", "is_linalg", "linalg_dtype", "linalg_flops"]
 
-LINALG_KINDS = ("inv", "det", "logdet")
+LINALG_KINDS = ("inv", "det", "logdet", "sign_det")
 #: a declared matrix checked at call time (the step's value is the matrix itself)
 CHECK_KINDS = ("symmetric", "spd")
 #: the atoms of a matrix declared ``spd``: computed from its Cholesky factor
@@ -32,6 +32,8 @@ _KINDS: tuple[str, ...] = LINALG_KINDS + CHECK_KINDS + SPD_KINDS + ("spd_by_fact
 #: the atoms of an spd matrix computed from its shared Cholesky factor (an "spd_factor" step's value)
 FACTOR_KINDS = ("cho_inv", "cho_det", "cho_logdet")
 _KINDS += FACTOR_KINDS
+#: det(M) inv(M), M's adjugate, of a product that holds both (the derivative of det): defined for singular M too
+_KINDS += ("adj",)
 #: how far from symmetric a declared matrix may be, relative to its largest entry (round-off of a computed one)
 SYMMETRY_TOLERANCE = 1e-10
 
@@ -229,8 +231,12 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
     if kind == "adj":  # det(x) inv(x) by LU where every matrix is invertible, else by SVD (singular ones too)
         if x.shape[-1] == 0:
             return {np}.movedim(x, (-2, -1), axes)
-        inverse, info = {np}.linalg.inv_ex(x)
-        adjugate = {np}.linalg.det(x)[..., None, None] * inverse
+        # det and inverse from one LU factorisation, so that their rounding cancels near a singular matrix
+        factors, pivots, info = {np}.linalg.lu_factor_ex(x)
+        swaps = (pivots != {np}.arange(1, x.shape[-1] + 1, device=pivots.device)).sum(-1) % 2
+        determinant = (1 - 2 * swaps).to(x.dtype) * {np}.diagonal(factors, dim1=-2, dim2=-1).prod(-1)
+        eye = {np}.eye(x.shape[-1], dtype=x.dtype, device=x.device).expand(x.shape)
+        adjugate = determinant[..., None, None] * {np}.linalg.lu_solve(factors, pivots, eye)
         if (info.numel() and int(info.max()) != 0) or not bool({np}.isfinite(adjugate).all()):
             u, s, vh = {np}.linalg.svd(x)  # x = U S V^H: adj(x) = det(U) det(V^H) V diag(prod_(j != i) s_j) U^H
             ones = {np}.ones_like(s[..., :1])
@@ -243,6 +249,7 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         return {np}.linalg.det(x)
     sign, logdet = {np}.linalg.slogdet(x)
     if kind == "sign_det":
+        sign = sign + 0  # (a singular matrix's sign is 0, not -0)
         nan = {np}.full_like(sign, float("nan"))
         return {np}.where(x.isnan().flatten(-2).any(-1), nan, sign) if x.numel() else sign
     return logdet'''
@@ -384,7 +391,7 @@ def matrix_kind(kind: str, declared: str | None) -> str:
     >>> matrix_kind("logdet", "spd"), matrix_kind("logdet", "symmetric")
     ('spd_logdet', 'logdet')
     """
-    return f"spd_{kind}" if declared == "spd" else kind
+    return f"spd_{kind}" if declared == "spd" and kind != "sign_det" else kind
 
 
 def linalg_dtype(dtype: Any) -> Any:
@@ -416,5 +423,7 @@ def linalg_flops(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> in
     if kind in FACTOR_KINDS:  # from a Cholesky factor: its diagonal, or the inverse (LAPACK potri: 2/3 n^3)
         return batch * (-(-2 * n**3 // 3) if kind == "cho_inv" else n)
     # LU: 2/3 n^3; Cholesky: 1/3 n^3; an inverse from either: 2 n^3 in all (n solves of 2 n^2 each)
-    per_matrix = 2 * n**3 if kind.endswith("inv") else -(-n**3 // 3) if kind.startswith("spd") else -(-2 * n**3 // 3)
+    if kind.endswith("inv") or kind == "adj":
+        return batch * 2 * n**3
+    per_matrix = -(-n**3 // 3) if kind.startswith("spd") else -(-2 * n**3 // 3)
     return batch * per_matrix
