@@ -223,7 +223,7 @@ _NAME_POSITIONS = [
 @pytest.mark.parametrize("word", sorted(ir.RESERVED))
 @pytest.mark.parametrize("position", _NAME_POSITIONS)
 def test_reserved_words_are_rejected_as_names(word: str, position: str) -> None:
-    assert len(ir.RESERVED) == 32  # 27, then inv, det, logdet, symmetric, spd (LANGUAGE.md 8.1)
+    assert len(ir.RESERVED) == 33  # 27, then inv, det, logdet, symmetric, spd (LANGUAGE.md 8.1), sign_det (9.4)
     with pytest.raises(ef.ParseError):
         parse(position.format(w=word))
 

@@ -121,6 +121,8 @@ def _d_normalize(node: ir.Normalize, d: Callable[[ir.Expr], ir.Expr | None]) -> 
 
 # ---- linear algebra (LANGUAGE.md 8.1), N = inv[i,j](M): dN = -N dM N, d logdet = N^T dM, d det = det N^T dM
 def _d_linalg(node: ir.Linalg, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
+    if node.kind == "sign_det":  # piecewise constant (LANGUAGE.md 9.4)
+        return None
     inner = d(node.body)
     if inner is None:
         return None

@@ -969,22 +969,23 @@ def _reduce_lines(source: Source, step: Reduce, out: str) -> list[str]:
     if step.kind == "sum":
         return [f"{out} = {source.reduce(source.var(step.arg), step.axes)}"]
     if is_linalg(step):
-        named = step.kind in CHECK_KINDS or step.kind.startswith("spd_")
-        extra = f", {source.matrix_name(step.arg)!r}" if named else ""
+        name = source.matrix_name(step.arg)  # named in the errors (singular, not positive definite)
+        extra = f", {name!r}" if name is not None and not step.kind.startswith("cho_") else ""
         return [f"{out} = {source.helper('linalg')}({step.kind!r}, {source.var(step.arg)}, {step.axes!r}{extra})"]
     return [f"{out} = {source.helper('reduce')}({step.kind!r}, {source.var(step.arg)}, {step.axes!r})"]
 
 
 def _solve_lines(source: Source, step: Solve, out: str) -> list[str]:
-    extra = f", {source.matrix_name(step.matrix)!r}" if step.kind == "spd_solve" else ""
+    name = source.matrix_name(step.matrix) if step.kind != "cho_solve" else None
+    extra = f", name={name!r}" if name is not None else ""
     extra += f", batch={step.batch!r}" if step.batch else ""
     return [f"{out} = {source.helper('solve')}({step.kind!r}, {source.var(step.matrix)}, {step.axes!r}, "
             f"{source.var(step.rhs)}, {step.rhs_axis}, {step.transposed}{extra})"]
 
 
 def _reduce_note(source: Source, step: Reduce) -> str:
-    keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "spd_inv", "spd_by_factor", "spd_factor", "cho_inv",
-             *CHECK_KINDS)
+    keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "adj", "spd_inv", "spd_by_factor", "spd_factor",
+             "cho_inv", *CHECK_KINDS)
     kept = step.labels if step.kind in keeps else tuple(
         label for k, label in enumerate(step.labels) if k not in step.axes)
     return f"[{','.join(step.labels)}] -> [{','.join(kept)}]"

@@ -19,7 +19,7 @@ __all__ = ["SPD_FACTORING", "FACTOR_KINDS", "SOLVE_HELPER", "TORCH_SOLVE_HELPER"
            "matrix_kind", "linalg_result_dtype", "LINALG_HELPER",
            "TORCH_LINALG_HELPER", "is_linalg", "linalg_dtype", "linalg_flops"]
 
-LINALG_KINDS = ("inv", "det", "logdet")
+LINALG_KINDS = ("inv", "det", "logdet", "sign_det")
 #: a declared matrix checked at call time (the step's value is the matrix itself)
 CHECK_KINDS = ("symmetric", "spd")
 #: the atoms of a matrix declared ``spd``: computed from its Cholesky factor
@@ -32,18 +32,48 @@ _KINDS: tuple[str, ...] = LINALG_KINDS + CHECK_KINDS + SPD_KINDS + ("spd_by_fact
 #: the atoms of an spd matrix computed from its shared Cholesky factor (an "spd_factor" step's value)
 FACTOR_KINDS = ("cho_inv", "cho_det", "cho_logdet")
 _KINDS += FACTOR_KINDS
+#: det(M) inv(M), M's adjugate, of a product that holds both (the derivative of det): defined for singular M too
+_KINDS += ("adj",)
 #: how far from symmetric a declared matrix may be, relative to its largest entry (round-off of a computed one)
 SYMMETRY_TOLERANCE = 1e-10
 
 #: ``{np}`` is numpy or jax.numpy; the matrices are moved to the last two axes, as their linalg wants them
 LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
-    """inv, det or logdet (log|det|) of the matrices on ``axes`` (rows, columns) of ``x``, batched over the rest;
-    "symmetric"/"spd": ``x`` itself once checked (a ValueError names the matrix otherwise); "spd_*": by Cholesky."""
+    """inv, det, logdet (log|det|), sign_det or adj (det inv, also of a singular matrix) of the matrices on ``axes``
+    (rows, columns) of ``x``, batched over the rest; "symmetric"/"spd": ``x`` itself once checked (a ValueError
+    names the matrix otherwise); "spd_*": by Cholesky. A singular matrix to invert is a ValueError too."""
     if type(x).__module__.startswith("dask"):  # one numpy task (dask's linalg lacks det, slogdet and batches)
         return globals()["_dask_linalg"](kind, x, axes, name)
+    error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
+    called = f"matrix {{name!r}}" if name else "a matrix"
+    on_jax = {np}.__name__.startswith("jax")
+
+    def refuse(bad, message):  # bad: an array of flags (jax: nan/inf instead of errors, so asked here)
+        try:
+            found = bool(bad.any())
+        except TypeError:  # a traced array (jax.jit): no values to check
+            return
+        if found:
+            raise error(message)
+
+    def by_svd(x):
+        """det(x) inv(x) of the matrices on the last two axes of ``x``, also singular ones: for x = U S V^H,
+        adj(x) = det(U) det(V^H) V diag(prod_(j != i) s_j) U^H (zero when two or more singular values are)."""
+        if x.shape[-1] == 0:
+            return x
+        u, s, vh = {np}.linalg.svd(x)
+        ones = {np}.ones_like(s[..., :1])
+        before = {np}.cumprod({np}.concatenate([ones, s[..., :-1]], axis=-1), axis=-1)
+        after = {np}.flip({np}.cumprod({np}.concatenate([ones, {np}.flip(s[..., 1:], axis=-1)], axis=-1), axis=-1),
+                          axis=-1)
+        phase = {np}.linalg.det(u) * {np}.linalg.det(vh)
+        return phase[..., None, None] * ({np}.conj({np}.swapaxes(vh, -1, -2)) * (before * after)[..., None, :]) @ \\
+            {np}.conj({np}.swapaxes(u, -1, -2))
+
     if kind in ("symmetric", "spd", "spd_by_factor"):
         checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
-        error = globals().get("MatrixError", ValueError)
+        if x.shape[axes[0]] != x.shape[axes[1]]:
+            raise error(f"{{called}} is declared {{kind}} but is not square: its shape is {{tuple(x.shape)}}")
         try:
             scale = float(abs(x).max()) if x.size else 0.0
             kind_of = {np}.dtype(x.dtype).kind if hasattr({np}, "dtype") else "f"
@@ -52,7 +82,7 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         except TypeError:  # a traced array (jax.jit): no values to check
             return x
         if not symmetric:
-            raise error(f"matrix {{name!r}} is declared {{kind}} but is not symmetric")
+            raise error(f"{{called}} is declared {{kind}} but is not symmetric")
         try:
             positive = bool({np}.all({np}.isfinite({np}.linalg.cholesky({as_float}(x))))) if checks == "spd" else True
         except Exception as failed:  # numpy's LinAlgError (jax returns nan)
@@ -60,8 +90,9 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
                 raise
             positive = False
         if not positive:
-            raise error(f"matrix {{name!r}} is declared spd but is not positive definite")
+            raise error(f"{{called}} is declared spd but is not positive definite")
         return x
+    not_positive = f"{{called}} is declared spd but is not positive definite"
     x = {np}.moveaxis({as_float}(x), axes, (-2, -1))
     if kind.startswith("cho_"):  # x is a lower Cholesky factor
         if kind != "cho_inv":
@@ -86,8 +117,7 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         else:
             factor, info = get_lapack_funcs(("potrf",), (x,))[0](x, lower=True, clean=True)
             if info > 0:
-                raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not "
-                                                               "positive definite")
+                raise error(not_positive)
             if info == 0:
                 return {np}.moveaxis(factor, (-2, -1), axes)
     if kind == "spd_inv" and {np}.__name__ == "numpy" and x.ndim == 2 and x.dtype.kind == "f":
@@ -99,8 +129,7 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
             potrf, potri = get_lapack_funcs(("potrf", "potri"), (x,))
             factor, info = potrf(x, lower=True, clean=False)
             if info > 0:
-                raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not "
-                                                               "positive definite")
+                raise error(not_positive)
             if info == 0:
                 inverse, info = potri(factor, lower=True)
                 if info == 0:
@@ -110,8 +139,9 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         try:
             factor = {np}.linalg.cholesky(x)
         except {np}.linalg.LinAlgError:
-            raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not "
-                                                           "positive definite") from None
+            raise error(not_positive) from None
+        if on_jax:  # jax's Cholesky of a matrix that is not positive definite is nan
+            refuse(~{np}.isfinite(factor) & {np}.isfinite(x).all(axis=(-2, -1), keepdims=True), not_positive)
         if kind == "spd_factor":
             return {np}.moveaxis(factor, (-2, -1), axes)
         logdet = 2 * {np}.log({np}.diagonal(factor, axis1=-2, axis2=-1)).sum(axis=-1)
@@ -120,24 +150,60 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         if kind == "spd_det":
             return {np}.exp(logdet)
         kind = "inv"
+    if kind == "adj" and x.shape[-1] == 0:
+        return {np}.moveaxis(x, (-2, -1), axes)
+    if kind in ("inv", "adj") and on_jax and x.shape[-1]:  # numpy's rule: an exact zero pivot of the LU factorisation
+        import jax
+
+        pivots = {np}.diagonal(jax.lax.linalg.lu(x)[0], axis1=-2, axis2=-1)
+        if kind == "inv":
+            refuse(pivots == 0, f"{{called}} is singular (a zero pivot in its LU factorisation): it has no inverse")
+        else:  # the adjugate by SVD (defined for every matrix, one jit-able form): adj(U S V^H) = ...
+            return {np}.moveaxis(by_svd(x), (-2, -1), axes)
     if kind == "inv":
-        return {np}.moveaxis({np}.linalg.inv(x), (-2, -1), axes)
+        try:
+            inverse = {np}.linalg.inv(x)
+        except {np}.linalg.LinAlgError:
+            raise error(f"{{called}} is singular (a zero pivot in its LU factorisation): it has no inverse") from None
+        return {np}.moveaxis(inverse, (-2, -1), axes)
+    if kind == "adj":  # det(x) inv(x) by LU where every matrix is invertible, else by SVD (singular ones too)
+        try:
+            with {np}.errstate(all="ignore"):
+                determinant = {np}.linalg.det(x)
+                adjugate = determinant[..., None, None] * {np}.linalg.inv(x)
+            if not {np}.isfinite(adjugate).all() or not (determinant != 0).all():
+                raise {np}.linalg.LinAlgError
+        except {np}.linalg.LinAlgError:
+            adjugate = by_svd(x)
+        return {np}.moveaxis(adjugate, (-2, -1), axes)
     if kind == "det":
-        return {np}.linalg.det(x)
-    return {np}.linalg.slogdet(x)[1]'''
+        value = {np}.linalg.det(x)
+    elif kind == "sign_det":
+        value = {np}.linalg.slogdet(x)[0]
+    else:
+        value = {np}.linalg.slogdet(x)[1]
+    if {np}.__name__ == "numpy" or kind == "sign_det":  # LAPACK's det of a matrix holding nan can be 0: nan
+        value = {np}.where({np}.isnan(x).any(axis=(-2, -1)), {np}.nan, value)
+    return value'''
 
 TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
-    """inv, det or logdet (log|det|) of the matrices on ``axes`` (rows, columns) of ``x``, batched over the rest;
-    "symmetric"/"spd": ``x`` itself once checked (a ValueError names the matrix otherwise); "spd_*": by Cholesky."""
+    """inv, det, logdet (log|det|), sign_det or adj (det inv, also of a singular matrix) of the matrices on ``axes``
+    (rows, columns) of ``x``, batched over the rest; "symmetric"/"spd": ``x`` itself once checked (a ValueError
+    names the matrix otherwise); "spd_*": by Cholesky. A singular matrix to invert is a ValueError too."""
+    error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
+    called = f"matrix {{name!r}}" if name else "a matrix"
+    not_positive = f"{{called}} is declared spd but is not positive definite"
     if kind in ("symmetric", "spd", "spd_by_factor"):
         checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
+        if x.shape[axes[0]] != x.shape[axes[1]]:
+            raise error(f"{{called}} is declared {{kind}} but is not square: its shape is {{tuple(x.shape)}}")
         scale = float(x.abs().max()) if x.numel() else 0.0
         tolerance = max(1e-10, 100 * {np}.finfo(x.dtype).eps) if x.is_floating_point() or x.is_complex() else 1e-10
-        error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
-        if x.numel() and float((x - x.transpose(-1, -2)).abs().max()) > tolerance * scale:
-            raise error(f"matrix {{name!r}} is declared {{kind}} but is not symmetric")
-        if checks == "spd" and int({np}.linalg.cholesky_ex({as_float}(x)).info.max()) != 0:
-            raise error(f"matrix {{name!r}} is declared spd but is not positive definite")
+        if x.numel() and not float((x - x.transpose(-1, -2)).abs().max()) <= tolerance * scale:
+            raise error(f"{{called}} is declared {{kind}} but is not symmetric")
+        info = {np}.linalg.cholesky_ex({as_float}(x)).info if checks == "spd" else None
+        if info is not None and info.numel() and int(info.max()) != 0:
+            raise error(not_positive)
         return x
     x = {np}.movedim({as_float}(x), axes, (-2, -1))
     if kind.startswith("cho_"):  # x is a lower Cholesky factor
@@ -146,7 +212,9 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         logdet = 2 * {np}.log({np}.diagonal(x, dim1=-2, dim2=-1)).sum(dim=-1)
         return logdet if kind == "cho_logdet" else {np}.exp(logdet)
     if kind.startswith("spd_"):
-        factor = {np}.linalg.cholesky(x)
+        factor, info = {np}.linalg.cholesky_ex(x)
+        if info.numel() and int(info.max()) != 0:
+            raise error(not_positive)
         if kind == "spd_factor":
             return {np}.movedim(factor, (-2, -1), axes)
         logdet = 2 * {np}.log({np}.diagonal(factor, dim1=-2, dim2=-1)).sum(dim=-1)
@@ -156,46 +224,88 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
             return {np}.exp(logdet)
         kind = "inv"
     if kind == "inv":
-        return {np}.movedim({np}.linalg.inv(x), (-2, -1), axes)
+        inverse, info = {np}.linalg.inv_ex(x)
+        if info.numel() and int(info.max()) != 0:
+            raise error(f"{{called}} is singular (a zero pivot in its LU factorisation): it has no inverse")
+        return {np}.movedim(inverse, (-2, -1), axes)
+    if kind == "adj":  # det(x) inv(x) by LU where every matrix is invertible, else by SVD (singular ones too)
+        if x.shape[-1] == 0:
+            return {np}.movedim(x, (-2, -1), axes)
+        # det and inverse from one LU factorisation, so that their rounding cancels near a singular matrix
+        factors, pivots, info = {np}.linalg.lu_factor_ex(x)
+        swaps = (pivots != {np}.arange(1, x.shape[-1] + 1, device=pivots.device)).sum(-1) % 2
+        determinant = (1 - 2 * swaps).to(x.dtype) * {np}.diagonal(factors, dim1=-2, dim2=-1).prod(-1)
+        eye = {np}.eye(x.shape[-1], dtype=x.dtype, device=x.device).expand(x.shape)
+        adjugate = determinant[..., None, None] * {np}.linalg.lu_solve(factors, pivots, eye)
+        if (info.numel() and int(info.max()) != 0) or not bool({np}.isfinite(adjugate).all()):
+            u, s, vh = {np}.linalg.svd(x)  # x = U S V^H: adj(x) = det(U) det(V^H) V diag(prod_(j != i) s_j) U^H
+            ones = {np}.ones_like(s[..., :1])
+            before = {np}.cumprod({np}.cat([ones, s[..., :-1]], dim=-1), dim=-1)
+            after = {np}.flip({np}.cumprod({np}.cat([ones, {np}.flip(s[..., 1:], (-1,))], dim=-1), dim=-1), (-1,))
+            phase = {np}.linalg.det(u) * {np}.linalg.det(vh)
+            adjugate = phase[..., None, None] * ((vh.mH * (before * after)[..., None, :].to(vh.dtype)) @ u.mH)
+        return {np}.movedim(adjugate, (-2, -1), axes)
     if kind == "det":
         return {np}.linalg.det(x)
-    return {np}.linalg.slogdet(x)[1]'''
+    sign, logdet = {np}.linalg.slogdet(x)
+    if kind == "sign_det":
+        sign = sign + 0  # (a singular matrix's sign is 0, not -0)
+        nan = {np}.full_like(sign, float("nan"))
+        return {np}.where(x.isnan().flatten(-2).any(-1), nan, sign) if x.numel() else sign
+    return logdet'''
 
 
 #: ``inv(M) B`` by a solve: B's axis ``axis`` against M's columns (rows when ``transposed``); the result's first
 #: axis is M's other index, then B's other axes. spd: Cholesky (scipy's, when numpy and scipy are there)
 SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None, batch=()):
     """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse;
-    ``batch``: (M's axis, B's axis) pairs solved matrix by matrix (first in the result)."""
+    ``batch``: (M's axis, B's axis) pairs solved matrix by matrix (first in the result; B's axis None: B is the
+    same for every matrix, broadcast). A singular matrix is a ValueError naming it."""
     if type(M).__module__.startswith("dask") or type(B).__module__.startswith("dask"):  # one numpy task
         return globals()["_dask_solve"](kind, M, axes, B, axis, transposed, name, batch)
-    if batch:  # numpy's, jax's and torch's solve broadcast over leading axes; Cholesky by two of them
-        k = len(batch)
-        M = {np}.moveaxis({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
-                          list(range(k + 2)))
-        B = {np}.moveaxis({as_float}(B), [b for _, b in batch] + [axis], list(range(k + 1)))
-        flat = B.reshape(B.shape[:k + 1] + (-1,))
-        if kind == "cho_solve":
-            inner = {np}.linalg.solve(M, flat)
-            return {np}.linalg.solve({np}.swapaxes(M, -1, -2), inner).reshape(B.shape)
-        return {np}.linalg.solve(M, flat).reshape(B.shape)
-    M = {np}.moveaxis({as_float}(M), axes, (1, 0) if transposed else (0, 1))
-    B = {np}.moveaxis({as_float}(B), axis, 0)
-    flat = B.reshape(B.shape[0], -1)
+    error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
+    called = f"matrix {{name!r}}" if name else "a matrix"
+    singular = f"{{called}} is singular (a zero pivot in its LU factorisation): the system has no unique solution"
+    not_positive = f"{{called}} is declared spd but is not positive definite"
+    k = len(batch)
+    M = {np}.moveaxis({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
+                      list(range(k + 2)))
+    present = [b for _, b in batch if b is not None]
+    B = {np}.moveaxis({as_float}(B), present + [axis], list(range(len(present) + 1)))
+    for position, (_, b) in enumerate(batch):  # a right-hand side without a batch index: the same for each
+        if b is None:
+            B = {np}.expand_dims(B, position)
+    B = {np}.broadcast_to(B, M.shape[:k] + B.shape[k:])
+    columns = 1
+    for size in B.shape[k + 1:]:
+        columns *= size
+    if 0 in M.shape:  # no equations (or no matrices): numpy's empty answer
+        return {np}.zeros(B.shape, dtype={np}.promote_types(M.dtype, B.dtype))
+    flat = B.reshape(B.shape[:k + 1] + (columns,))
+    on_jax = {np}.__name__.startswith("jax")
+
+    def refuse(bad, message):  # jax: inf/nan instead of errors, so asked here
+        try:
+            found = bool(bad.any())
+        except TypeError:  # a traced array (jax.jit): no values to check
+            return
+        if found:
+            raise error(message)
+
     if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
-        if {np}.__name__ == "numpy":
+        if {np}.__name__ == "numpy" and not k:
             try:
                 from scipy.linalg import cho_solve
             except ImportError:
                 pass
             else:
                 return cho_solve((M, True), flat, check_finite=False).reshape(B.shape)
-        if {np}.__name__.startswith("jax"):
+        if on_jax and not k:
             from jax.scipy.linalg import cho_solve
             return cho_solve((M, True), flat).reshape(B.shape)
         inner = {np}.linalg.solve(M, flat)
-        return {np}.linalg.solve({np}.swapaxes(M, 0, 1), inner).reshape(B.shape)
-    if kind == "spd_solve" and {np}.__name__ == "numpy":
+        return {np}.linalg.solve({np}.conj({np}.swapaxes(M, -1, -2)), inner).reshape(B.shape)
+    if kind == "spd_solve" and {np}.__name__ == "numpy" and not k:
         try:
             from scipy.linalg import cho_factor, cho_solve
         except ImportError:
@@ -204,24 +314,59 @@ SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None, bat
             try:
                 factor = cho_factor(M, lower=True, check_finite=False)
             except {np}.linalg.LinAlgError:
-                raise globals().get("MatrixError", ValueError)(f"matrix {{name!r}} is declared spd but is not "
-                                                               "positive definite") from None
+                raise error(not_positive) from None
             return cho_solve(factor, flat, check_finite=False).reshape(B.shape)
-    return {np}.linalg.solve(M, flat).reshape(B.shape)'''
+    if kind == "spd_solve":
+        try:
+            factor = {np}.linalg.cholesky(M)
+        except {np}.linalg.LinAlgError:
+            raise error(not_positive) from None
+        if on_jax:
+            refuse(~{np}.isfinite(factor) & {np}.isfinite(M).all(axis=(-2, -1), keepdims=True), not_positive)
+        inner = {np}.linalg.solve(factor, flat)
+        return {np}.linalg.solve({np}.conj({np}.swapaxes(factor, -1, -2)), inner).reshape(B.shape)
+    if on_jax:  # numpy's rule: an exact zero pivot of the LU factorisation
+        import jax
+
+        refuse({np}.diagonal(jax.lax.linalg.lu(M)[0], axis1=-2, axis2=-1) == 0, singular)
+    try:
+        return {np}.linalg.solve(M, flat).reshape(B.shape)
+    except {np}.linalg.LinAlgError:
+        raise error(singular) from None'''
 
 TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None, batch=()):
     """inv(M) B over M's columns (``transposed``: B^T inv(M), over its rows), without forming the inverse;
-    ``batch``: (M's axis, B's axis) pairs solved matrix by matrix (first in the result)."""
+    ``batch``: (M's axis, B's axis) pairs solved matrix by matrix (first in the result; B's axis None: B is the
+    same for every matrix, broadcast). A singular matrix is a ValueError naming it."""
+    error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
+    called = f"matrix {{name!r}}" if name else "a matrix"
     k = len(batch)
     M = {np}.movedim({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
                      list(range(k + 2)))
-    B = {np}.movedim({as_float}(B), [b for _, b in batch] + [axis], list(range(k + 1)))
-    flat = B.reshape(B.shape[:k + 1] + (-1,))
+    present = [b for _, b in batch if b is not None]
+    B = {np}.movedim({as_float}(B), present + [axis], list(range(len(present) + 1)))
+    for position, (_, b) in enumerate(batch):  # a right-hand side without a batch index: the same for each
+        if b is None:
+            B = B.unsqueeze(position)
+    B = B.expand(tuple(M.shape[:k]) + tuple(B.shape[k:]))
+    columns = 1
+    for size in B.shape[k + 1:]:
+        columns *= size
+    if 0 in M.shape:  # no equations (or no matrices): numpy's empty answer
+        return {np}.zeros(B.shape, dtype={np}.promote_types(M.dtype, B.dtype), device=B.device)
+    flat = B.reshape(tuple(B.shape[:k + 1]) + (columns,))
     if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
         return {np}.cholesky_solve(flat, M).reshape(B.shape)
     if kind == "spd_solve":
-        return {np}.cholesky_solve(flat, {np}.linalg.cholesky(M)).reshape(B.shape)
-    return {np}.linalg.solve(M, flat).reshape(B.shape)'''
+        factor, info = {np}.linalg.cholesky_ex(M)
+        if info.numel() and int(info.max()) != 0:
+            raise error(f"{{called}} is declared spd but is not positive definite")
+        return {np}.cholesky_solve(flat, factor).reshape(B.shape)
+    solved, info = {np}.linalg.solve_ex(M, flat)
+    if info.numel() and int(info.max()) != 0:
+        raise error(f"{{called}} is singular (a zero pivot in its LU factorisation): the system has no unique "
+                    "solution")
+    return solved.reshape(B.shape)'''
 
 
 def solve_flops(kind: str, n: int, columns: int) -> int:  # (per matrix: a batched solve counts each)
@@ -246,7 +391,7 @@ def matrix_kind(kind: str, declared: str | None) -> str:
     >>> matrix_kind("logdet", "spd"), matrix_kind("logdet", "symmetric")
     ('spd_logdet', 'logdet')
     """
-    return f"spd_{kind}" if declared == "spd" else kind
+    return f"spd_{kind}" if declared == "spd" and kind != "sign_det" else kind
 
 
 def linalg_dtype(dtype: Any) -> Any:
@@ -278,5 +423,7 @@ def linalg_flops(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> in
     if kind in FACTOR_KINDS:  # from a Cholesky factor: its diagonal, or the inverse (LAPACK potri: 2/3 n^3)
         return batch * (-(-2 * n**3 // 3) if kind == "cho_inv" else n)
     # LU: 2/3 n^3; Cholesky: 1/3 n^3; an inverse from either: 2 n^3 in all (n solves of 2 n^2 each)
-    per_matrix = 2 * n**3 if kind.endswith("inv") else -(-n**3 // 3) if kind.startswith("spd") else -(-2 * n**3 // 3)
+    if kind.endswith("inv") or kind == "adj":
+        return batch * 2 * n**3
+    per_matrix = -(-n**3 // 3) if kind.startswith("spd") else -(-2 * n**3 // 3)
     return batch * per_matrix

@@ -142,6 +142,8 @@ class _Lowering:
         self.input_names = frozenset(inputs)
         self.matrices = {name: statement.kind for statement in program.statements
                          if isinstance(statement, ir.MatrixDecl) for name in statement.names}
+        #: det steps: their register -> (the matrix's register, its (row, column) axes), for det(M) inv(M) products
+        self.determinants: dict[int, tuple[int, tuple[int, ...]]] = {}
         #: the indices of the current statement that shifted reads size (LANGUAGE.md 8.2)
         self.shifted: frozenset[str] = frozenset()
         #: targets only ``size`` declarations read: the sizes of their axes (their statements compute nothing)
@@ -296,6 +298,9 @@ class _Lowering:
             return self.lower(statement.expr, frozenset(), frozenset())
         bound = frozenset(statement.indices)
         shared = _shared_factor(top_level_terms(statement.expr), bound)
+        if shared is not None and self.names.get(shared[0].name, _Value(None)).reg in self.determinants and any(
+                isinstance(node, ir.Linalg) and node.kind == "inv" for node in ir.walk(statement.expr)):
+            shared = None  # det(M) stays beside each inv(M) it multiplies: their product is M's adjugate
         if shared is not None:
             # `w[p] t[p] - w[i] t[i] t[p]` is computed as `t[p] (w[p] - sum[i](w[i] t[i]))`: one product by t
             common, remainders = shared
@@ -434,13 +439,16 @@ class _Lowering:
             raise AssertionError("a matrix function of a constant")
         if axes is None:
             axes = (value.labels.index(indices[0]), value.labels.index(indices[1]))
-        labels = value.labels if kind.endswith("inv") else tuple(label for label in value.labels
-                                                                 if label not in indices)
+        keeps = kind.endswith("inv") or kind == "adj"
+        labels = value.labels if keeps else tuple(label for label in value.labels if label not in indices)
         sizes = self.sizes_of(labels)
         reg = value.reg
         # the result's shape is the argument's (less the two axes): one step per matrix, whatever indices name it
-        return self.emit((kind, reg, axes),
+        made = self.emit((kind, reg, axes),
                          lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes, kind), labels)
+        if kind == "det":
+            self.determinants[made.reg] = (reg, axes)  # type: ignore[index]
+        return made
 
     def power(self, base: _Value, exponent: int | float) -> _Value:
         if base.reg is None:
@@ -489,6 +497,8 @@ class _Lowering:
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
                       preferred: tuple[str, ...] = ()) -> _Value:
+        if any(isinstance(factor, ir.Linalg) and factor.kind == "inv" for factor in factors):
+            factors = self.adjugates(factors, bound)
         if any(isinstance(factor, ir.Linalg) for factor in factors):
             factors = self.solves(factors, bound, reduce, preferred)
         if any(isinstance(factor, ir.ShiftDelta) for factor in factors):
@@ -516,6 +526,55 @@ class _Lowering:
         return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
 
     # ------------------------------------------------------------------ linear algebra (LANGUAGE.md 8.1)
+    def adjugates(self, factors: tuple[ir.Expr, ...], bound: frozenset[str]) -> tuple[ir.Expr, ...]:
+        """``det(M) inv[i,j](M)`` in one product (the derivative of ``det``, ``f inv[q,p](A[q,p])`` with ``f`` a
+        statement's ``det[i,j](A[i,j])``) is M's adjugate: one step, defined where M is singular too (the
+        derivative exists there). The det factor goes, the inverse becomes a reference to the adjugate."""
+        factors = list(factors)
+        for position, factor in enumerate(factors):
+            if not isinstance(factor, ir.Linalg) or factor.kind != "inv" or self.declared_kind(factor) == "spd":
+                continue
+            matrix = self.lower(factor.body, bound, frozenset())
+            if matrix.reg is None:
+                continue
+            axes = (matrix.labels.index(factor.indices[0]), matrix.labels.index(factor.indices[1]))
+            partner = next((k for k, other in enumerate(factors)
+                            if k != position and self.is_det_of(other, matrix, axes, bound)), None)
+            if partner is None:
+                continue
+            made = self.linalg("adj", matrix, factor.indices)
+            name = f"adj#{made.reg}"  # not a name the language can write: never a user's tensor
+            self.names[name] = _Value(made.reg, made.labels)
+            factors[position] = ir.Tensor(name, made.labels)
+            del factors[partner]
+            return self.adjugates(tuple(factors), bound)
+        return tuple(factors)
+
+    def declared_kind(self, atom: ir.Linalg) -> str | None:
+        """How the matrix of ``atom`` is declared (``spd``, ``symmetric``; None: not declared)."""
+        body = atom.body
+        if isinstance(body, ir.Tensor) and set(body.indices) == set(atom.indices):
+            return self.matrices.get(body.name)
+        return None
+
+    def is_det_of(self, factor: ir.Expr, matrix: _Value, axes: tuple[int, int], bound: frozenset[str]) -> bool:
+        """Whether ``factor`` is the determinant of the matrices on ``axes`` of the lowered ``matrix``, batch
+        index for batch index: ``det[a,b](M)`` itself, or a reference to a statement's value that is one."""
+        batch = [k for k in range(len(matrix.labels)) if k not in axes]
+        if isinstance(factor, ir.Linalg) and factor.kind == "det" and self.declared_kind(factor) != "spd":
+            body = self.lower(factor.body, bound | frozenset(factor.indices), frozenset())
+            if body.reg != matrix.reg or body.reg is None:
+                return False
+            own = {body.labels.index(factor.indices[0]), body.labels.index(factor.indices[1])}
+            return own == set(axes) and all(body.labels[k] == matrix.labels[k] for k in batch)
+        if not isinstance(factor, ir.Tensor) or len(set(factor.indices)) != len(factor.indices):
+            return False
+        value = self.names.get(factor.name)
+        found = self.determinants.get(value.reg) if value is not None and value.reg is not None else None
+        if found is None or found[0] != matrix.reg or set(found[1]) != set(axes):
+            return False
+        return factor.indices == tuple(matrix.labels[k] for k in batch)
+
     def solves(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
                preferred: tuple[str, ...]) -> tuple[ir.Expr, ...]:
         """``inv[i,j](M) B[..j..]`` with ``j`` summed here and read by B alone: one Solve step instead of the
@@ -538,11 +597,11 @@ class _Lowering:
                         continue
                     partner = next((k for k, labels in enumerate(operands) if k != position and index in labels), None)
                     rhs = factors[partner] if partner is not None else None
+                    # (a batch index B lacks: B is the same right-hand side for every matrix, broadcast)
                     if not isinstance(rhs, ir.Tensor) or rhs.indices.count(index) != 1 or other in rhs.indices \
-                            or self.names[rhs.name].reg is None or len(set(rhs.indices)) != len(rhs.indices) \
-                            or not batch <= set(rhs.indices):
+                            or self.names[rhs.name].reg is None or len(set(rhs.indices)) != len(rhs.indices):
                         continue
-                    width = len(rhs.indices) - 1 - len(batch)  # the right-hand sides' axes
+                    width = len(rhs.indices) - 1 - len(batch & set(rhs.indices))  # the right-hand sides' axes
                     if best is None or width < best[0]:
                         best = (width, position, partner, index, other, transposed)  # type: ignore[assignment]
             if best is None:
@@ -567,7 +626,8 @@ class _Lowering:
             factor = self.factor(matrix, inverse.indices)
             kind, axes, solved = "cho_solve", factor.axes, factor.reg  # type: ignore[assignment]
         batch_labels = tuple(label for label in matrix.labels if label not in inverse.indices)
-        batch = tuple((matrix.labels.index(label), rhs.indices.index(label)) for label in batch_labels)
+        batch = tuple((matrix.labels.index(label), rhs.indices.index(label) if label in rhs.indices else None)
+                      for label in batch_labels)
         rest = tuple(label for label in rhs.indices if label != index and label not in batch_labels)
         labels = (*batch_labels, other, *rest)
         rhs_reg = self.names[rhs.name].reg

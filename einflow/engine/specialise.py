@@ -694,7 +694,8 @@ def _reduce_flops(specialiser: _Specialising, step: Reduce) -> int:
 def _solve_flops(specialiser: _Specialising, step: Solve) -> int:
     n = specialiser.shape[step.matrix][step.axes[0]]
     batch = math.prod(specialiser.shape[step.matrix][axis] for axis, _ in step.batch)  # one solve per matrix
-    return batch * solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n * batch, 1))
+    shared = math.prod(specialiser.shape[step.rhs][axis] for _, axis in step.batch if axis is not None)
+    return batch * solve_flops(step.kind, n, math.prod(specialiser.shape[step.rhs]) // max(n * shared, 1))
 
 
 def _diagonal_flops(specialiser: _Specialising, step: Diagonal) -> int:

@@ -212,7 +212,8 @@ class Solve:
     ``rhs_axis`` is contracted with M's columns (with its rows when ``transposed``: ``B^T inv(M)``). The result's
     first axis is M's other index, then ``rhs``'s other axes in order (``labels``). ``kind``: solve (LU),
     spd_solve (Cholesky, M declared spd) or cho_solve (``matrix`` holds M's Cholesky factor). ``batch``: pairs
-    (M's axis, rhs's axis) of the indices both carry, solved matrix by matrix; they come first in the result."""
+    (M's axis, rhs's axis) of M's batch indices, solved matrix by matrix; they come first in the result (rhs's
+    axis None: rhs lacks that index and is broadcast, the same right-hand sides for every matrix)."""
 
     statement: int
     out: int
@@ -224,7 +225,7 @@ class Solve:
     labels: tuple[str, ...]
     sizes: tuple[SizeRef, ...]
     kind: str = "solve"
-    batch: tuple[tuple[int, int], ...] = ()
+    batch: tuple[tuple[int, int | None], ...] = ()
 
 
 

@@ -174,6 +174,8 @@ class _Renderer:
             return r"\left(" + matrix + r"^{-1}\right)_{" + row + "," + column + "}"
         if expr.kind == "det":
             return r"\det " + matrix
+        if expr.kind == "sign_det":
+            return r"\operatorname{sgn}\det " + matrix
         return r"\log\lvert\det " + matrix + r"\rvert"
 
     def sum(self, terms: tuple[ir.Expr, ...], bound: frozenset[str], extras: list[tuple[str, ...]]) -> str:

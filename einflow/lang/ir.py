@@ -64,8 +64,9 @@ NORMALISERS = ("softmax", "log_softmax", "argmax", "argmin")
 BINARY_FUNCTIONS = ("maximum", "minimum")
 #: every name that may be followed directly by ``(``
 CALLABLE = frozenset(FUNCTIONS) | frozenset(BINARY_FUNCTIONS)
-# ---- linear algebra (LANGUAGE.md 8.1): ``inv[i,j](e)`` keeps i, j free; ``det``/``logdet`` reduce them
-LINALG = ("inv", "det", "logdet")
+# ---- linear algebra (LANGUAGE.md 8.1, 9.4): ``inv[i,j](e)`` keeps i, j free; ``det``/``logdet``/``sign_det``
+# reduce them
+LINALG = ("inv", "det", "logdet", "sign_det")
 #: ``symmetric A`` / ``spd A``: statements declaring square rank-2 inputs or targets
 MATRIX_DECLARATIONS = ("symmetric", "spd")
 RESERVED = frozenset(FUNCTIONS) | frozenset(REDUCTIONS) | frozenset(NORMALISERS) | frozenset(BINARY_FUNCTIONS) | {
@@ -185,10 +186,12 @@ class Binary:
 # ---- linear algebra (LANGUAGE.md 8.1)
 @dataclass(frozen=True, slots=True)
 class Linalg:
-    """``inv[i,j](body)``, ``det[i,j](body)`` or ``logdet[i,j](body)`` (``kind``): the matrix ``M[i,j] = body``
-    (rows ``indices[0]``, columns ``indices[1]``), batched over the body's other free indices.
+    """``inv[i,j](body)``, ``det[i,j](body)``, ``logdet[i,j](body)`` or ``sign_det[i,j](body)`` (``kind``): the
+    matrix ``M[i,j] = body`` (rows ``indices[0]``, columns ``indices[1]``), batched over the body's other free
+    indices.
 
-    ``inv`` keeps both indices free (row, column of the inverse); ``det`` and ``logdet`` (log|det|) reduce them.
+    ``inv`` keeps both indices free (row, column of the inverse); ``det``, ``logdet`` (log|det|) and ``sign_det``
+    (det / |det|, 0 for a singular matrix) reduce them.
     As in a normaliser, the indices are bound inside the body and the body is its own scope.
     """
 

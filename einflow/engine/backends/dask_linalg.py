@@ -40,14 +40,15 @@ def linalg_task(helper: Any, kind: str, x: Any, axes: tuple[int, int], name: str
 
 
 def solve_task(helper: Any, kind: str, M: Any, axes: tuple[int, int], B: Any, axis: int, transposed: bool,
-               name: str | None = None, batch: tuple[tuple[int, int], ...] = ()) -> Any:
+               name: str | None = None, batch: tuple[tuple[int, int | None], ...] = ()) -> Any:
     """``helper`` (the generated code's solve helper on numpy) of ``B`` against ``M`` (dask arrays), as one task."""
     matrix = _identity(M.ndim, axes, M.dtype)
     rhs_shape = [1] * B.ndim
     rhs_shape[axis] = 2
     sample = np.asarray(helper(kind, matrix, axes, np.ones(rhs_shape, dtype=B.dtype), axis, transposed, name,
                                tuple(batch)))
-    first = [b for _, b in batch] + [axis]
-    order = first + [k for k in range(B.ndim) if k not in first]
+    first = [b for _, b in batch if b is not None] + [axis]  # (B's axis None: B is broadcast over that batch)
+    shape = tuple(M.shape[m] for m, _ in batch) + tuple(B.shape[k] for k in first[-1:] + [
+        k for k in range(B.ndim) if k not in first])
     value = dask.delayed(helper, pure=True)(kind, M, axes, B, axis, transposed, name, tuple(batch))
-    return da.from_delayed(value, shape=tuple(B.shape[k] for k in order), dtype=sample.dtype)
+    return da.from_delayed(value, shape=shape, dtype=sample.dtype)
