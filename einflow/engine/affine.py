@@ -381,7 +381,8 @@ def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     value, spec = _in_memory_order(value, spec)
     value_shape = spec[1]
     flat, inside = _scatter_positions(spec, gathers, xp.arange)
-    if tuple(flat.shape) != tuple(value_shape):  # (bincount copies a read-only broadcast view of full shape)
+    # (bincount copies a read-only broadcast view: one of the value's own shape is not made)
+    if tuple(getattr(flat, "shape", ())) != tuple(value_shape) or not hasattr(flat, "reshape"):
         flat = xp.broadcast_to(flat, value_shape)
     flat = flat.reshape(-1)
     weights = value.reshape(-1)

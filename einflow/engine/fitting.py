@@ -13,6 +13,8 @@ When the peak predicted from the specialised record (:mod:`einflow.engine.specia
   is computed in chunks of one of its indices, each written into its block of the result; a surviving
   delta (a **diagonal** array) that only this expression reads is made chunk by chunk inside the same loop,
   so the full diagonal array never exists (numpy backend);
+- a **gathered window** (``E[t[b], d]``) read by one contraction alone is not made whole: each slice of the
+  contraction makes its own block of it from the blocks of the position tensors (numpy backend);
 - anything else, or a step whose result and the arrays alive with it already exceed the limit, cannot fit
   and is named in the refusal with the reason.
 
@@ -28,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from einflow.engine.convolution import sole_reader
 from einflow.engine.linalg import is_linalg
 from einflow.engine.memory import format_bytes
 from einflow.engine.slicing import Slicing, choose_slicing, slice_peak
@@ -41,6 +44,7 @@ from einflow.engine.steps import (
     Node,
     Reduce,
     Step,
+    Window,
     node_args,
     step_inputs,
 )
@@ -85,6 +89,8 @@ class Fitting:
     #: register -> bytes alive only while it is computed, as fitted (None: nothing is sliced or chunked, the
     #: record's own figures hold)
     transients: Mapping[int, int] | None = None
+    #: gathered window register -> the sliced contraction that makes it block by block (the window is in ``fused``)
+    windows: Mapping[int, int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         """Whether some step is sliced or chunked (or was meant to be: a slicing that cannot help)."""
@@ -104,6 +110,7 @@ class _Deciding:
         self.chunks: dict[int, tuple[Elementwise, int, int]] = {}
         self.pieces: dict[int, tuple[int, int, tuple[Diagonal, ...]]] = {}
         self.reasons: dict[int, str] = {}
+        self.windows: dict[int, int] = {}
 
     def frozen(self, record: Specialised) -> Fitting:
         """The decisions with each budgeted contraction's slicing and the memory of every fitted step."""
@@ -112,15 +119,20 @@ class _Deciding:
         transients = dict(record.transients)
         dask = record.backend.lazy
         most = MAX_TASKS if dask else MAX_SLICES
+        for window in self.windows:
+            transients.pop(window, None)
         for out, budget in self.budgets.items():
             planned = record.contractions[out]
             itemsize = record.itemsize(out)
+            step = next(step for step in record.lowered.steps if isinstance(step, Contract) and step.out == out)
+            # a gathered window made per slice: its block and its int64 flat positions
+            made = [(record.itemsize(r) + 8) / itemsize if self.windows.get(r) == out else 0.0 for r in step.args]
             slicing = choose_slicing(planned.equation, planned.shapes, planned.info.contraction_list,
-                                     budget // itemsize, holds_operands=dask, max_slices=most)
+                                     budget // itemsize, holds_operands=dask, max_slices=most, made=made)
             if slicing is None:
                 reasons[out] = (f"slicing cannot help: in at most {most} slices (blocks of the indices' values), "
                                 "one slice of this contraction still needs more")
-            elif slicing.labels:
+            elif slicing.labels or any(made):
                 slicings[out] = slicing
                 transients[out] = slicing.peak * itemsize
         for out, (position, count, diagonals) in self.pieces.items():
@@ -145,7 +157,7 @@ class _Deciding:
                 transients[out] += 2 * record.nbytes(out)
         fitted = bool(self.budgets or self.chunks or self.pieces)
         return Fitting(self.budgets, frozenset(self.fused), self.chunks, self.pieces, reasons, slicings,
-                       transients if fitted else None)
+                       transients if fitted else None, self.windows)
 
 
 #: the fitting of a plan without a memory limit, or that fits as it is
@@ -167,6 +179,17 @@ def slice_axes(expr: Node, position: int, ranks: dict[int, int]) -> dict[int, in
         return all(visit(child) for child in _children(node))
 
     return found if visit(expr) else None
+
+
+def _gathered_reader(record: Specialised, step: Window) -> Contract | None:
+    """The contraction that alone reads a gathered window (unpadded), which its slices can make block by block."""
+    spec = record.specs.get(step.out)
+    if not step.gathers or spec is None or spec[1] is not None:
+        return None
+    reader = sole_reader(record.lowered.steps, step.out, record.lowered.outputs)
+    if not isinstance(reader, Contract) or reader.out in record.convolutions or step.out not in reader.args:
+        return None
+    return reader
 
 
 def _children(node: Any) -> tuple[Any, ...]:
@@ -210,7 +233,13 @@ def fit(record: Specialised, limit: float) -> Fitting:
                 if whole * record.itemsize(out) > limit / TASKS_AT_ONCE:
                     fitting.budgets[out] = int(limit / TASKS_AT_ONCE)
             continue
-        if out in skipped or live + made + extra <= limit:
+        if isinstance(step, Window) and backend.numpy_native and live + made + extra > limit:
+            reader = _gathered_reader(record, step)
+            if reader is not None:  # made block by block inside the contraction's slices
+                fitting.fused.add(out)
+                fitting.windows[out] = reader.out
+                continue
+        if out in skipped or live + made + extra <= limit and out not in fitting.windows.values():
             live += made
             continue
         if isinstance(step, Contract) and out in record.convolutions:

@@ -533,7 +533,7 @@ def _free_lines(renderer: Renderer, step: Free) -> list[str]:
     # small arrays: releasing them early costs more time than it saves memory
     held = renderer.fitting.held()  # read later, inside a loop computing an expression in blocks
     big = [r for r in step.registers if math.prod(renderer.shape.get(r, ())) * renderer.itemsize(r)
-           >= RELEASE_BYTES and r not in held]
+           >= RELEASE_BYTES and r not in held and r not in renderer.fitting.windows]  # (windows: made per slice)
     return Source.step_lines(renderer, Free(step.statement, tuple(big))) if big else []
 
 
@@ -576,7 +576,8 @@ class RenderRule:
 
 RENDER_RULES: dict[type, RenderRule] = {
     Reduce: RenderRule(inline=_reduce_inline),
-    Window: RenderRule(lines=lambda renderer, step: [f"{renderer.var(step.out)} = {renderer.window(step)}"]),
+    Window: RenderRule(lines=lambda renderer, step: [] if step.out in renderer.fitting.windows else
+                       [f"{renderer.var(step.out)} = {renderer.window(step)}"]),  # (or made by its slices)
     Scatter: RenderRule(lines=_scatter_lines),
     Free: RenderRule(lines=_free_lines),
 }
