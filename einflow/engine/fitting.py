@@ -15,6 +15,9 @@ When the peak predicted from the specialised record (:mod:`einflow.engine.specia
   so the full diagonal array never exists (numpy backend);
 - a **gathered window** (``E[t[b], d]``) read by one contraction alone is not made whole: each slice of the
   contraction makes its own block of it from the blocks of the position tensors (numpy backend);
+- a **scatter-add** (``delta[v, t[b]]``, a strided or gathered adjoint) is computed in chunks of its value's
+  first axis, each chunk's flat positions made and added into the one result, and any other gathered window
+  in chunks of its first axis, each taken into its block of the result (numpy backend);
 - anything else, or a step whose result and the arrays alive with it already exceed the limit, cannot fit
   and is named in the refusal with the reason.
 
@@ -33,7 +36,7 @@ from typing import Any
 from einflow.engine.convolution import sole_reader
 from einflow.engine.linalg import is_linalg
 from einflow.engine.memory import format_bytes
-from einflow.engine.slicing import Slicing, choose_slicing, slice_peak
+from einflow.engine.slicing import SCATTER_CHUNK_BYTES, Slicing, choose_slicing, slice_peak
 from einflow.engine.specialise import Specialised
 from einflow.engine.steps import (
     Arg,
@@ -43,6 +46,7 @@ from einflow.engine.steps import (
     Free,
     Node,
     Reduce,
+    Scatter,
     Step,
     Window,
     node_args,
@@ -91,6 +95,12 @@ class Fitting:
     transients: Mapping[int, int] | None = None
     #: gathered window register -> the sliced contraction that makes it block by block (the window is in ``fused``)
     windows: Mapping[int, int] = field(default_factory=dict)
+    #: scatter-add or gathered window register -> rows of the first axis (a scatter's value's, a window's own)
+    #: computed at a time
+    rows: Mapping[int, int] = field(default_factory=dict)
+    #: chunked reduction register -> the registers its fused expression reads that are released only after it
+    #: (the lowering frees them after the expression, which now runs inside the reduction)
+    deferred: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         """Whether some step is sliced or chunked (or was meant to be: a slicing that cannot help)."""
@@ -111,6 +121,7 @@ class _Deciding:
         self.pieces: dict[int, tuple[int, int, tuple[Diagonal, ...]]] = {}
         self.reasons: dict[int, str] = {}
         self.windows: dict[int, int] = {}
+        self.rows: dict[int, int] = {}
 
     def frozen(self, record: Specialised) -> Fitting:
         """The decisions with each budgeted contraction's slicing and the memory of every fitted step."""
@@ -143,6 +154,7 @@ class _Deciding:
                 record.nbytes(d.out) for d in diagonals)
             held = sum(record.nbytes(r) for r in {d.arg for d in diagonals})
             transients[out] = -(-inside * block // size) + held
+        deferred: dict[int, tuple[int, ...]] = {}
         for out, (source, position, count) in self.chunks.items():
             # a chunk of the expression, its temporaries and the reduction's, and of the result (or, chunks of a
             # reduced index, the partial result and the one combined so far)
@@ -155,9 +167,13 @@ class _Deciding:
                 + record.nbytes(out) * block // size
             if position in reduction.axes:
                 transients[out] += 2 * record.nbytes(out)
-        fitted = bool(self.budgets or self.chunks or self.pieces)
+            deferred[out] = _freed_between(record, source, reduction)
+            transients[out] += sum(record.allocations.get(r, 0) for r in deferred[out])
+        for out, rows in self.rows.items():
+            transients[out] = min(rows, _row_count(record, out)) * _row_bytes(record, out)
+        fitted = bool(self.budgets or self.chunks or self.pieces or self.rows)
         return Fitting(self.budgets, frozenset(self.fused), self.chunks, self.pieces, reasons, slicings,
-                       transients if fitted else None, self.windows)
+                       transients if fitted else None, self.windows, self.rows, deferred)
 
 
 #: the fitting of a plan without a memory limit, or that fits as it is
@@ -181,10 +197,51 @@ def slice_axes(expr: Node, position: int, ranks: dict[int, int]) -> dict[int, in
     return found if visit(expr) else None
 
 
+def _freed_between(record: Specialised, source: Elementwise, reduction: Reduce) -> tuple[int, ...]:
+    """The registers ``source`` reads that a Free step between it and ``reduction`` releases."""
+    steps = record.lowered.steps
+    start = steps.index(source)
+    end = next(k for k, step in enumerate(steps) if step is reduction)
+    read = set(node_args(source.expr))
+    return tuple(r for step in steps[start + 1:end] if isinstance(step, Free) for r in step.registers if r in read)
+
+
+def _row_shape(record: Specialised, out: int) -> tuple[int, ...]:
+    """The shape a chunked step is cut along the first axis of: a scatter-add's value's, a window's own."""
+    return record.specs[out][1] if _is_scatter(record, out) else record.shapes[out]
+
+
+def _is_scatter(record: Specialised, out: int) -> bool:
+    return any(isinstance(step, Scatter) and step.out == out for step in record.lowered.steps)
+
+
+def _row_count(record: Specialised, out: int) -> int:
+    """The rows a chunked scatter-add or window is computed in blocks of."""
+    shape = _row_shape(record, out)
+    return shape[0] if shape else 0
+
+
+def _row_bytes(record: Specialised, out: int) -> int:
+    """Bytes a chunked step allocates per row: a scatter-add (``einflow.engine.slicing.scatter_chunks``) for each
+    element of its value's row, its positions, mask and kept positions, its value's flat copy and kept values; a
+    window (``einflow.engine.slicing.window_chunks``) its int64 positions and the block it copies in."""
+    itemsize = record.itemsizes.get(out, 8)
+    shape = _row_shape(record, out)
+    inner = 1
+    for size in shape[1:]:
+        inner *= size
+    return inner * (SCATTER_CHUNK_BYTES + 2 * itemsize if _is_scatter(record, out) else 8 + itemsize)
+
+
+def _gathered(record: Specialised, step: Window) -> bool:
+    """Whether a window is a take at gathered positions (unpadded): its blocks are takes of the positions' blocks."""
+    spec = record.specs.get(step.out)
+    return bool(step.gathers) and spec is not None and spec[1] is None and bool(record.shapes[step.out])
+
+
 def _gathered_reader(record: Specialised, step: Window) -> Contract | None:
     """The contraction that alone reads a gathered window (unpadded), which its slices can make block by block."""
-    spec = record.specs.get(step.out)
-    if not step.gathers or spec is None or spec[1] is not None:
+    if not _gathered(record, step):
         return None
     reader = sole_reader(record.lowered.steps, step.out, record.lowered.outputs)
     if not isinstance(reader, Contract) or reader.out in record.convolutions or step.out not in reader.args:
@@ -239,6 +296,14 @@ def fit(record: Specialised, limit: float) -> Fitting:
                 fitting.fused.add(out)
                 fitting.windows[out] = reader.out
                 continue
+            if _gathered(record, step):  # taken in blocks of rows into its result
+                room = limit - live - made
+                room -= min(max(room, 0) / 10, HEADROOM)
+                row = _row_bytes(record, out)
+                if row and room >= row:
+                    fitting.rows[out] = int(room // row)
+                    live += made
+                    continue
         if out in skipped or live + made + extra <= limit and out not in fitting.windows.values():
             live += made
             continue
@@ -296,6 +361,18 @@ def fit(record: Specialised, limit: float) -> Fitting:
                 "max[k](A[i,k] + B[k,j]) or sum[i,j](exp(u[i] v[j]))), are computed in slices"
                 if reduction is None else
                 f"slicing cannot help: even in {MAX_SLICES} chunks of an index of this reduction, one chunk needs more")
+        elif isinstance(step, Scatter) and backend.numpy_native and out not in record.convolved_scatters \
+                and record.specs[out][1]:
+            room = limit - live - made
+            room -= min(max(room, 0) / 10, HEADROOM)
+            row = _row_bytes(record, out)
+            if row and room >= row:
+                fitting.rows[out] = int(room // row)
+            else:
+                fitting.reasons[out] = (
+                    f"slicing cannot help: the scatter's result of shape {record.shapes[out]} "
+                    f"({format_bytes(made)}) and the arrays alive with it ({format_bytes(live)}), with one row of "
+                    f"its value's positions ({format_bytes(row)}), exceed the limit")
         else:
             fitting.reasons[out] = f"slicing cannot help: a {type(step).__name__.lower()} step is not sliced"
         live += made

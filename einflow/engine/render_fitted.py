@@ -154,6 +154,11 @@ class FittedRenderer:
                 f"    {np_}.einsum({spec!r}, {view})[...] = {value}"]
 
     def chunked_reduce(self: Any, step: Reduce) -> list[str]:
+        lines = self.chunked_reduce_lines(step)
+        released = [self.vars[r] for r in self.fitting.deferred.get(step.out, ()) if r in self.vars]
+        return lines + ([f"del {', '.join(dict.fromkeys(released))}"] if released else [])
+
+    def chunked_reduce_lines(self: Any, step: Reduce) -> list[str]:
         source, position, count = self.fitting.chunks[step.out]
         size = self.shape[source.out][position]
         block = -(-size // count)

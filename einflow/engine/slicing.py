@@ -30,7 +30,9 @@ from opt_einsum.helpers import flop_count
 
 from einflow.engine.kernels import compile_numpy, contraction_text
 
-__all__ = ["Slicing", "SliceKernel", "choose_slicing", "slice_peak", "slice_ranges", "slice_table", "window_block"]
+__all__ = ["Slicing", "SliceKernel", "choose_slicing", "slice_peak", "slice_ranges", "slice_table", "window_block",
+           "scatter_chunks", "window_chunks",
+           "SCATTER_CHUNK_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -261,3 +263,73 @@ def window_block(kernel: Any, array: Any, spec: Any, index: tuple[slice, ...], *
             taken[k] = gathers[k][tuple(index[axis] for axis in axes)]
             moved.append(position)
     return kernel(array, (sizes, pads, tuple(moved), name), *taken)
+
+
+#: bytes a chunked scatter-add (:func:`scatter_chunks`) allocates per element of a chunk besides its value's
+#: copy: int64 flat positions, the product building them, the mask and the positions kept
+SCATTER_CHUNK_BYTES = 8 + 8 + 1 + 8
+
+
+def scatter_chunks(value: Any, spec: Any, rows: int, *gathers: Any) -> Any:
+    """A scatter-add (``einflow.engine.affine``'s ``ScatterSpec``) computed ``rows`` values of the value's first
+    axis at a time, each chunk's positions made and added (``add.at``) into the one zeroed result: the
+    temporaries of a chunk (:data:`SCATTER_CHUNK_BYTES` an element, and its flat copy) instead of the whole's.
+
+    >>> import numpy as np
+    >>> from einflow.engine.affine import scatter_numpy
+    >>> spec = ((4,), (3, 2), (("affine", ((0, 1), (1, 1)), 0),), "x")
+    >>> scatter_chunks(np.ones((3, 2)), spec, 1), scatter_numpy(np.ones((3, 2)), spec)
+    (array([1., 2., 2., 1.]), array([1., 2., 2., 1.]))
+    """
+    import numpy as np
+
+    from einflow.engine.affine import _scatter_positions
+
+    out_shape, value_shape, positions, name = spec
+    out = np.zeros(math.prod(out_shape), dtype=value.dtype)
+    for start in range(0, value_shape[0], rows):
+        stop = min(start + rows, value_shape[0])
+        moved: list[Any] = []
+        taken = list(gathers)
+        for position in positions:
+            if position[0] == "plain":  # along the chunked axis: shifted by the chunk's start
+                moved.append(("affine", ((0, 1),), start) if position[1] == 0 else position)
+            elif position[0] == "affine":
+                moved.append(("affine", position[1], position[2] + sum(c * start for a, c in position[1] if not a)))
+            else:
+                _, k, axes, _ = position
+                taken[k] = gathers[k][tuple(slice(start, stop) if not a else slice(None) for a in axes)]
+                moved.append(position)
+        part = value[start:stop]
+        flat, inside = _scatter_positions((out_shape, tuple(part.shape), tuple(moved), name), tuple(taken),
+                                          np.arange)
+        flat = np.broadcast_to(flat, part.shape).reshape(-1)
+        weights = part.reshape(-1)
+        if inside is not None:
+            keep = np.broadcast_to(inside, part.shape).reshape(-1)
+            flat, weights = flat[keep], weights[keep]
+        np.add.at(out, flat, weights)
+    return out.reshape(out_shape)
+
+
+def window_chunks(kernel: Any, array: Any, spec: Any, rows: int, *gathers: Any) -> Any:
+    """A gathered window taken ``rows`` rows of its first axis at a time into its result (each block's positions
+    alone exist at once, not the whole window's).
+
+    >>> import numpy as np
+    >>> from einflow.engine.affine import window_numpy, window_spec
+    >>> spec = window_spec(("b", "d"), (3, 2), (4, 2), (("gather", 0, (0,)), ("affine", ((1, 1),), 0)), ((3,),))
+    >>> window_chunks(window_numpy, np.arange(8.0).reshape(4, 2), spec, 2, np.array([3, 0, 3]))
+    array([[6., 7.],
+           [0., 1.],
+           [6., 7.]])
+    """
+    import numpy as np
+
+    shape = spec[0]
+    out = np.empty(shape, dtype=array.dtype)
+    rest = (slice(None),) * (len(shape) - 1)
+    for start in range(0, shape[0], rows):
+        out[start:start + rows] = window_block(kernel, array, spec, (slice(start, min(start + rows, shape[0])),
+                                                                     *rest), *gathers)
+    return out
