@@ -235,3 +235,14 @@ def test_lapack_copies_and_workspace_in_a_childs_peak_resident_memory_are_what_t
     for text, (measured, predicted, limit) in json.loads(completed.stdout.strip().splitlines()[-1]).items():
         assert measured <= limit + slack, (text, measured, limit)
         assert predicted / RATIO - slack <= measured <= RATIO * predicted + slack, (text, measured, predicted)
+
+
+def test_a_reduction_chunked_over_a_computed_array_releases_it_after_the_chunks_not_before() -> None:
+    # the lowering frees C after exp(C), which the fitting moves inside the chunks of the sum: C was deleted
+    # before the loop read it (UnboundLocalError)
+    rng = np.random.default_rng(8)
+    A, B = rng.standard_normal((1000, 50)), rng.standard_normal((50, 1000))
+    program = ef.compile("C[i,k] = A[i,j] B[j,k]\ns = sum[i,k](exp(C[i,k]))")
+    value, peak = traced_peak(program, {"A": A, "B": B}, 12 * MIB)
+    assert peak <= 12 * MIB
+    np.testing.assert_allclose(value, np.exp(A @ B).sum(), rtol=1e-10)

@@ -143,7 +143,10 @@ class _Deciding:
             if slicing is None:
                 reasons[out] = (f"slicing cannot help: in at most {most} slices (blocks of the indices' values), "
                                 "one slice of this contraction still needs more")
-            elif slicing.labels or any(made):
+            if slicing is None and any(made):  # one slice making the whole window (the plan is over its limit)
+                slicing = choose_slicing(planned.equation, planned.shapes, planned.info.contraction_list,
+                                         float("inf"), made=made)
+            if slicing is not None and (slicing.labels or any(made)):
                 slicings[out] = slicing
                 transients[out] = slicing.peak * itemsize
         for out, (position, count, diagonals) in self.pieces.items():
