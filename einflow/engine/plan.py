@@ -31,7 +31,7 @@ from einflow.engine.memory import format_bytes
 from einflow.engine.paths import PathChoice
 from einflow.engine.render import render
 from einflow.engine.specialise import PLAN_RULES, Specialised, specialise
-from einflow.engine.steps import Free, Lowered, Step
+from einflow.engine.steps import Free, Lowered, Scatter, Step
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
 from einflow.lang.errors import EinflowError, MemoryLimitError
@@ -256,6 +256,13 @@ def _report_step(step: Step, record: Specialised, fitting: Fitting, names: Sourc
             reported.sliced, reported.slices = (step.labels[position],), count  # type: ignore[union-attr]
         elif out in [diagonal.out for diagonal in diagonals]:  # a diagonal array made block by block
             reported.chunked, reported.largest = True, -(-math.prod(reported.shape) // count)
+    rows = fitting.rows.get(out)
+    if rows is not None:  # a scatter-add or a gathered window in blocks of rows (a scatter's value's)
+        labels = getattr(step, "arg_labels", None) or step.labels  # type: ignore[union-attr]
+        count = record.specs[out][1][0] if isinstance(step, Scatter) else shape[0]
+        reported.sliced, reported.slices = (labels[0],), -(-count // rows)
+    if out in fitting.windows:  # made block by block inside the slices of the contraction reading it
+        reported.chunked, reported.largest = True, 0
     for reduced, (source, position, count) in fitting.chunks.items():
         if out in (reduced, source.out):  # a fused expression and its reduction, chunk by chunk
             reported.sliced, reported.slices = (source.labels[position],), count
