@@ -53,7 +53,7 @@ from einflow.engine.steps import (
     step_inputs,
 )
 
-__all__ = ["Fitting", "NO_FITTING", "fit", "slice_axes", "NORMALISERS", "COMBINE"]
+__all__ = ["Fitting", "NO_FITTING", "fit", "slice_axes", "NORMALISERS", "COMBINE", "Holders"]
 
 #: bytes kept free for what the model does not count (ufunc buffers, Python objects): a tenth of the room, at most
 HEADROOM = 1 << 20
@@ -138,14 +138,17 @@ class _Deciding:
             step = next(step for step in record.lowered.steps if isinstance(step, Contract) and step.out == out)
             # a gathered window made per slice: its block and its int64 flat positions
             made = [(record.itemsize(r) + 8) / itemsize if self.windows.get(r) == out else 0.0 for r in step.args]
+            # a strided window (a view whose elements overlap) is copied by the kernel, whatever its block
+            strided = [r in record.strided_windows and r not in record.convolved_windows for r in step.args]
             slicing = choose_slicing(planned.equation, planned.shapes, planned.info.contraction_list,
-                                     budget // itemsize, holds_operands=dask, max_slices=most, made=made)
+                                     budget // itemsize, holds_operands=dask, max_slices=most, made=made,
+                                     strided=strided)
             if slicing is None:
                 reasons[out] = (f"slicing cannot help: in at most {most} slices (blocks of the indices' values), "
                                 "one slice of this contraction still needs more")
             if slicing is None and any(made):  # one slice making the whole window (the plan is over its limit)
                 slicing = choose_slicing(planned.equation, planned.shapes, planned.info.contraction_list,
-                                         float("inf"), made=made)
+                                         float("inf"), made=made, strided=strided)
             if slicing is not None and (slicing.labels or any(made)):
                 slicings[out] = slicing
                 transients[out] = slicing.peak * itemsize
@@ -181,6 +184,39 @@ class _Deciding:
 
 #: the fitting of a plan without a memory limit, or that fits as it is
 NO_FITTING = Fitting()
+
+
+class Holders:
+    """When freed arrays are released: an array viewed by another register (a strided window of it, a
+    transposed view) is released once it and every view of it are freed, whatever order the Free steps
+    name them in (``del t`` after its window only drops a name: the window holds the array)."""
+
+    def __init__(self, views: Mapping[int, int]) -> None:
+        self.views = views
+        self.alive: dict[int, set[int]] = {}
+
+    def root(self, register: int) -> int:
+        while register in self.views:
+            register = self.views[register]
+        return register
+
+    def made(self, register: int) -> None:
+        self.alive.setdefault(self.root(register), set()).add(register)
+
+    def released(self, registers: tuple[int, ...]) -> list[int]:
+        """The registers whose own memory these frees release (the roots of groups left without a member)."""
+        found = []
+        for register in registers:
+            root = self.root(register)
+            members = self.alive.get(root)
+            if members is None:
+                found.append(root)
+                continue
+            members.discard(register)
+            if not members:
+                del self.alive[root]
+                found.append(root)
+        return found
 
 
 def slice_axes(expr: Node, position: int, ranks: dict[int, int]) -> dict[int, int] | None:
@@ -279,12 +315,14 @@ def fit(record: Specialised, limit: float) -> Fitting:
     allocations, transients = record.allocations, record.transients
     steps = lowered.steps
     live = 0
+    holders = Holders(record.views)
     skipped: set[int] = set()
     for position, step in enumerate(steps):
         if isinstance(step, Free):
-            live -= sum(allocations.get(r, 0) for r in step.registers if r not in fitting.fused)
+            live -= sum(allocations.get(r, 0) for r in holders.released(step.registers) if r not in fitting.fused)
             continue
         out = step.out
+        holders.made(out)
         made, extra = allocations.get(out, 0), transients.get(out, 0)
         if backend.lazy:  # each slice a task holding its operand blocks: every contraction is checked
             if isinstance(step, Contract):

@@ -94,10 +94,11 @@ def sliced_shapes(terms: Sequence[str], shapes: Sequence[tuple[int, ...]],
 
 def _peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
           blocks: dict[str, int], holds_operands: bool = False,
-          made: Sequence[float] = ()) -> tuple[int, int]:
+          made: Sequence[float] = (), strided: Sequence[bool] = ()) -> tuple[int, int]:
     """Elements one slice keeps alive: its intermediates and its result, and that plus copies of the operand
     blocks it cuts (a cut operand may need a copy to be reshaped into a matrix). ``made[k]`` (when non-zero):
-    operand k's block is made for each slice (a gathered window), ``made[k]`` elements per element of it."""
+    operand k's block is made for each slice (a gathered window), ``made[k]`` elements per element of it;
+    ``strided[k]``: operand k is a strided window whose elements overlap, copied whole by the kernel."""
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     cut = sliced_shapes(terms, shapes, blocks)
@@ -110,8 +111,10 @@ def _peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Se
                           for term, shape, weight in zip(terms, cut, weights) if weight))
     # a block cut from a leading axis, or from a matrix (the kernel's matmul hands BLAS strided rows), is a view;
     # a block cut from an inner axis of a higher-rank operand is copied when the kernel flattens its axes
-    copies = sum(math.prod(shape) for term, shape, weight in zip(terms, cut, weights)
-                 if not weight and (holds_operands or len(term) > 2 and any(label in blocks for label in term[1:])))
+    overlapping = list(strided) + [False] * (len(terms) - len(strided))
+    copies = sum(math.prod(shape) for term, shape, weight, view in zip(terms, cut, weights, overlapping)
+                 if not weight and (holds_operands or view or len(term) > 2 and any(label in blocks
+                                                                                     for label in term[1:])))
     return internal + result + built, internal + result + built + copies
 
 
@@ -123,30 +126,31 @@ def slice_peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_lis
 
 def choose_slicing(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
                    budget: float, holds_operands: bool = False, max_slices: int = 1 << 16,
-                   made: Sequence[float] = ()) -> Slicing | None:
+                   made: Sequence[float] = (), strided: Sequence[bool] = ()) -> Slicing | None:
     """The slicing whose per-slice peak (elements, see :class:`Slicing`) fits ``budget``, or None if none fits.
 
     Blocks are halved one index at a time, choosing the index that lowers the per-slice peak the most for
     the least FLOP overhead; an index of size 1 cannot be cut. The path (``contraction_list``) stays fixed.
     ``holds_operands``: a slice also holds its blocks of every operand (a dask task does); a slicing into more
     than ``max_slices`` slices does not count as fitting. ``made``: the operands whose blocks each slice makes
-    (see :func:`_peak`).
+    and the strided windows copied whole (see :func:`_peak`).
     """
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     sizes = _sizes(terms, shapes)
     unsliced_flops = _cost(contraction_list, sizes, {})
-    unsliced_peak = _peak(equation, shapes, contraction_list, {}, holds_operands, made)[1]
+    unsliced_peak = _peak(equation, shapes, contraction_list, {}, holds_operands, made, strided)[1]
     counts: dict[str, int] = {}
 
     def measure(trial: dict[str, int]) -> tuple[int, int, int]:
         blocks = {label: -(-sizes[label] // count) for label, count in trial.items()}
-        peak, with_copies = _peak(equation, shapes, contraction_list, blocks, holds_operands, made)
+        peak, with_copies = _peak(equation, shapes, contraction_list, blocks, holds_operands, made, strided)
         flops = _cost(contraction_list, sizes, trial)
         return peak, with_copies, flops
 
     # progress is judged without the copies (the first cut of an operand adds one), the fit with them
-    peak, with_copies, flops = _peak(equation, shapes, contraction_list, {}, holds_operands, made) + (unsliced_flops,)
+    peak, with_copies = _peak(equation, shapes, contraction_list, {}, holds_operands, made, strided)
+    flops = unsliced_flops
     while with_copies > budget:
         best: tuple[int, float, int, dict[str, int], int, int] | None = None
         for label in sizes:

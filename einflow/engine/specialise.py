@@ -206,6 +206,8 @@ class Specialised:
     convolutions: Mapping[int, tuple[Any, tuple[int, ...]]]
     convolved_windows: frozenset[int]
     convolved_scatters: frozenset[int]
+    #: windows that are strided views (of their array or of its padded copy): a kernel copies them to reshape
+    strided_windows: frozenset[int] = frozenset()
 
     def itemsize(self, register: int) -> int:
         return self.itemsizes[register]
@@ -269,6 +271,7 @@ class _Specialising:
         #: register -> the bytes its step allocates where that is not its shape's (a transposed convolution makes
         #: the scatter's result; a padded window, its padded copy)
         self.sized: dict[int, int] = {}
+        self.strided_windows: set[int] = set()
         self.updated: dict[int, int] = {}
         self.convolutions: dict[int, tuple[Any, tuple[int, ...]]] = {}
         self.convolved_windows: set[int] = set()
@@ -392,7 +395,8 @@ class _Specialising:
                            frozen(self.orders), frozen(self.contractions), frozen(self.expressions),
                            frozen(self.specs), frozen(flops), frozen(allocations), frozen(views),
                            frozen(self.updated), frozen(self.transient), frozen(self.convolutions),
-                           frozenset(self.convolved_windows), frozenset(self.convolved_scatters))
+                           frozenset(self.convolved_windows), frozenset(self.convolved_scatters),
+                           frozenset(self.strided_windows))
 
 
 def common_dtype(dtypes: Mapping[int, Any], step: Contract) -> np.dtype:
@@ -470,6 +474,12 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
         equation, tuple(shapes), path, info, names, choice, int(info.opt_cost), tuple(pairwise),
         int(info.largest_intermediate), tuple(orders), in_place, text, fresh)
     specialiser.transient[step.out] = internal * specialiser.itemsize(step.out)
+    for k, register in enumerate(step.args):
+        # a strided window (a view whose elements overlap) is copied whole where the kernel reshapes it or hands
+        # it to BLAS; a transposed one the pairwise step counted already
+        if register in specialiser.strided_windows and register not in specialiser.convolved_windows and \
+                not (text is not None and any(f"{{{k}}}.{move}(" in text for move in ("transpose", "permute"))):
+            specialiser.transient[step.out] += math.prod(specialiser.shape[register]) * specialiser.itemsize(register)
     if specialiser.convolve and not step.scale and step.out in specialiser.scattered \
             and step.out not in specialiser.convolutions:
         _scatter_convolution(specialiser, step)
@@ -629,7 +639,9 @@ def _measure_window(specialiser: _Specialising, step: Window) -> None:
     if spec[1] is not None and is_view(spec[:1] + (None,) + spec[2:], specialiser.backend):
         # a strided view of the zero-padded copy: the copy is what the window allocates
         specialiser.sized[step.out], specialiser.transient[step.out] = specialiser.transient[step.out], 0
+        specialiser.strided_windows.add(step.out)
     if is_view(spec, specialiser.backend):
+        specialiser.strided_windows.add(step.out)
         specialiser.window_views[step.out] = step.arg  # memory: a view of its array, as a transpose is
 
 
