@@ -102,7 +102,7 @@ def _peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Se
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     cut = sliced_shapes(terms, shapes, blocks)
-    _, internal = contraction_text(equation, cut, contraction_list, [f"_a{k}" for k in range(len(terms))])
+    text, internal = contraction_text(equation, cut, contraction_list, [f"_a{k}" for k in range(len(terms))])
     sizes = _sizes(terms, cut)
     result = math.prod(sizes[label] for label in output)
     weights = list(made) + [0.0] * (len(terms) - len(made))
@@ -111,7 +111,9 @@ def _peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Se
                           for term, shape, weight in zip(terms, cut, weights) if weight))
     # a block cut from a leading axis, or from a matrix (the kernel's matmul hands BLAS strided rows), is a view;
     # a block cut from an inner axis of a higher-rank operand is copied when the kernel flattens its axes
-    overlapping = list(strided) + [False] * (len(terms) - len(strided))
+    # (a strided window the kernel transposes is copied by the pairwise step, counted in ``internal``)
+    overlapping = [bool(view) and f"_a{k}.transpose(" not in text
+                   for k, view in enumerate(list(strided) + [False] * (len(terms) - len(strided)))]
     copies = sum(math.prod(shape) for term, shape, weight, view in zip(terms, cut, weights, overlapping)
                  if not weight and (holds_operands or view or len(term) > 2 and any(label in blocks
                                                                                      for label in term[1:])))
