@@ -118,11 +118,11 @@ class Plan:
 
 
 def _peak(steps: tuple[Step, ...], allocations: Mapping[int, int], transients: Mapping[int, int],
-          views: Mapping[int, int]) -> tuple[int, int]:
+          views: Mapping[int, int] | None = None) -> tuple[int, int]:
     """(peak bytes, the register being made at the peak); an array is released once it and its views are freed."""
     live = peak = 0
     at = -1
-    holders = Holders(views)
+    holders = Holders(views or {})
     for step in steps:
         if isinstance(step, Free):
             live -= sum(allocations.get(register, 0) for register in holders.released(step.registers))
