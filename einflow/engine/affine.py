@@ -378,8 +378,13 @@ def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
         out = xp.zeros(out_shape, dtype=value.dtype)
         out[taken] = value[kept].transpose(order)
         return out
+    value, spec = _in_memory_order(value, spec)
+    value_shape = spec[1]
     flat, inside = _scatter_positions(spec, gathers, xp.arange)
-    flat = xp.broadcast_to(flat, value_shape).reshape(-1)
+    # (bincount copies a read-only broadcast view: one of the value's own shape is not made)
+    if tuple(getattr(flat, "shape", ())) != tuple(value_shape) or not hasattr(flat, "reshape"):
+        flat = xp.broadcast_to(flat, value_shape)
+    flat = flat.reshape(-1)
     weights = value.reshape(-1)
     if inside is not None:
         keep = xp.broadcast_to(inside, value_shape).reshape(-1)
@@ -395,6 +400,27 @@ def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     else:
         xp.add.at(out, flat, weights)
     return out.reshape(out_shape)
+
+
+def _in_memory_order(value: Any, spec: ScatterSpec) -> tuple[Any, ScatterSpec]:
+    """The value with its axes in the order its strides lay them out (a transposed array becomes contiguous, so
+    flattening it copies nothing), and the spec reading its axes in that order."""
+    strides = getattr(value, "strides", None)
+    if strides is None or value.ndim < 2:
+        return value, spec
+    order = tuple(sorted(range(value.ndim), key=lambda axis: -abs(strides[axis])))
+    if order == tuple(range(value.ndim)):
+        return value, spec
+    out_shape, value_shape, positions, name = spec
+    moved: list[Any] = []
+    for position in positions:
+        if position[0] == "plain":
+            moved.append(("plain", order.index(position[1])))
+        elif position[0] == "affine":
+            moved.append(("affine", tuple((order.index(axis), c) for axis, c in position[1]), position[2]))
+        else:
+            moved.append((position[0], position[1], tuple(order.index(axis) for axis in position[2]), position[3]))
+    return value.transpose(order), (out_shape, tuple(value_shape[axis] for axis in order), tuple(moved), name)
 
 
 def _row_scatter(spec: ScatterSpec) -> tuple[int, tuple[int, ...]] | None:
@@ -478,7 +504,15 @@ def window_temporaries(spec: WindowSpec, source_shape: tuple[int, ...], itemsize
     return total
 
 
-def scatter_temporaries(spec: ScatterSpec) -> int:
-    """Bytes a scatter-add allocates besides its result: the flat positions and the mask of the value."""
-    _, value_shape, _, _ = spec
-    return math.prod(value_shape) * 9  # int64 positions and a boolean mask per element
+def scatter_temporaries(spec: ScatterSpec, itemsize: int = 8, contiguous: bool = True) -> int:
+    """Bytes a scatter-add allocates besides its result (numpy's kernel): none for a strided copy into zeros;
+    otherwise int64 flat positions per element of the value, its flat copy when it is not ``contiguous``, and
+    where positions may land outside, the mask and the positions and values kept (copies)."""
+    if _slice_scatter(spec) is not None:
+        return 0
+    _, value_shape, positions, _ = spec
+    elements = math.prod(value_shape)
+    total = elements * (8 + (0 if contiguous else itemsize))
+    if any(position[0] == "affine" for position in positions):  # the mask, the kept positions and values
+        total += elements * (1 + 8 + itemsize)
+    return total

@@ -13,6 +13,11 @@ When the peak predicted from the specialised record (:mod:`einflow.engine.specia
   is computed in chunks of one of its indices, each written into its block of the result; a surviving
   delta (a **diagonal** array) that only this expression reads is made chunk by chunk inside the same loop,
   so the full diagonal array never exists (numpy backend);
+- a **gathered window** (``E[t[b], d]``) read by one contraction alone is not made whole: each slice of the
+  contraction makes its own block of it from the blocks of the position tensors (numpy backend);
+- a **scatter-add** (``delta[v, t[b]]``, a strided or gathered adjoint) is computed in chunks of its value's
+  first axis, each chunk's flat positions made and added into the one result, and any other gathered window
+  in chunks of its first axis, each taken into its block of the result (numpy backend);
 - anything else, or a step whose result and the arrays alive with it already exceed the limit, cannot fit
   and is named in the refusal with the reason.
 
@@ -28,9 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from einflow.engine.convolution import sole_reader
 from einflow.engine.linalg import is_linalg
 from einflow.engine.memory import format_bytes
-from einflow.engine.slicing import Slicing, choose_slicing, slice_peak
+from einflow.engine.slicing import SCATTER_CHUNK_BYTES, Slicing, choose_slicing, slice_peak
 from einflow.engine.specialise import Specialised
 from einflow.engine.steps import (
     Arg,
@@ -40,12 +46,14 @@ from einflow.engine.steps import (
     Free,
     Node,
     Reduce,
+    Scatter,
     Step,
+    Window,
     node_args,
     step_inputs,
 )
 
-__all__ = ["Fitting", "NO_FITTING", "fit", "slice_axes", "NORMALISERS", "COMBINE"]
+__all__ = ["Fitting", "NO_FITTING", "fit", "slice_axes", "NORMALISERS", "COMBINE", "Holders"]
 
 #: bytes kept free for what the model does not count (ufunc buffers, Python objects): a tenth of the room, at most
 HEADROOM = 1 << 20
@@ -85,6 +93,14 @@ class Fitting:
     #: register -> bytes alive only while it is computed, as fitted (None: nothing is sliced or chunked, the
     #: record's own figures hold)
     transients: Mapping[int, int] | None = None
+    #: gathered window register -> the sliced contraction that makes it block by block (the window is in ``fused``)
+    windows: Mapping[int, int] = field(default_factory=dict)
+    #: scatter-add or gathered window register -> rows of the first axis (a scatter's value's, a window's own)
+    #: computed at a time
+    rows: Mapping[int, int] = field(default_factory=dict)
+    #: chunked reduction register -> the registers its fused expression reads that are released only after it
+    #: (the lowering frees them after the expression, which now runs inside the reduction)
+    deferred: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         """Whether some step is sliced or chunked (or was meant to be: a slicing that cannot help)."""
@@ -104,6 +120,8 @@ class _Deciding:
         self.chunks: dict[int, tuple[Elementwise, int, int]] = {}
         self.pieces: dict[int, tuple[int, int, tuple[Diagonal, ...]]] = {}
         self.reasons: dict[int, str] = {}
+        self.windows: dict[int, int] = {}
+        self.rows: dict[int, int] = {}
 
     def frozen(self, record: Specialised) -> Fitting:
         """The decisions with each budgeted contraction's slicing and the memory of every fitted step."""
@@ -112,15 +130,26 @@ class _Deciding:
         transients = dict(record.transients)
         dask = record.backend.lazy
         most = MAX_TASKS if dask else MAX_SLICES
+        for window in self.windows:
+            transients.pop(window, None)
         for out, budget in self.budgets.items():
             planned = record.contractions[out]
             itemsize = record.itemsize(out)
+            step = next(step for step in record.lowered.steps if isinstance(step, Contract) and step.out == out)
+            # a gathered window made per slice: its block and its int64 flat positions
+            made = [(record.itemsize(r) + 8) / itemsize if self.windows.get(r) == out else 0.0 for r in step.args]
+            # a strided window (a view whose elements overlap) is copied by the kernel, whatever its block
+            strided = [r in record.strided_windows and r not in record.convolved_windows for r in step.args]
             slicing = choose_slicing(planned.equation, planned.shapes, planned.info.contraction_list,
-                                     budget // itemsize, holds_operands=dask, max_slices=most)
+                                     budget // itemsize, holds_operands=dask, max_slices=most, made=made,
+                                     strided=strided)
             if slicing is None:
                 reasons[out] = (f"slicing cannot help: in at most {most} slices (blocks of the indices' values), "
                                 "one slice of this contraction still needs more")
-            elif slicing.labels:
+            if slicing is None and any(made):  # one slice making the whole window (the plan is over its limit)
+                slicing = choose_slicing(planned.equation, planned.shapes, planned.info.contraction_list,
+                                         float("inf"), made=made, strided=strided)
+            if slicing is not None and (slicing.labels or any(made)):
                 slicings[out] = slicing
                 transients[out] = slicing.peak * itemsize
         for out, (position, count, diagonals) in self.pieces.items():
@@ -131,6 +160,7 @@ class _Deciding:
                 record.nbytes(d.out) for d in diagonals)
             held = sum(record.nbytes(r) for r in {d.arg for d in diagonals})
             transients[out] = -(-inside * block // size) + held
+        deferred: dict[int, tuple[int, ...]] = {}
         for out, (source, position, count) in self.chunks.items():
             # a chunk of the expression, its temporaries and the reduction's, and of the result (or, chunks of a
             # reduced index, the partial result and the one combined so far)
@@ -143,13 +173,50 @@ class _Deciding:
                 + record.nbytes(out) * block // size
             if position in reduction.axes:
                 transients[out] += 2 * record.nbytes(out)
-        fitted = bool(self.budgets or self.chunks or self.pieces)
+            deferred[out] = _freed_between(record, source, reduction)
+            transients[out] += sum(record.allocations.get(r, 0) for r in deferred[out])
+        for out, rows in self.rows.items():
+            transients[out] = min(rows, _row_count(record, out)) * _row_bytes(record, out)
+        fitted = bool(self.budgets or self.chunks or self.pieces or self.rows)
         return Fitting(self.budgets, frozenset(self.fused), self.chunks, self.pieces, reasons, slicings,
-                       transients if fitted else None)
+                       transients if fitted else None, self.windows, self.rows, deferred)
 
 
 #: the fitting of a plan without a memory limit, or that fits as it is
 NO_FITTING = Fitting()
+
+
+class Holders:
+    """When freed arrays are released: an array viewed by another register (a strided window of it, a
+    transposed view) is released once it and every view of it are freed, whatever order the Free steps
+    name them in (``del t`` after its window only drops a name: the window holds the array)."""
+
+    def __init__(self, views: Mapping[int, int]) -> None:
+        self.views = views
+        self.alive: dict[int, set[int]] = {}
+
+    def root(self, register: int) -> int:
+        while register in self.views:
+            register = self.views[register]
+        return register
+
+    def made(self, register: int) -> None:
+        self.alive.setdefault(self.root(register), set()).add(register)
+
+    def released(self, registers: tuple[int, ...]) -> list[int]:
+        """The registers whose own memory these frees release (the roots of groups left without a member)."""
+        found = []
+        for register in registers:
+            root = self.root(register)
+            members = self.alive.get(root)
+            if members is None:
+                found.append(root)
+                continue
+            members.discard(register)
+            if not members:
+                del self.alive[root]
+                found.append(root)
+        return found
 
 
 def slice_axes(expr: Node, position: int, ranks: dict[int, int]) -> dict[int, int] | None:
@@ -167,6 +234,58 @@ def slice_axes(expr: Node, position: int, ranks: dict[int, int]) -> dict[int, in
         return all(visit(child) for child in _children(node))
 
     return found if visit(expr) else None
+
+
+def _freed_between(record: Specialised, source: Elementwise, reduction: Reduce) -> tuple[int, ...]:
+    """The registers ``source`` reads that a Free step between it and ``reduction`` releases."""
+    steps = record.lowered.steps
+    start = steps.index(source)
+    end = next(k for k, step in enumerate(steps) if step is reduction)
+    read = set(node_args(source.expr))
+    return tuple(r for step in steps[start + 1:end] if isinstance(step, Free) for r in step.registers if r in read)
+
+
+def _row_shape(record: Specialised, out: int) -> tuple[int, ...]:
+    """The shape a chunked step is cut along the first axis of: a scatter-add's value's, a window's own."""
+    return record.specs[out][1] if _is_scatter(record, out) else record.shapes[out]
+
+
+def _is_scatter(record: Specialised, out: int) -> bool:
+    return any(isinstance(step, Scatter) and step.out == out for step in record.lowered.steps)
+
+
+def _row_count(record: Specialised, out: int) -> int:
+    """The rows a chunked scatter-add or window is computed in blocks of."""
+    shape = _row_shape(record, out)
+    return shape[0] if shape else 0
+
+
+def _row_bytes(record: Specialised, out: int) -> int:
+    """Bytes a chunked step allocates per row: a scatter-add (``einflow.engine.slicing.scatter_chunks``) for each
+    element of its value's row, its positions, mask and kept positions, its value's flat copy and kept values; a
+    window (``einflow.engine.slicing.window_chunks``) its int64 positions and the block it copies in."""
+    itemsize = record.itemsizes.get(out, 8)
+    shape = _row_shape(record, out)
+    inner = 1
+    for size in shape[1:]:
+        inner *= size
+    return inner * (SCATTER_CHUNK_BYTES + 2 * itemsize if _is_scatter(record, out) else 8 + itemsize)
+
+
+def _gathered(record: Specialised, step: Window) -> bool:
+    """Whether a window is a take at gathered positions (unpadded): its blocks are takes of the positions' blocks."""
+    spec = record.specs.get(step.out)
+    return bool(step.gathers) and spec is not None and spec[1] is None and bool(record.shapes[step.out])
+
+
+def _gathered_reader(record: Specialised, step: Window) -> Contract | None:
+    """The contraction that alone reads a gathered window (unpadded), which its slices can make block by block."""
+    if not _gathered(record, step):
+        return None
+    reader = sole_reader(record.lowered.steps, step.out, record.lowered.outputs)
+    if not isinstance(reader, Contract) or reader.out in record.convolutions or step.out not in reader.args:
+        return None
+    return reader
 
 
 def _children(node: Any) -> tuple[Any, ...]:
@@ -196,12 +315,14 @@ def fit(record: Specialised, limit: float) -> Fitting:
     allocations, transients = record.allocations, record.transients
     steps = lowered.steps
     live = 0
+    holders = Holders(record.views)
     skipped: set[int] = set()
     for position, step in enumerate(steps):
         if isinstance(step, Free):
-            live -= sum(allocations.get(r, 0) for r in step.registers if r not in fitting.fused)
+            live -= sum(allocations.get(r, 0) for r in holders.released(step.registers) if r not in fitting.fused)
             continue
         out = step.out
+        holders.made(out)
         made, extra = allocations.get(out, 0), transients.get(out, 0)
         if backend.lazy:  # each slice a task holding its operand blocks: every contraction is checked
             if isinstance(step, Contract):
@@ -210,7 +331,21 @@ def fit(record: Specialised, limit: float) -> Fitting:
                 if whole * record.itemsize(out) > limit / TASKS_AT_ONCE:
                     fitting.budgets[out] = int(limit / TASKS_AT_ONCE)
             continue
-        if out in skipped or live + made + extra <= limit:
+        if isinstance(step, Window) and backend.numpy_native and live + made + extra > limit:
+            reader = _gathered_reader(record, step)
+            if reader is not None:  # made block by block inside the contraction's slices
+                fitting.fused.add(out)
+                fitting.windows[out] = reader.out
+                continue
+            if _gathered(record, step):  # taken in blocks of rows into its result
+                room = limit - live - made
+                room -= min(max(room, 0) / 10, HEADROOM)
+                row = _row_bytes(record, out)
+                if row and room >= row:
+                    fitting.rows[out] = int(room // row)
+                    live += made
+                    continue
+        if out in skipped or live + made + extra <= limit and out not in fitting.windows.values():
             live += made
             continue
         if isinstance(step, Contract) and out in record.convolutions:
@@ -267,6 +402,18 @@ def fit(record: Specialised, limit: float) -> Fitting:
                 "max[k](A[i,k] + B[k,j]) or sum[i,j](exp(u[i] v[j]))), are computed in slices"
                 if reduction is None else
                 f"slicing cannot help: even in {MAX_SLICES} chunks of an index of this reduction, one chunk needs more")
+        elif isinstance(step, Scatter) and backend.numpy_native and out not in record.convolved_scatters \
+                and record.specs[out][1]:
+            room = limit - live - made
+            room -= min(max(room, 0) / 10, HEADROOM)
+            row = _row_bytes(record, out)
+            if row and room >= row:
+                fitting.rows[out] = int(room // row)
+            else:
+                fitting.reasons[out] = (
+                    f"slicing cannot help: the scatter's result of shape {record.shapes[out]} "
+                    f"({format_bytes(made)}) and the arrays alive with it ({format_bytes(live)}), with one row of "
+                    f"its value's positions ({format_bytes(row)}), exceed the limit")
         else:
             fitting.reasons[out] = f"slicing cannot help: a {type(step).__name__.lower()} step is not sliced"
         live += made

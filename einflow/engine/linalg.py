@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SPD_FACTORING", "FACTOR_KINDS", "SOLVE_HELPER", "TORCH_SOLVE_HELPER", "solve_flops", "LINALG_KINDS",
+__all__ = ["linalg_workspace", "solve_workspace",
+           "SPD_FACTORING", "FACTOR_KINDS", "SOLVE_HELPER", "TORCH_SOLVE_HELPER", "solve_flops", "LINALG_KINDS",
            "CHECK_KINDS", "SPD_KINDS",
            "matrix_kind", "linalg_result_dtype", "LINALG_HELPER",
            "TORCH_LINALG_HELPER", "is_linalg", "linalg_dtype", "linalg_flops"]
@@ -427,3 +428,57 @@ def linalg_flops(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> in
         return batch * 2 * n**3
     per_matrix = -(-n**3 // 3) if kind.startswith("spd") else -(-2 * n**3 // 3)
     return batch * per_matrix
+
+
+def _converted(dtype: Any, shape: tuple[int, ...]) -> int:
+    """Bytes of the floating copy the helpers make of an integer or boolean argument (``as_float``)."""
+    if isinstance(dtype, type) or np.dtype(dtype).kind not in "biu":
+        return 0
+    return math.prod(shape) * 8
+
+
+def linalg_workspace(kind: str, shape: tuple[int, ...], axes: tuple[int, ...], dtype: Any) -> int:
+    """Bytes a linear-algebra step allocates besides its result while it runs, as numpy and scipy do it.
+
+    numpy's gufuncs copy each matrix into a column-major buffer for LAPACK, one matrix of the batch at a time:
+    ``det``/``logdet`` (getrf) one copy, ``inv`` (gesv against the identity) the copy and the identity; a
+    Cholesky factorisation none besides its result (scipy's potrf); the inverse from a factor (potri) its copy
+    and the two triangles it is symmetrised from. A check (``symmetric``, ``spd``) builds ``|x - x^T|`` (and
+    ``spd`` the Cholesky factor, copy and result, unless a later step factorises). An integer matrix is first
+    converted to float64 (a whole copy).
+    ``tests/test_memory_promise.py`` measures these against the peak resident memory of a child process.
+
+    >>> linalg_workspace("inv", (10, 4, 4), (1, 2), np.dtype("float64"))  # the copy and the identity: 2 x 4x4
+    256
+    """
+    if not shape:
+        return 0
+    n = shape[axes[0]]
+    itemsize = 8 if isinstance(dtype, type) else max(np.dtype(linalg_dtype(dtype)).itemsize, 4)
+    matrix = n * n * itemsize
+    whole = math.prod(shape) * itemsize
+    converted = _converted(dtype, shape)
+    if kind in CHECK_KINDS or kind == "spd_by_factor":  # (numpy reuses the difference for its absolute value)
+        return converted + (2 if kind == "spd" else 1) * whole
+    matrices = {"inv": 2, "det": 1, "logdet": 1, "spd_inv": 2, "spd_det": 1, "spd_logdet": 1, "cho_inv": 2}
+    if kind == "spd_factor":  # scipy's potrf copies the matrix into its result
+        return converted
+    return converted + matrices.get(kind, 0) * matrix
+
+
+def solve_workspace(kind: str, n: int, rhs_shape: tuple[int, ...], matrix_dtype: Any, rhs_dtype: Any,
+                    matrix_shape: tuple[int, ...]) -> int:
+    """Bytes a solve allocates besides its result: numpy's gufunc copies one matrix and its right-hand sides
+    (per matrix of a batch) for LAPACK's gesv (scipy's Cholesky solve copies the right-hand sides), and an
+    integer operand is first converted to float64.
+
+    >>> solve_workspace("solve", 4, (4, 3), np.dtype("float64"), np.dtype("float64"), (4, 4))  # 4x4 and 4x3
+    224
+    """
+    itemsize = max(np.dtype(linalg_dtype(np.result_type(
+        *(float if isinstance(d, type) else d for d in (matrix_dtype, rhs_dtype))))).itemsize, 4)
+    batch = max(math.prod(matrix_shape) // max(n * n, 1), 1)
+    columns = math.prod(rhs_shape) // max(n * batch, 1)
+    converted = _converted(matrix_dtype, matrix_shape) + _converted(rhs_dtype, rhs_shape)
+    per_matrix = (0 if kind == "cho_solve" else n * n) + n * columns
+    return converted + per_matrix * itemsize

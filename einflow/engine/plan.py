@@ -25,13 +25,13 @@ import opt_einsum as oe
 
 from einflow.engine.backends.base import Backend
 from einflow.engine.codegen import Source
-from einflow.engine.fitting import NO_FITTING, Fitting, fit
+from einflow.engine.fitting import NO_FITTING, Fitting, Holders, fit
 from einflow.engine.lower import lower
 from einflow.engine.memory import format_bytes
 from einflow.engine.paths import PathChoice
 from einflow.engine.render import render
 from einflow.engine.specialise import PLAN_RULES, Specialised, specialise
-from einflow.engine.steps import Free, Lowered, Step
+from einflow.engine.steps import Free, Lowered, Scatter, Step
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
 from einflow.lang.errors import EinflowError, MemoryLimitError
@@ -100,7 +100,7 @@ class Plan:
         Each intermediate is released after its last use (a view keeps the array it views); inputs are
         the caller's and not counted.
         """
-        return _peak(self.lowered.steps, self.allocations, self.transients)[0]
+        return _peak(self.lowered.steps, self.allocations, self.transients, self.views)[0]
 
     def run(self, values: list[Any]) -> Any:
         try:
@@ -117,14 +117,17 @@ class Plan:
                                "(e.g. to float64) first") from None
 
 
-def _peak(steps: tuple[Step, ...], allocations: Mapping[int, int], transients: Mapping[int, int]) -> tuple[int, int]:
-    """(peak bytes, the register being made at the peak)."""
+def _peak(steps: tuple[Step, ...], allocations: Mapping[int, int], transients: Mapping[int, int],
+          views: Mapping[int, int] | None = None) -> tuple[int, int]:
+    """(peak bytes, the register being made at the peak); an array is released once it and its views are freed."""
     live = peak = 0
     at = -1
+    holders = Holders(views or {})
     for step in steps:
         if isinstance(step, Free):
-            live -= sum(allocations.get(register, 0) for register in step.registers)
+            live -= sum(allocations.get(register, 0) for register in holders.released(step.registers))
             continue
+        holders.made(step.out)
         made = allocations.get(step.out, 0)
         if live + made + transients.get(step.out, 0) > peak:
             peak, at = live + made + transients.get(step.out, 0), step.out
@@ -194,13 +197,13 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
 def _fitted(record: Specialised, memory_limit: float, slicing: bool) -> Fitting:
     """What to slice or chunk to stay under ``memory_limit`` (MemoryLimitError when nothing will do)."""
     lowered, backend = record.lowered, record.backend
-    peak, at = _peak(lowered.steps, record.allocations, record.transients)
+    peak, at = _peak(lowered.steps, record.allocations, record.transients, record.views)
     fitting = NO_FITTING
     if slicing and backend.slices and (peak > memory_limit or backend.lazy):
         fitting = fit(record, memory_limit)
         if fitting.transients is not None:  # some step sliced or chunked
             allocations = {r: size for r, size in record.allocations.items() if r not in fitting.fused}
-            peak, at = _peak(lowered.steps, allocations, fitting.transients)
+            peak, at = _peak(lowered.steps, allocations, fitting.transients, record.views)
     if peak > memory_limit and not backend.lazy:
         statement = next((s.statement for s in lowered.steps if getattr(s, "out", None) == at), 0)
         shape = record.shapes.get(at, ())
@@ -256,6 +259,13 @@ def _report_step(step: Step, record: Specialised, fitting: Fitting, names: Sourc
             reported.sliced, reported.slices = (step.labels[position],), count  # type: ignore[union-attr]
         elif out in [diagonal.out for diagonal in diagonals]:  # a diagonal array made block by block
             reported.chunked, reported.largest = True, -(-math.prod(reported.shape) // count)
+    rows = fitting.rows.get(out)
+    if rows is not None:  # a scatter-add or a gathered window in blocks of rows (a scatter's value's)
+        labels = getattr(step, "arg_labels", None) or step.labels  # type: ignore[union-attr]
+        count = record.specs[out][1][0] if isinstance(step, Scatter) else shape[0]
+        reported.sliced, reported.slices = (labels[0],), -(-count // rows)
+    if out in fitting.windows:  # made block by block inside the slices of the contraction reading it
+        reported.chunked, reported.largest = True, 0
     for reduced, (source, position, count) in fitting.chunks.items():
         if out in (reduced, source.out):  # a fused expression and its reduction, chunk by chunk
             reported.sliced, reported.slices = (source.labels[position],), count

@@ -33,6 +33,7 @@ from einflow.engine.codegen import (
 from einflow.engine.convolution import convolution_kernel
 from einflow.engine.fitting import Fitting
 from einflow.engine.render_fitted import FittedRenderer
+from einflow.engine.slicing import scatter_chunks, window_chunks
 from einflow.engine.specialise import NP, OPS, Specialised, common_dtype, one_float_type
 from einflow.engine.steps import (
     Add,
@@ -573,9 +574,23 @@ def _diagonal_writer(backend: Backend, step: Diagonal, full_shape: tuple[int, ..
 def _free_lines(renderer: Renderer, step: Free) -> list[str]:
     # small arrays: releasing them early costs more time than it saves memory
     held = renderer.fitting.held()  # read later, inside a loop computing an expression in blocks
+    held |= {r for registers in renderer.fitting.deferred.values() for r in registers}  # (released after it)
     big = [r for r in step.registers if math.prod(renderer.shape.get(r, ())) * renderer.itemsize(r)
-           >= RELEASE_BYTES and r not in held]
+           >= RELEASE_BYTES and r not in held and r not in renderer.fitting.windows]  # (windows: made per slice)
     return Source.step_lines(renderer, Free(step.statement, tuple(big))) if big else []
+
+
+def _window_lines(renderer: Renderer, step: Window) -> list[str]:
+    if step.out in renderer.fitting.windows:  # made block by block by the sliced contraction reading it
+        return []
+    rows = renderer.fitting.rows.get(step.out)
+    if rows is not None:  # taken in blocks of rows, to fit the memory limit (einflow.engine.fitting)
+        chunked, kernel = renderer.fresh("_window_chunks"), renderer.fresh("_window_kernel")
+        renderer.namespace[chunked], renderer.namespace[kernel] = window_chunks, window_kernel(renderer.backend)
+        gathers = "".join(f", {renderer.var(g)}" for g in step.gathers)
+        return [f"{renderer.var(step.out)} = {chunked}({kernel}, {renderer.var(step.arg)}, "
+                f"{renderer.record.specs[step.out]!r}, {rows}{gathers})"]
+    return [f"{renderer.var(step.out)} = {renderer.window(step)}"]
 
 
 def _scatter_lines(renderer: Renderer, step: Scatter) -> list[str]:
@@ -585,6 +600,11 @@ def _scatter_lines(renderer: Renderer, step: Scatter) -> list[str]:
     helper = renderer.alias.get("scatter") or "_scatter"
     renderer.namespace[helper] = scatter_kernel(renderer.backend)
     gathers = "".join(f", {renderer.var(g)}" for g in step.gathers)
+    rows = renderer.fitting.rows.get(step.out)
+    if rows is not None:  # in chunks of the value's rows, to fit the memory limit (einflow.engine.fitting)
+        chunked = renderer.fresh("_scatter_chunks")
+        renderer.namespace[chunked] = scatter_chunks
+        return [f"{renderer.var(step.out)} = {chunked}({renderer.var(step.arg)}, {spec!r}, {rows}{gathers})"]
     return [f"{renderer.var(step.out)} = {helper}({renderer.var(step.arg)}, {spec!r}{gathers})"]
 
 
@@ -617,7 +637,7 @@ class RenderRule:
 
 RENDER_RULES: dict[type, RenderRule] = {
     Reduce: RenderRule(inline=_reduce_inline),
-    Window: RenderRule(lines=lambda renderer, step: [f"{renderer.var(step.out)} = {renderer.window(step)}"]),
+    Window: RenderRule(lines=_window_lines),
     Scatter: RenderRule(lines=_scatter_lines),
     Free: RenderRule(lines=_free_lines),
 }

@@ -13,9 +13,10 @@ from typing import Any
 
 import opt_einsum as oe
 
+from einflow.engine.affine import window_kernel
 from einflow.engine.fitting import COMBINE, NORMALISERS, Fitting, slice_axes
-from einflow.engine.slicing import SliceKernel, slice_table
-from einflow.engine.steps import Contract, Diagonal, Elementwise, Reduce, Step, node_args
+from einflow.engine.slicing import SliceKernel, slice_table, window_block
+from einflow.engine.steps import Contract, Diagonal, Elementwise, Reduce, Step, Window, node_args
 
 __all__ = ["FittedRenderer"]
 
@@ -76,7 +77,8 @@ class FittedRenderer:
             lines += [f"{out} = {out} * {self.node(factor)[0]}" for factor in step.scale]
             return lines
         at, parts, kernel = self.fresh("_at"), self.fresh("_parts"), self.fresh("_kernel")
-        operands = ", ".join((f"{self.var(r)}[{parts}[{k}]]" if step.operands[k] else self.var(r))
+        operands = ", ".join((self.window_block(r, f"{parts}[{k}]") if r in self.fitting.windows else
+                              f"{self.var(r)}[{parts}[{k}]]" if step.operands[k] else self.var(r))
                              + (f".astype({str(common)!r})" if casts[k] else "") for k, r in enumerate(step.args))
         allocate, write = ("zeros", "+=") if slicing.accumulates else ("empty", "=")
         lines = [f"{out} = {np_}.{allocate}({shape!r}, dtype={dtype!r})",
@@ -84,6 +86,16 @@ class FittedRenderer:
                  f"    {out}[{at}] {write} {kernel}({operands})"]
         lines += [f"{out} *= {self.node(factor)[0]}" for factor in step.scale]
         return lines
+
+    def window_block(self: Any, register: int, index: str) -> str:
+        """The text making one slice's block ``index`` of a gathered window the fitting fused into the slices."""
+        window = next(step for step in self.lowered.steps if isinstance(step, Window) and step.out == register)
+        helper = self.fresh("_window_block")
+        self.namespace[helper] = window_block
+        kernel = self.fresh("_window_kernel")
+        self.namespace[kernel] = window_kernel(self.backend)
+        gathers = "".join(f", {self.var(g)}" for g in window.gathers)
+        return f"{helper}({kernel}, {self.var(window.arg)}, {self.record.specs[register]!r}, {index}{gathers})"
 
     def chunk_text(self: Any, step: Elementwise, views: dict[int, str]) -> str:
         """The expression of ``step`` for one chunk: the registers in ``views`` read through their chunk's name."""
@@ -142,6 +154,11 @@ class FittedRenderer:
                 f"    {np_}.einsum({spec!r}, {view})[...] = {value}"]
 
     def chunked_reduce(self: Any, step: Reduce) -> list[str]:
+        lines = self.chunked_reduce_lines(step)
+        released = [self.vars[r] for r in self.fitting.deferred.get(step.out, ()) if r in self.vars]
+        return lines + ([f"del {', '.join(dict.fromkeys(released))}"] if released else [])
+
+    def chunked_reduce_lines(self: Any, step: Reduce) -> list[str]:
         source, position, count = self.fitting.chunks[step.out]
         size = self.shape[source.out][position]
         block = -(-size // count)

@@ -30,7 +30,9 @@ from opt_einsum.helpers import flop_count
 
 from einflow.engine.kernels import compile_numpy, contraction_text
 
-__all__ = ["Slicing", "SliceKernel", "choose_slicing", "slice_peak", "slice_ranges", "slice_table"]
+__all__ = ["Slicing", "SliceKernel", "choose_slicing", "slice_peak", "slice_ranges", "slice_table", "window_block",
+           "scatter_chunks", "window_chunks",
+           "SCATTER_CHUNK_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -91,20 +93,31 @@ def sliced_shapes(terms: Sequence[str], shapes: Sequence[tuple[int, ...]],
 
 
 def _peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-          blocks: dict[str, int], holds_operands: bool = False) -> tuple[int, int]:
+          blocks: dict[str, int], holds_operands: bool = False,
+          made: Sequence[float] = (), strided: Sequence[bool] = ()) -> tuple[int, int]:
     """Elements one slice keeps alive: its intermediates and its result, and that plus copies of the operand
-    blocks it cuts (a cut operand may need a copy to be reshaped into a matrix)."""
+    blocks it cuts (a cut operand may need a copy to be reshaped into a matrix). ``made[k]`` (when non-zero):
+    operand k's block is made for each slice (a gathered window), ``made[k]`` elements per element of it;
+    ``strided[k]``: operand k is a strided window whose elements overlap, copied whole by the kernel."""
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     cut = sliced_shapes(terms, shapes, blocks)
-    _, internal = contraction_text(equation, cut, contraction_list, [f"_a{k}" for k in range(len(terms))])
+    text, internal = contraction_text(equation, cut, contraction_list, [f"_a{k}" for k in range(len(terms))])
     sizes = _sizes(terms, cut)
     result = math.prod(sizes[label] for label in output)
+    weights = list(made) + [0.0] * (len(terms) - len(made))
+    # a made block, with its copy when the kernel flattens its axes (it is laid out in its own index order)
+    built = math.ceil(sum(weight * math.prod(shape) + (math.prod(shape) if len(term) > 2 else 0)
+                          for term, shape, weight in zip(terms, cut, weights) if weight))
     # a block cut from a leading axis, or from a matrix (the kernel's matmul hands BLAS strided rows), is a view;
     # a block cut from an inner axis of a higher-rank operand is copied when the kernel flattens its axes
-    copies = sum(math.prod(shape) for term, shape in zip(terms, cut)
-                 if holds_operands or len(term) > 2 and any(label in blocks for label in term[1:]))
-    return internal + result, internal + result + copies
+    # (a strided window the kernel transposes is copied by the pairwise step, counted in ``internal``)
+    overlapping = [bool(view) and f"_a{k}.transpose(" not in text
+                   for k, view in enumerate(list(strided) + [False] * (len(terms) - len(strided)))]
+    copies = sum(math.prod(shape) for term, shape, weight, view in zip(terms, cut, weights, overlapping)
+                 if not weight and (holds_operands or view or len(term) > 2 and any(label in blocks
+                                                                                     for label in term[1:])))
+    return internal + result + built, internal + result + built + copies
 
 
 def slice_peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
@@ -114,29 +127,32 @@ def slice_peak(equation: str, shapes: Sequence[tuple[int, ...]], contraction_lis
 
 
 def choose_slicing(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-                   budget: float, holds_operands: bool = False, max_slices: int = 1 << 16) -> Slicing | None:
+                   budget: float, holds_operands: bool = False, max_slices: int = 1 << 16,
+                   made: Sequence[float] = (), strided: Sequence[bool] = ()) -> Slicing | None:
     """The slicing whose per-slice peak (elements, see :class:`Slicing`) fits ``budget``, or None if none fits.
 
     Blocks are halved one index at a time, choosing the index that lowers the per-slice peak the most for
     the least FLOP overhead; an index of size 1 cannot be cut. The path (``contraction_list``) stays fixed.
     ``holds_operands``: a slice also holds its blocks of every operand (a dask task does); a slicing into more
-    than ``max_slices`` slices does not count as fitting.
+    than ``max_slices`` slices does not count as fitting. ``made``: the operands whose blocks each slice makes
+    and the strided windows copied whole (see :func:`_peak`).
     """
     inputs, output = equation.split("->")
     terms = inputs.split(",")
     sizes = _sizes(terms, shapes)
     unsliced_flops = _cost(contraction_list, sizes, {})
-    unsliced_peak = _peak(equation, shapes, contraction_list, {}, holds_operands)[1]
+    unsliced_peak = _peak(equation, shapes, contraction_list, {}, holds_operands, made, strided)[1]
     counts: dict[str, int] = {}
 
     def measure(trial: dict[str, int]) -> tuple[int, int, int]:
         blocks = {label: -(-sizes[label] // count) for label, count in trial.items()}
-        peak, with_copies = _peak(equation, shapes, contraction_list, blocks, holds_operands)
+        peak, with_copies = _peak(equation, shapes, contraction_list, blocks, holds_operands, made, strided)
         flops = _cost(contraction_list, sizes, trial)
         return peak, with_copies, flops
 
     # progress is judged without the copies (the first cut of an operand adds one), the fit with them
-    peak, with_copies, flops = _peak(equation, shapes, contraction_list, {}, holds_operands) + (unsliced_flops,)
+    peak, with_copies = _peak(equation, shapes, contraction_list, {}, holds_operands, made, strided)
+    flops = unsliced_flops
     while with_copies > budget:
         best: tuple[int, float, int, dict[str, int], int, int] | None = None
         for label in sizes:
@@ -224,3 +240,102 @@ class SliceKernel:
         if self._function is None:
             self._function = compile_numpy(self.equation, self.shapes, self.steps, strided=True)[0]
         return self._function(*operands)
+
+
+def window_block(kernel: Any, array: Any, spec: Any, index: tuple[slice, ...], *gathers: Any) -> Any:
+    """The block ``index`` (a slice per axis of the window) of a gathered window (``einflow.engine.affine``'s
+    ``WindowSpec``), made by ``kernel`` from the blocks of its position tensors alone: a sliced contraction
+    reading it never holds the whole window.
+
+    >>> import numpy as np
+    >>> from einflow.engine.affine import window_numpy, window_spec
+    >>> spec = window_spec(("b", "d"), (4, 3), (5, 3), (("gather", 0, (0,)), ("affine", ((1, 1),), 0)), ((4,),))
+    >>> E, t = np.arange(15.0).reshape(5, 3), np.array([4, 0, 2, 2])
+    >>> window_block(window_numpy, E, spec, (slice(1, 3), slice(None)), t)
+    array([[0., 1., 2.],
+           [6., 7., 8.]])
+    """
+    shape, pads, positions, name = spec
+    starts = [0 if part.start is None else part.start for part in index]
+    sizes = tuple(len(range(*part.indices(size))) for part, size in zip(index, shape))
+    moved: list[Any] = []
+    taken: list[Any] = list(gathers)
+    for position in positions:
+        if position[0] == "affine":
+            _, terms, offset = position
+            moved.append(("affine", terms, offset + sum(c * starts[label] for label, c in terms)))
+        else:
+            _, k, axes, length = position
+            taken[k] = gathers[k][tuple(index[axis] for axis in axes)]
+            moved.append(position)
+    return kernel(array, (sizes, pads, tuple(moved), name), *taken)
+
+
+#: bytes a chunked scatter-add (:func:`scatter_chunks`) allocates per element of a chunk besides its value's
+#: copy: int64 flat positions, the product building them, the mask and the positions kept
+SCATTER_CHUNK_BYTES = 8 + 8 + 1 + 8
+
+
+def scatter_chunks(value: Any, spec: Any, rows: int, *gathers: Any) -> Any:
+    """A scatter-add (``einflow.engine.affine``'s ``ScatterSpec``) computed ``rows`` values of the value's first
+    axis at a time, each chunk's positions made and added (``add.at``) into the one zeroed result: the
+    temporaries of a chunk (:data:`SCATTER_CHUNK_BYTES` an element, and its flat copy) instead of the whole's.
+
+    >>> import numpy as np
+    >>> from einflow.engine.affine import scatter_numpy
+    >>> spec = ((4,), (3, 2), (("affine", ((0, 1), (1, 1)), 0),), "x")
+    >>> scatter_chunks(np.ones((3, 2)), spec, 1), scatter_numpy(np.ones((3, 2)), spec)
+    (array([1., 2., 2., 1.]), array([1., 2., 2., 1.]))
+    """
+    import numpy as np
+
+    from einflow.engine.affine import _scatter_positions
+
+    out_shape, value_shape, positions, name = spec
+    out = np.zeros(math.prod(out_shape), dtype=value.dtype)
+    for start in range(0, value_shape[0], rows):
+        stop = min(start + rows, value_shape[0])
+        moved: list[Any] = []
+        taken = list(gathers)
+        for position in positions:
+            if position[0] == "plain":  # along the chunked axis: shifted by the chunk's start
+                moved.append(("affine", ((0, 1),), start) if position[1] == 0 else position)
+            elif position[0] == "affine":
+                moved.append(("affine", position[1], position[2] + sum(c * start for a, c in position[1] if not a)))
+            else:
+                _, k, axes, _ = position
+                taken[k] = gathers[k][tuple(slice(start, stop) if not a else slice(None) for a in axes)]
+                moved.append(position)
+        part = value[start:stop]
+        flat, inside = _scatter_positions((out_shape, tuple(part.shape), tuple(moved), name), tuple(taken),
+                                          np.arange)
+        flat = np.broadcast_to(flat, part.shape).reshape(-1)
+        weights = part.reshape(-1)
+        if inside is not None:
+            keep = np.broadcast_to(inside, part.shape).reshape(-1)
+            flat, weights = flat[keep], weights[keep]
+        np.add.at(out, flat, weights)
+    return out.reshape(out_shape)
+
+
+def window_chunks(kernel: Any, array: Any, spec: Any, rows: int, *gathers: Any) -> Any:
+    """A gathered window taken ``rows`` rows of its first axis at a time into its result (each block's positions
+    alone exist at once, not the whole window's).
+
+    >>> import numpy as np
+    >>> from einflow.engine.affine import window_numpy, window_spec
+    >>> spec = window_spec(("b", "d"), (3, 2), (4, 2), (("gather", 0, (0,)), ("affine", ((1, 1),), 0)), ((3,),))
+    >>> window_chunks(window_numpy, np.arange(8.0).reshape(4, 2), spec, 2, np.array([3, 0, 3]))
+    array([[6., 7.],
+           [0., 1.],
+           [6., 7.]])
+    """
+    import numpy as np
+
+    shape = spec[0]
+    out = np.empty(shape, dtype=array.dtype)
+    rest = (slice(None),) * (len(shape) - 1)
+    for start in range(0, shape[0], rows):
+        out[start:start + rows] = window_block(kernel, array, spec, (slice(start, min(start + rows, shape[0])),
+                                                                     *rest), *gathers)
+    return out

@@ -52,7 +52,16 @@ from einflow.engine.convolution import (
     window_convolution,
 )
 from einflow.engine.kernels import contraction_steps
-from einflow.engine.linalg import is_linalg, linalg_dtype, linalg_flops, linalg_result_dtype, solve_flops
+from einflow.engine.linalg import (
+    CHECK_KINDS,
+    is_linalg,
+    linalg_dtype,
+    linalg_flops,
+    linalg_result_dtype,
+    linalg_workspace,
+    solve_flops,
+    solve_workspace,
+)
 from einflow.engine.paths import PathChoice, choose_path
 from einflow.engine.steps import (
     Add,
@@ -197,6 +206,8 @@ class Specialised:
     convolutions: Mapping[int, tuple[Any, tuple[int, ...]]]
     convolved_windows: frozenset[int]
     convolved_scatters: frozenset[int]
+    #: windows that are strided views (of their array or of its padded copy): a kernel copies them to reshape
+    strided_windows: frozenset[int] = frozenset()
 
     def itemsize(self, register: int) -> int:
         return self.itemsizes[register]
@@ -257,6 +268,10 @@ class _Specialising:
         self.specs: dict[int, Any] = {}
         self.transient: dict[int, int] = {}
         self.window_views: dict[int, int] = {}
+        #: register -> the bytes its step allocates where that is not its shape's (a transposed convolution makes
+        #: the scatter's result; a padded window, its padded copy)
+        self.sized: dict[int, int] = {}
+        self.strided_windows: set[int] = set()
         self.updated: dict[int, int] = {}
         self.convolutions: dict[int, tuple[Any, tuple[int, ...]]] = {}
         self.convolved_windows: set[int] = set()
@@ -371,7 +386,7 @@ class _Specialising:
             elif out in self.window_views:
                 views[out] = self.window_views[out]
             else:
-                allocations[out] = math.prod(self.shape[out]) * self.itemsize(out)
+                allocations[out] = self.sized.get(out, math.prod(self.shape[out]) * self.itemsize(out))
         itemsizes = {register: 8 if isinstance(dtype, type) else np.dtype(dtype).itemsize
                      for register, dtype in self.dtype.items()}
         frozen = MappingProxyType  # read-only views: the passes after this one read the record, never write it
@@ -380,7 +395,8 @@ class _Specialising:
                            frozen(self.orders), frozen(self.contractions), frozen(self.expressions),
                            frozen(self.specs), frozen(flops), frozen(allocations), frozen(views),
                            frozen(self.updated), frozen(self.transient), frozen(self.convolutions),
-                           frozenset(self.convolved_windows), frozenset(self.convolved_scatters))
+                           frozenset(self.convolved_windows), frozenset(self.convolved_scatters),
+                           frozenset(self.strided_windows))
 
 
 def common_dtype(dtypes: Mapping[int, Any], step: Contract) -> np.dtype:
@@ -458,6 +474,12 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
         equation, tuple(shapes), path, info, names, choice, int(info.opt_cost), tuple(pairwise),
         int(info.largest_intermediate), tuple(orders), in_place, text, fresh)
     specialiser.transient[step.out] = internal * specialiser.itemsize(step.out)
+    for k, register in enumerate(step.args):
+        # a strided window (a view whose elements overlap) is copied whole where the kernel reshapes it or hands
+        # it to BLAS; a transposed one the pairwise step counted already
+        if register in specialiser.strided_windows and register not in specialiser.convolved_windows and \
+                not (text is not None and any(f"{{{k}}}.{move}(" in text for move in ("transpose", "permute"))):
+            specialiser.transient[step.out] += math.prod(specialiser.shape[register]) * specialiser.itemsize(register)
     if specialiser.convolve and not step.scale and step.out in specialiser.scattered \
             and step.out not in specialiser.convolutions:
         _scatter_convolution(specialiser, step)
@@ -491,6 +513,7 @@ def _scatter_convolution(specialiser: _Specialising, step: Contract) -> None:
     if found is not None:
         specialiser.convolutions[step.out] = (found, step.args)
         specialiser.convolved_scatters.add(scatter.out)
+        specialiser.sized[step.out] = math.prod(spec[0]) * specialiser.itemsize(step.out)  # the scatter's result
 
 
 def _window_convolution(specialiser: _Specialising, step: Window, spec: Any) -> bool:
@@ -585,7 +608,14 @@ def _track_elementwise_order(specialiser: _Specialising, step: Elementwise) -> N
 
 
 def _measure_reduce(specialiser: _Specialising, step: Reduce) -> None:
-    """torch: a sum keeps the order of the axes it keeps."""
+    """Linear algebra: LAPACK's copies and workspace (a check's value is its matrix itself); torch: a sum keeps
+    the order of the axes it keeps."""
+    if is_linalg(step):
+        specialiser.transient[step.out] = linalg_workspace(step.kind, specialiser.shape[step.arg], step.axes,
+                                                           specialiser.dtype[step.arg])
+        if step.kind in (*CHECK_KINDS, "spd_by_factor"):
+            specialiser.window_views[step.out] = step.arg  # the helper returns the matrix it checked
+        return
     if specialiser.target == "torch" and step.kind == "sum" and step.arg in specialiser.orders:
         kept = [a for a in specialiser.orders[step.arg] if a not in step.axes]
         positions = sorted(kept)
@@ -606,7 +636,12 @@ def _measure_window(specialiser: _Specialising, step: Window) -> None:
         return  # read in place by the convolution that computes its only reader
     specialiser.transient[step.out] = window_temporaries(spec, specialiser.shape[step.arg],
                                                          specialiser.itemsize(step.arg))
+    if spec[1] is not None and is_view(spec[:1] + (None,) + spec[2:], specialiser.backend):
+        # a strided view of the zero-padded copy: the copy is what the window allocates
+        specialiser.sized[step.out], specialiser.transient[step.out] = specialiser.transient[step.out], 0
+        specialiser.strided_windows.add(step.out)
     if is_view(spec, specialiser.backend):
+        specialiser.strided_windows.add(step.out)
         specialiser.window_views[step.out] = step.arg  # memory: a view of its array, as a transpose is
 
 
@@ -617,7 +652,22 @@ def _measure_scatter(specialiser: _Specialising, step: Scatter) -> None:
     if step.out in specialiser.convolved_scatters:  # computed whole by a transposed convolution
         specialiser.window_views[step.out] = step.arg
         return
-    specialiser.transient[step.out] = scatter_temporaries(spec)
+    specialiser.transient[step.out] = scatter_temporaries(spec, specialiser.itemsize(step.arg),
+                                                          _contiguous(specialiser, step.arg))
+
+
+def _contiguous(specialiser: _Specialising, register: int) -> bool:
+    """Whether a register's array is dense in some order of its axes (the scatter kernel flattens it in its
+    memory order without a copy): any array but a strided window, whose elements overlap."""
+    return register not in specialiser.window_views
+
+
+def _measure_solve(specialiser: _Specialising, step: Solve) -> None:
+    """LAPACK's copies of each matrix and its right-hand sides (numpy's solve), and float copies of integers."""
+    n = specialiser.shape[step.matrix][step.axes[0]]
+    specialiser.transient[step.out] = solve_workspace(
+        step.kind, n, specialiser.shape[step.rhs], specialiser.dtype[step.matrix], specialiser.dtype[step.rhs],
+        specialiser.shape[step.matrix])
 
 
 def _measure_diagonal(specialiser: _Specialising, step: Diagonal) -> None:
@@ -751,7 +801,8 @@ PLAN_RULES: dict[type, PlanRule] = {
         measure=_measure_reduce),
     Solve: PlanRule(
         dtype=_solve_dtype,
-        count=_solve_flops),
+        count=_solve_flops,
+        measure=_measure_solve),
     Elementwise: PlanRule(
         dtype=_elementwise_dtype,
         count=lambda specialiser, step: _elements(specialiser, step) * max(1, _operations(step.expr)),
