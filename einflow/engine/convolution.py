@@ -49,7 +49,9 @@ def window_convolution(labels: tuple[str, ...], spec: Any, source_shape: tuple[i
     """The convolution computing ``einsum(window, other -> output)`` (window ``labels``, ``spec`` a
     :data:`~einflow.engine.affine.WindowSpec`, other operand's labels ``other``, the result's shape
     ``output_shape``), or None where it is not one."""
-    shape, pads, positions, _ = spec
+    shape, pads, positions, _, mode = spec
+    if mode != "zeros" and pads is not None:  # a folded boundary: the einsum over the folded window computes it
+        return None
     if any(position[0] != "affine" for position in positions) or not all(shape) or \
             len({*labels}) != len(labels) or len({*other}) != len(other) or len({*output}) != len(output):
         return None
@@ -152,7 +154,7 @@ def scatter_convolution(operands: tuple[tuple[str, ...], ...], shapes: tuple[tup
                 return None
             plain.append((axis, name))
             seen.append(name)
-        elif position[0] == "affine" and len(position[1]) == 2:
+        elif position[0] == "affine" and len(position[1]) == 2 and len(position) == 3:  # (4: a folded one)
             terms = tuple((value[v], c) for v, c in position[1])
             spatial.append((axis, terms, position[2]))
             seen += [name for name, _ in terms]

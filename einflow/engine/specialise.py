@@ -486,7 +486,7 @@ def _scatter_convolution(specialiser: _Specialising, step: Contract) -> None:
             any(str(specialiser.dtype[register]) not in CONVOLVED_TYPES for register in step.args):
         return
     spec = scatter_spec(scatter.labels, tuple(specialiser.resolve(ref) for ref in scatter.sizes), scatter.arg_labels,
-                        specialiser.shape[step.out], scatter.positions, "")
+                        specialiser.shape[step.out], scatter.positions, "", scatter.modes)
     found = scatter_convolution(step.operands, tuple(specialiser.shape[r] for r in step.args), step.output, spec)
     if found is not None:
         specialiser.convolutions[step.out] = (found, step.args)
@@ -598,7 +598,7 @@ def _measure_window(specialiser: _Specialising, step: Window) -> None:
     labels = step.labels
     spec = window_spec(labels, tuple(specialiser.resolve(ref) for ref in step.sizes), specialiser.shape[step.arg],
                        plain_positions(step.positions, labels), tuple(specialiser.shape[g] for g in step.gathers),
-                       step.name)
+                       step.name, step.mode)
     specialiser.specs[step.out] = spec
     if is_identity(spec, specialiser.shape[step.arg]):
         return
@@ -612,7 +612,8 @@ def _measure_window(specialiser: _Specialising, step: Window) -> None:
 
 def _measure_scatter(specialiser: _Specialising, step: Scatter) -> None:
     spec = scatter_spec(step.labels, tuple(specialiser.resolve(ref) for ref in step.sizes), step.arg_labels,
-                        specialiser.shape[step.arg], step.positions, specialiser.lowered.statements[step.statement])
+                        specialiser.shape[step.arg], step.positions, specialiser.lowered.statements[step.statement],
+                        step.modes)
     specialiser.specs[step.out] = spec
     if step.out in specialiser.convolved_scatters:  # computed whole by a transposed convolution
         specialiser.window_views[step.out] = step.arg
