@@ -262,3 +262,16 @@ def test_exported_source_of_a_padded_conv_and_its_gradient_matches(target: str) 
         convert = torch.tensor if target == "torch" else np.asarray
         got = _numpy(function(x=convert(x), k=convert(k)))  # type: ignore[operator]
         np.testing.assert_allclose(got, program(x=x, k=k), rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------- the REPL session
+def test_session_pad_declaration_folds_the_reads_of_later_statements() -> None:
+    from einflow.shell.session import Session
+
+    session, u = Session(), RNG.standard_normal(5)
+    assert session.run_statements("pad reflect u") == "u: declared pad reflect"
+    session.bind("u", u, "test")
+    session.run_statements("size i = u")
+    session.run_statements("L[i] = u[i-1] - 2 u[i] + u[i+1]")
+    padded = np.pad(u, 1, mode="reflect")
+    np.testing.assert_allclose(session.lookup("L"), padded[:-2] - 2 * u + padded[2:], rtol=1e-12)
