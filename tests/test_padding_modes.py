@@ -275,3 +275,39 @@ def test_session_pad_declaration_folds_the_reads_of_later_statements() -> None:
     session.run_statements("L[i] = u[i-1] - 2 u[i] + u[i+1]")
     padded = np.pad(u, 1, mode="reflect")
     np.testing.assert_allclose(session.lookup("L"), padded[:-2] - 2 * u + padded[2:], rtol=1e-12)
+
+
+# ---------------------------------------------------------------- torch: its own padding_mode in the convolution
+@pytest.mark.parametrize("mode", ("circular", "reflect", "replicate"))
+def test_padded_conv2d_on_torch_is_one_native_convolution_with_its_padding_mode(
+        mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import einflow.engine.convolution as convolution
+
+    seen: list[object] = []
+    native = convolution.convolve_torch
+
+    def spy(*args: object) -> object:
+        seen.append(args[2][-1])  # type: ignore[index]
+        return native(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(convolution, "convolve_torch", spy)
+    x, K = torch.randn(2, 3, 6, 5, dtype=torch.float64), torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    text = CONV2D.format(mode=mode) + "\nL = sum[n,o,h,w](y[n,o,h,w]^2)"
+    np.testing.assert_allclose(ef.compile(CONV2D.format(mode=mode))(x=x, K=K).numpy(),
+                               _torch_conv(2, mode, K.numpy())(x).detach().numpy(), rtol=1e-12, atol=1e-12)
+    assert seen == [mode]
+    conv = _torch_conv(2, mode, K.numpy())
+    (conv(x) ** 2).sum().backward()
+    np.testing.assert_allclose(ef.grad(text, wrt="K")(x=x, K=K).numpy(), conv.weight.grad.numpy(), rtol=1e-11)
+    assert seen[-1] == mode  # the kernel's gradient: torch's weight gradient of the padded input
+
+
+def test_reflect_padding_as_wide_as_the_axis_on_torch_leaves_torch_native_padding() -> None:
+    """torch's reflect needs padding < the axis; wider reads are still numpy.pad's reflect (the window's einsum)."""
+    x, K = RNG.standard_normal((1, 1, 2, 2)), RNG.standard_normal((1, 1, 5, 5))
+    text = "pad reflect x\nsize n, c, h, w = x\ny[n,o,h,w] = x[n,c,h+r-2,w+s-2] K[o,c,r,s]"
+    padded = np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2)), mode="reflect")
+    expected = np.einsum("nchrws,ocrs->nohw", np.lib.stride_tricks.sliding_window_view(
+        padded, (5, 5), axis=(2, 3)).transpose(0, 1, 2, 4, 3, 5), K)
+    got = ef.compile(text)(x=torch.tensor(x), K=torch.tensor(K)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)

@@ -473,6 +473,11 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
         # a native convolution's workspace is the library's; numpy's kernel holds its channels-last copies
         specialiser.transient[step.out] = 0 if specialiser.backend.native_convolution else numpy_convolution_bytes(
             spec, specialiser.shape[x], specialiser.shape[other], specialiser.itemsize(step.out))
+        if spec[0] != "transpose" and len(spec) > 12:  # torch's padding_mode: the input padded by F.pad, a copy
+            padded = list(specialiser.shape[x])
+            for axis, (before, after) in zip(spec[1][len(spec[1]) - len(spec[8]):], spec[4]):
+                padded[axis] += before + after
+            specialiser.transient[step.out] += math.prod(padded) * specialiser.itemsize(x)
 
 
 #: the arrays' types a native convolution computes in (others contract the window as an einsum)
@@ -510,7 +515,8 @@ def _window_convolution(specialiser: _Specialising, step: Window, spec: Any) -> 
         return False
     found = window_convolution(reader.operands[side], spec, specialiser.shape[step.arg], reader.operands[1 - side],
                                reader.output, tuple(specialiser.resolve(ref) for ref in reader.sizes))
-    if found is None or not (specialiser.backend.native_convolution or numpy_convolves(found)):
+    if found is None or not (specialiser.backend.native_convolution or numpy_convolves(found) and
+                             spec[4] == "zeros"):
         return False
     # (the window's register is its array itself: alive as long as the convolution needs it)
     specialiser.convolutions[reader.out] = (found, (step.out, reader.args[1 - side]))
