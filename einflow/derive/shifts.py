@@ -103,7 +103,7 @@ def _names(program: ir.ProgramIR) -> set[str]:
         if isinstance(statement, ir.SizeDecl):
             found |= set(statement.names)
             continue
-        if isinstance(statement, (ir.Return, ir.MatrixDecl)):
+        if isinstance(statement, (ir.Return, ir.MatrixDecl, ir.PadDecl)):
             found |= set(statement.names)
             continue
         found |= {statement.target or ""} | set(statement.indices or ())
@@ -494,7 +494,7 @@ def _renamed_tensors(statements: tuple[ir.Statement, ...], mapping: dict[str, st
                                 expr=renamed(statement.expr))
         elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
             statement = replace(statement, source=mapping.get(statement.source, statement.source))
-        elif isinstance(statement, (ir.Return, ir.MatrixDecl)):
+        elif isinstance(statement, (ir.Return, ir.MatrixDecl, ir.PadDecl)):
             statement = replace(statement, names=tuple(mapping.get(n, n) for n in statement.names))
         result.append(statement)
     return tuple(result)

@@ -317,7 +317,7 @@ def scatter_spec(labels: tuple[str, ...], sizes: tuple[int, ...], arg_labels: tu
         elif isinstance(position, ir.Affine):
             planned.append(("affine", tuple((arg_labels.index(i), c) for c, i in position.terms), position.offset))
             if modes and modes[k] != "zeros":
-                if size == 0 and math.prod(arg_shape):
+                if size == 0 and all(arg_shape):
                     raise ShapeError(f"a delta folded by pad {modes[k]} adds into an empty axis ({name})")
                 planned[-1] = (*planned[-1], modes[k])
         else:
