@@ -291,14 +291,15 @@ def test_padded_conv2d_on_torch_is_one_native_convolution_with_its_padding_mode(
         return native(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(convolution, "convolve_torch", spy)
-    x, K = torch.randn(2, 3, 6, 5, dtype=torch.float64), torch.randn(4, 3, 3, 3, dtype=torch.float64)
-    text = CONV2D.format(mode=mode) + "\nL = sum[n,o,h,w](y[n,o,h,w]^2)"
-    np.testing.assert_allclose(ef.compile(CONV2D.format(mode=mode))(x=x, K=K).numpy(),
-                               _torch_conv(2, mode, K.numpy())(x).detach().numpy(), rtol=1e-12, atol=1e-12)
+    x, W = torch.randn(2, 3, 6, 5, dtype=torch.float64), torch.randn(4, 3, 3, 3, dtype=torch.float64)
+    forward = CONV2D.format(mode=mode).replace("K", "W")  # (a program of its own: planned with the spy bound)
+    np.testing.assert_allclose(ef.compile(forward)(x=x, W=W).numpy(),
+                               _torch_conv(2, mode, W.numpy())(x).detach().numpy(), rtol=1e-12, atol=1e-12)
     assert seen == [mode]
-    conv = _torch_conv(2, mode, K.numpy())
+    conv = _torch_conv(2, mode, W.numpy())
     (conv(x) ** 2).sum().backward()
-    np.testing.assert_allclose(ef.grad(text, wrt="K")(x=x, K=K).numpy(), conv.weight.grad.numpy(), rtol=1e-11)
+    text = forward + "\nL = sum[n,o,h,w](y[n,o,h,w]^2)"
+    np.testing.assert_allclose(ef.grad(text, wrt="W")(x=x, W=W).numpy(), conv.weight.grad.numpy(), rtol=1e-11)
     assert seen[-1] == mode  # the kernel's gradient: torch's weight gradient of the padded input
 
 
@@ -311,3 +312,16 @@ def test_reflect_padding_as_wide_as_the_axis_on_torch_leaves_torch_native_paddin
         padded, (5, 5), axis=(2, 3)).transpose(0, 1, 2, 4, 3, 5), K)
     got = ef.compile(text)(x=torch.tensor(x), K=torch.tensor(K)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_heat_equation_example_insulated_rod_keeps_its_heat(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "heat_equation.py"
+    spec = importlib.util.spec_from_file_location("heat_equation_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main()  # asserts against numpy.pad(mode="edge") and that the total heat is kept
+    assert "insulated rod (pad replicate)" in capsys.readouterr().out
