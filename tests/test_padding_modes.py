@@ -194,7 +194,7 @@ def _jax_loss(mode: str, K: np.ndarray):  # type: ignore[no-untyped-def]
     return jax, loss
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ("circular", "reflect", "replicate"))  # (zeros: tests/test_index_arithmetic.py)
 def test_grad_hessian_jvp_hvp_of_padded_conv2d_match_jax(mode: str) -> None:
     x, K, v = RNG.standard_normal((1, 2, 4, 3)), RNG.standard_normal((2, 2, 3, 3)), RNG.standard_normal((1, 2, 4, 3))
     jax, loss = _jax_loss(mode, K)
