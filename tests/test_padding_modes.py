@@ -325,3 +325,21 @@ def test_heat_equation_example_insulated_rod_keeps_its_heat(capsys: pytest.Captu
     spec.loader.exec_module(module)
     module.main()  # asserts against numpy.pad(mode="edge") and that the total heat is kept
     assert "insulated rod (pad replicate)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- inside torch autograd and jax.grad
+def test_padded_program_inside_torch_autograd_and_jax_grad_matches_numpy_pad() -> None:
+    jax = _jax()
+    s, k = RNG.standard_normal(6), RNG.standard_normal(3)
+    program = ef.compile("pad reflect s\nsize h = s\ny[h] = s[h+r-1] k[r]\nL = sum[h](sin(y[h]))")
+
+    def loss(values):  # type: ignore[no-untyped-def]
+        padded = jax.numpy.pad(values, 1, mode="reflect")
+        return jax.numpy.sum(jax.numpy.sin(jax.numpy.stack([padded[h:h + 3] @ k for h in range(6)])))
+
+    expected = np.asarray(jax.grad(loss)(s))
+    st = torch.tensor(s, requires_grad=True)
+    program(s=st, k=torch.tensor(k)).backward()
+    np.testing.assert_allclose(st.grad.numpy(), expected, rtol=1e-12, atol=1e-12)
+    got = jax.grad(lambda values: program(s=values, k=jax.numpy.asarray(k)))(jax.numpy.asarray(s))
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-12, atol=1e-12)
