@@ -81,8 +81,9 @@ def window_spec(labels: tuple[str, ...], sizes: tuple[int, ...], source_shape: t
 
 
 def padded(xp: Any, array: Any, pads: tuple[tuple[int, int], ...], mode: str) -> Any:
-    """``array`` padded by ``pads`` (before, after) per axis: with zeros, or folded by ``mode`` (one take of the
-    folded positions per padded axis: numpy's wrap/reflect/edge with no limit on the width, on every backend).
+    """``array`` padded by ``pads`` (before, after) per axis: with zeros, or folded by ``mode``: numpy's
+    wrap/reflect/edge with no limit on the width, on every backend, as one indexing by the folded positions of
+    every axis (an open mesh: one copy, the padded array; dask indexes one axis at a time).
 
     >>> padded(np, np.arange(4.0), ((2, 3),), "reflect")
     array([2., 1., 0., 1., 2., 3., 2., 1., 0.])
@@ -94,17 +95,19 @@ def padded(xp: Any, array: Any, pads: tuple[tuple[int, int], ...], mode: str) ->
 
             return torch.nn.functional.pad(array, [w for pair in reversed(pads) for w in pair])
         return xp.pad(array, pads)
-    for axis, (before, after) in enumerate(pads):
-        if before or after:
-            length = array.shape[axis]
-            taken = fold(np.arange(-before, length + after), length, mode)
-            if torch_like:
-                import torch
+    folded = [fold(np.arange(-before, length + after), length, mode)
+              for length, (before, after) in zip(array.shape, pads)]
+    if xp.__name__.startswith("dask"):
+        for axis, ((before, after), taken) in enumerate(zip(pads, folded)):
+            if before or after:
+                array = xp.take(array, taken, axis=axis)
+        return array
+    mesh = np.ix_(*folded)
+    if torch_like:
+        import torch
 
-                array = array.index_select(axis, torch.as_tensor(taken, device=array.device))
-            else:
-                array = xp.take(array, xp.asarray(taken) if xp is not np else taken, axis=axis)
-    return array
+        return array[tuple(torch.as_tensor(positions, device=array.device) for positions in mesh)]
+    return array[mesh if xp is np else tuple(xp.asarray(positions) for positions in mesh)]
 
 
 def is_identity(spec: WindowSpec, source_shape: tuple[int, ...]) -> bool:
