@@ -18,8 +18,8 @@ and ``j`` in the other operand (a negative ``dilation`` flips the other operand 
 is left to the einsum. Specs are plain tuples, written into the generated code as literals.
 
 >>> spec = window_convolution(("n", "c", "h", "r"), ((2, 3, 4, 3), None, (("affine", ((0, 1),), 0),
-...     ("affine", ((1, 1),), 0), ("affine", ((2, 1), (3, 1)), 0)), "x"), (2, 3, 6), ("o", "c", "r"), ("n", "o", "h"),
-...     (2, 5, 4))
+...     ("affine", ((1, 1),), 0), ("affine", ((2, 1), (3, 1)), 0)), "x", "zeros"), (2, 3, 6), ("o", "c", "r"),
+...     ("n", "o", "h"), (2, 5, 4))
 >>> spec[0], spec[-1]
 ('forward', (0, 1, 2))
 """

@@ -48,7 +48,7 @@ def read_through(factors: tuple[ir.Expr, ...], summed: frozenset[str]) -> tuple[
 
     >>> factors = (ir.Tensor("x", ("p",)), ir.ShiftDelta("p", ir.Affine(((1, "h"), (1, "r")))))
     >>> read_through(factors, frozenset({"p"}))
-    ((Read(name='x', positions=(Affine(terms=((1, 'h'), (1, 'r')), offset=0),)),), [])
+    ((Read(name='x', positions=(Affine(terms=((1, 'h'), (1, 'r')), offset=0),), mode='zeros'),), [])
     """
     current = list(factors)
     for shift in [factor for factor in factors if isinstance(factor, ir.ShiftDelta)]:
