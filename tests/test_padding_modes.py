@@ -343,3 +343,15 @@ def test_padded_program_inside_torch_autograd_and_jax_grad_matches_numpy_pad() -
     np.testing.assert_allclose(st.grad.numpy(), expected, rtol=1e-12, atol=1e-12)
     got = jax.grad(lambda values: program(s=values, k=jax.numpy.asarray(k)))(jax.numpy.asarray(s))
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_highlighter_marks_the_pad_declaration_and_its_mode() -> None:
+    pytest.importorskip("pygments")
+    from pygments.token import Keyword, Name, Whitespace
+
+    from einflow.shell.highlight import EinflowLexer
+
+    tokens = list(EinflowLexer().get_tokens("size i = u\npad reflect u, v\nL[i] = u[i-1] + v[i+1]\n"))
+    assert [value for token, value in tokens if token in Keyword.Declaration] == ["size", "pad", "reflect"]
+    after = [value for token, value in tokens if token not in Whitespace]
+    assert after[after.index("reflect") + 1] == "u" and (Name.Variable, "u") in tokens
