@@ -6,9 +6,10 @@ reads allow (LANGUAGE.md 8.2). Nothing here calls einflow. The families drawn ar
 differential generator (``randprog``, one shifted axis per read) never produced:
 
 * ``stencil``: one input read at several positions on every axis at once (``U[a+1, b+2] - 4 U[a+1, b+1]``;
-  shifted, strided ``2*a``, reversed ``3 - a``, a constant row ``U[1, b]``, zero-padded under ``size``),
-  a weighted combination, plain reads of other inputs of other lengths beside it (``V[a,b]``), an
-  elementwise function, a reduction over one axis inside it, a weight tensor over the stencil's indices;
+  shifted, strided ``2*a``, reversed ``3 - a``, a constant row ``U[1, b]``, zero-padded under ``size``
+  or padded by ``pad circular|reflect|replicate U``), a weighted combination, plain reads of other inputs of
+  other lengths beside it (``V[a,b]``), an elementwise function, a reduction over one axis inside it, a weight
+  tensor over the stencil's indices;
 * ``window``: an elementwise function of a window before its contraction (``tanh(x[a + r, b]) k[r]``),
   or a ``mean``/``max``/``logsumexp``/``softmax`` over the window's index;
 * ``gather``: a ``mean``/``max``/``sum`` over gathered rows (``mean[s](E[t1[b,s], d])``), the gather tensor
@@ -29,6 +30,9 @@ import numpy as np
 __all__ = ["Family", "generate_family"]
 
 _AXES = ("a", "b", "e")
+#: ``pad`` modes and numpy.pad's (jnp.pad's) names for them
+_PAD_MODES = ("zeros", "circular", "reflect", "replicate")
+_NUMPY_PAD = {"zeros": "constant", "circular": "wrap", "reflect": "reflect", "replicate": "edge"}
 
 
 @dataclass(frozen=True)
@@ -137,11 +141,16 @@ def _stencil(r: random.Random) -> tuple[str, dict[str, tuple[int, ...]], Any]:
         shapes["w"] = tuple(lengths[: len(outer)])
         value = f"w[{', '.join(outer)}] {value}"
     text = f"L = sum[{','.join(outer)}]({value})"
+    # the boundary of a padded stencil (LANGUAGE.md 9.4), chosen from the draws already made, so that every
+    # other program stays the one it was
+    mode = _PAD_MODES[(count + sum(shape)) % len(_PAD_MODES)] if padded else "zeros"
     if padded:
         text = "".join(f"size {i} = {n}\n" for i, n in zip(axes, lengths)) + text
+    if mode != "zeros":
+        text = f"pad {mode} U\n" + text
 
     def reference(arrays: dict[str, Any]) -> Any:
-        U = jnp.pad(arrays["U"], 1) if padded else arrays["U"]
+        U = jnp.pad(arrays["U"], 1, mode=_NUMPY_PAD[mode]) if padded else arrays["U"]
         shift = 1 if padded else 0
         total = 0.0
         for n, (weight, offset) in enumerate(zip(weights, offsets)):

@@ -43,6 +43,7 @@ from einflow.lang import ir
 from einflow.lang.check import Checked, check_name, checked
 from einflow.lang.errors import DerivativeError, EinflowError
 from einflow.lang.indices import free_indices, indices_in
+from einflow.lang.padding import declare_pads, without_pads
 from einflow.lang.stable import stabilize_program
 
 __all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp",
@@ -60,7 +61,12 @@ def _deriving(function: _F) -> _F:
             with activated(IndexSizes()):
                 return function(program, *rest, **options)
 
-        return with_shifts(run, _declarations_first(args[0]), args[1:], kwargs)  # einflow.derive.shifts
+        program = _declarations_first(args[0])
+        padded = isinstance(program, Checked) and program.ir != without_pads(program.ir)
+        if padded:  # the reads and deltas carry their modes; the declarations are written anew from them
+            program = checked(without_pads(program.ir))
+        result = with_shifts(run, program, args[1:], kwargs)  # einflow.derive.shifts
+        return checked(declare_pads(result.ir)) if padded else result
 
     return derive  # type: ignore[return-value]
 

@@ -253,7 +253,7 @@ def _strip_expr(expr: ir.Expr, batch: Batch) -> ir.Expr:
         positions = tuple(p for a, p in enumerate(expr.positions) if a not in drop)
         if all(isinstance(p, str) for p in positions):
             return ir.Tensor(expr.name, positions)  # type: ignore[arg-type]
-        return ir.Read(expr.name, positions)
+        return ir.Read(expr.name, positions, expr.mode)
     children = ir.children(expr)
     if not children:
         return expr
@@ -348,7 +348,7 @@ def _restore_expr(expr: ir.Expr, axes: dict[str, dict[str, int]], chosen: dict[s
             positions.insert(axis, chosen[name])
         if isinstance(expr, ir.Tensor):
             return ir.Tensor(expr.name, tuple(positions))  # type: ignore[arg-type]
-        return ir.Read(expr.name, tuple(positions))
+        return ir.Read(expr.name, tuple(positions), expr.mode)
     children = ir.children(expr)
     if not children:
         return expr

@@ -67,6 +67,8 @@ class _Table:
     def __init__(self, taken: set[str]) -> None:
         self.taken = set(taken)
         self.deltas: dict[str, tuple[str, ir.Affine | ir.Gather]] = {}
+        #: pseudo tensor -> how its delta folds a position outside (``pad`` modes; absent: zeros)
+        self.modes: dict[str, str] = {}
         #: pseudo tensor -> (tensor, axis) whose length its first axis has (a read's), where known
         self.lengths: dict[str, tuple[str, int]] = {}
         #: pseudo tensor -> the number of the statement whose read it stands for
@@ -87,9 +89,11 @@ class _Table:
         self.taken.add(f"{stem}{number}")
         return f"{stem}{number}"
 
-    def tensor(self, index: str, position: ir.Affine | ir.Gather) -> ir.Tensor:
+    def tensor(self, index: str, position: ir.Affine | ir.Gather, mode: str = "zeros") -> ir.Tensor:
         name = self.fresh(PSEUDO)
         self.deltas[name] = (index, position)
+        if mode != "zeros":
+            self.modes[name] = mode
         return ir.Tensor(name, tuple(dict.fromkeys((index, *position.indices))))
 
 
@@ -99,7 +103,7 @@ def _names(program: ir.ProgramIR) -> set[str]:
         if isinstance(statement, ir.SizeDecl):
             found |= set(statement.names)
             continue
-        if isinstance(statement, (ir.Return, ir.MatrixDecl)):
+        if isinstance(statement, (ir.Return, ir.MatrixDecl, ir.PadDecl)):
             found |= set(statement.names)
             continue
         found |= {statement.target or ""} | set(statement.indices or ())
@@ -120,11 +124,11 @@ def _names(program: ir.ProgramIR) -> set[str]:
 def _disguised(expr: ir.Expr, table: _Table, shifted: frozenset[str], indices: set[str],
                sizes: list[ir.SizeDecl], ranks: dict[str, int], inputs: tuple[str, ...] = ()) -> ir.Expr:
     if isinstance(expr, ir.ShiftDelta):
-        return table.tensor(expr.index, expr.position)
+        return table.tensor(expr.index, expr.position, expr.mode)
     read: ir.Read | None = None
     if isinstance(expr, ir.Read):
         read = ir.Read(expr.name, tuple(ir.Affine(((1, p),)) if isinstance(p, str) and p in shifted else p
-                                        for p in expr.positions))
+                                        for p in expr.positions), expr.mode)
     elif isinstance(expr, ir.Tensor) and set(expr.indices) & shifted and len(set(expr.indices)) == len(expr.indices):
         read = ir.Read(expr.name, tuple(ir.Affine(((1, i),)) if i in shifted else i for i in expr.indices))
     if read is not None:
@@ -136,7 +140,7 @@ def _disguised(expr: ir.Expr, table: _Table, shifted: frozenset[str], indices: s
                 continue
             index = table.fresh("q")
             plain.append(index)
-            deltas.append(table.tensor(index, position))
+            deltas.append(table.tensor(index, position, read.mode))
             table.lengths[deltas[-1].name] = (read.name, axis)  # type: ignore[union-attr]
             if read.name in inputs:  # the index runs over the whole axis, wherever a derivation moves it
                 names = tuple(index if k == axis else table.fresh("_axis") for k in range(ranks[read.name]))
@@ -202,7 +206,7 @@ def _revealed(expr: ir.Expr, table: _Table, lengths: dict[str, tuple[str, int]] 
             found = compose(found, old, ir.Affine(((1, holder),)))  # type: ignore[arg-type]
         for old, holder in holders.items():
             found = compose(found, holder, ir.Affine(((1, mapping[old]),)))  # type: ignore[arg-type]
-        return ir.ShiftDelta(mapping[index], found)  # type: ignore[arg-type]
+        return ir.ShiftDelta(mapping[index], found, table.modes.get(expr.name, "zeros"))  # type: ignore[arg-type]
     children = ir.children(expr)
     if not children:
         return expr
@@ -490,7 +494,7 @@ def _renamed_tensors(statements: tuple[ir.Statement, ...], mapping: dict[str, st
                                 expr=renamed(statement.expr))
         elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
             statement = replace(statement, source=mapping.get(statement.source, statement.source))
-        elif isinstance(statement, (ir.Return, ir.MatrixDecl)):
+        elif isinstance(statement, (ir.Return, ir.MatrixDecl, ir.PadDecl)):
             statement = replace(statement, names=tuple(mapping.get(n, n) for n in statement.names))
         result.append(statement)
     return tuple(result)

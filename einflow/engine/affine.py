@@ -23,16 +23,18 @@ from typing import Any
 import numpy as np
 
 from einflow.lang import ir
-from einflow.lang.errors import EinflowError, GatherIndexError
+from einflow.lang.errors import EinflowError, GatherIndexError, ShapeError
 from einflow.lang.indices import position_bounds
+from einflow.lang.padding import fold
 
 __all__ = ["window_temporaries", "scatter_temporaries", "is_view", "ScatterSpec", "scatter_spec", "scatter_numpy",
            "scatter_torch", "scatter_jax", "scatter_kernel", "WindowSpec", "plain_positions", "window_spec",
            "window_numpy", "window_torch", "window_generic", "is_identity", "window_kernel"]
 
-#: (shape, pads or None, positions, name): each position ``("affine", ((label axis, coefficient), ...), offset)``
-#: (offset after padding) or ``("gather", k, label axes of the gather's indices, axis length)``
-WindowSpec = tuple[tuple[int, ...], tuple[tuple[int, int], ...] | None, tuple[Any, ...], str]
+#: (shape, pads or None, positions, name, mode): each position ``("affine", ((label axis, coefficient), ...),
+#: offset)`` (offset after padding) or ``("gather", k, label axes of the gather's indices, axis length)``; the
+#: padding reads zeros or, by ``mode``, the folded array (``pad circular|reflect|replicate``)
+WindowSpec = tuple[tuple[int, ...], tuple[tuple[int, int], ...] | None, tuple[Any, ...], str, str]
 
 
 def plain_positions(positions: tuple[ir.Position, ...], labels: tuple[str, ...]) -> tuple[Any, ...]:
@@ -51,8 +53,9 @@ def plain_positions(positions: tuple[ir.Position, ...], labels: tuple[str, ...])
 
 
 def window_spec(labels: tuple[str, ...], sizes: tuple[int, ...], source_shape: tuple[int, ...],
-                positions: tuple[Any, ...], gather_shapes: tuple[tuple[int, ...], ...], name: str = "x") -> WindowSpec:
-    """The window's plan for known sizes: its shape, the zero padding its reads need, positions after padding."""
+                positions: tuple[Any, ...], gather_shapes: tuple[tuple[int, ...], ...], name: str = "x",
+                mode: str = "zeros") -> WindowSpec:
+    """The window's plan for known sizes: its shape, the padding its reads need, positions after padding."""
     named = dict(zip(labels, sizes))
     pads: list[tuple[int, int]] = []
     planned: list[Any] = []
@@ -68,15 +71,48 @@ def window_spec(labels: tuple[str, ...], sizes: tuple[int, ...], source_shape: t
         else:
             low, high = position_bounds(ir.Affine(tuple((c, labels[label]) for label, c in terms), offset), named)
         before, after = max(0, -low), max(0, high - (length - 1))
+        if mode != "zeros" and length == 0 and before + after:
+            raise ShapeError(f"'{name}' is declared pad {mode}, but its axis {axis} is empty: there is nothing to "
+                             f"read at positions {low}..{high}")
         pads.append((before, after))
         planned.append(("affine", terms, offset + before))
     padding = tuple(pads) if any(p != (0, 0) for p in pads) else None
-    return tuple(sizes), padding, tuple(planned), name
+    return tuple(sizes), padding, tuple(planned), name, mode if padding is not None else "zeros"
+
+
+def padded(xp: Any, array: Any, pads: tuple[tuple[int, int], ...], mode: str) -> Any:
+    """``array`` padded by ``pads`` (before, after) per axis: with zeros, or folded by ``mode``: numpy's
+    wrap/reflect/edge with no limit on the width, on every backend, as one indexing by the folded positions of
+    every axis (an open mesh: one copy, the padded array; dask indexes one axis at a time).
+
+    >>> padded(np, np.arange(4.0), ((2, 3),), "reflect")
+    array([2., 1., 0., 1., 2., 3., 2., 1., 0.])
+    """
+    torch_like = hasattr(array, "index_select")
+    if mode == "zeros":
+        if torch_like:
+            import torch
+
+            return torch.nn.functional.pad(array, [w for pair in reversed(pads) for w in pair])
+        return xp.pad(array, pads)
+    folded = [fold(np.arange(-before, length + after), length, mode)
+              for length, (before, after) in zip(array.shape, pads)]
+    if xp.__name__.startswith("dask"):
+        for axis, ((before, after), taken) in enumerate(zip(pads, folded)):
+            if before or after:
+                array = xp.take(array, taken, axis=axis)
+        return array
+    mesh = np.ix_(*folded)
+    if torch_like:
+        import torch
+
+        return array[tuple(torch.as_tensor(positions, device=array.device) for positions in mesh)]
+    return array[mesh if xp is np else tuple(xp.asarray(positions) for positions in mesh)]
 
 
 def is_identity(spec: WindowSpec, source_shape: tuple[int, ...]) -> bool:
     """Whether the window is the array itself (plain positions in order, whole axes): no step needed."""
-    shape, pads, positions, _ = spec
+    shape, pads, positions, *_ = spec
     return pads is None and shape == tuple(source_shape) and all(
         position == ("affine", ((axis, 1),), 0) for axis, position in enumerate(positions))
 
@@ -126,7 +162,7 @@ def _broadcast_shape(rank: int, axes: tuple[int, ...], sizes: tuple[int, ...]) -
 def _flat_positions(xp: Any, spec: WindowSpec, padded_shape: tuple[int, ...], gathers: tuple[Any, ...],
                     arange: Any) -> Any:
     """Flat positions into the (padded, C-ordered) array for every element of the window, broadcast."""
-    shape, _, positions, name = spec
+    shape, _, positions, name, _ = spec
     rank = len(shape)
     flat: Any = 0
     stride = 1
@@ -161,9 +197,9 @@ def window_numpy(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
     array([0., 1., 2.])
     """
     xp = np if isinstance(array, np.ndarray) else _module_of(array)
-    shape, pads, positions, _ = spec
+    shape, pads, positions, _, mode = spec
     if pads is not None:
-        array = xp.pad(array, pads)
+        array = padded(xp, array, pads, mode)
     if not _strided(spec) or not hasattr(getattr(xp, "lib", None), "stride_tricks"):
         flat = _flat_positions(xp, spec, tuple(array.shape), gathers, lambda n: xp.arange(n))
         return xp.reshape(array, (-1,))[flat]
@@ -178,9 +214,9 @@ def window_numpy(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
 def window_generic(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
     """The window on any numpy-like module without strided views (jax, dask): one take at flat positions."""
     xp = _module_of(array)
-    shape, pads, _, _ = spec
+    shape, pads, _, _, mode = spec
     if pads is not None:
-        array = xp.pad(array, pads)
+        array = padded(xp, array, pads, mode)
     if xp.__name__.startswith("dask"):  # dask indexes by one flat vector of positions computed with numpy
         gathers = tuple(np.asarray(g) for g in gathers)
         flat = _flat_positions(np, spec, tuple(array.shape), gathers, np.arange)
@@ -194,10 +230,9 @@ def window_torch(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
     """The window on torch: ``as_strided`` when every stride is non-negative, else one take."""
     import torch
 
-    shape, pads, positions, _ = spec
+    shape, pads, positions, _, mode = spec
     if pads is not None:
-        widths = [w for pair in reversed(pads) for w in pair]
-        array = torch.nn.functional.pad(array, widths)
+        array = padded(torch, array, pads, mode)
     if _strided(spec):
         strides = [0] * len(shape)
         offset = array.storage_offset()
@@ -221,7 +256,7 @@ def window_torch(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
 def _row_gather(spec: WindowSpec, source_shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
     """(the gathered axis, the window's axes as source axes) when one gather of one index reads one axis and
     every other axis is read whole by one index of its own: rows taken whole."""
-    shape, pads, positions, _ = spec
+    shape, pads, positions, *_ = spec
     gathered = [axis for axis, position in enumerate(positions) if position[0] == "gather"]
     if pads is not None or len(gathered) != 1 or len(positions[gathered[0]][2]) != 1:
         return None
@@ -273,15 +308,21 @@ ScatterSpec = tuple[tuple[int, ...], tuple[int, ...], tuple[Any, ...], str]
 
 
 def scatter_spec(labels: tuple[str, ...], sizes: tuple[int, ...], arg_labels: tuple[str, ...],
-                 arg_shape: tuple[int, ...], positions: tuple[ir.Position, ...], name: str) -> ScatterSpec:
-    """The scatter's plan for known sizes."""
+                 arg_shape: tuple[int, ...], positions: tuple[ir.Position, ...], name: str,
+                 modes: tuple[str, ...] = ()) -> ScatterSpec:
+    """The scatter's plan for known sizes (an affine position folded by a mode other than ``zeros`` carries it:
+    ``("affine", terms, offset, mode)``, and adds what lands outside onto the folded position)."""
     planned: list[Any] = []
     gather = 0
-    for position, size in zip(positions, sizes):
+    for k, (position, size) in enumerate(zip(positions, sizes)):
         if isinstance(position, str):
             planned.append(("plain", arg_labels.index(position)))
         elif isinstance(position, ir.Affine):
             planned.append(("affine", tuple((arg_labels.index(i), c) for c, i in position.terms), position.offset))
+            if modes and modes[k] != "zeros":
+                if size == 0 and all(arg_shape):
+                    raise ShapeError(f"a delta folded by pad {modes[k]} adds into an empty axis ({name})")
+                planned[-1] = (*planned[-1], modes[k])
         else:
             planned.append(("gather", gather, tuple(arg_labels.index(i) for i in position.indices), size))
             gather += 1
@@ -310,8 +351,11 @@ def _scatter_positions(spec: ScatterSpec, gathers: tuple[Any, ...], arange: Any)
             value = position[2]
             for source, coefficient in position[1]:
                 value = value + coefficient * along(source)
-            fits = (value >= 0) & (value < out_shape[axis])
-            inside = fits if inside is None else inside & fits
+            if len(position) > 3:  # folded back inside (pad circular/reflect/replicate): every value lands
+                value = fold(value, out_shape[axis], position[3])
+            else:
+                fits = (value >= 0) & (value < out_shape[axis])
+                inside = fits if inside is None else inside & fits
         else:
             _, k, axes, length = position
             values = gathers[k]
@@ -337,7 +381,7 @@ def _slice_scatter(spec: ScatterSpec) -> tuple[tuple[int, ...], tuple[slice, ...
     for axis, position in enumerate(positions):
         if position[0] == "plain":
             source, coefficient, offset = position[1], 1, 0
-        elif position[0] == "affine" and len(position[1]) == 1 and position[1][0][1] != 0:
+        elif position[0] == "affine" and len(position[1]) == 1 and position[1][0][1] != 0 and len(position) == 3:
             (source, coefficient), offset = position[1][0], position[2]
         else:
             return None
@@ -495,7 +539,7 @@ def is_view(spec: WindowSpec, backend: Any) -> bool:
 
 def window_temporaries(spec: WindowSpec, source_shape: tuple[int, ...], itemsize: int) -> int:
     """Bytes a window allocates besides its result: the zero-padded copy, and the flat positions of a take."""
-    shape, pads, _, _ = spec
+    shape, pads, *_ = spec
     total = 0
     if pads is not None:
         total += math.prod(n + before + after for n, (before, after) in zip(source_shape, pads)) * itemsize

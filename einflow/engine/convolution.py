@@ -18,8 +18,8 @@ and ``j`` in the other operand (a negative ``dilation`` flips the other operand 
 is left to the einsum. Specs are plain tuples, written into the generated code as literals.
 
 >>> spec = window_convolution(("n", "c", "h", "r"), ((2, 3, 4, 3), None, (("affine", ((0, 1),), 0),
-...     ("affine", ((1, 1),), 0), ("affine", ((2, 1), (3, 1)), 0)), "x"), (2, 3, 6), ("o", "c", "r"), ("n", "o", "h"),
-...     (2, 5, 4))
+...     ("affine", ((1, 1),), 0), ("affine", ((2, 1), (3, 1)), 0)), "x", "zeros"), (2, 3, 6), ("o", "c", "r"),
+...     ("n", "o", "h"), (2, 5, 4))
 >>> spec[0], spec[-1]
 ('forward', (0, 1, 2))
 """
@@ -36,7 +36,9 @@ __all__ = ["ConvSpec", "window_convolution", "scatter_convolution", "convolve_to
            "sole_reader"]
 
 #: (form, input order, input groups, input slices, pads, other order, other groups, flips, stride, dilation,
-#:  result sizes, result permutation); ``form`` is forward, weight or transpose
+#:  result sizes, result permutation); ``form`` is forward, weight or transpose; a transpose's has which operand
+#:  is its input last, a forward or weight one read through a ``pad`` mode other than zeros that mode
+#:  (``circular``, ``reflect``, ``replicate``: torch's padding_mode, padding the input before the call)
 ConvSpec = tuple[Any, ...]
 
 
@@ -49,7 +51,7 @@ def window_convolution(labels: tuple[str, ...], spec: Any, source_shape: tuple[i
     """The convolution computing ``einsum(window, other -> output)`` (window ``labels``, ``spec`` a
     :data:`~einflow.engine.affine.WindowSpec`, other operand's labels ``other``, the result's shape
     ``output_shape``), or None where it is not one."""
-    shape, pads, positions, _ = spec
+    shape, pads, positions, _, mode = spec
     if any(position[0] != "affine" for position in positions) or not all(shape) or \
             len({*labels}) != len(labels) or len({*other}) != len(other) or len({*output}) != len(output):
         return None
@@ -126,8 +128,18 @@ def window_convolution(labels: tuple[str, ...], spec: Any, source_shape: tuple[i
     other_groups = (len(fresh) if form == "forward" else len(summed), len(summed) if form == "forward" else len(fresh))
     result_sizes = tuple(size[name] for name in result_labels)
     permutation = tuple(result_labels.index(name) for name in output)
-    return (form, order, groups, tuple(slices), tuple(axis_pads), other_order, other_groups, tuple(flips),
-            tuple(stride_), tuple(dilation_), result_sizes, permutation)
+    found = (form, order, groups, tuple(slices), tuple(axis_pads), other_order, other_groups, tuple(flips),
+             tuple(stride_), tuple(dilation_), result_sizes, permutation)
+    if mode == "zeros":
+        return found
+    # a folded boundary (``pad reflect x``): torch's own padding_mode, where its limits allow it (reflect pads
+    # less than the axis, circular at most the axis) and the padded axes are read whole (folding needs both ends)
+    for (axis, *_), pair in zip(spatial, axis_pads):
+        length = source_shape[axis]
+        if pair != (0, 0) and (slices[axis] != (0, length) or max(pair) > length or
+                               mode == "reflect" and max(pair) >= length):
+            return None
+    return (*found, mode)
 
 
 def scatter_convolution(operands: tuple[tuple[str, ...], ...], shapes: tuple[tuple[int, ...], ...],
@@ -152,7 +164,7 @@ def scatter_convolution(operands: tuple[tuple[str, ...], ...], shapes: tuple[tup
                 return None
             plain.append((axis, name))
             seen.append(name)
-        elif position[0] == "affine" and len(position[1]) == 2:
+        elif position[0] == "affine" and len(position[1]) == 2 and len(position) == 3:  # (4: a folded one)
             terms = tuple((value[v], c) for v, c in position[1])
             spatial.append((axis, terms, position[2]))
             seen += [name for name, _ in terms]
@@ -237,11 +249,13 @@ def convolve_torch(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
             out = F.pad(out, [w for pair in reversed(pads) for w in pair])
     else:
         x = x[tuple(slice(start, end) for start, end in slices)]
-        symmetric = [left if left == right else 0 for left, right in pads]
-        explicit = [(0, 0) if left == right else (left, right) for left, right in pads]
+        mode = spec[12] if len(spec) > 12 else "zeros"
+        symmetric = [left if left == right and mode == "zeros" else 0 for left, right in pads]
+        explicit = [(0, 0) if left == right and mode == "zeros" else (left, right) for left, right in pads]
         source = _grouped(x, order, groups)
         if any(pair != (0, 0) for pair in explicit):
-            source = F.pad(source, [w for pair in reversed(explicit) for w in pair])
+            source = F.pad(source, [w for pair in reversed(explicit) for w in pair],
+                           mode="constant" if mode == "zeros" else mode)
         if form == "forward":
             out = torch.convolution(source, weight, None, list(stride), symmetric, list(dilation), False,
                                     [0] * len(stride), 1)

@@ -261,8 +261,8 @@ class _Lowering:
             if isinstance(statement, ir.SizeDecl):
                 self.declare(statement)
                 continue
-            if isinstance(statement, ir.MatrixDecl):  # inputs are checked first, targets where they are assigned
-                continue
+            if isinstance(statement, (ir.MatrixDecl, ir.PadDecl)):  # matrices: inputs checked first, targets
+                continue  # where assigned; pads: the reads carry their modes
             if isinstance(statement, ir.Return):
                 outputs.extend(self.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
                 continue
@@ -698,12 +698,14 @@ class _Lowering:
                                + ir.format_expr(ir.Product(factors)))
         by_target = {shift.index: shift for shift in shifts}
         positions = tuple(by_target[label].position if label in by_target else label for label in output)
+        modes = tuple(by_target[label].mode if label in by_target else "zeros" for label in output)
+        modes = modes if any(mode != "zeros" for mode in modes) else ()
         gathers = tuple(self.materialize(self.names[g.name]).reg for shift in shifts for g in shift.gathers)
         labels = tuple(output)
         sizes = self.sizes_of(labels)
-        key = ("scatter", value.reg, value.labels, positions, gathers, labels, sizes)
+        key = ("scatter", value.reg, value.labels, positions, gathers, labels, sizes, modes)
         return self.emit(key, lambda out: Scatter(self.statement, out, value.reg, value.labels,  # type: ignore
-                                                  positions, gathers, labels, sizes), labels)  # type: ignore
+                                                  positions, gathers, labels, sizes, modes), labels)  # type: ignore
 
     def indicator(self, shift: ir.ShiftDelta) -> ir.Tensor:
         """``delta[p, 2*k + 1]`` as a dense 0/1 array over ``p`` and the position's indices (a scatter of ones),
@@ -720,9 +722,10 @@ class _Lowering:
         gathers = tuple(self.materialize(self.names[g.name]).reg for g in shift.gathers)
         sizes = self.sizes_of(output)
         positions = (shift.position, *labels)
-        key = ("scatter", value.reg, labels, positions, gathers, output, sizes)
+        modes = (shift.mode, *("zeros" for _ in labels)) if shift.mode != "zeros" else ()
+        key = ("scatter", value.reg, labels, positions, gathers, output, sizes, modes)
         result = self.emit(key, lambda out: Scatter(self.statement, out, value.reg, labels,  # type: ignore[arg-type]
-                                                    positions, gathers, output, sizes), output)
+                                                    positions, gathers, output, sizes, modes), output)
         name = f"#{result.reg}"
         self.names[name] = _Value(result.reg, output)
         return ir.Tensor(name, output)
@@ -733,9 +736,9 @@ class _Lowering:
         gathers = tuple(self.materialize(self.names[gather.name]).reg for gather in read.gathers)
         labels = read.indices
         sizes = self.sizes_of(labels)
-        key = ("window", source.reg, read.positions, gathers, labels, sizes)
+        key = ("window", source.reg, read.positions, gathers, labels, sizes, read.mode)
         return self.emit(key, lambda out: Window(self.statement, out, source.reg, read.name,  # type: ignore[arg-type]
-                                                 read.positions, gathers, labels, sizes), labels)  # type: ignore
+                                                 read.positions, gathers, labels, sizes, read.mode), labels)  # type: ignore
 
     def ones(self, label: str) -> _Value:
         size = self.sizes.get(label, -1)

@@ -137,7 +137,7 @@ def inline_inverses(program: ir.ProgramIR, outputs: frozenset[str]) -> Inlining:
                 readers.setdefault(name, []).append(number)
         elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
             fixed.add(statement.source)
-        elif isinstance(statement, ir.MatrixDecl):
+        elif isinstance(statement, (ir.MatrixDecl, ir.PadDecl)):
             fixed.update(statement.names)
     explicit = {number for number, statement in enumerate(statements) if isinstance(statement, ir.Assign)
                 and statement.indices is not None and _plain(statement.expr)}

@@ -495,6 +495,11 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
         # a native convolution's workspace is the library's; numpy's kernel holds its channels-last copies
         specialiser.transient[step.out] = 0 if specialiser.backend.native_convolution else numpy_convolution_bytes(
             spec, specialiser.shape[x], specialiser.shape[other], specialiser.itemsize(step.out))
+        if spec[0] != "transpose" and len(spec) > 12:  # torch's padding_mode: the input padded by F.pad, a copy
+            padded = list(specialiser.shape[x])
+            for axis, (before, after) in zip(spec[1][len(spec[1]) - len(spec[8]):], spec[4]):
+                padded[axis] += before + after
+            specialiser.transient[step.out] += math.prod(padded) * specialiser.itemsize(x)
 
 
 #: the arrays' types a native convolution computes in (others contract the window as an einsum)
@@ -508,7 +513,7 @@ def _scatter_convolution(specialiser: _Specialising, step: Contract) -> None:
             any(str(specialiser.dtype[register]) not in CONVOLVED_TYPES for register in step.args):
         return
     spec = scatter_spec(scatter.labels, tuple(specialiser.resolve(ref) for ref in scatter.sizes), scatter.arg_labels,
-                        specialiser.shape[step.out], scatter.positions, "")
+                        specialiser.shape[step.out], scatter.positions, "", scatter.modes)
     found = scatter_convolution(step.operands, tuple(specialiser.shape[r] for r in step.args), step.output, spec)
     if found is not None:
         specialiser.convolutions[step.out] = (found, step.args)
@@ -533,7 +538,8 @@ def _window_convolution(specialiser: _Specialising, step: Window, spec: Any) -> 
         return False
     found = window_convolution(reader.operands[side], spec, specialiser.shape[step.arg], reader.operands[1 - side],
                                reader.output, tuple(specialiser.resolve(ref) for ref in reader.sizes))
-    if found is None or not (specialiser.backend.native_convolution or numpy_convolves(found)):
+    if found is None or not (specialiser.backend.native_convolution or numpy_convolves(found) and
+                             spec[4] == "zeros"):
         return False
     # (the window's register is its array itself: alive as long as the convolution needs it)
     specialiser.convolutions[reader.out] = (found, (step.out, reader.args[1 - side]))
@@ -628,7 +634,7 @@ def _measure_window(specialiser: _Specialising, step: Window) -> None:
     labels = step.labels
     spec = window_spec(labels, tuple(specialiser.resolve(ref) for ref in step.sizes), specialiser.shape[step.arg],
                        plain_positions(step.positions, labels), tuple(specialiser.shape[g] for g in step.gathers),
-                       step.name)
+                       step.name, step.mode)
     specialiser.specs[step.out] = spec
     if is_identity(spec, specialiser.shape[step.arg]):
         return
@@ -647,7 +653,8 @@ def _measure_window(specialiser: _Specialising, step: Window) -> None:
 
 def _measure_scatter(specialiser: _Specialising, step: Scatter) -> None:
     spec = scatter_spec(step.labels, tuple(specialiser.resolve(ref) for ref in step.sizes), step.arg_labels,
-                        specialiser.shape[step.arg], step.positions, specialiser.lowered.statements[step.statement])
+                        specialiser.shape[step.arg], step.positions, specialiser.lowered.statements[step.statement],
+                        step.modes)
     specialiser.specs[step.out] = spec
     if step.out in specialiser.convolved_scatters:  # computed whole by a transposed convolution
         specialiser.window_views[step.out] = step.arg

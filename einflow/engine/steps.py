@@ -181,6 +181,8 @@ class Window:
     gathers: tuple[int, ...]
     labels: tuple[str, ...]
     sizes: tuple[SizeRef, ...]
+    #: outside the axis: ``zeros`` reads 0; ``circular``, ``reflect``, ``replicate`` fold (``pad`` declarations)
+    mode: str = "zeros"
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +199,8 @@ class Scatter:
     gathers: tuple[int, ...]
     labels: tuple[str, ...]
     sizes: tuple[SizeRef, ...]
+    #: per position, how one outside its axis folds back (``zeros``: dropped); empty: all ``zeros``
+    modes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,8 @@ class _Exported(Source):
 
     def window_helper(self, key: str) -> str:
         if not self.window_helpers:
-            self.window_helpers = {key: self.fresh("_" + key) for key in ("ranges", "flat", "window", "scatter")}
+            self.window_helpers = {key: self.fresh("_" + key) for key in ("ranges", "flat", "window", "scatter",
+                                                                          "fold")}
         return self.window_helpers[key]
 
     def size(self, ref: SizeRef) -> str:
@@ -72,8 +73,9 @@ class _Exported(Source):
     def window(self, step: Window | Scatter) -> str:  # type: ignore[override]
         gathers = "".join(f", {self.var(g)}" for g in step.gathers)
         if isinstance(step, Window):
+            mode = f", mode={step.mode!r}" if step.mode != "zeros" else ""
             return (f"{self.window_helper('window')}({self.var(step.arg)}, {self.shape_text(step.sizes)}, "
-                    f"{window_data(step)!r}{gathers})")
+                    f"{window_data(step)!r}{gathers}{mode})")
         return (f"{self.window_helper('scatter')}({self.var(step.arg)}, {self.shape_text(step.sizes)}, "
                 f"{scatter_data(step)!r}{gathers})")
 
@@ -148,7 +150,7 @@ def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
             header.extend(["", source.helper_text(key), ""])
     if source.window_helpers:
         texts = helper_texts(target, {"np": alias["np"], **source.window_helpers})
-        header.extend(line for key in ("ranges", "flat", "window", "scatter") for line in ("", texts[key], ""))
+        header.extend(line for key in ("ranges", "flat", "fold", "window", "scatter") for line in ("", texts[key], ""))
     parameters = list(source.parameters)
     if source.keyword_inputs:
         parameters.append("**" + kwargs)

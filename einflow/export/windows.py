@@ -11,11 +11,14 @@ a zeroed array (``numpy.add.at``, ``Tensor.index_add_``, ``.at[].add``).
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any
 
 from einflow.engine.affine import plain_positions
 from einflow.engine.steps import Scatter, Window
 from einflow.lang import ir
+from einflow.lang.padding import fold
 
 __all__ = ["RANGES", "FLAT", "WINDOW", "SCATTER", "window_data", "scatter_data"]
 
@@ -102,6 +105,31 @@ _CHECK = {
     "jax": "pass  # (jax: traced positions cannot be checked; outside ones are clamped)",
 }
 
+def _fold_text() -> str:
+    """``einflow.lang.padding.fold`` itself (one implementation: operators only, so any array module runs it),
+    its signature without annotations and its name a placeholder."""
+    text = inspect.getsource(fold)
+    return re.sub(r"def fold\(.*?\) -> Any:", "def {fold}(position, length, mode):", text, count=1, flags=re.S)
+
+
+#: ``pad circular|reflect|replicate`` (LANGUAGE.md 9.4): the padded array as one take of folded positions per axis
+_FOLDED = {
+    "numpy": "{np}.take(array, {fold}({np}.arange(-before, length + after), length, mode), axis=axis)",
+    "jax": "{np}.take(array, {fold}({np}.arange(-before, length + after), length, mode), axis=axis)",
+    "torch": "array.index_select(axis, {fold}({np}.arange(-before, length + after, device=array.device), length, "
+             "mode))",
+}
+
+
+def _padding(target: str, zeros: str) -> str:
+    return f'''    if any(pair != (0, 0) for pair in pads) and mode == "zeros":
+        array = {zeros}
+    for axis, (before, after) in enumerate(pads if mode != "zeros" else ()):
+        if before or after:
+            length = array.shape[axis]
+            array = {_FOLDED[target]}'''
+
+
 _PLAN = '''    pads, planned = [], []
     for axis, position in enumerate(positions):
         if position[0] == "gather":
@@ -118,12 +146,10 @@ _PLAN = '''    pads, planned = [], []
         planned.append(("affine", terms, offset + pads[-1][0]))'''
 
 WINDOW = {
-    "numpy": '''def {window}(array, shape, positions, *gathers):
-    """A shifted, strided or gathered read: a strided view (zero-padded first where the reads leave the array),
-    or one take at flat positions where it gathers."""
-''' + _PLAN + '''
-    if any(pair != (0, 0) for pair in pads):
-        array = {np}.pad(array, pads)
+    "numpy": '''def {window}(array, shape, positions, *gathers, mode="zeros"):
+    """A shifted, strided or gathered read: a strided view (padded first where the reads leave the array: zeros,
+    or the array folded by ``mode``), or one take at flat positions where it gathers."""
+''' + _PLAN + "\n" + _padding("numpy", "{np}.pad(array, pads)") + '''
     if gathers or not all(shape):
         return array.reshape(-1)[{flat}(array.shape, shape, planned, gathers)]
     strides = [0] * len(shape)
@@ -132,12 +158,11 @@ WINDOW = {
             strides[label] += coefficient * array.strides[axis]
     start = tuple(slice(position[2], None) for position in planned)
     return {np}.lib.stride_tricks.as_strided(array[start], shape=shape, strides=tuple(strides), writeable=False)''',
-    "torch": '''def {window}(array, shape, positions, *gathers):
-    """A shifted, strided or gathered read: ``as_strided`` (zero-padded first where the reads leave the array)
-    where every stride is non-negative, else one take at flat positions."""
-''' + _PLAN + '''
-    if any(pair != (0, 0) for pair in pads):
-        array = {np}.nn.functional.pad(array, [w for pair in reversed(pads) for w in pair])
+    "torch": '''def {window}(array, shape, positions, *gathers, mode="zeros"):
+    """A shifted, strided or gathered read: ``as_strided`` (padded first where the reads leave the array: zeros,
+    or the array folded by ``mode``) where every stride is non-negative, else one take at flat positions."""
+''' + _PLAN + "\n" + _padding("torch", "{np}.nn.functional.pad(array, [w for pair in reversed(pads) for w in pair])"
+                               ) + '''
     strides, offset = [0] * len(shape), array.storage_offset()
     if not gathers:
         for axis, (_, terms, start) in enumerate(planned):
@@ -148,12 +173,10 @@ WINDOW = {
         return array.as_strided(shape, strides, offset)
     gathers = tuple(gather.long() for gather in gathers)
     return array.reshape(-1)[{flat}(tuple(array.shape), shape, planned, gathers, array.device)]''',
-    "jax": '''def {window}(array, shape, positions, *gathers):
-    """A shifted, strided or gathered read: one take at flat positions (zero-padded first where the reads
-    leave the array)."""
-''' + _PLAN + '''
-    if any(pair != (0, 0) for pair in pads):
-        array = {np}.pad(array, pads)
+    "jax": '''def {window}(array, shape, positions, *gathers, mode="zeros"):
+    """A shifted, strided or gathered read: one take at flat positions (padded first where the reads leave the
+    array: zeros, or the array folded by ``mode``)."""
+''' + _PLAN + "\n" + _padding("jax", "{np}.pad(array, pads)") + '''
     return array.reshape(-1)[{flat}(array.shape, shape, planned, gathers)]''',
 }
 
@@ -192,8 +215,11 @@ SCATTER = {target: '''def {scatter}(value, shape, positions, *gathers):
             place = position[2]
             for source, coefficient in position[1]:
                 place = place + coefficient * along(source)
-            fits = (place >= 0) & (place < shape[axis])
-            inside = fits if inside is None else inside & fits
+            if len(position) > 3:  # folded back onto the axis (pad circular|reflect|replicate)
+                place = {fold}(place, shape[axis], position[3])
+            else:
+                fits = (place >= 0) & (place < shape[axis])
+                inside = fits if inside is None else inside & fits
         else:
             values, axes = gathers[position[1]]''' + (".long()" if target == "torch" else "") + ''', position[2]
             order = sorted(range(len(axes)), key=lambda a: axes[a])
@@ -216,7 +242,8 @@ def helper_texts(target: str, names: dict[str, str]) -> dict[str, str]:
                   permute="permute" if target == "torch" else "transpose", check=_CHECK[target])
     scatter_fields = dict(fields, device=", device=value.device" if target == "torch" else "")
     return {"ranges": RANGES.format(**fields), "flat": FLAT.format(**fields),
-            "window": WINDOW[target].format(**fields), "scatter": SCATTER[target].format(**scatter_fields)}
+            "window": WINDOW[target].format(**fields), "scatter": SCATTER[target].format(**scatter_fields),
+            "fold": _fold_text().replace("{fold}", names["fold"])}
 
 
 def window_data(step: Window) -> Any:
@@ -235,6 +262,8 @@ def scatter_data(step: Scatter) -> Any:
         elif isinstance(position, ir.Affine):
             planned.append(("affine", tuple((step.arg_labels.index(i), c) for c, i in position.terms),
                             position.offset))
+            if step.modes and step.modes[len(planned) - 1] != "zeros":  # folded (``pad`` modes)
+                planned[-1] = (*planned[-1], step.modes[len(planned) - 1])
         else:
             planned.append(("gather", gather, tuple(step.arg_labels.index(i) for i in position.indices)))
             gather += 1

@@ -68,7 +68,7 @@ def check_names(program: ir.ProgramIR) -> None:
             for name in statement.names:
                 check_name(name, "a tensor name")
             continue
-        if isinstance(statement, ir.MatrixDecl):
+        if isinstance(statement, (ir.MatrixDecl, ir.PadDecl)):
             for name in statement.names:
                 check_name(name, "a tensor name")
             continue
@@ -218,6 +218,7 @@ class _Checker:
         targets: dict[str, tuple[str, ...]] = {}
         declared: dict[str, str | int] = {}
         matrices: dict[str, tuple[str, ir.MatrixDecl]] = {}
+        pads: dict[str, ir.PadDecl] = {}
         outputs: tuple[str | None, ...] = ()
         returns_tuple = False
         count = len(program.statements)
@@ -239,6 +240,16 @@ class _Checker:
                         self.fail(IndexRuleError, f"'{name}' is declared {matrices[name][0]} twice", statement)
                     matrices[name] = (statement.kind, statement)
                 continue  # declarations stand anywhere, the last line too: the value is the last statement's
+            if isinstance(statement, ir.PadDecl):
+                if statement.mode not in ir.PAD_MODES:
+                    self.fail(IndexRuleError, f"unknown padding mode '{statement.mode}': the modes are "
+                              f"{', '.join(ir.PAD_MODES)}", statement)
+                for name in statement.names:
+                    if name in pads:
+                        self.fail(IndexRuleError, f"'{name}' is declared pad {pads[name].mode} and pad "
+                                  f"{statement.mode}; declare one mode per tensor", statement)
+                    pads[name] = statement
+                continue  # (like symmetric: for the whole program)
             if isinstance(statement, ir.SizeDecl):
                 for name in statement.names:
                     if name in declared:
@@ -258,6 +269,10 @@ class _Checker:
             self.check_assign(statement, inputs, ranks, targets)
             if not returns_tuple:
                 outputs = (statement.target,)
+        for name, declaration in pads.items():
+            if name not in inputs and name not in targets:
+                self.fail(TensorNameError, f"'{name}' is declared pad {declaration.mode} but the program neither "
+                          "reads nor assigns it", declaration)
         for name, (kind, statement) in matrices.items():
             if name not in inputs and name not in targets:
                 self.fail(TensorNameError, f"'{name}' is declared {kind} but is neither an input nor a target",

@@ -41,6 +41,8 @@ __all__ = [
     "LINALG",
     "MATRIX_DECLARATIONS",
     "MatrixDecl",
+    "PadDecl",
+    "PAD_MODES",
     "CALLABLE",
     "RESERVED",
     "product",
@@ -69,6 +71,8 @@ CALLABLE = frozenset(FUNCTIONS) | frozenset(BINARY_FUNCTIONS)
 LINALG = ("inv", "det", "logdet", "sign_det")
 #: ``symmetric A`` / ``spd A``: statements declaring square rank-2 inputs or targets
 MATRIX_DECLARATIONS = ("symmetric", "spd")
+#: ``pad MODE X`` (LANGUAGE.md 9.4): how reads of X outside its axes read (torch's padding modes)
+PAD_MODES = ("zeros", "circular", "reflect", "replicate")
 RESERVED = frozenset(FUNCTIONS) | frozenset(REDUCTIONS) | frozenset(NORMALISERS) | frozenset(BINARY_FUNCTIONS) | {
     "delta", "size"} | frozenset(LINALG) | frozenset(MATRIX_DECLARATIONS)
 
@@ -238,6 +242,9 @@ class Read:
 
     name: str
     positions: tuple[Position, ...]
+    #: where an affine position leaves the axis: ``zeros`` reads 0, ``circular`` wraps, ``reflect`` mirrors
+    #: (the edge once), ``replicate`` repeats the edge (from a ``pad`` declaration of the tensor)
+    mode: str = "zeros"
     span: Span | None = _span()
 
     @property
@@ -260,6 +267,9 @@ class ShiftDelta:
 
     index: str
     position: Affine | Gather
+    #: a position outside ``index``'s range folds back as a read of a tensor padded so would (``zeros``: none
+    #: matches); from a ``pad`` declaration of the tensor whose axis sizes ``index``
+    mode: str = "zeros"
     span: Span | None = _span()
 
     @property
@@ -339,7 +349,17 @@ class MatrixDecl:
     span: Span | None = _span()
 
 
-Statement = Union[Assign, SizeDecl, Return, MatrixDecl]
+@dataclass(frozen=True, slots=True)
+class PadDecl:
+    """``pad reflect x, y`` (LANGUAGE.md 9.4): reads of the tensors outside their axes fold by ``mode``
+    (one of :data:`PAD_MODES`); the declaration holds for the whole program, as ``symmetric`` does."""
+
+    mode: str
+    names: tuple[str, ...]
+    span: Span | None = _span()
+
+
+Statement = Union[Assign, SizeDecl, Return, MatrixDecl, PadDecl]
 
 
 @dataclass(frozen=True, slots=True)
@@ -584,6 +604,8 @@ def format_statement(statement: Statement) -> str:
         return f"size {', '.join(statement.names)} = {statement.source}"
     if isinstance(statement, MatrixDecl):
         return f"{statement.kind} {', '.join(statement.names)}"
+    if isinstance(statement, PadDecl):
+        return f"pad {statement.mode} {', '.join(statement.names)}"
     if isinstance(statement, Return):
         if len(statement.names) == 1:
             return statement.names[0] + ","

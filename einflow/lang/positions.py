@@ -29,14 +29,16 @@ def compose(position: ir.Position, index: str, value: ir.Affine | ir.Gather) -> 
     return ir.Affine(tuple((c, i) for i, c in terms.items() if c), position.offset + coefficient * value.offset)
 
 
-def _substituted(factor: ir.Expr, index: str, value: ir.Affine | ir.Gather) -> ir.Expr | None:
-    if not isinstance(factor, (ir.Tensor, ir.Read)):
+def _substituted(factor: ir.Expr, index: str, value: ir.Affine | ir.Gather, mode: str = "zeros") -> ir.Expr | None:
+    """``factor`` reading ``value`` where it read ``index``; outside its axis as ``mode`` says (a read that
+    already folds otherwise, or reads zeros, keeps its delta: one read has one mode)."""
+    if not isinstance(factor, (ir.Tensor, ir.Read)) or isinstance(factor, ir.Read) and factor.mode != mode:
         return None
     positions = factor.indices if isinstance(factor, ir.Tensor) else factor.positions
     found = [compose(position, index, value) for position in positions]
     if any(position is None for position in found):
         return None
-    return ir.Read(factor.name, tuple(found))  # type: ignore[arg-type]
+    return ir.Read(factor.name, tuple(found), mode)  # type: ignore[arg-type]
 
 
 def read_through(factors: tuple[ir.Expr, ...], summed: frozenset[str]) -> tuple[tuple[ir.Expr, ...],
@@ -46,14 +48,14 @@ def read_through(factors: tuple[ir.Expr, ...], summed: frozenset[str]) -> tuple[
 
     >>> factors = (ir.Tensor("x", ("p",)), ir.ShiftDelta("p", ir.Affine(((1, "h"), (1, "r")))))
     >>> read_through(factors, frozenset({"p"}))
-    ((Read(name='x', positions=(Affine(terms=((1, 'h'), (1, 'r')), offset=0),)),), [])
+    ((Read(name='x', positions=(Affine(terms=((1, 'h'), (1, 'r')), offset=0),), mode='zeros'),), [])
     """
     current = list(factors)
     for shift in [factor for factor in factors if isinstance(factor, ir.ShiftDelta)]:
         if shift.index not in summed:
             continue
         users = [k for k, factor in enumerate(current) if factor is not shift and shift.index in _mentions(factor)]
-        replaced = {k: _substituted(current[k], shift.index, shift.position) for k in users}
+        replaced = {k: _substituted(current[k], shift.index, shift.position, shift.mode) for k in users}
         if not users or any(value is None for value in replaced.values()):
             continue
         current = [replaced.get(k, factor) for k, factor in enumerate(current) if factor is not shift]  # type: ignore
@@ -86,8 +88,8 @@ def solve_through(factors: tuple[ir.Expr, ...], summed: frozenset[str]) -> tuple
     current = list(factors)
     for shift in [f for f in factors if isinstance(f, ir.ShiftDelta)]:
         position = shift.position
-        if shift.index in summed or not isinstance(position, ir.Affine) or \
-                any(abs(c) != 1 for c, _ in position.terms):
+        if shift.index in summed or not isinstance(position, ir.Affine) or shift.mode != "zeros" or \
+                any(abs(c) != 1 for c, _ in position.terms):  # (a folded delta scatters: no read inverts it)
             continue
         for coefficient, index in position.terms:
             if index not in summed:

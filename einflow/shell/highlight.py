@@ -40,6 +40,8 @@ class EinflowLexer(RegexLexer):
             (r"\s+", Whitespace),
             (r"#.*?$", Comment.Single),
             (r"\b(size|symmetric|spd)\b", Keyword.Declaration),
+            (r"^([ \t]*)(pad)([ \t]+)(zeros|circular|reflect|replicate)\b",  # `pad reflect u` (LANGUAGE.md 9.4)
+             bygroups(Whitespace, Keyword.Declaration, Whitespace, Keyword.Declaration)),
             (r"\b(sum|delta|wrt)\b", Keyword),
             (words(REDUCTIONS + NORMALISERS + LINALG, prefix=r"\b", suffix=r"\b"), Keyword),
             (words(FUNCTIONS + BINARY_FUNCTIONS, prefix=r"\b", suffix=r"\b"), Name.Builtin),

@@ -21,6 +21,7 @@ from einflow.lang import ir
 from einflow.lang.errors import EinflowError, MemoryLimitError, ParseError, TensorNameError, located
 from einflow.lang.grammar import parse
 from einflow.lang.indices import indices_in
+from einflow.lang.padding import resolve_pads
 from einflow.program import Program, default_memory_limit
 from einflow.shell.records import RECORD_FORMAT, RECORD_VERSION, SessionRecord, check_record
 from einflow.shell.replies import NAME, Reply, SessionError, check_name, format_value
@@ -115,6 +116,7 @@ class Session:
         self.origins: dict[str, str] = {}  # data names -> how they were bound
         self.sizes: dict[str, ir.SizeDecl] = {}  # index name -> its declaration
         self.matrices: dict[str, str] = {}  # `symmetric A` / `spd K`: matrix name -> its declaration
+        self.pads: dict[str, str] = {}  # `pad reflect u`: tensor name -> its padding mode
         self.stale: dict[str, str] = {}  # name -> why it could not be re-evaluated
         self.order: dict[str, None] = {}  # every name, in the order it was first bound
         self.backend: str | None = None
@@ -223,6 +225,7 @@ class Session:
         self.origins.clear()
         self.sizes.clear()
         self.matrices.clear()
+        self.pads.clear()
         self.stale.clear()
         self.order.clear()
         self.backend = None
@@ -238,6 +241,9 @@ class Session:
             elif isinstance(statement, ir.MatrixDecl):  # kept for the session: checked and used by later statements
                 self.matrices.update(dict.fromkeys(statement.names, statement.kind))
                 out.append(f"{', '.join(statement.names)}: declared {statement.kind}")
+            elif isinstance(statement, ir.PadDecl):  # kept for the session: later reads of the tensors fold
+                self.pads.update(dict.fromkeys(statement.names, statement.mode))
+                out.append(f"{', '.join(statement.names)}: declared pad {statement.mode}")
             elif isinstance(statement, ir.Return):
                 for name in statement.names:
                     out.append(format_value(name, self.lookup(name), self.width))
@@ -272,7 +278,11 @@ class Session:
         kinds = sorted({kind for name, kind in self.matrices.items() if name in names})
         decls += tuple(ir.MatrixDecl(kind, tuple(sorted(n for n, k in self.matrices.items()
                                                          if k == kind and n in names))) for kind in kinds)
-        program_ir = ir.ProgramIR(decls + tuple(statements))
+        padded = {node.name for statement in statements if isinstance(statement, ir.Assign)  # pads: LANGUAGE 9.4
+                  for node in ir.walk(statement.expr) if isinstance(node, ir.Read)} & self.pads.keys()
+        decls += tuple(ir.PadDecl(mode, tuple(sorted(n for n in padded if self.pads[n] == mode)))
+                       for mode in sorted({self.pads[n] for n in padded}))
+        program_ir = resolve_pads(ir.ProgramIR(decls + tuple(statements)))
         return Program(program_ir, source if source is not None else ir.format_program(program_ir))
 
     def evaluate(self, statement: ir.Assign, source: str | None = None) -> Any:

@@ -16,6 +16,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from einflow.lang import ir
 from einflow.lang.errors import ParseError, source_line
+from einflow.lang.padding import resolve_pads
 
 __all__ = ["parse", "parse_expression", "build_parser"]
 
@@ -136,7 +137,7 @@ class _ToIR(Transformer):
 
     # ---- statements
     def start(self, items: list[Any]) -> ir.ProgramIR:
-        return ir.ProgramIR(tuple(items))
+        return resolve_pads(ir.ProgramIR(tuple(items)))
 
     @v_args(meta=True)
     def assign_indexed(self, meta: Any, items: list[Any]) -> ir.Assign:
@@ -329,6 +330,19 @@ class _ToIR(Transformer):
     def matrix_decl(self, meta: Any, items: list[Any]) -> ir.MatrixDecl:
         kind, *names = items
         return ir.MatrixDecl(str(kind), tuple(self._name(name, "a matrix name") for name in names), span=_span(meta))
+
+    @v_args(meta=True)
+    def pad_decl(self, meta: Any, items: list[Any]) -> ir.PadDecl:
+        _, mode, *names = items
+        if str(mode) not in ir.PAD_MODES:
+            numpy_names = {"wrap": "circular", "edge": "replicate", "constant": "zeros", "zero": "zeros"}
+            close = [numpy_names[str(mode)]] if str(mode) in numpy_names else \
+                difflib.get_close_matches(str(mode), ir.PAD_MODES, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ParseError(f"unknown padding mode '{mode}': {hint}the modes are {', '.join(ir.PAD_MODES)} "
+                             "(torch's padding_mode names)", mode.line or 1, mode.column or 1,
+                             _line_of(self.source, mode.line or 1))
+        return ir.PadDecl(str(mode), tuple(self._name(name, "a tensor name") for name in names), span=_span(meta))
 
     @v_args(meta=True)
     def unknown_reduce(self, meta: Any, items: list[Any]) -> ir.Expr:
