@@ -461,7 +461,7 @@ def _in_memory_order(value: Any, spec: ScatterSpec) -> tuple[Any, ScatterSpec]:
         if position[0] == "plain":
             moved.append(("plain", order.index(position[1])))
         elif position[0] == "affine":
-            moved.append(("affine", tuple((order.index(axis), c) for axis, c in position[1]), position[2]))
+            moved.append(("affine", tuple((order.index(axis), c) for axis, c in position[1]), *position[2:]))
         else:
             moved.append((position[0], position[1], tuple(order.index(axis) for axis in position[2]), position[3]))
     return value.transpose(order), (out_shape, tuple(value_shape[axis] for axis in order), tuple(moved), name)

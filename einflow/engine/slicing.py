@@ -255,7 +255,7 @@ def window_block(kernel: Any, array: Any, spec: Any, index: tuple[slice, ...], *
     array([[0., 1., 2.],
            [6., 7., 8.]])
     """
-    shape, pads, positions, name = spec
+    shape, pads, positions, name, mode = spec
     starts = [0 if part.start is None else part.start for part in index]
     sizes = tuple(len(range(*part.indices(size))) for part, size in zip(index, shape))
     moved: list[Any] = []
@@ -268,7 +268,7 @@ def window_block(kernel: Any, array: Any, spec: Any, index: tuple[slice, ...], *
             _, k, axes, length = position
             taken[k] = gathers[k][tuple(index[axis] for axis in axes)]
             moved.append(position)
-    return kernel(array, (sizes, pads, tuple(moved), name), *taken)
+    return kernel(array, (sizes, pads, tuple(moved), name, mode), *taken)
 
 
 #: bytes a chunked scatter-add (:func:`scatter_chunks`) allocates per element of a chunk besides its value's
@@ -301,7 +301,8 @@ def scatter_chunks(value: Any, spec: Any, rows: int, *gathers: Any) -> Any:
             if position[0] == "plain":  # along the chunked axis: shifted by the chunk's start
                 moved.append(("affine", ((0, 1),), start) if position[1] == 0 else position)
             elif position[0] == "affine":
-                moved.append(("affine", position[1], position[2] + sum(c * start for a, c in position[1] if not a)))
+                moved.append(("affine", position[1], position[2] + sum(c * start for a, c in position[1] if not a),
+                              *position[3:]))  # (a fold's mode, if any, stays)
             else:
                 _, k, axes, _ = position
                 taken[k] = gathers[k][tuple(slice(start, stop) if not a else slice(None) for a in axes)]
