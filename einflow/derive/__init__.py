@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from einflow.derive.batch import Batch, batch_names, follow, restore, strip, summed_batch
+from einflow.derive.conjugate import holomorphic_obstacle
 from einflow.derive.cse import coefficients_out, hoist_repeated, hoist_shared_products, reuse_forward
 from einflow.derive.normal import (
     Fresh,
@@ -148,6 +149,8 @@ class _Setup:
                          symmetric=frozenset(n for s in self.matrix_decls for n in s.names if n in program.info.inputs),
                          links=frozenset(links))
         name_factors(self.work)
+        #: the function that makes the program non-holomorphic (conj, real, imag, abs, abs2, angle), or None
+        self.obstacle = holomorphic_obstacle([s.expr for s in normal])
         self._normal = tuple(normal)  # the statements as normal form gave them (a split product is another)
         self.user_sizes = [s for s in program.ir.statements if isinstance(s, ir.SizeDecl)]
         self.declared = {n for s in self.user_sizes for n in s.names}
@@ -353,7 +356,11 @@ def _reverse(program: Checked, wrt: str | Sequence[str], what: str, hint: str = 
     setup = _Setup(program, what)
     if setup.value_rank:
         raise DerivativeError(f"{what} needs a scalar value, but '{setup.value}' has rank {setup.value_rank}{hint}")
-    gradients = reverse_sweep(setup.work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    # complex inputs (LANGUAGE.md 9.2): the sweep's adjoints are jax's, conj(dL/dRe z + i dL/dIm z); the gradient
+    # is their conjugate (PyTorch's). A holomorphic program has a real value for real inputs only, where the
+    # two agree: its gradient needs no conj.
+    gradients = reverse_sweep(setup.work, setup.value, ir.Num(1), names, _gradient_names(setup, names),
+                              conjugate_result=setup.obstacle is not None)
     return program, setup, names, as_tuple, gradients
 
 
@@ -378,7 +385,7 @@ def vjp(program: Checked, wrt: str | Sequence[str], cotangent: str = "G") -> Che
     >>> v = ef.vjp("y[i] = A[i,j] x[j]", wrt="x", cotangent="g")
     >>> print(v)
     size p = x
-    vjp_x[p] = A[i,p] g[i]
+    vjp_x[p] = g[i] conj(A[i,p])
     """
     names, as_tuple = _wrt_list(program, wrt, "vjp")
     setup = _Setup(program, "vjp")
@@ -387,10 +394,16 @@ def vjp(program: Checked, wrt: str | Sequence[str], cotangent: str = "G") -> Che
     output = setup.work.target(setup.value)
     assert output is not None
     setup.work.ranks[cotangent] = setup.value_rank
-    seed = ir.Tensor(cotangent, output.indices or ())
+    seed: ir.Expr = ir.Tensor(cotangent, output.indices or ())
     gradient_names = {x: f"vjp_{x}" for x in names}
     gradient_names["value"] = setup.value
-    outputs = reverse_sweep(setup.work, setup.value, seed, names, gradient_names)
+    # vjp(G) is the gradient of Re(sum conj(G) f) (LANGUAGE.md 9.2): conj(J) G for a holomorphic program;
+    # otherwise the sweep's (jax's) adjoints of conj(G), conjugated
+    holomorphic = setup.obstacle is None
+    if not holomorphic:
+        seed = ir.Call("conj", seed)
+    outputs = reverse_sweep(setup.work, setup.value, seed, names, gradient_names, conjugate_jacobian=holomorphic,
+                            conjugate_result=not holomorphic)
     return setup.assemble([outputs[x] for x in names], as_tuple)
 
 

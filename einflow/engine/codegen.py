@@ -63,7 +63,7 @@ __all__ = ["Source", "generic_booleans", "helpers", "taken_names", "NodeRule", "
            "diagonal_view_labels"]
 
 #: function templates that differ on torch (``torch.maximum`` needs two tensors)
-TORCH_CALLS = {"relu": "{np}.clamp({x}, min=0)", "sign": "{sign}({x})", "conj": "{np}.conj_physical({x})",
+TORCH_CALLS = {"relu": "{np}.clamp({x}, min=0)", "sign": "{sign}({x})",
                "softplus": "{np}.logaddexp({np}.zeros_like({x}), {x})"}
 
 # Private helpers the generated code may call; {np} and helper names are substituted.
@@ -144,6 +144,9 @@ HELPERS: dict[str, str] = {
     "sign": '''def {sign}(x):
     """The sign of x (numpy's: nan for nan, x / |x| for complex x)."""
     return {np}.sign(x)''',
+    "conj": '''def {conj}(x):
+    """The complex conjugate; a real x itself (no copy: derivative programs conjugate what may be complex)."""
+    return {np}.conj(x) if {np}.iscomplexobj(x) else x''',
     "imag": '''def {imag}(x):
     """The imaginary part (zeros for real x)."""
     return {np}.imag(x)''',
@@ -195,6 +198,9 @@ TORCH_HELPERS: dict[str, str] = {
     "step": '''def {step}(x):
     """1 where x > 0, else 0, in x's type."""
     return (x > 0).to(x.dtype)''',
+    "conj": '''def {conj}(x):
+    """The complex conjugate; a real x itself (no copy: derivative programs conjugate what may be complex)."""
+    return x.conj_physical() if x.is_complex() else x''',
     "imag": '''def {imag}(x):
     """The imaginary part (zeros for real x: torch has no imag of a real tensor)."""
     return x.imag if x.is_complex() else {np}.zeros_like(x)''',
@@ -308,7 +314,7 @@ HELPER_NEEDS = {"reciprocal": ("as_float",), "divide": ("as_float",), "erf": ("a
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
 HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
-               "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve", "imag", "abs2")
+               "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve", "conj", "imag", "abs2")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -492,7 +498,7 @@ class Source:
         if rule.promotes and promote:
             x = self.floating(x)
         helpers = {key: self.helper(key) if "{" + key + "}" in template else ""
-                   for key in ("sigmoid", "step", "erf", "sign", "imag", "abs2")}
+                   for key in ("sigmoid", "step", "erf", "sign", "conj", "imag", "abs2")}
         return template.format(x=x, np=self.alias["np"], **helpers)
 
     def power(self, node: Pow) -> str:
