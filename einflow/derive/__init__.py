@@ -33,7 +33,7 @@ from einflow.derive.normal import (
     to_normal,
 )
 from einflow.derive.outer import factor_outer
-from einflow.derive.rules import Leaf
+from einflow.derive.rules import Leaf, input_leaf
 from einflow.derive.shifts import with_shifts
 from einflow.derive.simplify import is_zero
 from einflow.derive.simplify import simplify as simplified  # (the module keeps the name simplify here)
@@ -46,7 +46,7 @@ from einflow.lang.errors import DerivativeError, EinflowError
 from einflow.lang.indices import free_indices, indices_in
 from einflow.lang.stable import stabilize_program
 
-__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp",
+__all__ = ["grad", "jacobian", "hessian", "wirtinger_hessian", "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp",
            "hvp", "value_and_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -846,6 +846,57 @@ def _with_name(program: Checked, name: str) -> Checked:
 
 def jacobian(program: Checked, wrt: str | Sequence[str], mode: str = "auto", batch: Batched = None) -> Checked:
     return _structured(_jacobian, program, wrt, batch, "jacobian", mode=mode)
+
+
+@_deriving
+def wirtinger_hessian(program: Checked, wrt: str) -> Checked:
+    """The Wirtinger Hessian of a real scalar program by a complex input z, as the pair ``(A, B)`` with
+    ``A[k,l] = d2L/dconj(z_k)dz_l`` and ``B[k,l] = d2L/dconj(z_k)dconj(z_l)`` (LANGUAGE.md 9.2), so that
+    ``hvp(v) = 2 (A v + B conj(v))``.
+
+    The gradient g = 2 dL/dconj(z) is differentiated forward along the real and the imaginary unit
+    directions, H_re = 2 (A + B) and H_im = 2i (A - B), so A = (H_re - i H_im)/4, B = (H_re + i H_im)/4.
+
+    >>> import numpy as np, einflow as ef
+    >>> A, B = ef.hessian("f = real(sum[i](conj(z[i]) M[i,j] z[j]))", wrt="z", wirtinger=True)(
+    ...     z=np.array([1j, 2.0]), M=np.array([[2.0, 1j], [-1j, 3.0]]))
+    >>> A.round(12).tolist(), B.round(12).tolist()
+    ([[(2+0j), 1j], [-1j, (3+0j)]], [[0j, 0j], [0j, 0j]])
+    """
+    if not isinstance(wrt, str):
+        raise DerivativeError("hessian(..., wirtinger=True) takes one wrt name (a complex input)")
+    _, setup, names, _, gradients = _reverse(program, wrt, "hessian")
+    work = setup.work
+    through = [s.target for s in work.statements if s.target]
+    gradient = work.target(gradients[wrt])
+    assert gradient is not None
+    outputs = []
+    parts: list[ir.Tensor] = []
+    for unit, label in ((ir.Num(1), "re"), (ir.Num(1j), "im")):  # type: ignore[arg-type]
+        axes = work.fresh_indices(wrt)
+        real_leaf = input_leaf(wrt, axes, wrt in work.symmetric)
+
+        def leaf(node: ir.Tensor, real_leaf: Leaf = real_leaf, unit: ir.Num = unit) -> ir.Expr | None:
+            varied = real_leaf(node)
+            return None if varied is None else ir.product(unit, varied)
+
+        results = tangent_sweep(work, {wrt: leaf}, axes, lambda t, label=label: f"d{t}_{label}", through,
+                                [gradients[wrt]])
+        statement = results.get(gradients[wrt]) or _zero_derivative(gradient, axes)
+        name = work.tensor_fresh.pick([f"H_{label}"], f"H_{label}")
+        indices = statement.indices or ()
+        work.statements.append(ir.Assign(name, indices, statement.expr))
+        if parts:  # the imaginary direction's axes read as the real one's
+            indices = tuple(parts[0].indices)
+        parts.append(ir.Tensor(name, indices))
+    real_direction, imaginary_direction = parts
+    for name, sign in ((f"d2{setup.value}_dconj{wrt}d{wrt}", -1), (f"d2{setup.value}_dconj{wrt}2", 1)):
+        target = work.tensor_fresh.pick([name], name)
+        expr = ir.Sum((ir.product(ir.Num(0.25), real_direction),
+                       ir.product(ir.Num(complex(0, 0.25 * sign)), imaginary_direction)))  # type: ignore[arg-type]
+        work.statements.append(ir.Assign(target, real_direction.indices, expr))
+        outputs.append(target)
+    return setup.assemble(outputs, True)
 
 
 def hessian(program: Checked, wrt: str | Sequence[str], batch: Batched = None) -> Checked:
