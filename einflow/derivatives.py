@@ -33,6 +33,16 @@ def _program(derived: Checked, source: Program, seeds: Sequence[str] = (),
     program.accepts = frozenset(source.inputs) | frozenset(source.info.targets) | source.accepts | frozenset(seeds)
     if by is not None and len(by) == len(program.info.outputs):
         program.casts = tuple(by)  # each output in the float dtype of the input it is by (Program._cast)
+    if any(isinstance(node, ir.Linalg) and node.kind == "logdet" for s in source.ir.statements
+           if isinstance(s, ir.Assign) for node in ir.walk(s.expr)):
+        # log|det| of a complex matrix is not holomorphic; its rules are the real ones
+        return HolomorphicOnly(program, "derivatives through logdet of complex matrices are not supported yet (the "
+                                        "value is: log|det|, real); pass real matrices")
+    declared = [name for s in source.ir.statements if isinstance(s, ir.MatrixDecl) and s.kind in ("spd", "hermitian")
+                for name in s.names if name in source.inputs]
+    if declared:  # the projection on Hermitian matrices, (G + G^H)/2, is the symmetric one's for real matrices only
+        return HolomorphicOnly(program, f"derivatives by the declared matrix {declared[0]!r} are not supported yet "
+                                        "for complex matrices (its value is); pass real matrices")
     return program
 
 
@@ -50,12 +60,19 @@ class HolomorphicOnly(Program):
         self.refusal = refusal
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        arrays = [*args, *kwargs.values()]
-        if len(args) == 1 and isinstance(args[0], Mapping):
-            arrays.extend(args[0].values())
-        if any(_complex(array) for array in arrays):
-            raise DerivativeError(self.refusal)
+        _refuse_complex(self.refusal, args, kwargs)
         return super().__call__(*args, **kwargs)
+
+
+def _refuse_complex(refusal: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """A DerivativeError saying ``refusal`` when any array passed is complex."""
+    if refusal is None:
+        return
+    arrays = [*args, *kwargs.values()]
+    if len(args) == 1 and isinstance(args[0], Mapping):
+        arrays.extend(args[0].values())
+    if any(_complex(array) for array in arrays):
+        raise DerivativeError(refusal)
 
 
 def _complex(array: Any) -> bool:
@@ -179,7 +196,7 @@ def value_and_grad(p: str | Program, wrt: Wrt) -> Program:
 class ValueAndGrad(Program):
     """A program whose call returns ``(value, gradient)``, or ``(value, (gradients...))`` for a list of ``wrt``."""
 
-    __slots__ = ("gradients_as_tuple",)
+    __slots__ = ("gradients_as_tuple", "refusal")
 
     def __init__(self, program: Program, as_tuple: bool) -> None:
         super().__init__(program.ir, program.source, program.info)
@@ -187,7 +204,10 @@ class ValueAndGrad(Program):
         self.casts = program.casts
         #: whether the gradients come as a tuple (``wrt`` was a list) or as one array
         self.gradients_as_tuple = as_tuple
+        #: a complex array's DerivativeError (``HolomorphicOnly``), or None
+        self.refusal: str | None = getattr(program, "refusal", None)
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        _refuse_complex(self.refusal, args, kwargs)
         value, *gradients = super().__call__(*args, **kwargs)
         return value, (tuple(gradients) if self.gradients_as_tuple else gradients[0])

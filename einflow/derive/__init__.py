@@ -46,7 +46,8 @@ from einflow.lang.errors import DerivativeError, EinflowError
 from einflow.lang.indices import free_indices, indices_in
 from einflow.lang.stable import stabilize_program
 
-__all__ = ["grad", "jacobian", "hessian", "wirtinger_hessian", "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp",
+__all__ = ["grad", "jacobian", "hessian", "wirtinger_hessian",
+           "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp",
            "hvp", "value_and_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])

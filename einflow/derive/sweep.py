@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from einflow.derive.canonical import bound_inside
+from einflow.derive.conjugate import conjugate, is_real, push_parts, real_part
 from einflow.derive.cse import reuse_forward
 from einflow.derive.normal import Fresh, rename, rename_apart, tensor_names
-from einflow.derive.conjugate import conjugate, is_real, push_parts, real_part
 from einflow.derive.rules import Leaf, derivative, input_leaf, wirtinger
 from einflow.derive.simplify import simplify
 from einflow.derive.tree import split_products

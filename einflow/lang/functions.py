@@ -193,7 +193,8 @@ FUNCTION_RULES: dict[str, FunctionRule] = {
                              _ufunc("logaddexp", before="0, "), r"\operatorname{softplus}\left(@\right)",
                              24, 0.0),
     # ---- complex numbers (LANGUAGE.md 9.2): f(u) next to df (the tangent rule) and (df/du, df/dconj(u))
-    "conj": FunctionRule(lambda xp, x: xp.conj(x) if xp.iscomplexobj(x) else x, "1", "{conj}({x})", None, r"\overline{@}", promotes=False,
+    "conj": FunctionRule(lambda xp, x: xp.conj(x) if xp.iscomplexobj(x) else x, "1", "{conj}({x})", None,
+                         r"\overline{@}", promotes=False,
                          tangent_text="conj(du)", wirtinger_texts=("0", "1")),
     "real": FunctionRule(lambda xp, x: xp.real(x), "1", "{np}.real({x})", None, r"\operatorname{Re}\left(@\right)",
                          promotes=False, tangent_text="real(du)", wirtinger_texts=("0.5", "0.5"), real_valued=True),
