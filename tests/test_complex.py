@@ -269,3 +269,12 @@ def test_derivatives_not_yet_supported_for_complex_matrices_say_so() -> None:
         ef.grad("f = logdet[i,j](A[i,j])", wrt="A")(A=_hermitian_positive())
     with pytest.raises(ef.DerivativeError, match="'A'"):
         ef.grad("hermitian A\nf = real(sum[i,j](y[i] A[i,j] y[j]))", wrt="A")(A=_hermitian_positive(), y=X)
+
+
+def test_grad_of_abs_plus_relu_of_a_real_input_is_sign_plus_step() -> None:
+    # a real-only function (relu, max) beside a non-holomorphic one: both Wirtinger parts, not 2 A real(h)
+    g = ef.grad("f = sum[i](abs(x[i]) + relu(x[i]))", wrt="x")
+    assert str(g).splitlines()[-1] == "df_dx[p] = sign(x[p]) + step(x[p])"
+    x = np.array([-1.0, 0.5, 2.0])
+    g = ef.grad("f = sum[i](abs(x[i]) max[j](x[j]))", wrt="x")(x=x)
+    np.testing.assert_allclose(g, 2 * np.sign(x) + np.array([0, 0, 1]) * np.abs(x).sum())

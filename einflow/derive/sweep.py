@@ -125,7 +125,7 @@ def _pulled_back(work: Work, statement: ir.Assign, leaf: Leaf, cotangent: ir.Exp
             return None
         return ir.product(cotangent, conjugate(jac) if conjugate_jacobian else jac)
     by_z, by_conjugate = wirtinger(statement.expr, leaf)
-    if is_real(statement.expr):
+    if is_real(statement.expr) and not _real_only(statement.expr):
         return None if by_z is None else ir.product(ir.Num(2), real_part(cotangent), by_z)
     terms = []
     if by_z is not None:
@@ -133,6 +133,14 @@ def _pulled_back(work: Work, statement: ir.Assign, leaf: Leaf, cotangent: ir.Exp
     if by_conjugate is not None:
         terms.append(ir.product(conjugate(cotangent), conjugate(by_conjugate)))
     return push_parts(terms[0] if len(terms) == 1 else ir.Sum(tuple(terms))) if terms else None
+
+
+def _real_only(expr: ir.Expr) -> bool:
+    """Does ``expr`` apply a function of real numbers only (relu, step, max, maximum, ...)? Such a function's
+    Wirtinger parts are its real derivative and 0, so B = conj(A) fails for the real value it gives."""
+    return any(isinstance(node, ir.Call) and node.func in ("relu", "step") or isinstance(node, ir.Binary)
+               or isinstance(node, ir.Reduce) and node.kind in ("max", "min")
+               or isinstance(node, ir.Normalize) and node.kind in ("argmax", "argmin") for node in ir.walk(expr))
 
 
 def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_of: dict[str, str],
