@@ -210,7 +210,8 @@ def wirtinger(expr: ir.Expr, leaf: Leaf) -> tuple[ir.Expr | None, ir.Expr | None
                     terms.append(ir.product(by_u, rename_apart(straight)))
                 if crossed is not None:
                     terms.append(ir.product(by_conjugate, conjugate(rename_apart(crossed))))
-                return push_parts(_add(terms)) if terms else None
+                combined = _add(terms)
+                return None if combined is None else push_parts(combined)
 
             result = (combine(inner_u, inner_conjugate), combine(inner_conjugate, inner_u))
         else:
