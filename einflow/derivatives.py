@@ -7,11 +7,14 @@ function's docstring (shared with ``einflow.derive``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from einflow import derive
+from einflow.derive.conjugate import holomorphic_obstacle
+from einflow.lang import ir
 from einflow.lang.check import Checked
+from einflow.lang.errors import DerivativeError
 from einflow.program import Program, compile
 
 __all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp", "hvp",
@@ -30,7 +33,63 @@ def _program(derived: Checked, source: Program, seeds: Sequence[str] = (),
     program.accepts = frozenset(source.inputs) | frozenset(source.info.targets) | source.accepts | frozenset(seeds)
     if by is not None and len(by) == len(program.info.outputs):
         program.casts = tuple(by)  # each output in the float dtype of the input it is by (Program._cast)
+    if any(isinstance(node, ir.Linalg) and node.kind == "logdet" for s in source.ir.statements
+           if isinstance(s, ir.Assign) for node in ir.walk(s.expr)):
+        # log|det| of a complex matrix is not holomorphic; its rules are the real ones
+        return HolomorphicOnly(program, "derivatives through logdet of complex matrices are not supported yet (the "
+                                        "value is: log|det|, real); pass real matrices")
+    declared = [name for s in source.ir.statements if isinstance(s, ir.MatrixDecl) and s.kind in ("spd", "hermitian")
+                for name in s.names if name in source.inputs]
+    if declared:  # the projection on Hermitian matrices, (G + G^H)/2, is the symmetric one's for real matrices only
+        return HolomorphicOnly(program, f"derivatives by the declared matrix {declared[0]!r} are not supported yet "
+                                        "for complex matrices (its value is); pass real matrices")
     return program
+
+
+class HolomorphicOnly(Program):
+    """A Jacobian or Hessian of a program that is not holomorphic (LANGUAGE.md 9.2): called with complex arrays,
+    a DerivativeError naming the function (there is no complex derivative f'(z)); real arrays run as usual."""
+
+    __slots__ = ("refusal",)
+
+    def __init__(self, program: Program, refusal: str) -> None:
+        super().__init__(program.ir, program.source, program.info)
+        self.accepts = program.accepts
+        self.casts = program.casts
+        #: the message a call with complex arrays raises
+        self.refusal = refusal
+
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        _refuse_complex(self.refusal, args, kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+def _refuse_complex(refusal: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """A DerivativeError saying ``refusal`` when any array passed is complex."""
+    if refusal is None:
+        return
+    arrays = [*args, *kwargs.values()]
+    if len(args) == 1 and isinstance(args[0], Mapping):
+        arrays.extend(args[0].values())
+    if any(_complex(array) for array in arrays):
+        raise DerivativeError(refusal)
+
+
+def _complex(array: Any) -> bool:
+    if isinstance(array, complex):
+        return True
+    dtype = getattr(array, "dtype", None)
+    return bool(getattr(dtype, "is_complex", False)) or getattr(dtype, "kind", None) == "c"
+
+
+def _refusing(derived: Program, source: Program, what: str, hint: str) -> Program:
+    """``derived`` refusing complex arrays when ``source`` is not holomorphic (its text has conj, abs, ...)."""
+    obstacle = holomorphic_obstacle([s.expr for s in source.ir.statements if isinstance(s, ir.Assign)])
+    if obstacle is None:
+        return derived
+    return HolomorphicOnly(derived, f"{what}: the program is not holomorphic (it applies '{obstacle}'), so a complex "
+                                    f"input has no complex derivative f'(z); {hint} (docs/derivatives.md, "
+                                    "complex numbers)")
 
 
 def _by(wrt: Wrt) -> list[str | None]:
@@ -61,14 +120,20 @@ def grad(p: str | Program, wrt: Wrt) -> Program:
 @_documented(derive.jacobian)
 def jacobian(p: str | Program, wrt: Wrt, mode: str = "auto", batch: Batch = None) -> Program:
     program = compile(p)
-    return _program(derive.jacobian(program.checked, wrt, mode, batch=batch), program, by=_by(wrt))
+    return _refusing(_program(derive.jacobian(program.checked, wrt, mode, batch=batch), program, by=_by(wrt)),
+                     program, "jacobian", "use jvp(...) or vjp(...), or grad(...) of a real value")
 
 
 @_documented(derive.hessian)
-def hessian(p: str | Program, wrt: Wrt, batch: Batch = None) -> Program:
+def hessian(p: str | Program, wrt: Wrt, batch: Batch = None, wirtinger: bool = False) -> Program:
     program = compile(p)
-    return _program(derive.hessian(program.checked, wrt, batch=batch), program,
-                    by=_by(wrt) if isinstance(wrt, str) else None)
+    if wirtinger:
+        if batch is not None:
+            raise DerivativeError("hessian(..., wirtinger=True) takes no batch=")
+        return _program(derive.wirtinger_hessian(program.checked, wrt), program)  # type: ignore[arg-type]
+    return _refusing(_program(derive.hessian(program.checked, wrt, batch=batch), program,
+                              by=_by(wrt) if isinstance(wrt, str) else None), program, "hessian",
+                     "use hessian(..., wirtinger=True) for the pair (A, B), or hvp")
 
 
 @_documented(derive.hessian_diagonal)
@@ -112,7 +177,13 @@ def jvp(p: str | Program, wrt: Wrt, tangent: str | Sequence[str] | None = None) 
 @_documented(derive.hvp)
 def hvp(p: str | Program, wrt: Wrt, tangent: str | Sequence[str] | None = None) -> Program:
     program = compile(p)
-    return _program(derive.hvp(program.checked, wrt, tangent), program, _tangent_names(wrt, tangent), by=_by(wrt))
+    derived = _program(derive.hvp(program.checked, wrt, tangent), program, _tangent_names(wrt, tangent), by=_by(wrt))
+    kinked = {node.func for s in program.ir.statements if isinstance(s, ir.Assign) for node in ir.walk(s.expr)
+              if isinstance(node, ir.Call) and node.func in ("abs", "sign")}
+    if kinked:  # sign(z) = z/|z| varies on complex numbers; the rules treat it as locally constant (real numbers)
+        return HolomorphicOnly(derived, f"hvp: second derivatives through '{sorted(kinked)[0]}' of complex numbers are "
+                                        "not supported; write |z| as sqrt(abs2(z)) (docs/derivatives.md)")
+    return derived
 
 
 @_documented(derive.value_and_grad)
@@ -125,7 +196,7 @@ def value_and_grad(p: str | Program, wrt: Wrt) -> Program:
 class ValueAndGrad(Program):
     """A program whose call returns ``(value, gradient)``, or ``(value, (gradients...))`` for a list of ``wrt``."""
 
-    __slots__ = ("gradients_as_tuple",)
+    __slots__ = ("gradients_as_tuple", "refusal")
 
     def __init__(self, program: Program, as_tuple: bool) -> None:
         super().__init__(program.ir, program.source, program.info)
@@ -133,7 +204,10 @@ class ValueAndGrad(Program):
         self.casts = program.casts
         #: whether the gradients come as a tuple (``wrt`` was a list) or as one array
         self.gradients_as_tuple = as_tuple
+        #: a complex array's DerivativeError (``HolomorphicOnly``), or None
+        self.refusal: str | None = getattr(program, "refusal", None)
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
+        _refuse_complex(self.refusal, args, kwargs)
         value, *gradients = super().__call__(*args, **kwargs)
         return value, (tuple(gradients) if self.gradients_as_tuple else gradients[0])

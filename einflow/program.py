@@ -373,7 +373,8 @@ def _kind(dtype: Any) -> str:
 def _cast(result: Any, casts: tuple[str | None, ...], arrays: Mapping[str, Any]) -> Any:
     """Each output of a derivative program in the float dtype of the input it is taken by, as jax gives it:
     float32 in, float32 out, where a constant of the derivative (an integer count, ``dL_ds = 1``) or a float64
-    one would make it wider. Outputs of another kind (a complex derivative by a real input) stay as they are."""
+    one would make it wider. A complex derivative by a real input is its real part (the derivative along the
+    real axis, as torch gives it); a real one by a complex input stays real."""
     outputs = list(result) if type(result) is tuple else [result]
     for k, name in enumerate(casts):
         like = arrays.get(name) if name is not None else None
@@ -383,6 +384,10 @@ def _cast(result: Any, casts: tuple[str | None, ...], arrays: Mapping[str, Any])
         value = outputs[k]
         own = getattr(value, "dtype", None)
         own = own if own is not None else np.result_type(value)
+        if _kind(own) == "c" and _kind(dtype) == "f":  # by a real input: the real part (LANGUAGE.md 9.2, as torch)
+            value = outputs[k] = value.real
+            own = getattr(value, "dtype", None)
+            own = own if own is not None else np.result_type(value)
         if _name(own) == _name(dtype) or not (_kind(own) in "biu" or _kind(own) == _kind(dtype)):
             continue
         module = type(like).__module__.split(".")[0]

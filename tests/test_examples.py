@@ -15,7 +15,7 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = ["newton_logistic", "two_layer_net", "cp_decomposition", "attention", "tensor_network", "dask_vs_numpy",
-           "gaussian_process", "tv_denoise", "pinn_poisson"]
+           "gaussian_process", "tv_denoise", "pinn_poisson", "mps_ground_state"]
 
 pytestmark = pytest.mark.slow
 
@@ -126,6 +126,12 @@ def test_dask_and_numpy_agree(outputs: dict[str, subprocess.CompletedProcess[str
     assert "results agree" in text, text
     assert _number(r"max \|dask - numpy\| = ([\d.e+-]+)", text) < 1e-9
     assert _number(r"tasks on (\d+) workers", text) >= 1
+
+
+def test_mps_ground_state_reaches_the_exact_energy(outputs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    text = _run(outputs, "mps_ground_state")  # complex MPS, gradient descent in PyTorch's convention
+    exact = _number(r"exact ground energy ([-\d.]+)", text)
+    assert abs(_number(r"MPS energy ([-\d.]+)", text) - exact) < 1e-3 * abs(exact)
 
 
 def test_gaussian_process_fits_its_kernel(outputs: dict[str, subprocess.CompletedProcess[str]]) -> None:

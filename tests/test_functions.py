@@ -21,6 +21,8 @@ REFERENCES = {
     "step": (lambda v: (v > 0).astype(float), X),
     "erf": (lambda v: np.array([math.erf(t) for t in v]), X),
     "softplus": (lambda v: np.array([math.log1p(math.exp(t)) for t in v]), X),
+    "conj": (np.conj, X), "real": (np.real, X), "imag": (np.imag, X), "abs2": (np.square, X),
+    "angle": (np.angle, X),
 }
 
 

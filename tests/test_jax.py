@@ -154,7 +154,7 @@ def test_every_function_value_and_grad(name: str) -> None:
     p = ef.compile(f"s = sum[i]({name}(x[i]) x[i])")
     np.testing.assert_allclose(p(x=x), p(x=np.asarray(x)), rtol=1e-12)
     special = {"relu": jax.nn.relu, "sigmoid": jax.nn.sigmoid, "step": lambda x: (x > 0).astype(x.dtype),
-               "erf": jax.scipy.special.erf, "softplus": jax.nn.softplus}
+               "erf": jax.scipy.special.erf, "softplus": jax.nn.softplus, "abs2": jnp.square}
     reference = special[name] if name in special else getattr(jnp, name)
     grad = jax.grad(lambda x: p(x=x))(x)
     np.testing.assert_allclose(grad, jax.grad(lambda x: jnp.sum(reference(x) * x))(x), rtol=1e-10)

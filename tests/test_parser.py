@@ -148,7 +148,7 @@ def test_numbers(text: str, value: float) -> None:
 
 @pytest.mark.parametrize("name", ir.FUNCTIONS)
 def test_every_function(name: str) -> None:
-    assert len(ir.FUNCTIONS) == 14
+    assert len(ir.FUNCTIONS) == 19  # v4 added conj, real, imag, abs2, angle (LANGUAGE.md 9.2)
     assert parse_expression(f"{name}(x[i])") == ir.Call(name, x_("i"))
     assert parse_expression(f"{name}(x[i] + 1) y[i]") == ir.Product(
         (ir.Call(name, ir.Sum((x_("i"), N(1)))), T("y", ("i",))))
@@ -223,7 +223,7 @@ _NAME_POSITIONS = [
 @pytest.mark.parametrize("word", sorted(ir.RESERVED))
 @pytest.mark.parametrize("position", _NAME_POSITIONS)
 def test_reserved_words_are_rejected_as_names(word: str, position: str) -> None:
-    assert len(ir.RESERVED) == 33  # 27, then inv, det, logdet, symmetric, spd (LANGUAGE.md 8.1), sign_det (9.4)
+    assert len(ir.RESERVED) == 39  # 27, inv, det, logdet, symmetric, spd (8.1), 5 functions, hermitian (9.2), sign_det (9.4)
     with pytest.raises(ef.ParseError):
         parse(position.format(w=word))
 

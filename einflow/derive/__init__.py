@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from einflow.derive.batch import Batch, batch_names, follow, restore, strip, summed_batch
+from einflow.derive.conjugate import holomorphic_obstacle
 from einflow.derive.cse import coefficients_out, hoist_repeated, hoist_shared_products, reuse_forward
 from einflow.derive.normal import (
     Fresh,
@@ -32,7 +33,7 @@ from einflow.derive.normal import (
     to_normal,
 )
 from einflow.derive.outer import factor_outer
-from einflow.derive.rules import Leaf
+from einflow.derive.rules import Leaf, input_leaf
 from einflow.derive.shifts import with_shifts
 from einflow.derive.simplify import is_zero
 from einflow.derive.simplify import simplify as simplified  # (the module keeps the name simplify here)
@@ -46,7 +47,8 @@ from einflow.lang.indices import free_indices, indices_in
 from einflow.lang.padding import declare_pads, without_pads
 from einflow.lang.stable import stabilize_program
 
-__all__ = ["grad", "jacobian", "hessian", "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp",
+__all__ = ["grad", "jacobian", "hessian", "wirtinger_hessian",
+           "hessian_diagonal", "laplacian", "bilaplacian", "taylor", "vjp", "jvp",
            "hvp", "value_and_grad"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -154,6 +156,8 @@ class _Setup:
                          symmetric=frozenset(n for s in self.matrix_decls for n in s.names if n in program.info.inputs),
                          links=frozenset(links))
         name_factors(self.work)
+        #: the function that makes the program non-holomorphic (conj, real, imag, abs, abs2, angle), or None
+        self.obstacle = holomorphic_obstacle([s.expr for s in normal])
         self._normal = tuple(normal)  # the statements as normal form gave them (a split product is another)
         self.user_sizes = [s for s in program.ir.statements if isinstance(s, ir.SizeDecl)]
         self.declared = {n for s in self.user_sizes for n in s.names}
@@ -359,7 +363,11 @@ def _reverse(program: Checked, wrt: str | Sequence[str], what: str, hint: str = 
     setup = _Setup(program, what)
     if setup.value_rank:
         raise DerivativeError(f"{what} needs a scalar value, but '{setup.value}' has rank {setup.value_rank}{hint}")
-    gradients = reverse_sweep(setup.work, setup.value, ir.Num(1), names, _gradient_names(setup, names))
+    # complex inputs (LANGUAGE.md 9.2): the sweep's adjoints are jax's, conj(dL/dRe z + i dL/dIm z); the gradient
+    # is their conjugate (PyTorch's). A holomorphic program has a real value for real inputs only, where the
+    # two agree: its gradient needs no conj.
+    gradients = reverse_sweep(setup.work, setup.value, ir.Num(1), names, _gradient_names(setup, names),
+                              conjugate_result=setup.obstacle is not None)
     return program, setup, names, as_tuple, gradients
 
 
@@ -384,7 +392,7 @@ def vjp(program: Checked, wrt: str | Sequence[str], cotangent: str = "G") -> Che
     >>> v = ef.vjp("y[i] = A[i,j] x[j]", wrt="x", cotangent="g")
     >>> print(v)
     size p = x
-    vjp_x[p] = A[i,p] g[i]
+    vjp_x[p] = g[i] conj(A[i,p])
     """
     names, as_tuple = _wrt_list(program, wrt, "vjp")
     setup = _Setup(program, "vjp")
@@ -393,10 +401,16 @@ def vjp(program: Checked, wrt: str | Sequence[str], cotangent: str = "G") -> Che
     output = setup.work.target(setup.value)
     assert output is not None
     setup.work.ranks[cotangent] = setup.value_rank
-    seed = ir.Tensor(cotangent, output.indices or ())
+    seed: ir.Expr = ir.Tensor(cotangent, output.indices or ())
     gradient_names = {x: f"vjp_{x}" for x in names}
     gradient_names["value"] = setup.value
-    outputs = reverse_sweep(setup.work, setup.value, seed, names, gradient_names)
+    # vjp(G) is the gradient of Re(sum conj(G) f) (LANGUAGE.md 9.2): conj(J) G for a holomorphic program;
+    # otherwise the sweep's (jax's) adjoints of conj(G), conjugated
+    holomorphic = setup.obstacle is None
+    if not holomorphic:
+        seed = ir.Call("conj", seed)
+    outputs = reverse_sweep(setup.work, setup.value, seed, names, gradient_names, conjugate_jacobian=holomorphic,
+                            conjugate_result=not holomorphic)
     return setup.assemble([outputs[x] for x in names], as_tuple)
 
 
@@ -839,6 +853,57 @@ def _with_name(program: Checked, name: str) -> Checked:
 
 def jacobian(program: Checked, wrt: str | Sequence[str], mode: str = "auto", batch: Batched = None) -> Checked:
     return _structured(_jacobian, program, wrt, batch, "jacobian", mode=mode)
+
+
+@_deriving
+def wirtinger_hessian(program: Checked, wrt: str) -> Checked:
+    """The Wirtinger Hessian of a real scalar program by a complex input z, as the pair ``(A, B)`` with
+    ``A[k,l] = d2L/dconj(z_k)dz_l`` and ``B[k,l] = d2L/dconj(z_k)dconj(z_l)`` (LANGUAGE.md 9.2), so that
+    ``hvp(v) = 2 (A v + B conj(v))``.
+
+    The gradient g = 2 dL/dconj(z) is differentiated forward along the real and the imaginary unit
+    directions, H_re = 2 (A + B) and H_im = 2i (A - B), so A = (H_re - i H_im)/4, B = (H_re + i H_im)/4.
+
+    >>> import numpy as np, einflow as ef
+    >>> A, B = ef.hessian("f = real(sum[i](conj(z[i]) M[i,j] z[j]))", wrt="z", wirtinger=True)(
+    ...     z=np.array([1j, 2.0]), M=np.array([[2.0, 1j], [-1j, 3.0]]))
+    >>> A.round(12).tolist(), B.round(12).tolist()
+    ([[(2+0j), 1j], [-1j, (3+0j)]], [[0j, 0j], [0j, 0j]])
+    """
+    if not isinstance(wrt, str):
+        raise DerivativeError("hessian(..., wirtinger=True) takes one wrt name (a complex input)")
+    _, setup, names, _, gradients = _reverse(program, wrt, "hessian")
+    work = setup.work
+    through = [s.target for s in work.statements if s.target]
+    gradient = work.target(gradients[wrt])
+    assert gradient is not None
+    outputs = []
+    parts: list[ir.Tensor] = []
+    for unit, label in ((ir.Num(1), "re"), (ir.Num(1j), "im")):  # type: ignore[arg-type]
+        axes = work.fresh_indices(wrt)
+        real_leaf = input_leaf(wrt, axes, wrt in work.symmetric)
+
+        def leaf(node: ir.Tensor, real_leaf: Leaf = real_leaf, unit: ir.Num = unit) -> ir.Expr | None:
+            varied = real_leaf(node)
+            return None if varied is None else ir.product(unit, varied)
+
+        results = tangent_sweep(work, {wrt: leaf}, axes, lambda t, label=label: f"d{t}_{label}", through,
+                                [gradients[wrt]])
+        statement = results.get(gradients[wrt]) or _zero_derivative(gradient, axes)
+        name = work.tensor_fresh.pick([f"H_{label}"], f"H_{label}")
+        indices = statement.indices or ()
+        work.statements.append(ir.Assign(name, indices, statement.expr))
+        if parts:  # the imaginary direction's axes read as the real one's
+            indices = tuple(parts[0].indices)
+        parts.append(ir.Tensor(name, indices))
+    real_direction, imaginary_direction = parts
+    for name, sign in ((f"d2{setup.value}_dconj{wrt}d{wrt}", -1), (f"d2{setup.value}_dconj{wrt}2", 1)):
+        target = work.tensor_fresh.pick([name], name)
+        expr = ir.Sum((ir.product(ir.Num(0.25), real_direction),
+                       ir.product(ir.Num(complex(0, 0.25 * sign)), imaginary_direction)))  # type: ignore[arg-type]
+        work.statements.append(ir.Assign(target, real_direction.indices, expr))
+        outputs.append(target)
+    return setup.assemble(outputs, True)
 
 
 def hessian(program: Checked, wrt: str | Sequence[str], batch: Batched = None) -> Checked:

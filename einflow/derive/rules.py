@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from einflow.derive.conjugate import conjugate, push_parts
 from einflow.derive.normal import _APART, rename, rename_apart, stem_of
 from einflow.derive.sizes import active
 from einflow.lang import ir
 from einflow.lang.functions import FUNCTION_RULES
 
-__all__ = ["Leaf", "derivative"]
+__all__ = ["Leaf", "derivative", "wirtinger"]
 
 #: leaf rule: a tensor reference -> its derivative (None when it does not vary)
 Leaf = Callable[[ir.Tensor], "ir.Expr | None"]
@@ -49,7 +50,10 @@ def _d_call(node: ir.Call, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | 
     inner = d(node.arg)
     if inner is None:
         return None
-    outer = FUNCTION_RULES[node.func].derivative(node.arg)
+    rule = FUNCTION_RULES[node.func]
+    if not rule.holomorphic:  # conj, real, abs, ...: df is R-linear in du (LANGUAGE.md 9.2), conj(du) in it
+        return push_parts(rule.tangent(node.arg, rename_apart(inner)))
+    outer = rule.derivative(node.arg)
     if isinstance(outer, ir.Num) and outer.value == 0:
         return None
     return ir.product(outer, rename_apart(inner))
@@ -177,6 +181,48 @@ def derivative(expr: ir.Expr, leaf: Leaf) -> ir.Expr | None:
         return _RULES[type(node)](node, d)
 
     return d(expr)
+
+
+def wirtinger(expr: ir.Expr, leaf: Leaf) -> tuple[ir.Expr | None, ir.Expr | None]:
+    """The Wirtinger derivatives (d expr/dz, d expr/dconj(z)) for the leaf rule of z (its deltas).
+
+    A holomorphic sub-expression has d/dconj(z) = 0 and d/dz its ``derivative``; a non-holomorphic
+    function f(u) combines its partials: d/dz = f_u u_z + f_conj(u) conj(u_conj(z)), d/dconj(z) =
+    f_u u_conj(z) + f_conj(u) conj(u_z). Every other node's rule is linear in its children's derivatives,
+    so it applies to each of the two parts.
+    """
+    known: dict[int, tuple[ir.Expr | None, ir.Expr | None]] = {}
+
+    def parts(node: ir.Expr) -> tuple[ir.Expr | None, ir.Expr | None]:
+        found = known.get(id(node))
+        if found is not None:
+            return found
+        if isinstance(node, ir.Tensor):
+            result: tuple[ir.Expr | None, ir.Expr | None] = (leaf(node), None)
+        elif not any(isinstance(n, ir.Call) and not FUNCTION_RULES[n.func].holomorphic for n in ir.walk(node)):
+            result = (derivative(node, leaf), None)
+        elif isinstance(node, ir.Call) and not FUNCTION_RULES[node.func].holomorphic:
+            by_u, by_conjugate = FUNCTION_RULES[node.func].wirtinger(node.arg)
+            assert by_conjugate is not None
+            inner_u, inner_conjugate = parts(node.arg)
+
+            def combine(straight: ir.Expr | None, crossed: ir.Expr | None) -> ir.Expr | None:
+                terms = []
+                if straight is not None:
+                    terms.append(ir.product(by_u, rename_apart(straight)))
+                if crossed is not None:
+                    terms.append(ir.product(by_conjugate, conjugate(rename_apart(crossed))))
+                combined = _add(terms)
+                return None if combined is None else push_parts(combined)
+
+            result = (combine(inner_u, inner_conjugate), combine(inner_conjugate, inner_u))
+        else:
+            rule = _RULES[type(node)]
+            result = (rule(node, lambda child: parts(child)[0]), rule(node, lambda child: parts(child)[1]))
+        known[id(node)] = result
+        return result
+
+    return parts(expr)
 
 
 def input_leaf(name: str, fresh_indices: tuple[str, ...], symmetric: bool = False) -> Leaf:

@@ -6,9 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from einflow.derive.canonical import bound_inside
+from einflow.derive.conjugate import conjugate, is_real, push_parts, real_part
 from einflow.derive.cse import reuse_forward
 from einflow.derive.normal import Fresh, rename, rename_apart, tensor_names
-from einflow.derive.rules import Leaf, derivative, input_leaf
+from einflow.derive.rules import Leaf, derivative, input_leaf, wirtinger
 from einflow.derive.simplify import simplify
 from einflow.derive.tree import split_products
 from einflow.lang import ir
@@ -71,7 +72,8 @@ def name_factors(work: Work) -> None:
     statements: list[ir.Assign] = []
     for statement in work.statements[: work.forward_count]:
         statements.append(statement)
-        if statement.target not in work.links or not isinstance(statement.expr, ir.Call):
+        if statement.target not in work.links or not isinstance(statement.expr, ir.Call) \
+                or not FUNCTION_RULES[statement.expr.func].holomorphic:
             continue
         factor = simplify(FUNCTION_RULES[statement.expr.func].derivative(statement.expr.arg))
         factor = reuse_forward([statement], [ir.Assign(None, statement.indices, factor)])[0].expr
@@ -106,13 +108,50 @@ def _fresh_copy(expr: ir.Expr, fresh: Fresh) -> ir.Expr:
     return rename(expr, {index: fresh.index(index) for index in bound_inside(expr)})
 
 
+def _pulled_back(work: Work, statement: ir.Assign, leaf: Leaf, cotangent: ir.Expr,
+                 conjugate_jacobian: bool) -> ir.Expr | None:
+    """The cotangent times the statement's derivative by one read (not yet summed over the statement's indices).
+
+    Complex numbers (LANGUAGE.md 9.2): the adjoints are those of jax, conj(dL/dRe + i dL/dIm), so a
+    holomorphic statement pulls back by its complex derivative J as for real numbers (J h); a statement
+    with a non-holomorphic function by its Wirtinger derivatives, A h + conj(B) conj(h), which is
+    2 A real(h) for a real-valued one (B = conj(A) there). ``conjugate_jacobian``: the adjoints are
+    PyTorch's instead (a holomorphic program only): conj(J) h.
+    """
+    if not any(isinstance(n, ir.Call) and not FUNCTION_RULES[n.func].holomorphic for n in ir.walk(statement.expr)) \
+            or statement.target in work.factors:
+        jac = _derive(work, statement, leaf)
+        if jac is None:
+            return None
+        return ir.product(cotangent, conjugate(jac) if conjugate_jacobian else jac)
+    by_z, by_conjugate = wirtinger(statement.expr, leaf)
+    if is_real(statement.expr) and not _real_only(statement.expr):
+        return None if by_z is None else ir.product(ir.Num(2), real_part(cotangent), by_z)
+    terms = []
+    if by_z is not None:
+        terms.append(ir.product(cotangent, by_z))
+    if by_conjugate is not None:
+        terms.append(ir.product(conjugate(cotangent), conjugate(by_conjugate)))
+    return push_parts(terms[0] if len(terms) == 1 else ir.Sum(tuple(terms))) if terms else None
+
+
+def _real_only(expr: ir.Expr) -> bool:
+    """Does ``expr`` apply a function of real numbers only (relu, step, max, maximum, ...)? Such a function's
+    Wirtinger parts are its real derivative and 0, so B = conj(A) fails for the real value it gives."""
+    return any(isinstance(node, ir.Call) and node.func in ("relu", "step") or isinstance(node, ir.Binary)
+               or isinstance(node, ir.Reduce) and node.kind in ("max", "min")
+               or isinstance(node, ir.Normalize) and node.kind in ("argmax", "argmin") for node in ir.walk(expr))
+
+
 def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_of: dict[str, str],
-                  extra: tuple[str, ...] = ()) -> dict[str, str]:
+                  extra: tuple[str, ...] = (), conjugate_jacobian: bool = False,
+                  conjugate_result: bool = False) -> dict[str, str]:
     """Append adjoint statements computing the cotangent ``seed`` pulled back to each ``wrt`` input.
 
     ``seed`` has the output's target indices free, plus ``extra`` indices that every adjoint carries
     along (a reverse-mode Jacobian seeds with deltas and keeps the value's axes as ``extra``).
     Returns wrt name -> adjoint statement name (its indices: ``extra`` then the input's axes).
+    ``conjugate_jacobian`` / ``conjugate_result``: complex conventions, see ``_pulled_back``.
     """
     varying = work.depends(set(wrt))
     position = next(k for k, s in enumerate(work.statements) if s.target == output)
@@ -149,10 +188,10 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
         for read in sorted(tensor_names(statement.expr) & varying):
             if read not in adjoint_indices:
                 adjoint_indices[read] = work.fresh_indices(read)
-            jac = _derive(work, statement, input_leaf(read, adjoint_indices[read]))
-            if jac is None:
+            pulled = _pulled_back(work, statement, input_leaf(read, adjoint_indices[read]), cotangent,
+                                  conjugate_jacobian)
+            if pulled is None:
                 continue
-            pulled = ir.product(cotangent, jac)
             if statement.indices:
                 pulled = ir.Reduce(statement.indices, pulled)
             contribution = simplify(_fresh_copy(pulled, work.fresh))
@@ -173,6 +212,8 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
         parts = contributions.get(x, [])
         if parts:
             body = simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])
+            if conjugate_result:
+                body = simplify(push_parts(conjugate(body)))
         else:
             body = ir.Num(0)
         if isinstance(body, ir.Num) and body.value == 0:

@@ -144,6 +144,17 @@ HELPERS: dict[str, str] = {
     "sign": '''def {sign}(x):
     """The sign of x (numpy's: nan for nan, x / |x| for complex x)."""
     return {np}.sign(x)''',
+    "conj": '''def {conj}(x):
+    """The complex conjugate; a real x itself (no copy: derivative programs conjugate what may be complex)."""
+    return {np}.conj(x) if {np}.iscomplexobj(x) else x''',
+    "imag": '''def {imag}(x):
+    """The imaginary part (zeros for real x)."""
+    return {np}.imag(x)''',
+    "abs2": '''def {abs2}(x):
+    """|x|^2: re^2 + im^2 for complex x (no square root), x * x otherwise."""
+    if {np}.iscomplexobj(x):
+        return x.real * x.real + x.imag * x.imag
+    return x * x''',
     "as_input_float": '''def {as_input_float}(x, *inputs):
     """Deltas alone: numbers of the inputs' floating type when they have one (as einflow does)."""
     floats = [a.dtype for a in inputs if getattr(a, "dtype", None) is not None and a.dtype.kind == "f"]
@@ -187,6 +198,17 @@ TORCH_HELPERS: dict[str, str] = {
     "step": '''def {step}(x):
     """1 where x > 0, else 0, in x's type."""
     return (x > 0).to(x.dtype)''',
+    "conj": '''def {conj}(x):
+    """The complex conjugate; a real x itself (no copy: derivative programs conjugate what may be complex)."""
+    return x.conj_physical() if x.is_complex() else x''',
+    "imag": '''def {imag}(x):
+    """The imaginary part (zeros for real x: torch has no imag of a real tensor)."""
+    return x.imag if x.is_complex() else {np}.zeros_like(x)''',
+    "abs2": '''def {abs2}(x):
+    """|x|^2: re^2 + im^2 for complex x (no square root), x * x otherwise."""
+    if x.is_complex():
+        return x.real * x.real + x.imag * x.imag
+    return x * x''',
     "sign": '''def {sign}(x):
     """numpy's sign: nan where x is nan, x / |x| for complex x."""
     if x.is_complex():
@@ -292,7 +314,7 @@ HELPER_NEEDS = {"reciprocal": ("as_float",), "divide": ("as_float",), "erf": ("a
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
 HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
-               "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve")
+               "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve", "conj", "imag", "abs2")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -304,6 +326,8 @@ def usable(name: str) -> bool:
 
 
 def number_text(value: int | float, np_alias: str = "_np") -> str:
+    if isinstance(value, complex):
+        return f"complex({value.real!r}, {value.imag!r})"
     if isinstance(value, bool):
         value = int(value)
     if isinstance(value, int):
@@ -474,7 +498,7 @@ class Source:
         if rule.promotes and promote:
             x = self.floating(x)
         helpers = {key: self.helper(key) if "{" + key + "}" in template else ""
-                   for key in ("sigmoid", "step", "erf", "sign")}
+                   for key in ("sigmoid", "step", "erf", "sign", "conj", "imag", "abs2")}
         return template.format(x=x, np=self.alias["np"], **helpers)
 
     def power(self, node: Pow) -> str:
@@ -710,11 +734,11 @@ def _positive_first(terms: tuple[Node, ...]) -> tuple[Node, ...]:
 
 def _negated(term: Node) -> Node | None:
     """``term`` without its negative sign, when it is a product with a negative number (else None)."""
-    if isinstance(term, Number) and term.value < 0 and not isinstance(term.value, bool):
+    if isinstance(term, Number) and not isinstance(term.value, (bool, complex)) and term.value < 0:
         return Number(-term.value) if not (isinstance(term.value, int) and term.value == -(2**63)) else None
     if isinstance(term, Mul):
         numbers = [f for f in term.factors if isinstance(f, Number)]
-        if len(numbers) == 1 and not isinstance(numbers[0].value, bool) and numbers[0].value < 0:
+        if len(numbers) == 1 and not isinstance(numbers[0].value, (bool, complex)) and numbers[0].value < 0:
             value = numbers[0].value
             rest = tuple(f for f in term.factors if f is not numbers[0])
             if type(value) is int and value == -1 and rest:

@@ -22,7 +22,7 @@ __all__ = ["linalg_workspace", "solve_workspace",
 
 LINALG_KINDS = ("inv", "det", "logdet", "sign_det")
 #: a declared matrix checked at call time (the step's value is the matrix itself)
-CHECK_KINDS = ("symmetric", "spd")
+CHECK_KINDS = ("symmetric", "spd", "hermitian")
 #: the atoms of a matrix declared ``spd``: computed from its Cholesky factor
 SPD_KINDS = ("spd_inv", "spd_det", "spd_logdet")
 #: steps that factorise their matrix by Cholesky (and say so when it is not positive definite); "spd_factor":
@@ -71,7 +71,7 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
         return phase[..., None, None] * ({np}.conj({np}.swapaxes(vh, -1, -2)) * (before * after)[..., None, :]) @ \\
             {np}.conj({np}.swapaxes(u, -1, -2))
 
-    if kind in ("symmetric", "spd", "spd_by_factor"):
+    if kind in ("symmetric", "spd", "spd_by_factor", "hermitian"):
         checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
         if x.shape[axes[0]] != x.shape[axes[1]]:
             raise error(f"{{called}} is declared {{kind}} but is not square: its shape is {{tuple(x.shape)}}")
@@ -79,11 +79,16 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
             scale = float(abs(x).max()) if x.size else 0.0
             kind_of = {np}.dtype(x.dtype).kind if hasattr({np}, "dtype") else "f"
             tolerance = max(1e-10, 100 * float({np}.finfo(x.dtype).eps)) if kind_of in "fc" else 1e-10
-            symmetric = float(abs(x - {np}.swapaxes(x, -1, -2)).max(initial=0.0)) <= tolerance * scale
+            # a complex spd or hermitian matrix equals its conjugate transpose (LANGUAGE.md 9.2)
+            transposed = {np}.swapaxes(x, -1, -2)
+            if kind != "symmetric" and kind_of == "c":
+                transposed = {np}.conj(transposed)
+            symmetric = float(abs(x - transposed).max(initial=0.0)) <= tolerance * scale
         except TypeError:  # a traced array (jax.jit): no values to check
             return x
         if not symmetric:
-            raise error(f"{{called}} is declared {{kind}} but is not symmetric")
+            shape = "Hermitian" if kind == "hermitian" or kind_of == "c" else "symmetric"
+            raise error(f"{{called}} is declared {{kind}} but is not {{shape}}")
         try:
             positive = bool({np}.all({np}.isfinite({np}.linalg.cholesky({as_float}(x))))) if checks == "spd" else True
         except Exception as failed:  # numpy's LinAlgError (jax returns nan)
@@ -97,7 +102,7 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
     x = {np}.moveaxis({as_float}(x), axes, (-2, -1))
     if kind.startswith("cho_"):  # x is a lower Cholesky factor
         if kind != "cho_inv":
-            logdet = 2 * {np}.log({np}.diagonal(x, axis1=-2, axis2=-1)).sum(axis=-1)
+            logdet = 2 * {np}.log({np}.abs({np}.diagonal(x, axis1=-2, axis2=-1))).sum(axis=-1)
             return logdet if kind == "cho_logdet" else {np}.exp(logdet)
         if {np}.__name__ == "numpy" and x.ndim == 2:
             try:  # LAPACK's inverse from the factor (potri)
@@ -106,10 +111,10 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
                 pass
             else:
                 inverse, info = get_lapack_funcs(("potri",), (x,))[0](x, lower=True)
-                return {np}.tril(inverse) + {np}.tril(inverse, -1).T
+                return {np}.tril(inverse) + {np}.conj({np}.tril(inverse, -1).T)
         eye = {np}.eye(x.shape[-1], dtype=x.dtype)
         lower_inverse = {np}.linalg.solve(x, {np}.broadcast_to(eye, x.shape))
-        return {np}.moveaxis({np}.swapaxes(lower_inverse, -1, -2) @ lower_inverse, (-2, -1), axes)
+        return {np}.moveaxis({np}.conj({np}.swapaxes(lower_inverse, -1, -2)) @ lower_inverse, (-2, -1), axes)
     if kind == "spd_factor" and {np}.__name__ == "numpy" and x.ndim == 2 and x.dtype.kind == "f":
         try:  # LAPACK's potrf (numpy's own cholesky is about twice as slow on one matrix)
             from scipy.linalg import get_lapack_funcs
@@ -135,7 +140,7 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
                 inverse, info = potri(factor, lower=True)
                 if info == 0:
                     lower = {np}.tril(inverse)
-                    return lower + {np}.tril(inverse, -1).T
+                    return lower + {np}.conj({np}.tril(inverse, -1).T)
     if kind.startswith("spd_"):
         try:
             factor = {np}.linalg.cholesky(x)
@@ -145,7 +150,7 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
             refuse(~{np}.isfinite(factor) & {np}.isfinite(x).all(axis=(-2, -1), keepdims=True), not_positive)
         if kind == "spd_factor":
             return {np}.moveaxis(factor, (-2, -1), axes)
-        logdet = 2 * {np}.log({np}.diagonal(factor, axis1=-2, axis2=-1)).sum(axis=-1)
+        logdet = 2 * {np}.log({np}.abs({np}.diagonal(factor, axis1=-2, axis2=-1))).sum(axis=-1)
         if kind == "spd_logdet":
             return logdet
         if kind == "spd_det":
@@ -194,14 +199,17 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
     error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
     called = f"matrix {{name!r}}" if name else "a matrix"
     not_positive = f"{{called}} is declared spd but is not positive definite"
-    if kind in ("symmetric", "spd", "spd_by_factor"):
+    if kind in ("symmetric", "spd", "spd_by_factor", "hermitian"):
         checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
         if x.shape[axes[0]] != x.shape[axes[1]]:
             raise error(f"{{called}} is declared {{kind}} but is not square: its shape is {{tuple(x.shape)}}")
         scale = float(x.abs().max()) if x.numel() else 0.0
         tolerance = max(1e-10, 100 * {np}.finfo(x.dtype).eps) if x.is_floating_point() or x.is_complex() else 1e-10
-        if x.numel() and not float((x - x.transpose(-1, -2)).abs().max()) <= tolerance * scale:
-            raise error(f"{{called}} is declared {{kind}} but is not symmetric")
+        # a complex spd or hermitian matrix equals its conjugate transpose (LANGUAGE.md 9.2)
+        transposed = x.transpose(-1, -2).conj() if kind != "symmetric" and x.is_complex() else x.transpose(-1, -2)
+        if x.numel() and not float((x - transposed).abs().max()) <= tolerance * scale:
+            shape = "Hermitian" if kind == "hermitian" or x.is_complex() else "symmetric"
+            raise error(f"{{called}} is declared {{kind}} but is not {{shape}}")
         info = {np}.linalg.cholesky_ex({as_float}(x)).info if checks == "spd" else None
         if info is not None and info.numel() and int(info.max()) != 0:
             raise error(not_positive)
@@ -210,7 +218,7 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
     if kind.startswith("cho_"):  # x is a lower Cholesky factor
         if kind == "cho_inv":
             return {np}.movedim({np}.cholesky_inverse(x), (-2, -1), axes)
-        logdet = 2 * {np}.log({np}.diagonal(x, dim1=-2, dim2=-1)).sum(dim=-1)
+        logdet = 2 * {np}.log({np}.diagonal(x, dim1=-2, dim2=-1).abs()).sum(dim=-1)
         return logdet if kind == "cho_logdet" else {np}.exp(logdet)
     if kind.startswith("spd_"):
         factor, info = {np}.linalg.cholesky_ex(x)
@@ -218,7 +226,7 @@ TORCH_LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
             raise error(not_positive)
         if kind == "spd_factor":
             return {np}.movedim(factor, (-2, -1), axes)
-        logdet = 2 * {np}.log({np}.diagonal(factor, dim1=-2, dim2=-1)).sum(dim=-1)
+        logdet = 2 * {np}.log({np}.diagonal(factor, dim1=-2, dim2=-1).abs()).sum(dim=-1)
         if kind == "spd_logdet":
             return logdet
         if kind == "spd_det":
@@ -356,6 +364,9 @@ TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=Non
     if 0 in M.shape:  # no equations (or no matrices): numpy's empty answer
         return {np}.zeros(B.shape, dtype={np}.promote_types(M.dtype, B.dtype), device=B.device)
     flat = B.reshape(tuple(B.shape[:k + 1]) + (columns,))
+    if M.dtype != flat.dtype:  # torch solves in one dtype (a complex matrix, a real right side)
+        common = {np}.promote_types(M.dtype, flat.dtype)
+        M, flat = M.to(common), flat.to(common)
     if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
         return {np}.cholesky_solve(flat, M).reshape(B.shape)
     if kind == "spd_solve":
@@ -406,8 +417,16 @@ def linalg_dtype(dtype: Any) -> Any:
 
 
 def linalg_result_dtype(kind: str, dtype: Any) -> Any:
-    """The step's result type: a check keeps its matrix's, the atoms :func:`linalg_dtype`."""
-    return dtype if kind in CHECK_KINDS else linalg_dtype(dtype)
+    """The step's result type: a check keeps its matrix's, the atoms :func:`linalg_dtype`; logdet is log|det|,
+    real for a complex matrix (LANGUAGE.md 9.2).
+
+    >>> linalg_result_dtype("logdet", np.dtype("complex64"))
+    dtype('float32')
+    """
+    if kind in CHECK_KINDS:
+        return dtype
+    result = linalg_dtype(dtype)
+    return np.dtype(result.char.lower()) if kind.endswith("logdet") and result.kind == "c" else result
 
 
 def linalg_flops(kind: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> int:

@@ -357,7 +357,7 @@ class _Specialising:
             except (TypeError, OverflowError) as error:
                 raise EinflowError(f"cannot compute this program for inputs of these dtypes: {error}; cast the "
                                    "inputs (e.g. to float64) first") from None
-        if type(value) in (int, float):  # weak Python numbers in, a weak number out (1 / N for N=4 is 0.25)
+        if type(value) in (int, float, complex):  # weak Python numbers in, a weak number out (1 / N for N=4 is 0.25)
             return type(value)
         return np.asarray(value).dtype
 

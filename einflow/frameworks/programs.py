@@ -71,7 +71,7 @@ def vjp_program(program: Any, wrt: tuple[str, ...]) -> tuple[Any, str]:
     >>> import einflow as ef
     >>> program, cotangent = vjp_program(ef.compile("y[i] = A[i,j] x[j]"), ("x",))
     >>> cotangent, program.inputs
-    ('G', ('x', 'A', 'G'))
+    ('G', ('x', 'G', 'A'))
     """
     cotangent = _fresh(program, "G")
     try:

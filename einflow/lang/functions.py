@@ -45,10 +45,35 @@ class FunctionRule:
     temporaries: float = 0.0
     #: integer and boolean arguments are computed in float64 (the transcendental functions)
     promotes: bool = True
+    #: complex derivatives (LANGUAGE.md 9.2). A holomorphic f has df = f'(u) du on complex numbers too; a
+    #: non-holomorphic one (conj, real, ...) has the tangent rule ``tangent_text`` (df in ``u`` and ``du``)
+    #: and the Wirtinger partials ``wirtinger_texts`` (df/du, df/dconj(u)); ``derivative_text`` is then its
+    #: derivative on real arguments
+    tangent_text: str | None = None
+    wirtinger_texts: tuple[str, str] | None = None
+    #: the value is real for complex arguments too (abs, abs2, real, imag, angle, and the real-only functions)
+    real_valued: bool = False
+
+    @property
+    def holomorphic(self) -> bool:
+        return self.tangent_text is None
 
     def derivative(self, argument: ir.Expr) -> ir.Expr:
         """f'(argument) as IR: the parsed ``derivative_text`` with ``u`` replaced by ``argument``."""
-        return _substitute(_parsed(self.derivative_text), argument)
+        return _substitute(_parsed(self.derivative_text), {"u": argument})
+
+    def tangent(self, argument: ir.Expr, tangent: ir.Expr) -> ir.Expr:
+        """df as IR for a tangent ``du`` of the argument: f'(u) du, or the non-holomorphic rule."""
+        if self.tangent_text is None:
+            return ir.product(self.derivative(argument), tangent)
+        return _substitute(_parsed(self.tangent_text), {"u": argument, "du": tangent})
+
+    def wirtinger(self, argument: ir.Expr) -> tuple[ir.Expr, ir.Expr | None]:
+        """(df/du, df/dconj(u)) as IR; the second is None for a holomorphic function."""
+        if self.wirtinger_texts is None:
+            return self.derivative(argument), None
+        by_u, by_conjugate = self.wirtinger_texts
+        return (_substitute(_parsed(by_u), {"u": argument}), _substitute(_parsed(by_conjugate), {"u": argument}))
 
 
 @functools.cache
@@ -60,17 +85,17 @@ def _parsed(text: str) -> ir.Expr:
     return statement.expr
 
 
-def _substitute(expr: ir.Expr, argument: ir.Expr) -> ir.Expr:
+def _substitute(expr: ir.Expr, arguments: dict[str, ir.Expr]) -> ir.Expr:
     if isinstance(expr, ir.Tensor):
-        return argument if expr.name == "u" else expr
+        return arguments.get(expr.name, expr)
     if isinstance(expr, ir.Product):
-        return ir.Product(tuple(_substitute(factor, argument) for factor in expr.factors))
+        return ir.Product(tuple(_substitute(factor, arguments) for factor in expr.factors))
     if isinstance(expr, ir.Sum):
-        return ir.Sum(tuple(_substitute(term, argument) for term in expr.terms))
+        return ir.Sum(tuple(_substitute(term, arguments) for term in expr.terms))
     if isinstance(expr, ir.Call):
-        return ir.Call(expr.func, _substitute(expr.arg, argument))
+        return ir.Call(expr.func, _substitute(expr.arg, arguments))
     if isinstance(expr, ir.Power):
-        return ir.Power(_substitute(expr.base, argument), expr.exponent)
+        return ir.Power(_substitute(expr.base, arguments), expr.exponent)
     return expr  # numbers (the derivative texts use no deltas or reductions)
 
 
@@ -125,6 +150,13 @@ _SIGMOID_BLOCK = ("{np}.absolute({x}, out={t})", "{np}.negative({t}, out={t})", 
                   "{np}.greater_equal({x}, 0, out={out})", "{np}.maximum({t}, {out}, out={out})",
                   "{np}.add({t}, 1, out={t})", "{np}.divide({out}, {t}, out={out})")
 
+def _abs2_value(xp: Any, x: Any) -> Any:
+    # |z|^2 = re^2 + im^2 (exact where abs(z)^2 would round through a square root)
+    if xp.iscomplexobj(x):
+        return x.real * x.real + x.imag * x.imag
+    return x * x
+
+
 FUNCTION_RULES: dict[str, FunctionRule] = {
     #                    value rule                        f'(u)                     generated code
     "exp": FunctionRule(_transcendental("exp"), "exp(u)", "{np}.exp({x})", _ufunc("exp"),
@@ -140,15 +172,19 @@ FUNCTION_RULES: dict[str, FunctionRule] = {
     # sigmoid' = sigmoid(u) sigmoid(-u): 1 - sigmoid(u) would round to 0 for u > 37 (exact: 4.25e-18 at 40)
     "sigmoid": FunctionRule(_sigmoid_value, "sigmoid(u) sigmoid(-u)", "{sigmoid}({x})", _SIGMOID_BLOCK,
                             r"\sigma\left(@\right)", 14, 1.125),
+    # abs'(0) = sign(0) = 0; on complex numbers the modulus: d|u| = Re(conj(sign(u)) du), sign(u) = u/|u|
     "abs": FunctionRule(lambda xp, x: xp.abs(x), "sign(u)", "{np}.abs({x})", _ufunc("absolute"),
-                        r"\left|@\right|", promotes=False),  # abs'(0) = sign(0) = 0
+                        r"\left|@\right|", promotes=False, tangent_text="real(conj(sign(u)) du)",
+                        wirtinger_texts=("0.5 conj(sign(u))", "0.5 sign(u)"), real_valued=True),
     # relu'(0) = step(0) = 0
     "relu": FunctionRule(lambda xp, x: xp.maximum(x, 0), "step(u)", "{np}.maximum({x}, 0)",
-                         _ufunc("maximum", after=", 0"), r"\operatorname{relu}\left(@\right)", promotes=False),
+                         _ufunc("maximum", after=", 0"), r"\operatorname{relu}\left(@\right)", promotes=False,
+                         real_valued=True),
     "sign": FunctionRule(lambda xp, x: xp.sign(x), "0", "{np}.sign({x})", _ufunc("sign"),
                          r"\operatorname{sign}\left(@\right)", promotes=False),
     "step": FunctionRule(_step_value, "0", "{step}({x})", _ufunc("greater", after=", 0"),
-                         r"\operatorname{step}\left(@\right)", 1, 0.125, promotes=False),
+                         r"\operatorname{step}\left(@\right)", 1, 0.125, promotes=False,
+                         real_valued=True),
     # erf'(u) = 2/sqrt(pi) exp(-u^2)
     "erf": FunctionRule(_erf_value, f"{2 / math.sqrt(math.pi)!r} exp(-u^2)", "{erf}({x})", None,
                         r"\operatorname{erf}\left(@\right)", 40, 4.0),
@@ -156,6 +192,22 @@ FUNCTION_RULES: dict[str, FunctionRule] = {
     "softplus": FunctionRule(_softplus_value, "sigmoid(u)", "{np}.logaddexp(0, {x})",
                              _ufunc("logaddexp", before="0, "), r"\operatorname{softplus}\left(@\right)",
                              24, 0.0),
+    # ---- complex numbers (LANGUAGE.md 9.2): f(u) next to df (the tangent rule) and (df/du, df/dconj(u))
+    "conj": FunctionRule(lambda xp, x: xp.conj(x) if xp.iscomplexobj(x) else x, "1", "{conj}({x})", None,
+                         r"\overline{@}", promotes=False,
+                         tangent_text="conj(du)", wirtinger_texts=("0", "1")),
+    "real": FunctionRule(lambda xp, x: xp.real(x), "1", "{np}.real({x})", None, r"\operatorname{Re}\left(@\right)",
+                         promotes=False, tangent_text="real(du)", wirtinger_texts=("0.5", "0.5"), real_valued=True),
+    "imag": FunctionRule(lambda xp, x: xp.imag(x), "0", "{imag}({x})", None, r"\operatorname{Im}\left(@\right)",
+                         promotes=False, tangent_text="imag(du)", wirtinger_texts=("-0.5j", "0.5j"),
+                         real_valued=True),
+    # |u|^2 = u conj(u)
+    "abs2": FunctionRule(_abs2_value, "2 u", "{abs2}({x})", None, r"\left|@\right|^{2}", 2, promotes=False,
+                         tangent_text="2 real(conj(u) du)", wirtinger_texts=("conj(u)", "u"), real_valued=True),
+    # angle(u) = Im(log u): d angle = Im(du / u)
+    "angle": FunctionRule(lambda xp, x: xp.angle(_floating(xp, x)), "0", "{np}.angle({x})", None,
+                          r"\arg\left(@\right)", 20, tangent_text="imag(du u^-1)",
+                          wirtinger_texts=("-0.5j u^-1", "0.5j conj(u)^-1"), real_valued=True),
 }
 
 assert set(FUNCTION_RULES) == set(ir.FUNCTIONS)

@@ -8,6 +8,7 @@ from typing import Union
 
 __all__ = [
     "Span",
+    "is_negative",
     "Num",
     "Tensor",
     "Delta",
@@ -56,6 +57,7 @@ __all__ = [
 
 FUNCTIONS = (
     "exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid", "abs", "relu", "sign", "step", "erf", "softplus",
+    "conj", "real", "imag", "abs2", "angle",
 )
 #: ``kind[k](e)``: bind k inside e and reduce it away
 REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp")
@@ -70,7 +72,7 @@ CALLABLE = frozenset(FUNCTIONS) | frozenset(BINARY_FUNCTIONS)
 # reduce them
 LINALG = ("inv", "det", "logdet", "sign_det")
 #: ``symmetric A`` / ``spd A``: statements declaring square rank-2 inputs or targets
-MATRIX_DECLARATIONS = ("symmetric", "spd")
+MATRIX_DECLARATIONS = ("symmetric", "spd", "hermitian")
 #: ``pad MODE X`` (LANGUAGE.md 9.4): how reads of X outside its axes read (torch's padding modes)
 PAD_MODES = ("zeros", "circular", "reflect", "replicate")
 RESERVED = frozenset(FUNCTIONS) | frozenset(REDUCTIONS) | frozenset(NORMALISERS) | frozenset(BINARY_FUNCTIONS) | {
@@ -93,7 +95,7 @@ def _span() -> Span | None:
 
 @dataclass(frozen=True, slots=True)
 class Num:
-    """A number literal (int or float, kept apart like Python's)."""
+    """A number literal (int or float, kept apart like Python's; an imaginary literal ``0.5j`` is a complex)."""
 
     value: int | float
     span: Span | None = _span()
@@ -474,8 +476,20 @@ def negate(expr: Expr) -> Expr:
 _SUM, _PRODUCT, _UNARY, _POWER, _ATOM = range(5)
 
 
-def format_number(value: int | float) -> str:
-    """Print a number literal so that it re-parses to the same value and type."""
+def is_negative(value: int | float | complex) -> bool:
+    """Whether a number prints with a leading minus: a negative real, or an imaginary one (``-0.5j``)."""
+    if isinstance(value, complex):
+        return value.imag < 0 if value.real == 0 else value.real < 0
+    return value < 0
+
+
+def format_number(value: int | float | complex) -> str:
+    """Print a number literal so that it re-parses to the same value and type (``0.5j`` for an imaginary one)."""
+    if isinstance(value, complex):
+        if value.real == 0:
+            return format_number(value.imag) + "j"
+        imaginary = format_number(abs(value.imag)) + "j"
+        return f"({format_number(value.real)} {'-' if value.imag < 0 else '+'} {imaginary})"
     if isinstance(value, bool):
         value = int(value)
     if isinstance(value, int):
@@ -497,11 +511,11 @@ def _precedence(expr: Expr) -> int:
         return _SUM
     if isinstance(expr, Product):
         first = expr.factors[0]
-        if isinstance(first, Num) and first.value < 0:
+        if isinstance(first, Num) and is_negative(first.value):
             return _UNARY
         return _PRODUCT
     if isinstance(expr, Num):
-        return _UNARY if expr.value < 0 or str(expr.value).startswith("-") else _ATOM
+        return _UNARY if is_negative(expr.value) or format_number(expr.value).startswith("-") else _ATOM
     if isinstance(expr, Power):
         return _POWER
     return _ATOM
@@ -587,9 +601,9 @@ def _format_term(term: Expr) -> tuple[str, bool]:
     """A sum's term as (text, is_subtracted)."""
     if isinstance(term, Sum):
         return f"({format_expr(term)})", False
-    if isinstance(term, Num) and term.value < 0:
+    if isinstance(term, Num) and is_negative(term.value):
         return format_number(-term.value), True
-    if isinstance(term, Product) and isinstance(term.factors[0], Num) and term.factors[0].value < 0:
+    if isinstance(term, Product) and isinstance(term.factors[0], Num) and is_negative(term.factors[0].value):
         coefficient = -term.factors[0].value
         rest = term.factors[1:]
         if coefficient == 1 and not isinstance(coefficient, float) and rest and not isinstance(rest[0], Num):

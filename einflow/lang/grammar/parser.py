@@ -84,6 +84,8 @@ _MAX_INT_DIGITS = 4000
 
 def _number(token: Token) -> int | float:
     text = str(token)
+    if text[-1] in "jJ":  # an imaginary literal, as Python writes it (LANGUAGE.md 9.2)
+        return complex(0, float(text[:-1]))  # type: ignore[return-value]
     if any(c in text for c in ".eE"):
         return float(text)
     digits = text.lstrip("0") or "0"
@@ -226,6 +228,10 @@ class _ToIR(Transformer):
 
     def exponent(self, items: list[Token]) -> int | float:
         value = _number(items[-1])
+        if isinstance(value, complex):
+            token = items[-1]
+            raise ParseError(f"an exponent is a real number, not {str(token)!r}", token.line or 1, token.column or 1,
+                             _line_of(self.source, token.line or 1))
         return -value if len(items) == 2 and items[0] == "-" else value
 
     def number(self, items: list[Token]) -> ir.Num:

@@ -1,0 +1,145 @@
+"""Complex conjugation, real and imaginary parts of IR (LANGUAGE.md 9.2), pushed down to the leaves.
+
+``conjugate(e)`` is ``conj(e)`` written where it is needed: numbers, deltas and real-valued functions are
+their own conjugates, a product's conjugate is the product of its factors' conjugates, and the real
+functions (exp, log, sin, ...) commute with conjugation, so ``conj(2 exp(x[i]) delta[i,p])`` is
+``2 exp(conj(x[i])) delta[i,p]``. ``real_part`` / ``imag_part`` take the known-real factors out of a
+product, so a delta stays outside ``real(...)`` where the simplifier can substitute it.
+"""
+
+from __future__ import annotations
+
+from einflow.lang import ir
+from einflow.lang.functions import FUNCTION_RULES
+
+__all__ = ["conjugate", "real_part", "imag_part", "is_real", "holomorphic_obstacle", "push_parts"]
+
+#: functions with real coefficients: f(conj(u)) = conj(f(u))
+_COMMUTING = frozenset({"exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid", "sign", "erf", "softplus"})
+
+
+def is_real(expr: ir.Expr) -> bool:
+    """Whether ``expr`` is real for any inputs, complex ones included (numbers, deltas, real-valued functions)."""
+    if isinstance(expr, ir.Num):
+        return not isinstance(expr.value, complex)
+    if isinstance(expr, ir.Delta):
+        return True
+    if isinstance(expr, ir.Call):
+        return FUNCTION_RULES[expr.func].real_valued
+    if isinstance(expr, ir.Product):
+        return all(map(is_real, expr.factors))
+    if isinstance(expr, ir.Sum):
+        return all(map(is_real, expr.terms))
+    if isinstance(expr, ir.Power):
+        return is_real(expr.base)
+    if isinstance(expr, ir.Reduce):
+        return expr.kind in ("max", "min") or is_real(expr.body)
+    if isinstance(expr, ir.Normalize):
+        return expr.kind in ("argmax", "argmin") or is_real(expr.body)
+    if isinstance(expr, ir.Binary):
+        return True  # maximum/minimum compare: real numbers only
+    if isinstance(expr, ir.Linalg):
+        return expr.kind == "logdet" or is_real(expr.body)
+    return False
+
+
+def conjugate(expr: ir.Expr) -> ir.Expr:
+    """conj(expr), pushed down to the tensors that may be complex."""
+    if is_real(expr):
+        return expr
+    if isinstance(expr, ir.Num):
+        return ir.Num(expr.value.conjugate())
+    if isinstance(expr, ir.Call):
+        if expr.func == "conj":
+            return expr.arg
+        if expr.func in _COMMUTING:
+            return ir.Call(expr.func, conjugate(expr.arg))
+    if isinstance(expr, ir.Product):
+        return ir.product(*map(conjugate, expr.factors))
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(map(conjugate, expr.terms)))
+    if isinstance(expr, ir.Power):
+        return ir.Power(conjugate(expr.base), expr.exponent)
+    if isinstance(expr, ir.Reduce) and expr.kind in ("sum", "mean", "logsumexp"):
+        return ir.Reduce(expr.indices, conjugate(expr.body), expr.kind)
+    if isinstance(expr, ir.Normalize):
+        return ir.Normalize(expr.kind, expr.indices, conjugate(expr.body))
+    if isinstance(expr, ir.Linalg) and expr.kind in ("inv", "det"):
+        return ir.Linalg(expr.kind, expr.indices, conjugate(expr.body))
+    return ir.Call("conj", expr)
+
+
+def _split_real(expr: ir.Expr) -> tuple[list[ir.Expr], list[ir.Expr]]:
+    factors = expr.factors if isinstance(expr, ir.Product) else (expr,)
+    return [f for f in factors if is_real(f)], [f for f in factors if not is_real(f)]
+
+
+def real_part(expr: ir.Expr) -> ir.Expr:
+    """real(expr), with the known-real factors of a product outside it."""
+    if is_real(expr):
+        return expr
+    if isinstance(expr, ir.Num):
+        return ir.Num(expr.value.real)
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(map(real_part, expr.terms)))
+    if isinstance(expr, ir.Reduce) and expr.kind in ("sum", "mean"):
+        return ir.Reduce(expr.indices, real_part(expr.body), expr.kind)
+    if isinstance(expr, ir.Call) and expr.func == "conj":
+        return real_part(expr.arg)
+    reals, others = _split_real(expr)
+    if reals and others:
+        return ir.product(*reals, real_part(ir.product(*others)))
+    return ir.Call("real", expr)
+
+
+def imag_part(expr: ir.Expr) -> ir.Expr:
+    """imag(expr), with the known-real factors of a product outside it (0 for a real expression)."""
+    if is_real(expr):
+        return ir.Num(0)
+    if isinstance(expr, ir.Num):
+        return ir.Num(expr.value.imag)
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(map(imag_part, expr.terms)))
+    if isinstance(expr, ir.Reduce) and expr.kind in ("sum", "mean"):
+        return ir.Reduce(expr.indices, imag_part(expr.body), expr.kind)
+    if isinstance(expr, ir.Call) and expr.func == "conj":
+        return ir.negate(imag_part(expr.arg))
+    reals, others = _split_real(expr)
+    if reals and others:
+        return ir.product(*reals, imag_part(ir.product(*others)))
+    return ir.Call("imag", expr)
+
+
+_PARTS = {"conj": conjugate, "real": real_part, "imag": imag_part}
+
+
+def push_parts(expr: ir.Expr) -> ir.Expr:
+    """Every conj/real/imag call of ``expr`` pushed down (bottom up), so deltas leave their arguments."""
+    if isinstance(expr, ir.Call):
+        arg = push_parts(expr.arg)
+        rule = _PARTS.get(expr.func)
+        return rule(arg) if rule is not None else ir.Call(expr.func, arg)
+    if isinstance(expr, ir.Product):
+        return ir.product(*map(push_parts, expr.factors))
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(map(push_parts, expr.terms)))
+    if isinstance(expr, ir.Power):
+        return ir.Power(push_parts(expr.base), expr.exponent)
+    if isinstance(expr, ir.Reduce):
+        return ir.Reduce(expr.indices, push_parts(expr.body), expr.kind)
+    if isinstance(expr, ir.Normalize):
+        return ir.Normalize(expr.kind, expr.indices, push_parts(expr.body))
+    if isinstance(expr, ir.Linalg):
+        return ir.Linalg(expr.kind, expr.indices, push_parts(expr.body))
+    if isinstance(expr, ir.Binary):
+        return ir.Binary(expr.func, push_parts(expr.left), push_parts(expr.right))
+    return expr
+
+
+def holomorphic_obstacle(statements: list[ir.Expr]) -> str | None:
+    """The first function that makes a program non-holomorphic (conj, real, imag, abs, abs2, angle), or None."""
+    for expr in statements:
+        for node in ir.walk(expr):
+            if isinstance(node, ir.Call) and not FUNCTION_RULES[node.func].holomorphic:
+                return node.func
+    return None
