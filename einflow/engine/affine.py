@@ -53,6 +53,9 @@ def plain_positions(positions: tuple[ir.Position, ...], labels: tuple[str, ...])
 def window_spec(labels: tuple[str, ...], sizes: tuple[int, ...], source_shape: tuple[int, ...],
                 positions: tuple[Any, ...], gather_shapes: tuple[tuple[int, ...], ...], name: str = "x") -> WindowSpec:
     """The window's plan for known sizes: its shape, the zero padding its reads need, positions after padding."""
+    if 0 in sizes:  # an empty window reads nothing: no padding, every position from the axis' start
+        return tuple(sizes), None, tuple(("affine", p[1], 0) if p[0] == "affine" else (*p, length)
+                                         for p, length in zip(positions, source_shape)), name
     named = dict(zip(labels, sizes))
     pads: list[tuple[int, int]] = []
     planned: list[Any] = []
@@ -63,10 +66,7 @@ def window_spec(labels: tuple[str, ...], sizes: tuple[int, ...], source_shape: t
             planned.append((*position, length))
             continue
         _, terms, offset = position
-        if any(sizes[label] == 0 for label, _ in terms):
-            low, high = offset, offset
-        else:
-            low, high = position_bounds(ir.Affine(tuple((c, labels[label]) for label, c in terms), offset), named)
+        low, high = position_bounds(ir.Affine(tuple((c, labels[label]) for label, c in terms), offset), named)
         before, after = max(0, -low), max(0, high - (length - 1))
         pads.append((before, after))
         planned.append(("affine", terms, offset + before))
@@ -116,6 +116,23 @@ def _permuted(values: Any, order: tuple[int, ...]) -> Any:
     return values.permute(order) if hasattr(values, "permute") else values.transpose(order)
 
 
+def _distinct_axes(values: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
+    """A gather tensor that repeats an index (``x[i,i]``) read on its diagonal: the values with one axis per
+    distinct index, and those indices' label axes.
+
+    >>> values, axes = _distinct_axes(np.arange(9).reshape(3, 3), (0, 0))
+    >>> values, axes
+    (array([0, 4, 8]), (0,))
+    """
+    axes = tuple(axes)
+    while len(set(axes)) < len(axes):
+        first = next(a for a in range(len(axes)) if axes[a] in axes[a + 1:])
+        second = axes.index(axes[first], first + 1)
+        values = values.diagonal(0, first, second)  # (numpy, cupy, torch, jax, dask: the diagonal goes last)
+        axes = tuple(label for a, label in enumerate(axes) if a not in (first, second)) + (axes[first],)
+    return values, axes
+
+
 def _broadcast_shape(rank: int, axes: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
     shape = [1] * rank
     for axis, size in zip(axes, sizes):
@@ -146,6 +163,7 @@ def _flat_positions(xp: Any, spec: WindowSpec, padded_shape: tuple[int, ...], ga
             _, k, axes, length = position
             values = gathers[k]
             _check_gather(values, name, axis, length)
+            values, axes = _distinct_axes(values, axes)
             order = sorted(range(len(axes)), key=lambda a: axes[a])
             values = _permuted(values, tuple(order))
             value = values.reshape(_broadcast_shape(rank, tuple(sorted(axes)), tuple(shape[a] for a in sorted(axes))))
@@ -316,6 +334,7 @@ def _scatter_positions(spec: ScatterSpec, gathers: tuple[Any, ...], arange: Any)
             _, k, axes, length = position
             values = gathers[k]
             _check_gather(values, name, axis, length)
+            values, axes = _distinct_axes(values, axes)
             order = sorted(range(len(axes)), key=lambda a: axes[a])
             values = _permuted(values, tuple(order))
             placed = tuple(sorted(axes))

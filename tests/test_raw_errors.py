@@ -1,0 +1,103 @@
+"""Bad or edge-case input never reaches the user as a raw numpy/torch/jax/dask error (issue 37): each case either
+has its right answer, checked against an independent reference, or raises a typed EinflowError naming the culprit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import einflow as ef
+
+RNG = np.random.default_rng(37)
+BACKENDS = ["numpy", "torch", "jax", "dask"]
+
+
+def _np(value: object) -> np.ndarray:
+    return np.asarray(value.detach().numpy() if hasattr(value, "detach") else value)
+
+
+# ---------------------------------------------------------------- shifted reads with an empty range
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("signal", [0, 1, 2])
+def test_shifted_read_with_a_negative_range_is_an_empty_correlation(backend: str, signal: int) -> None:
+    # y[h] = s[h+r] k[r] has max(len(s) - len(k) + 1, 0) elements (Tullio's rule: the largest range that
+    # stays inside; numpy.correlate's "valid" length, never negative)
+    s, k = RNG.standard_normal(signal), RNG.standard_normal(3)
+    value = _np(ef.evaluate("y[h] = s[h+r] k[r]", s=s, k=k, backend=backend))
+    assert value.shape == (0,)
+
+
+def test_shifted_read_of_a_kernel_longer_than_the_signal_by_more_than_one_is_empty_too() -> None:
+    s, k = RNG.standard_normal(2), RNG.standard_normal(6)
+    assert ef.evaluate("y[h] = s[h+r] k[r]", s=s, k=k).shape == (0,)
+    assert ef.evaluate("y[h] = s[h+r] k[r]", s=s, k=k[:2]).shape == (1,)
+
+
+# ---------------------------------------------------------------- a literal that is an affine position
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sum_with_a_zero_times_index_position_reads_the_first_element(backend: str) -> None:
+    a, b, c = RNG.standard_normal(3), RNG.standard_normal(3), RNG.standard_normal(3)
+    value = ef.evaluate("s = a[i] b[i] c[0*i]", a=a, b=b, c=c, backend=backend)
+    np.testing.assert_allclose(float(_np(value)), np.dot(a, b) * c[0], rtol=1e-6)
+
+
+# ---------------------------------------------------------------- a gather that repeats an index
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gather_whose_position_tensor_repeats_an_index_reads_its_diagonal(backend: str) -> None:
+    A = RNG.standard_normal((3, 4))
+    x = np.array([[0, 1, 2], [3, 0, 1], [2, 2, 3]])
+    value = _np(ef.evaluate("y[i] = A[i, x[i,i]]", A=A, x=x, backend=backend))
+    np.testing.assert_allclose(value, A[np.arange(3), np.diagonal(x)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradient_through_a_gather_that_repeats_an_index_is_a_scatter_on_its_diagonal(backend: str) -> None:
+    A = RNG.standard_normal((3, 4))
+    x = np.array([[0, 1, 2], [3, 0, 1], [2, 2, 3]])
+    gradient = _np(ef.grad("L = sum[i](A[i, x[i,i]]^2)", wrt="A")(A=A, x=x, backend=backend))
+    expected = np.zeros_like(A)
+    rows, columns = np.arange(3), np.diagonal(x)
+    expected[rows, columns] = 2 * A[rows, columns]
+    np.testing.assert_allclose(gradient, expected, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- folding huge powers
+def test_grad_of_10_to_the_400_times_i_is_the_unfolded_power_and_evaluates_to_inf() -> None:
+    gradient = ef.grad("y = 10^400 i", wrt="i")
+    assert "10^400" in str(gradient)
+    assert ef.compile(str(gradient)) == gradient
+    assert gradient(i=2.0) == np.inf  # float64 overflow, as the language folds numbers (LANGUAGE.md 4)
+    assert ef.evaluate("y = 10^400 i", i=2.0) == np.inf
+
+
+def test_folding_a_power_with_a_huge_integer_exponent_is_bounded_work() -> None:
+    # 10 ** (10 ** 9) as a Python int would take minutes; folding works in float64 instead
+    assert "10^1000000000" in str(ef.grad("y = 10^1000000000 i", wrt="i"))
+    assert str(ef.grad("y = 3^5 i", wrt="i")).endswith("= 243")
+
+
+# ---------------------------------------------------------------- empty batches of convolutions
+CONVOLUTIONS = [
+    "y[n,o,h] = x[n,c,h + r] K[o,c,r]",
+    "y[n,o,h] = x[n,c,2*h + r] K[o,c,r]",
+    "size n, c, h = x\ny[n,o,h] = x[n,c,h + r - 1] K[o,c,r]",
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("text", CONVOLUTIONS)
+def test_convolution_with_an_empty_batch_is_empty(backend: str, text: str) -> None:
+    x, K = np.zeros((0, 3, 8)), RNG.standard_normal((4, 3, 3))
+    value = _np(ef.evaluate(text, x=x, K=K, backend=backend))
+    expected = ef.evaluate(text, x=np.zeros((1, 3, 8)), K=K).shape[2]
+    assert value.shape == (0, 4, expected)
+    cotangent = np.zeros(value.shape)
+    assert _np(ef.vjp(text, wrt="x", cotangent="G")(x=x, K=K, G=cotangent, backend=backend)).shape == x.shape
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dask_padded_convolution_kernel_gradient_with_an_empty_batch_is_zero(backend: str) -> None:
+    text = CONVOLUTIONS[2]
+    x, K = np.zeros((0, 3, 8)), RNG.standard_normal((4, 3, 3))
+    gradient = ef.vjp(text, wrt="K", cotangent="G")(x=x, K=K, G=np.zeros((0, 4, 8)), backend=backend)
+    np.testing.assert_array_equal(_np(gradient), np.zeros(K.shape))
