@@ -101,3 +101,37 @@ def test_dask_padded_convolution_kernel_gradient_with_an_empty_batch_is_zero(bac
     x, K = np.zeros((0, 3, 8)), RNG.standard_normal((4, 3, 3))
     gradient = ef.vjp(text, wrt="K", cotangent="G")(x=x, K=K, G=np.zeros((0, 4, 8)), backend=backend)
     np.testing.assert_array_equal(_np(gradient), np.zeros(K.shape))
+
+
+# ---------------------------------------------------------------- a backend whose library is missing
+_MISSING = """
+import sys
+sys.modules[{name!r}] = None  # the import fails as if the library were not installed
+import numpy as np
+import einflow as ef
+for call in (lambda: ef.evaluate("y = x[i] x[i]", x=np.ones(3), backend={name!r}),
+             lambda: ef.grad("y = x[i] x[i]", wrt="x")(x=np.ones(3), backend={name!r}),
+             lambda: ef.compile("y = x[i] x[i]").plan(x=(3,), backend={name!r})):
+    try:
+        call()
+    except ef.BackendError as error:
+        assert {name!r} in str(error) and "install" in str(error), error
+    else:
+        raise AssertionError("no BackendError")
+print("refused")
+"""
+
+
+@pytest.mark.parametrize("name", ["torch", "jax", "dask", "cupy"])
+def test_backend_torch_without_torch_is_a_backend_error_naming_the_install(name: str) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", _MISSING.format(name=name)], capture_output=True, text=True,
+                            timeout=120, cwd=root, env=environment)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "refused"
