@@ -135,3 +135,58 @@ def test_backend_torch_without_torch_is_a_backend_error_naming_the_install(name:
                             timeout=120, cwd=root, env=environment)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "refused"
+
+
+# ---------------------------------------------------------------- gather positions' types; boolean gathers
+E = np.arange(6.0).reshape(3, 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.uint64, np.uint32, np.uint8, np.int8])
+def test_uint64_gather_positions_read_like_int64_ones(backend: str, dtype: type) -> None:
+    t, u = np.array([2, 0], dtype=dtype), np.array([1, 0], dtype=dtype)
+    np.testing.assert_array_equal(_np(ef.evaluate("y[b,d] = E[t[b], d]", E=E, t=t, backend=backend)), E[[2, 0]])
+    np.testing.assert_array_equal(_np(ef.evaluate("y[b] = E[t[b], u[b]]", E=E, t=t, u=u, backend=backend)),
+                                  E[[2, 0], [1, 0]])
+    scatter = ef.compile("size v, d = E\ndE[v,d] = sum[b](delta[v, t[b]] g[b,d])")
+    expected = np.zeros_like(E)
+    np.add.at(expected, t.astype(np.int64), E[:2])
+    np.testing.assert_array_equal(_np(scatter(E=E, g=E[:2], t=t, backend=backend)), expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float_gather_positions_are_refused_not_truncated(backend: str) -> None:
+    # torch's .long() would read rows 0 and 1 for [-0.5, 1.7]; numpy refuses float indices: so do we, everywhere
+    for text, arrays in [("y[b,d] = E[t[b], d]", {"E": E, "t": np.array([-0.5, 1.7])}),
+                         ("y[b] = E[t[b], u[b]]", {"E": E, "t": np.array([0.0, 1.0]), "u": np.array([1, 0])}),
+                         ("size v, d = E\ndE[v,d] = sum[b](delta[v, t[b]] g[b,d])",
+                          {"E": E, "g": E[:2], "t": np.array([0.5, 1.7], np.float32)})]:
+        with pytest.raises(ef.GatherIndexError, match=r"axis 0 of '.*' reads positions from an array of type"):
+            ef.compile(text)(**arrays, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gathers_of_bool_tensors_keep_bool(backend: str) -> None:
+    mask = np.array([[True, False], [False, True], [True, True]])
+    t = np.array([2, 0, 1])
+    for text, expected in [("y[k,d] = E[t[k], d]", mask[t]), ("y = E[t[k], d]", mask[t]),
+                           ("y[d,i] = E[i,d]", mask.T), ("y[i] = E[i+1, 0]", mask[1:, 0]),
+                           ("z[k,d] = E[t[k], d]\ny[d,k] = z[k,d]", mask[t].T)]:
+        program = ef.compile(text)
+        arrays = {"E": mask, "t": t} if "t" in program.inputs else {"E": mask}
+        for _ in range(2):  # the first call plans, the second runs the cached plan
+            value = program(**arrays, backend=backend)
+            assert "bool" in str(value.dtype), (text, value.dtype)
+            np.testing.assert_array_equal(_np(value), expected)
+    # arithmetic still counts booleans as 0 and 1 (docs/backends.md)
+    assert int(ef.evaluate("s = E[i,d] E[i,d]", E=mask, backend=backend)) == 4
+    assert "int" in str(ef.evaluate("y[i] = E[i, d]", E=mask, backend=backend).dtype)
+
+
+def test_torch_gather_of_a_bool_tensor_keeps_bool() -> None:
+    import torch
+
+    mask = torch.tensor([[True, False], [False, True]])
+    value = ef.evaluate("y[k,d] = E[t[k], d]", E=mask, t=torch.tensor([1, 1, 0]))
+    assert value.dtype == torch.bool
+    assert torch.equal(value, mask[[1, 1, 0]])

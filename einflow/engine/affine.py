@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from einflow.lang import ir
-from einflow.lang.errors import EinflowError, GatherIndexError
+from einflow.lang.errors import GatherIndexError
 from einflow.lang.indices import position_bounds
 
 __all__ = ["window_temporaries", "scatter_temporaries", "is_view", "ScatterSpec", "scatter_spec", "scatter_numpy",
@@ -85,14 +85,30 @@ def _strided(spec: WindowSpec) -> bool:
     return all(position[0] == "affine" for position in spec[2])
 
 
+def _kind(values: Any) -> str:
+    kind = getattr(getattr(values, "dtype", None), "kind", None)
+    return kind if kind is not None else np.dtype(str(values.dtype).replace("torch.", "")).kind
+
+
+def _check_integers(values: Any, name: str, axis: int) -> None:
+    """A gather tensor holds integers: float positions are refused on every backend, as numpy refuses float
+    indices (torch's ``.long()`` would truncate ``-0.5`` to row 0), a GatherIndexError naming the read."""
+    if _kind(values) not in "iu":
+        raise GatherIndexError(f"the gather into axis {axis} of '{name}' reads positions from an array of type "
+                               f"{values.dtype}; gather tensors hold integers (round and cast them first)")
+
+
+def _signed(values: Any) -> Any:
+    """64-bit unsigned positions as signed ones (checked inside the axis first): numpy and jax promote uint64
+    with int64 to float64, which cannot index."""
+    if _kind(values) == "u" and values.dtype.itemsize == 8:
+        return values.astype(np.int64)
+    return values
+
+
 def _check_gather(values: Any, name: str, axis: int, length: int) -> None:
     """A gather's positions lie inside the axis (no wrap, no clamp): GatherIndexError naming where."""
-    kind = getattr(getattr(values, "dtype", None), "kind", None)
-    if kind is None:
-        kind = np.dtype(str(values.dtype).replace("torch.", "")).kind
-    if kind not in "iu":
-        raise EinflowError(f"the gather into axis {axis} of '{name}' reads positions from an array of type "
-                           f"{values.dtype}; gather tensors hold integers")
+    _check_integers(values, name, axis)
     try:
         if hasattr(values, "cpu"):  # torch
             flat = values.cpu().numpy().reshape(-1)
@@ -163,7 +179,7 @@ def _flat_positions(xp: Any, spec: WindowSpec, padded_shape: tuple[int, ...], ga
             _, k, axes, length = position
             values = gathers[k]
             _check_gather(values, name, axis, length)
-            values, axes = _distinct_axes(values, axes)
+            values, axes = _distinct_axes(_signed(values), axes)
             order = sorted(range(len(axes)), key=lambda a: axes[a])
             values = _permuted(values, tuple(order))
             value = values.reshape(_broadcast_shape(rank, tuple(sorted(axes)), tuple(shape[a] for a in sorted(axes))))
@@ -225,6 +241,9 @@ def window_torch(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
                 strides[label] += coefficient * array.stride(axis)
         if all(s >= 0 for s in strides):
             return array.as_strided(shape, strides, offset)
+    for axis, position in enumerate(positions):
+        if position[0] == "gather":
+            _check_integers(gathers[position[1]], spec[3], axis)
     gathers = tuple(g.long() for g in gathers)
     rows = _row_gather(spec, tuple(array.shape))
     if rows is not None:  # an embedding lookup: whole rows taken (index_select), as torch's embedding does
@@ -334,7 +353,7 @@ def _scatter_positions(spec: ScatterSpec, gathers: tuple[Any, ...], arange: Any)
             _, k, axes, length = position
             values = gathers[k]
             _check_gather(values, name, axis, length)
-            values, axes = _distinct_axes(values, axes)
+            values, axes = _distinct_axes(_signed(values), axes)
             order = sorted(range(len(axes)), key=lambda a: axes[a])
             values = _permuted(values, tuple(order))
             placed = tuple(sorted(axes))
@@ -438,6 +457,9 @@ def scatter_torch(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     import torch
 
     out_shape, value_shape, positions, name = spec
+    for axis, position in enumerate(positions):
+        if position[0] == "gather":
+            _check_integers(gathers[position[1]], name, axis)
     rows = _row_scatter(spec)
     if rows is not None and value.dtype.is_floating_point:
         axis, order = rows
