@@ -190,3 +190,49 @@ def test_torch_gather_of_a_bool_tensor_keeps_bool() -> None:
     value = ef.evaluate("y[k,d] = E[t[k], d]", E=mask, t=torch.tensor([1, 1, 0]))
     assert value.dtype == torch.bool
     assert torch.equal(value, mask[[1, 1, 0]])
+
+
+# ---------------------------------------------------------------- torch strided convolutions that do not tile
+def _sweep() -> list[tuple[int, int, int, int]]:
+    # strides 2 and 3 tile none, some or all of lengths 6 and 7 (the 41 configurations that failed were such)
+    return [(length, kernel, stride, dilation) for length in (6, 7) for kernel in (2, 3)
+            for stride in (2, 3) for dilation in (1, 2)]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_torch_strided_convolution_whose_stride_does_not_tile_the_input_matches_numpy(dtype: str) -> None:
+    import torch
+
+    tolerance = 1e-12 if dtype == "float64" else 1e-4
+    for length, kernel, stride, dilation in _sweep():
+        text = f"y[n,o,h] = x[n,c,{stride}*h + {dilation}*r] K[o,c,r]"
+        x, K = RNG.standard_normal((2, 3, length)).astype(dtype), RNG.standard_normal((4, 3, kernel)).astype(dtype)
+        expected = ef.evaluate(text, x=x.astype(np.float64), K=K.astype(np.float64), backend="numpy")
+        reference = torch.nn.functional.conv1d(torch.tensor(x, dtype=torch.float64),
+                                               torch.tensor(K, dtype=torch.float64), stride=stride,
+                                               dilation=dilation).numpy()
+        np.testing.assert_allclose(expected, reference, rtol=1e-12, atol=1e-12)
+        xt, Kt = torch.tensor(x, requires_grad=True), torch.tensor(K, requires_grad=True)
+        value = ef.evaluate(text, x=xt, K=Kt)
+        np.testing.assert_allclose(value.detach().numpy(), expected, rtol=tolerance, atol=tolerance,
+                                   err_msg=f"{text}, length {length}")
+        value.square().sum().backward()  # the gradients run the transposed convolutions
+        xr, Kr = torch.tensor(x, requires_grad=True), torch.tensor(K, requires_grad=True)
+        torch.nn.functional.conv1d(xr, Kr, stride=stride, dilation=dilation).square().sum().backward()
+        np.testing.assert_allclose(xt.grad.numpy(), xr.grad.numpy(), rtol=tolerance, atol=tolerance)
+        np.testing.assert_allclose(Kt.grad.numpy(), Kr.grad.numpy(), rtol=tolerance * 10, atol=tolerance * 10)
+
+
+def test_conv2d_3_to_4_kernel_3_stride_2_on_6x6_written_in_einflow_matches_torch() -> None:
+    import torch
+
+    torch.manual_seed(37)
+    conv = torch.nn.Conv2d(3, 4, 3, stride=2).double()
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64, requires_grad=True)
+    value = ef.evaluate("y[n,o,h,w] = x[n,c,2*h + r, 2*w + s] K[o,c,r,s] + b[o]", x=x, K=conv.weight, b=conv.bias)
+    expected = conv(x)
+    torch.testing.assert_close(value, expected)
+    gradients = torch.autograd.grad(value.square().sum(), (x, conv.weight))
+    references = torch.autograd.grad(expected.square().sum(), (x, conv.weight))
+    for gradient, reference in zip(gradients, references):
+        torch.testing.assert_close(gradient, reference)
