@@ -3,6 +3,9 @@ has its right answer, checked against an independent reference, or raises a type
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -236,3 +239,45 @@ def test_conv2d_3_to_4_kernel_3_stride_2_on_6x6_written_in_einflow_matches_torch
     references = torch.autograd.grad(expected.square().sum(), (x, conv.weight))
     for gradient, reference in zip(gradients, references):
         torch.testing.assert_close(gradient, reference)
+
+
+# ---------------------------------------------------------------- unbounded work: long programs plan in linear time
+def _cpu_seconds(work: Callable[[str], object]) -> float:
+    best = float("inf")
+    for run in "12":  # the better of two runs of a new program each (its plan is not cached), in CPU time
+        start = time.process_time()
+        work(run)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def _exp_product(n: int, salt: str) -> float:
+    shapes = {f"x{k}": (3,) for k in range(n)}
+    factors = " ".join(f"exp(x{k}[i])" for k in range(n))
+    return _cpu_seconds(lambda run: ef.compile(f"s{salt}{run}[i] = {factors}").plan(**shapes))
+
+
+def _padded_chain(n: int, salt: str) -> float:
+    chain = "size i = x0\n" + "\n".join(f"x{k + 1}[i] = x{k}[i+1] + x{k}[i]" for k in range(n))
+    return _cpu_seconds(lambda run: ef.compile(f"{chain}\ny{salt}{run} = x{n}[i]").plan(x0=(8,)))
+
+
+@pytest.mark.parametrize("measure", [_exp_product, _padded_chain], ids=["exp_product", "padded_chain"])
+def test_planning_a_product_of_1000_exp_factors_and_1000_padded_shifts_is_linear_ish(
+        measure: Callable[[int, str], float]) -> None:
+    # linear work is 8x from 100 to 800 (measured 8-10x); the quadratic parts (a source line per call, a fused
+    # product rewritten per factor, a softmax pattern searched per pair of factors, a scan of every step per
+    # window) made it 9x from 100 to 400 already
+    small, large = measure(100, "a"), measure(800, "b")
+    assert large < 16 * small + 0.05, (small, large)
+
+
+def test_parsing_a_line_of_many_calls_reads_its_source_line_once() -> None:
+    from unittest import mock
+
+    from einflow.lang.grammar import parser
+
+    calls = []
+    with mock.patch.object(parser, "source_line", side_effect=lambda *a: calls.append(a) or "line"):
+        ef.compile("q[i] = " + " ".join(f"sin(z{k}[i])" for k in range(300)))
+    assert len(calls) <= 2

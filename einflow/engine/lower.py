@@ -52,7 +52,7 @@ from einflow.engine.steps import (
     Window,
     node_args,
     step_inputs,
-    substitute,
+    substitute_all,
 )
 from einflow.lang import ir
 from einflow.lang.check import check_program
@@ -802,17 +802,22 @@ def fuse(steps: list[Step], outputs: tuple[int, ...], ranks: dict[int, int]) -> 
         for register in step_inputs(step):
             readers[register] = k
     result: list[Step | None] = list(steps)
+    # the expressions inlined into each step, substituted in one walk when the step is reached (a product of n
+    # inlined factors is one pass over it, not n)
+    pending: dict[int, dict[int, Node]] = {}
     for k in range(len(steps)):
         current = result[k]
+        if isinstance(current, Elementwise) and k in pending:
+            current = result[k] = replace(current, expr=substitute_all(current.expr, pending.pop(k), ranks))
         if not isinstance(current, Elementwise) or uses[current.out] != 1:
             continue
         reader_position = readers.get(current.out)
-        if reader_position is None:
+        if reader_position is None or reader_position <= k:
             continue
         reader = result[reader_position]
         if not isinstance(reader, Elementwise) or reader.statement != current.statement:
             continue
-        result[reader_position] = replace(reader, expr=substitute(reader.expr, current.out, current.expr, ranks))
+        pending.setdefault(reader_position, {})[current.out] = current.expr
         for register in node_args(current.expr):
             readers[register] = reader_position
         result[k] = None
