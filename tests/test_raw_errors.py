@@ -281,3 +281,25 @@ def test_parsing_a_line_of_many_calls_reads_its_source_line_once() -> None:
     with mock.patch.object(parser, "source_line", side_effect=lambda *a: calls.append(a) or "line"):
         ef.compile("q[i] = " + " ".join(f"sin(z{k}[i])" for k in range(300)))
     assert len(calls) <= 2
+
+
+# ---------------------------------------------------------------- a broadcast sum over more indices than axes
+@pytest.mark.parametrize("backend", ["numpy", "torch", "jax"])
+def test_broadcast_sum_over_70_indices_is_the_sum_of_per_term_sums(backend: str) -> None:
+    import math
+
+    n = 70
+    sizes = [2 + k % 3 for k in range(n)]
+    arrays = {f"a{k}": RNG.standard_normal(sizes[k]) for k in range(n)}
+    indices = ",".join(f"i{k}" for k in range(n))
+    terms = " + ".join(f"a{k}[i{k}]" for k in range(n))
+    everything = math.prod(sizes)
+    expected = sum(arrays[f"a{k}"].sum() * (everything // sizes[k]) for k in range(n))
+    value = ef.evaluate(f"s = sum[{indices}]({terms} + 2)", **arrays, backend=backend)
+    np.testing.assert_allclose(float(_np(value)), expected + 2 * everything, rtol=1e-5)
+    if backend != "numpy":
+        return
+    # one index kept: the others summed term by term, the kept one broadcast
+    kept = ef.evaluate(f"y[i0] = sum[{indices[3:]}]({terms})", **arrays, backend=backend)
+    np.testing.assert_allclose(_np(kept), arrays["a0"] * (everything // sizes[0])
+                               + (expected - arrays["a0"].sum() * (everything // sizes[0])) / sizes[0], rtol=1e-5)

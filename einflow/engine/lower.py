@@ -356,6 +356,9 @@ class _Lowering:
             left = self.lower(expr.left, bound, frozenset())
             right = self.lower(expr.right, bound, frozenset())
             value = self.sum_axes(self.binary(expr.func, left, right, order), reduce)
+        elif isinstance(expr, ir.Sum) and len(free_indices(expr, bound)) > _MOST_AXES and \
+                reduce & set(free_indices(expr, bound)):
+            value = self.sum_of_term_sums(expr, bound, reduce)
         elif isinstance(expr, ir.Sum):
             order = free_indices(expr, bound)
             value = self.add([self.lower(term, bound, frozenset()) for term in expr.terms], order)
@@ -370,6 +373,25 @@ class _Lowering:
             raise TypeError(expr)
         self.memo[key] = value
         return value
+
+    def sum_of_term_sums(self, expr: ir.Sum, bound: frozenset[str], reduce: frozenset[str]) -> _Value:
+        """A sum of terms summed over indices: each term summed over its own, times the sizes of those it lacks
+        (``sum[i,j](a[i] + b[j])`` is ``|j| sum[i](a[i]) + |i| sum[j](b[j])``), so the broadcast sum of all the
+        indices, an array of more axes than arrays have, is never formed."""
+        order = tuple(index for index in free_indices(expr, bound) if index not in reduce)
+        summed = reduce & set(free_indices(expr, bound))
+        values = []
+        for term in expr.terms:
+            own = frozenset(free_indices(term, bound))
+            value = self.lower(term, bound, reduce & own)
+            sizes = tuple(Size(self.sizes.get(label, -1)) for label in sorted(summed - own))
+            if sizes:
+                # (a number counted over more than 64 indices is a float: the count leaves int64's range)
+                operand: Node = Number(float(_weak(value.const))) if value.reg is None else Arg(value.reg)  # type: ignore
+                product = Mul((operand, *sizes))
+                value = self.elementwise(("counted", product, _number_types(product)), product, value.labels)
+            values.append(value)
+        return self.add(values, order)
 
     def elementwise(self, key: Any, expr: Node, labels: tuple[str, ...]) -> _Value:
         sizes = self.sizes_of(labels)
@@ -784,6 +806,11 @@ class _Lowering:
         reg, labels = value.reg, value.labels
         return self.emit(("diag", reg, labels, full, groups, sizes), lambda out: Diagonal(
             self.statement, out, reg, labels, full, groups, sizes), full)  # type: ignore[arg-type]
+
+
+#: the most axes an array has (numpy's limit; ``einflow.engine.specialise.MAX_AXES``): a sum of terms with more
+#: free indices, summed over some, is summed term by term
+_MOST_AXES = 64
 
 
 # ---------------------------------------------------------------- passes after lowering
