@@ -96,7 +96,7 @@ class Program:
     C[i,j] = A[i,k] B[k,j]
     """
 
-    __slots__ = ("ir", "source", "info", "accepts", "casts", "_plans", "_constants", "__weakref__")
+    __slots__ = ("ir", "source", "info", "accepts", "casts", "reads", "_plans", "_constants", "__weakref__")
 
     def __init__(self, program_ir: ir.ProgramIR, source: str | None = None, info: ProgramInfo | None = None) -> None:
         check_names(program_ir)  # an IR-built program (derivatives, API arguments) names things as text does
@@ -110,6 +110,9 @@ class Program:
         #: for a derivative program, per output: the input whose float dtype it has (``dL_ds = 1`` has the
         #: dtype of ``s``; float32 in, float32 out), else None (``einflow.derivatives``)
         self.casts: tuple[str | None, ...] | None = None
+        #: per output: the input whose elements it only reads (a copy, transpose, shift, literal or gather:
+        #: nothing added or multiplied), else None; such an output keeps a boolean input's type
+        self.reads: tuple[str | None, ...] = element_reads(self.ir, self.info)
 
     # ------------------------------------------------------------------ pickling and the plan cache
     def __getstate__(self) -> dict[str, Any]:
@@ -247,6 +250,8 @@ class Program:
                     result = plan.run(values)
                     if self.casts is not None:
                         result = _cast(result, self.casts, arrays)
+                    if any(self.reads):
+                        result = _kept_booleans(result, self.reads, arrays)
                     if plan.returns_tuple:
                         return tuple(map(_scalar, result))
                     return result[()] if type(result) is np.ndarray and not result.ndim else result
@@ -256,6 +261,8 @@ class Program:
             result = narrow(result, low)
         if self.casts is not None:
             result = _cast(result, self.casts, arrays)
+        if any(self.reads):
+            result = _kept_booleans(result, self.reads, arrays)
         return tuple(map(_scalar, result)) if type(result) is tuple else _scalar(result)
 
     def _evaluate(self, values: list[Any], name: str, optimize: Any, memory_limit: Any, chunks: Any,
@@ -368,6 +375,49 @@ def _kind(dtype: Any) -> str:
     if type(dtype).__module__.startswith("torch"):
         return "f" if dtype.is_floating_point else "c" if dtype.is_complex else "b" if _name(dtype) == "bool" else "i"
     return "f" if is_low(dtype) else np.dtype(dtype).kind  # (ml_dtypes' bfloat16 is of kind 'V' to numpy)
+
+
+def element_reads(program: ir.ProgramIR, info: ProgramInfo) -> tuple[str | None, ...]:
+    """Per output, the input whose elements it is, read through positions with nothing summed, added or
+    multiplied (``y[b,d] = E[t[b], d]``, ``y[j,i] = x[i,j]``, ``d[i] = x[i+1]``, chains of such), else None.
+
+    >>> element_reads(parse("y[b,d] = E[t[b], d]"), check_program(parse("y[b,d] = E[t[b], d]")))
+    ('E',)
+    """
+    sources: dict[str, str] = {name: name for name in info.inputs}
+    for statement in program.statements:
+        if not isinstance(statement, ir.Assign) or statement.target is None:
+            continue
+        expr = statement.expr
+        if not isinstance(expr, (ir.Tensor, ir.Read)) or expr.name not in sources:
+            continue
+        read = expr.indices
+        kept = statement.indices if statement.indices is not None else tuple(
+            index for index in read if sum(ir.position_indices(p).count(index) if not isinstance(p, ir.Gather)
+                                           else 0 for p in getattr(expr, "positions", read)) <= 1)
+        if set(read) <= set(kept):  # nothing summed
+            sources[statement.target] = sources[expr.name]
+    return tuple(sources.get(name) if name is not None and name not in info.inputs else None
+                 for name in info.outputs)
+
+
+def _kept_booleans(result: Any, reads: tuple[str | None, ...], arrays: Mapping[str, Any]) -> Any:
+    """The outputs that only read a boolean input's elements, as booleans: programs compute with booleans as
+    the numbers 0 and 1, but a gather, shift or copy of a boolean array is one, as numpy's and torch's are."""
+    outputs = list(result) if type(result) is tuple else [result]
+    for k, name in enumerate(reads):
+        like = arrays.get(name) if name is not None else None
+        dtype = getattr(like, "dtype", None)
+        if like is None or k >= len(outputs) or (np.dtype(type(like)) if type(like) is bool else dtype) is None:
+            continue
+        if type(like) is not bool and _name(dtype) != "bool":
+            continue
+        value = outputs[k]
+        if type(value).__module__.startswith("torch"):
+            outputs[k] = value.bool()
+        elif hasattr(value, "astype"):
+            outputs[k] = value.astype(bool)
+    return tuple(outputs) if type(result) is tuple else outputs[0]
 
 
 def _cast(result: Any, casts: tuple[str | None, ...], arrays: Mapping[str, Any]) -> Any:

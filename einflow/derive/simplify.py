@@ -23,6 +23,7 @@ from einflow.derive.normal import normaliser_merges, rename, rename_apart
 from einflow.lang import ir
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import indices_in
+from einflow.lang.numbers import _fold_power, _weak
 from einflow.lang.stable import stable_log, stable_softmax
 
 __all__ = ["Rule", "RULES", "SimplifierLimitWarning", "simplify", "fired_rules", "is_zero", "canonical_key",
@@ -115,9 +116,7 @@ def is_zero(expr: ir.Expr) -> bool:
 def _fold_number(value: float | int) -> ir.Num:
     if isinstance(value, (np.floating, np.integer)):
         value = value.item()
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:
-        value = float(value)
-    return ir.Num(value)
+    return ir.Num(_weak(value))  # (an int beyond int64 is a float, inf beyond the float range: never raises)
 
 
 def _split_coefficient(expr: ir.Expr) -> tuple[int | float, ir.Expr | None]:
@@ -528,8 +527,8 @@ def _s_power(node: ir.Power, s: Simplify) -> ir.Expr:
         _fire("power", "one")
         return ir.Num(1)
     if isinstance(base, ir.Num):
-        try:
-            value = base.value ** exponent
+        try:  # (bounded work: 10^400 and 10^(10^9) fold in float64 without forming the integer)
+            value = base.value ** exponent if isinstance(base.value, complex) else _fold_power(base.value, exponent)
         except (OverflowError, ZeroDivisionError):
             return ir.Power(base, exponent)
         if isinstance(value, complex) or (isinstance(value, float) and not math.isfinite(value)):

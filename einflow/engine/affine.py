@@ -56,6 +56,9 @@ def window_spec(labels: tuple[str, ...], sizes: tuple[int, ...], source_shape: t
                 positions: tuple[Any, ...], gather_shapes: tuple[tuple[int, ...], ...], name: str = "x",
                 mode: str = "zeros") -> WindowSpec:
     """The window's plan for known sizes: its shape, the padding its reads need, positions after padding."""
+    if 0 in sizes:  # an empty window reads nothing: no padding, every position from the axis' start
+        return tuple(sizes), None, tuple(("affine", p[1], 0) if p[0] == "affine" else (*p, length)
+                                         for p, length in zip(positions, source_shape)), name, "zeros"
     named = dict(zip(labels, sizes))
     pads: list[tuple[int, int]] = []
     planned: list[Any] = []
@@ -66,10 +69,7 @@ def window_spec(labels: tuple[str, ...], sizes: tuple[int, ...], source_shape: t
             planned.append((*position, length))
             continue
         _, terms, offset = position
-        if any(sizes[label] == 0 for label, _ in terms):
-            low, high = offset, offset
-        else:
-            low, high = position_bounds(ir.Affine(tuple((c, labels[label]) for label, c in terms), offset), named)
+        low, high = position_bounds(ir.Affine(tuple((c, labels[label]) for label, c in terms), offset), named)
         before, after = max(0, -low), max(0, high - (length - 1))
         if mode != "zeros" and length == 0 and before + after:
             raise ShapeError(f"'{name}' is declared pad {mode}, but its axis {axis} is empty: there is nothing to "
@@ -121,14 +121,30 @@ def _strided(spec: WindowSpec) -> bool:
     return all(position[0] == "affine" for position in spec[2])
 
 
+def _kind(values: Any) -> str:
+    kind = getattr(getattr(values, "dtype", None), "kind", None)
+    return kind if kind is not None else np.dtype(str(values.dtype).replace("torch.", "")).kind
+
+
+def _check_integers(values: Any, name: str, axis: int) -> None:
+    """A gather tensor holds integers: float positions are refused on every backend, as numpy refuses float
+    indices (torch's ``.long()`` would truncate ``-0.5`` to row 0), a GatherIndexError naming the read."""
+    if _kind(values) not in "iu":
+        raise GatherIndexError(f"the gather into axis {axis} of '{name}' reads positions from an array of type "
+                               f"{values.dtype}; gather tensors hold integers (round and cast them first)")
+
+
+def _signed(values: Any) -> Any:
+    """64-bit unsigned positions as signed ones (checked inside the axis first): numpy and jax promote uint64
+    with int64 to float64, which cannot index."""
+    if _kind(values) == "u" and values.dtype.itemsize == 8:
+        return values.astype(np.int64)
+    return values
+
+
 def _check_gather(values: Any, name: str, axis: int, length: int) -> None:
     """A gather's positions lie inside the axis (no wrap, no clamp): GatherIndexError naming where."""
-    kind = getattr(getattr(values, "dtype", None), "kind", None)
-    if kind is None:
-        kind = np.dtype(str(values.dtype).replace("torch.", "")).kind
-    if kind not in "iu":
-        raise EinflowError(f"the gather into axis {axis} of '{name}' reads positions from an array of type "
-                           f"{values.dtype}; gather tensors hold integers")
+    _check_integers(values, name, axis)
     try:
         if hasattr(values, "cpu"):  # torch
             flat = values.cpu().numpy().reshape(-1)
@@ -150,6 +166,23 @@ def _permuted(values: Any, order: tuple[int, ...]) -> Any:
     if order == tuple(range(len(order))):
         return values
     return values.permute(order) if hasattr(values, "permute") else values.transpose(order)
+
+
+def _distinct_axes(values: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
+    """A gather tensor that repeats an index (``x[i,i]``) read on its diagonal: the values with one axis per
+    distinct index, and those indices' label axes.
+
+    >>> values, axes = _distinct_axes(np.arange(9).reshape(3, 3), (0, 0))
+    >>> values, axes
+    (array([0, 4, 8]), (0,))
+    """
+    axes = tuple(axes)
+    while len(set(axes)) < len(axes):
+        first = next(a for a in range(len(axes)) if axes[a] in axes[a + 1:])
+        second = axes.index(axes[first], first + 1)
+        values = values.diagonal(0, first, second)  # (numpy, cupy, torch, jax, dask: the diagonal goes last)
+        axes = tuple(label for a, label in enumerate(axes) if a not in (first, second)) + (axes[first],)
+    return values, axes
 
 
 def _broadcast_shape(rank: int, axes: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
@@ -182,6 +215,7 @@ def _flat_positions(xp: Any, spec: WindowSpec, padded_shape: tuple[int, ...], ga
             _, k, axes, length = position
             values = gathers[k]
             _check_gather(values, name, axis, length)
+            values, axes = _distinct_axes(_signed(values), axes)
             order = sorted(range(len(axes)), key=lambda a: axes[a])
             values = _permuted(values, tuple(order))
             value = values.reshape(_broadcast_shape(rank, tuple(sorted(axes)), tuple(shape[a] for a in sorted(axes))))
@@ -242,6 +276,9 @@ def window_torch(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
                 strides[label] += coefficient * array.stride(axis)
         if all(s >= 0 for s in strides):
             return array.as_strided(shape, strides, offset)
+    for axis, position in enumerate(positions):
+        if position[0] == "gather":
+            _check_integers(gathers[position[1]], spec[3], axis)
     gathers = tuple(g.long() for g in gathers)
     rows = _row_gather(spec, tuple(array.shape))
     if rows is not None:  # an embedding lookup: whole rows taken (index_select), as torch's embedding does
@@ -360,6 +397,7 @@ def _scatter_positions(spec: ScatterSpec, gathers: tuple[Any, ...], arange: Any)
             _, k, axes, length = position
             values = gathers[k]
             _check_gather(values, name, axis, length)
+            values, axes = _distinct_axes(_signed(values), axes)
             order = sorted(range(len(axes)), key=lambda a: axes[a])
             values = _permuted(values, tuple(order))
             placed = tuple(sorted(axes))
@@ -489,6 +527,9 @@ def scatter_torch(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     import torch
 
     out_shape, value_shape, positions, name = spec
+    for axis, position in enumerate(positions):
+        if position[0] == "gather":
+            _check_integers(gathers[position[1]], name, axis)
     rows = _row_scatter(spec)
     if rows is not None and value.dtype.is_floating_point:
         axis, order = rows

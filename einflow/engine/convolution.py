@@ -280,10 +280,26 @@ def sole_reader(steps: tuple[Any, ...], register: int, outputs: tuple[int, ...])
     """The one step that reads ``register`` (once), or None when it is a result or read elsewhere too."""
     if register in outputs:
         return None
-    readers = [step for step in steps if register in step_inputs(step)]
-    if len(readers) != 1 or step_inputs(readers[0]).count(register) != 1:
-        return None
-    return readers[0]
+    readers = _readers(steps).get(register, [])
+    return readers[0] if len(readers) == 1 else None
+
+
+#: the steps last indexed and, per register, the steps reading it (once per read): planning asks for each window
+#: and scatter, and a scan of every step each time made a program of n shifted statements n^2 work
+_INDEXED: tuple[tuple[Any, ...], dict[int, list[Any]]] = ((), {})
+
+
+def _readers(steps: tuple[Any, ...]) -> dict[int, list[Any]]:
+    global _INDEXED
+    indexed = _INDEXED
+    if indexed[0] is steps:
+        return indexed[1]
+    readers: dict[int, list[Any]] = {}
+    for step in steps:
+        for register in step_inputs(step):
+            readers.setdefault(register, []).append(step)
+    _INDEXED = (steps, readers)
+    return readers
 
 
 def numpy_convolves(spec: ConvSpec) -> bool:

@@ -52,7 +52,7 @@ from einflow.engine.steps import (
     Window,
     node_args,
     step_inputs,
-    substitute,
+    substitute_all,
 )
 from einflow.lang import ir
 from einflow.lang.check import check_program
@@ -361,6 +361,9 @@ class _Lowering:
             left = self.lower(expr.left, bound, frozenset())
             right = self.lower(expr.right, bound, frozenset())
             value = self.sum_axes(self.binary(expr.func, left, right, order), reduce)
+        elif isinstance(expr, ir.Sum) and len(free_indices(expr, bound)) > _MOST_AXES and \
+                reduce & set(free_indices(expr, bound)):
+            value = self.sum_of_term_sums(expr, bound, reduce)
         elif isinstance(expr, ir.Sum):
             order = free_indices(expr, bound)
             value = self.add([self.lower(term, bound, frozenset()) for term in expr.terms], order)
@@ -375,6 +378,25 @@ class _Lowering:
             raise TypeError(expr)
         self.memo[key] = value
         return value
+
+    def sum_of_term_sums(self, expr: ir.Sum, bound: frozenset[str], reduce: frozenset[str]) -> _Value:
+        """A sum of terms summed over indices: each term summed over its own, times the sizes of those it lacks
+        (``sum[i,j](a[i] + b[j])`` is ``|j| sum[i](a[i]) + |i| sum[j](b[j])``), so the broadcast sum of all the
+        indices, an array of more axes than arrays have, is never formed."""
+        order = tuple(index for index in free_indices(expr, bound) if index not in reduce)
+        summed = reduce & set(free_indices(expr, bound))
+        values = []
+        for term in expr.terms:
+            own = frozenset(free_indices(term, bound))
+            value = self.lower(term, bound, reduce & own)
+            sizes = tuple(Size(self.sizes.get(label, -1)) for label in sorted(summed - own))
+            if sizes:
+                # (a number counted over more than 64 indices is a float: the count leaves int64's range)
+                operand: Node = Number(float(_weak(value.const))) if value.reg is None else Arg(value.reg)  # type: ignore
+                product = Mul((operand, *sizes))
+                value = self.elementwise(("counted", product, _number_types(product)), product, value.labels)
+            values.append(value)
+        return self.add(values, order)
 
     def elementwise(self, key: Any, expr: Node, labels: tuple[str, ...]) -> _Value:
         sizes = self.sizes_of(labels)
@@ -849,6 +871,11 @@ class _Lowering:
             self.statement, out, reg, labels, full, groups, sizes), full)  # type: ignore[arg-type]
 
 
+#: the most axes an array has (numpy's limit; ``einflow.engine.specialise.MAX_AXES``): a sum of terms with more
+#: free indices, summed over some, is summed term by term
+_MOST_AXES = 64
+
+
 # ---------------------------------------------------------------- passes after lowering
 def fuse(steps: list[Step], outputs: tuple[int, ...], ranks: dict[int, int]) -> list[Step]:
     """Inline an elementwise result read once, by an elementwise step of the same statement, into its reader.
@@ -865,17 +892,22 @@ def fuse(steps: list[Step], outputs: tuple[int, ...], ranks: dict[int, int]) -> 
         for register in step_inputs(step):
             readers[register] = k
     result: list[Step | None] = list(steps)
+    # the expressions inlined into each step, substituted in one walk when the step is reached (a product of n
+    # inlined factors is one pass over it, not n)
+    pending: dict[int, dict[int, Node]] = {}
     for k in range(len(steps)):
         current = result[k]
+        if isinstance(current, Elementwise) and k in pending:
+            current = result[k] = replace(current, expr=substitute_all(current.expr, pending.pop(k), ranks))
         if not isinstance(current, Elementwise) or uses[current.out] != 1:
             continue
         reader_position = readers.get(current.out)
-        if reader_position is None:
+        if reader_position is None or reader_position <= k:
             continue
         reader = result[reader_position]
         if not isinstance(reader, Elementwise) or reader.statement != current.statement:
             continue
-        result[reader_position] = replace(reader, expr=substitute(reader.expr, current.out, current.expr, ranks))
+        pending.setdefault(reader_position, {})[current.out] = current.expr
         for register in node_args(current.expr):
             readers[register] = reader_position
         result[k] = None

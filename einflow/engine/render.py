@@ -132,8 +132,12 @@ class Renderer(FittedRenderer, Source):
 
     def floating(self, x: str) -> str:
         # promotion is needed only when some input holds integers or booleans (a weak int included)
-        if all(dtype is float or (not isinstance(dtype, type) and np.dtype(dtype).kind in "fc")
-               for dtype in (self.dtype[k] for k in range(len(self.lowered.inputs)))):
+        floating = self.__dict__.get("_floating_inputs")
+        if floating is None:  # (once: a program of n functions asks n times)
+            floating = self.__dict__["_floating_inputs"] = all(
+                dtype is float or (not isinstance(dtype, type) and np.dtype(dtype).kind in "fc")
+                for dtype in (self.dtype[k] for k in range(len(self.lowered.inputs))))
+        if floating:
             return x
         return super().floating(x)
 

@@ -526,7 +526,7 @@ def _window_convolution(specialiser: _Specialising, step: Window, spec: Any) -> 
     recorded for it (the contraction reads the window's array itself) and the window is no step of its own."""
     reader = sole_reader(specialiser.lowered.steps, step.out, specialiser.lowered.outputs)
     if not isinstance(reader, Contract) or len(reader.args) != 2 or reader.args[0] == reader.args[1] or \
-            reader.out in specialiser.convolutions:
+            step.out not in reader.args or reader.out in specialiser.convolutions:  # (a 0-d window: a scale)
         return False
     side = reader.args.index(step.out)
     other = reader.args[1 - side]

@@ -26,7 +26,7 @@ from einflow.lang import ir
 __all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
            "Contract", "Reduce", "Elementwise", "Diagonal", "Window", "Scatter", "Inferred", "Free", "Solve", "Step",
            "Lowered", "step_inputs", "arg_nodes", "node_args",
-           "realign", "substitute"]
+           "realign", "substitute", "substitute_all"]
 
 @dataclass(frozen=True, slots=True)
 class Inferred:
@@ -319,6 +319,25 @@ def realign(node: Node, axes: tuple[int | None, ...] | None, ranks: dict[int, in
     if isinstance(node, Add):
         return Add(tuple(realign(term, axes, ranks) for term in node.terms))
     return Mul(tuple(realign(factor, axes, ranks) for factor in node.factors))
+
+
+def substitute_all(node: Node, replacements: dict[int, Node], ranks: dict[int, int]) -> Node:
+    """``node`` with each register of ``replacements`` replaced by its expression, in one walk."""
+    if isinstance(node, Arg):
+        found = replacements.get(node.register)
+        return node if found is None else realign(found, node.axes, ranks)
+    if isinstance(node, (Number, Size)):
+        return node
+    if isinstance(node, Apply):
+        return Apply(node.func, substitute_all(node.arg, replacements, ranks),
+                     None if node.other is None else substitute_all(node.other, replacements, ranks))
+    if isinstance(node, AsFloat):
+        return AsFloat(substitute_all(node.arg, replacements, ranks))
+    if isinstance(node, Pow):
+        return Pow(substitute_all(node.base, replacements, ranks), node.exponent)
+    if isinstance(node, Add):
+        return Add(tuple(substitute_all(term, replacements, ranks) for term in node.terms))
+    return Mul(tuple(substitute_all(factor, replacements, ranks) for factor in node.factors))
 
 
 def substitute(node: Node, register: int, replacement: Node, ranks: dict[int, int]) -> Node:

@@ -34,11 +34,12 @@ __all__ = ["call", "function", "vjp_program", "jvp_program", "value_and_grad_pro
 
 def call(program: Any, values: list[Any], name: str, optimize: Any, memory_limit: Any) -> Any:
     """Run ``program`` on the ``torch`` or ``jax`` backend (``Program.__call__`` comes here)."""
+    backend = get_backend(name)  # first: a missing library is a BackendError saying how to install it
     if name == "torch":
         from einflow.frameworks.torch_autograd import call as run
     else:
         from einflow.frameworks.jax_jvp import call as run
-    return run(program, get_backend(name), values, optimize, memory_limit)
+    return run(program, backend, values, optimize, memory_limit)
 
 
 def function(program: Any, **options: Any) -> Callable[..., Any]:

@@ -367,7 +367,7 @@ def infer_ranges(reads: list[ir.Read], sizes: dict[str, int], padded: frozenset[
                         f"{length}; declare the size of '{index}' with 'size {index} = ...' to read zeros there",
                         read.span, source))
                 limit = low // -coefficient + 1
-            limits[index] = min(limits.get(index, limit), max(limit, 0))
+            limits[index] = min(limits.get(index, max(limit, 0)), max(limit, 0))
         for index, limit in limits.items():
             sizes[index] = limit
             changed = True

@@ -48,16 +48,20 @@ def stable_softmax(factors: list[ir.Expr]) -> list[ir.Expr] | None:
     Applies when ``q`` occurs once in ``u`` and ``k`` once in the sum's ``u[k]`` (so the scopes agree);
     None when nothing applies.
     """
+    sums = []  # the factors sum[k](exp(v))^-n, found once (a product of n exps is not n^2 work)
+    for other_position, other in enumerate(factors):
+        base, exponent = (other.base, other.exponent) if isinstance(other, ir.Power) else (other, 1)
+        if isinstance(exponent, int) and exponent < 0 and isinstance(base, ir.Reduce) and base.kind == "sum" \
+                and len(base.indices) == 1 and isinstance(base.body, ir.Call) and base.body.func == "exp":
+            sums.append((other_position, base, exponent))
+    if not sums:
+        return None
     for position, factor in enumerate(factors):
         if not (isinstance(factor, ir.Call) and factor.func == "exp"):
             continue
         u = factor.arg
-        for other_position, other in enumerate(factors):
-            base, exponent = (other.base, other.exponent) if isinstance(other, ir.Power) else (other, 1)
-            if not (isinstance(exponent, int) and exponent < 0 and isinstance(base, ir.Reduce)
-                    and base.kind == "sum" and len(base.indices) == 1 and isinstance(base.body, ir.Call)
-                    and base.body.func == "exp"):
-                continue
+        for other_position, base, exponent in sums:
+            assert isinstance(base, ir.Reduce) and isinstance(base.body, ir.Call)
             (k,) = base.indices
             v = base.body.arg
             if _occurrences(v, k) != 1:

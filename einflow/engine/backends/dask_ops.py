@@ -93,7 +93,10 @@ def bounded_chunks(operands: Sequence[Any], kept: Sequence[Sequence[int]]) -> li
     output_axes = sum(len(axes) for axes in kept)
     if not output_axes:
         return list(operands)
-    largest_input = max(max(_largest(operand.chunks) for operand in operands), _FLOOR.get())
+    largest_input = max(_largest(operand.chunks) for operand in operands)
+    if not largest_input:  # an empty operand: an empty result, nothing to bound
+        return list(operands)
+    largest_input = max(largest_input, _FLOOR.get())
     largest_output = math.prod(max(operand.chunks[k], default=1) for operand, axes in zip(operands, kept)
                                for k in axes)
     factor = largest_output / (largest_input * dask.config.get("array.chunk-size-tolerance", 1.25))

@@ -401,7 +401,9 @@ def unknown_function_message(name: str) -> str:
     return message
 
 
+@functools.lru_cache(maxsize=64)
 def _line_of(source: str, line: int) -> str:
+    # (cached: the transformer asks for a call's line eagerly, and a line of n calls would cost n^2)
     return source_line(source, line)
 
 
