@@ -223,7 +223,7 @@ _NAME_POSITIONS = [
 @pytest.mark.parametrize("word", sorted(ir.RESERVED))
 @pytest.mark.parametrize("position", _NAME_POSITIONS)
 def test_reserved_words_are_rejected_as_names(word: str, position: str) -> None:
-    assert len(ir.RESERVED) == 39  # 27, inv, det, logdet, symmetric, spd (8.1), 5 functions, hermitian (9.2), sign_det (9.4)
+    assert len(ir.RESERVED) == 39  # 27, inv, det, logdet, symmetric, spd (8.1), 5 functions, hermitian, sign_det
     with pytest.raises(ef.ParseError):
         parse(position.format(w=word))
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from einflow.lang import ir
-from einflow.lang.errors import EinflowError, GatherIndexError, ShapeError
+from einflow.lang.errors import GatherIndexError, ShapeError
 from einflow.lang.indices import position_bounds
 from einflow.lang.padding import fold
 
