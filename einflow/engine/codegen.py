@@ -145,14 +145,16 @@ HELPERS: dict[str, str] = {
     """The sign of x (numpy's: nan for nan, x / |x| for complex x)."""
     return {np}.sign(x)''',
     "conj": '''def {conj}(x):
-    """The complex conjugate; a real x itself (no copy: derivative programs conjugate what may be complex)."""
-    return {np}.conj(x) if {np}.iscomplexobj(x) else x''',
+    """The complex conjugate; a real x itself (no copy: derivative programs conjugate what may be complex).
+    (The dtype's kind, not iscomplexobj: dask.array has none.)"""
+    complex_ = isinstance(x, complex) or getattr(getattr(x, "dtype", None), "kind", "") == "c"
+    return {np}.conj(x) if complex_ else x''',
     "imag": '''def {imag}(x):
     """The imaginary part (zeros for real x)."""
     return {np}.imag(x)''',
     "abs2": '''def {abs2}(x):
     """|x|^2: re^2 + im^2 for complex x (no square root), x * x otherwise."""
-    if {np}.iscomplexobj(x):
+    if isinstance(x, complex) or getattr(getattr(x, "dtype", None), "kind", "") == "c":
         return x.real * x.real + x.imag * x.imag
     return x * x''',
     "as_input_float": '''def {as_input_float}(x, *inputs):

@@ -18,6 +18,7 @@ an axis of an input. ``einflow.engine.lower`` makes these; ``einflow.engine.plan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
 
@@ -26,7 +27,7 @@ from einflow.lang import ir
 __all__ = ["SizeRef", "Arg", "Number", "Size", "Apply", "Pow", "Add", "Mul", "AsFloat", "Node", "Constant", "Ones",
            "Contract", "Reduce", "Elementwise", "Diagonal", "Window", "Scatter", "Inferred", "Free", "Solve", "Step",
            "Lowered", "step_inputs", "arg_nodes", "node_args",
-           "realign", "substitute", "substitute_all"]
+           "map_args", "realign", "substitute", "substitute_all"]
 
 @dataclass(frozen=True, slots=True)
 class Inferred:
@@ -297,62 +298,49 @@ def step_inputs(step: Step) -> list[int]:
     return []
 
 
+def map_args(node: Node, on_arg: Callable[[Arg], Node]) -> Node:
+    """``node`` rebuilt with each register read (an :class:`Arg`) replaced by ``on_arg`` of it."""
+    if isinstance(node, Arg):
+        return on_arg(node)
+    if isinstance(node, (Number, Size)):
+        return node
+    if isinstance(node, Apply):
+        other = None if node.other is None else map_args(node.other, on_arg)
+        return Apply(node.func, map_args(node.arg, on_arg), other)
+    if isinstance(node, AsFloat):
+        return AsFloat(map_args(node.arg, on_arg))
+    if isinstance(node, Pow):
+        return Pow(map_args(node.base, on_arg), node.exponent)
+    if isinstance(node, Add):
+        return Add(tuple(map_args(term, on_arg) for term in node.terms))
+    return Mul(tuple(map_args(factor, on_arg) for factor in node.factors))
+
+
 def realign(node: Node, axes: tuple[int | None, ...] | None, ranks: dict[int, int]) -> Node:
     """``node`` with its result's axes rearranged by ``axes``, pushed down to its registers (``ranks``: theirs)."""
     if axes is None:
         return node
-    if isinstance(node, Arg):
-        if node.axes is None and not ranks.get(node.register):
-            return node  # a 0-d value broadcasts as it is
-        if node.axes is None:
-            return Arg(node.register, axes)
-        return Arg(node.register, tuple(None if a is None else node.axes[a] for a in axes))
-    if isinstance(node, (Number, Size)):
-        return node
-    if isinstance(node, Apply):
-        return Apply(node.func, realign(node.arg, axes, ranks),
-                     None if node.other is None else realign(node.other, axes, ranks))
-    if isinstance(node, AsFloat):
-        return AsFloat(realign(node.arg, axes, ranks))
-    if isinstance(node, Pow):
-        return Pow(realign(node.base, axes, ranks), node.exponent)
-    if isinstance(node, Add):
-        return Add(tuple(realign(term, axes, ranks) for term in node.terms))
-    return Mul(tuple(realign(factor, axes, ranks) for factor in node.factors))
+
+    def aligned(arg: Arg) -> Node:
+        if arg.axes is None and not ranks.get(arg.register):
+            return arg  # a 0-d value broadcasts as it is
+        if arg.axes is None:
+            return Arg(arg.register, axes)
+        return Arg(arg.register, tuple(None if a is None else arg.axes[a] for a in axes))
+
+    return map_args(node, aligned)
 
 
 def substitute_all(node: Node, replacements: dict[int, Node], ranks: dict[int, int]) -> Node:
     """``node`` with each register of ``replacements`` replaced by its expression, in one walk."""
-    if isinstance(node, Arg):
-        found = replacements.get(node.register)
-        return node if found is None else realign(found, node.axes, ranks)
-    if isinstance(node, (Number, Size)):
-        return node
-    if isinstance(node, Apply):
-        return Apply(node.func, substitute_all(node.arg, replacements, ranks),
-                     None if node.other is None else substitute_all(node.other, replacements, ranks))
-    if isinstance(node, AsFloat):
-        return AsFloat(substitute_all(node.arg, replacements, ranks))
-    if isinstance(node, Pow):
-        return Pow(substitute_all(node.base, replacements, ranks), node.exponent)
-    if isinstance(node, Add):
-        return Add(tuple(substitute_all(term, replacements, ranks) for term in node.terms))
-    return Mul(tuple(substitute_all(factor, replacements, ranks) for factor in node.factors))
+
+    def replaced(arg: Arg) -> Node:
+        found = replacements.get(arg.register)
+        return arg if found is None else realign(found, arg.axes, ranks)
+
+    return map_args(node, replaced)
 
 
 def substitute(node: Node, register: int, replacement: Node, ranks: dict[int, int]) -> Node:
     """``node`` with the register replaced by an expression (aligned as the register was)."""
-    if isinstance(node, Arg):
-        return realign(replacement, node.axes, ranks) if node.register == register else node
-    if isinstance(node, (Number, Size)):
-        return node
-    if isinstance(node, Apply):
-        return Apply(node.func, substitute(node.arg, register, replacement, ranks),
-                     None if node.other is None else substitute(node.other, register, replacement, ranks))
-    if isinstance(node, AsFloat):
-        return AsFloat(substitute(node.arg, register, replacement, ranks))
-    if isinstance(node, Pow):
-        return Pow(substitute(node.base, register, replacement, ranks), node.exponent)
-    if isinstance(node, Add):
-        return Add(tuple(substitute(term, register, replacement, ranks) for term in node.terms))
-    return Mul(tuple(substitute(factor, register, replacement, ranks) for factor in node.factors))
+    return substitute_all(node, {register: replacement}, ranks)

@@ -150,9 +150,19 @@ _SIGMOID_BLOCK = ("{np}.absolute({x}, out={t})", "{np}.negative({t}, out={t})", 
                   "{np}.greater_equal({x}, 0, out={out})", "{np}.maximum({t}, {out}, out={out})",
                   "{np}.add({t}, 1, out={t})", "{np}.divide({out}, {t}, out={out})")
 
+def _is_complex(x: Any) -> bool:
+    """Whether ``x`` (an array of any library, or a Python number) is complex (dask.array has no iscomplexobj)."""
+    if isinstance(x, complex):
+        return True
+    method = getattr(x, "is_complex", None)  # torch tensors: dtypes without a kind
+    if callable(method):
+        return bool(method())
+    return getattr(getattr(x, "dtype", None), "kind", "") == "c"
+
+
 def _abs2_value(xp: Any, x: Any) -> Any:
     # |z|^2 = re^2 + im^2 (exact where abs(z)^2 would round through a square root)
-    if xp.iscomplexobj(x):
+    if _is_complex(x):
         return x.real * x.real + x.imag * x.imag
     return x * x
 
@@ -193,7 +203,7 @@ FUNCTION_RULES: dict[str, FunctionRule] = {
                              _ufunc("logaddexp", before="0, "), r"\operatorname{softplus}\left(@\right)",
                              24, 0.0),
     # ---- complex numbers (LANGUAGE.md 9.2): f(u) next to df (the tangent rule) and (df/du, df/dconj(u))
-    "conj": FunctionRule(lambda xp, x: xp.conj(x) if xp.iscomplexobj(x) else x, "1", "{conj}({x})", None,
+    "conj": FunctionRule(lambda xp, x: xp.conj(x) if _is_complex(x) else x, "1", "{conj}({x})", None,
                          r"\overline{@}", promotes=False,
                          tangent_text="conj(du)", wirtinger_texts=("0", "1")),
     "real": FunctionRule(lambda xp, x: xp.real(x), "1", "{np}.real({x})", None, r"\operatorname{Re}\left(@\right)",

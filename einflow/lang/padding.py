@@ -63,6 +63,15 @@ def _with_modes(expr: ir.Expr, modes: dict[str, str], sized: dict[str, str]) -> 
     return expr if new == children else ir.with_children(expr, new)
 
 
+def _note_sizes(statement: ir.SizeDecl, sized: dict[str, str]) -> None:
+    """Record in ``sized`` (index -> tensor) the tensor a ``size`` declaration reads its indices from."""
+    for name in statement.names:
+        if isinstance(statement.source, str):
+            sized[name] = statement.source
+        else:
+            sized.pop(name, None)
+
+
 def resolve_pads(program: ir.ProgramIR) -> ir.ProgramIR:
     """The program's reads and deltas with the modes its ``pad`` declarations give them (unchanged without any).
 
@@ -78,11 +87,7 @@ def resolve_pads(program: ir.ProgramIR) -> ir.ProgramIR:
     statements: list[ir.Statement] = []
     for statement in program.statements:
         if isinstance(statement, ir.SizeDecl):
-            for name in statement.names:
-                if isinstance(statement.source, str):
-                    sized[name] = statement.source
-                else:
-                    sized.pop(name, None)
+            _note_sizes(statement, sized)
         elif isinstance(statement, ir.Assign):
             expr = _with_modes(statement.expr, modes, sized)
             if expr is not statement.expr:
@@ -106,11 +111,7 @@ def declare_pads(program: ir.ProgramIR) -> ir.ProgramIR:
     sized: dict[str, str] = {}
     for statement in program.statements:
         if isinstance(statement, ir.SizeDecl):
-            for name in statement.names:
-                if isinstance(statement.source, str):
-                    sized[name] = statement.source
-                else:
-                    sized.pop(name, None)
+            _note_sizes(statement, sized)
         elif isinstance(statement, ir.Assign):
             for node in ir.walk(statement.expr):
                 if isinstance(node, ir.Read) and node.mode != "zeros":
