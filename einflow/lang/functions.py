@@ -203,19 +203,22 @@ FUNCTION_RULES: dict[str, FunctionRule] = {
                              _ufunc("logaddexp", before="0, "), r"\operatorname{softplus}\left(@\right)",
                              24, 0.0),
     # ---- complex numbers (LANGUAGE.md 9.2): f(u) next to df (the tangent rule) and (df/du, df/dconj(u))
-    "conj": FunctionRule(lambda xp, x: xp.conj(x) if _is_complex(x) else x, "1", "{conj}({x})", None,
+    "conj": FunctionRule(lambda xp, x: xp.conj(x) if _is_complex(x) else x, "1", "{conj}({x})", _ufunc("positive"),
                          r"\overline{@}", promotes=False,
                          tangent_text="conj(du)", wirtinger_texts=("0", "1")),
-    "real": FunctionRule(lambda xp, x: xp.real(x), "1", "{np}.real({x})", None, r"\operatorname{Re}\left(@\right)",
+    "real": FunctionRule(lambda xp, x: xp.real(x), "1", "{np}.real({x})", _ufunc("positive"),
+                         r"\operatorname{Re}\left(@\right)",
                          promotes=False, tangent_text="real(du)", wirtinger_texts=("0.5", "0.5"), real_valued=True),
     "imag": FunctionRule(lambda xp, x: xp.imag(x), "0", "{imag}({x})", None, r"\operatorname{Im}\left(@\right)",
                          promotes=False, tangent_text="imag(du)", wirtinger_texts=("-0.5j", "0.5j"),
                          real_valued=True),
     # |u|^2 = u conj(u)
-    "abs2": FunctionRule(_abs2_value, "2 u", "{abs2}({x})", None, r"\left|@\right|^{2}", 2, promotes=False,
+    "abs2": FunctionRule(_abs2_value, "2 u", "{abs2}({x})", _ufunc("multiply", after=", {x}"),
+                         r"\left|@\right|^{2}", 2, promotes=False,
                          tangent_text="2 real(conj(u) du)", wirtinger_texts=("conj(u)", "u"), real_valued=True),
     # angle(u) = Im(log u): d angle = Im(du / u)
-    "angle": FunctionRule(lambda xp, x: xp.angle(_floating(xp, x)), "0", "{np}.angle({x})", None,
+    "angle": FunctionRule(lambda xp, x: xp.angle(_floating(xp, x)), "0", "{np}.angle({x})",
+                          _ufunc("arctan2", before="0, "),
                           r"\arg\left(@\right)", 20, tangent_text="imag(du u^-1)",
                           wirtinger_texts=("-0.5j u^-1", "0.5j conj(u)^-1"), real_valued=True),
 }
