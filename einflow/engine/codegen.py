@@ -145,13 +145,20 @@ HELPERS: dict[str, str] = {
     """The sign of x (numpy's: nan for nan, x / |x| for complex x)."""
     return {np}.sign(x)''',
     "conj": '''def {conj}(x):
-    """The complex conjugate; a real x itself (no copy: derivative programs conjugate what may be complex).
+    """The complex conjugate (a copy for real x: a later in-place step must never write into an input).
     (The dtype's kind, not iscomplexobj: dask.array has none.)"""
     complex_ = isinstance(x, complex) or getattr(getattr(x, "dtype", None), "kind", "") == "c"
-    return {np}.conj(x) if complex_ else x''',
+    y = {np}.conj(x) if complex_ else x
+    return y.copy() if y is x and hasattr(x, "copy") else y''',
+    "real": '''def {real}(x):
+    """The real part, as a new array (numpy's real is a view of x, or x itself: never written in place)."""
+    y = {np}.real(x)
+    return y.copy() if hasattr(y, "copy") else y''',
     "imag": '''def {imag}(x):
-    """The imaginary part (zeros for real x)."""
-    return {np}.imag(x)''',
+    """The imaginary part (zeros for real x), as a new array (numpy's imag of a complex x is a view of it)."""
+    complex_ = isinstance(x, complex) or getattr(getattr(x, "dtype", None), "kind", "") == "c"
+    y = {np}.imag(x)
+    return y.copy() if complex_ and hasattr(y, "copy") else y''',
     "abs2": '''def {abs2}(x):
     """|x|^2: re^2 + im^2 for complex x (no square root), x * x otherwise."""
     if isinstance(x, complex) or getattr(getattr(x, "dtype", None), "kind", "") == "c":
@@ -201,11 +208,14 @@ TORCH_HELPERS: dict[str, str] = {
     """1 where x > 0, else 0, in x's type."""
     return (x > 0).to(x.dtype)''',
     "conj": '''def {conj}(x):
-    """The complex conjugate; a real x itself (no copy: derivative programs conjugate what may be complex)."""
-    return x.conj_physical() if x.is_complex() else x''',
+    """The complex conjugate (a copy for real x: a later in-place step must never write into an input)."""
+    return x.conj_physical() if x.is_complex() else x.clone()''',
+    "real": '''def {real}(x):
+    """The real part, as a new tensor (torch's real is a view of x, or x itself)."""
+    return (x.real if x.is_complex() else x).clone()''',
     "imag": '''def {imag}(x):
     """The imaginary part (zeros for real x: torch has no imag of a real tensor)."""
-    return x.imag if x.is_complex() else {np}.zeros_like(x)''',
+    return x.imag.clone() if x.is_complex() else {np}.zeros_like(x)''',
     "abs2": '''def {abs2}(x):
     """|x|^2: re^2 + im^2 for complex x (no square root), x * x otherwise."""
     if x.is_complex():
@@ -316,7 +326,8 @@ HELPER_NEEDS = {"reciprocal": ("as_float",), "divide": ("as_float",), "erf": ("a
 _BUILTINS = frozenset(dir(builtins))
 #: the helpers in the order generated code defines them
 HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
-               "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve", "conj", "imag", "abs2")
+               "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve", "conj", "real", "imag",
+               "abs2")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
 TARGETS = ("numpy", "torch", "jax")
@@ -500,7 +511,7 @@ class Source:
         if rule.promotes and promote:
             x = self.floating(x)
         helpers = {key: self.helper(key) if "{" + key + "}" in template else ""
-                   for key in ("sigmoid", "step", "erf", "sign", "conj", "imag", "abs2")}
+                   for key in ("sigmoid", "step", "erf", "sign", "conj", "real", "imag", "abs2")}
         return template.format(x=x, np=self.alias["np"], **helpers)
 
     def power(self, node: Pow) -> str:

@@ -160,6 +160,12 @@ def _is_complex(x: Any) -> bool:
     return getattr(getattr(x, "dtype", None), "kind", "") == "c"
 
 
+def _fresh(y: Any) -> Any:
+    """``y`` as a new array: conj/real/imag of numpy return their argument or a view of it, which a later step
+    writing in place would write into the caller's input."""
+    return y.copy() if hasattr(y, "copy") else (y.clone() if hasattr(y, "clone") else y)
+
+
 def _abs2_value(xp: Any, x: Any) -> Any:
     # |z|^2 = re^2 + im^2 (exact where abs(z)^2 would round through a square root)
     if _is_complex(x):
@@ -203,13 +209,15 @@ FUNCTION_RULES: dict[str, FunctionRule] = {
                              _ufunc("logaddexp", before="0, "), r"\operatorname{softplus}\left(@\right)",
                              24, 0.0),
     # ---- complex numbers (LANGUAGE.md 9.2): f(u) next to df (the tangent rule) and (df/du, df/dconj(u))
-    "conj": FunctionRule(lambda xp, x: xp.conj(x) if _is_complex(x) else x, "1", "{conj}({x})", _ufunc("positive"),
+    "conj": FunctionRule(lambda xp, x: xp.conj(x) if _is_complex(x) else _fresh(x), "1", "{conj}({x})",
+                         _ufunc("positive"),
                          r"\overline{@}", promotes=False,
                          tangent_text="conj(du)", wirtinger_texts=("0", "1")),
-    "real": FunctionRule(lambda xp, x: xp.real(x), "1", "{np}.real({x})", _ufunc("positive"),
+    "real": FunctionRule(lambda xp, x: _fresh(xp.real(x)), "1", "{real}({x})", _ufunc("positive"),
                          r"\operatorname{Re}\left(@\right)",
                          promotes=False, tangent_text="real(du)", wirtinger_texts=("0.5", "0.5"), real_valued=True),
-    "imag": FunctionRule(lambda xp, x: xp.imag(x), "0", "{imag}({x})", None, r"\operatorname{Im}\left(@\right)",
+    "imag": FunctionRule(lambda xp, x: _fresh(xp.imag(x)) if _is_complex(x) else xp.imag(x), "0", "{imag}({x})",
+                         None, r"\operatorname{Im}\left(@\right)",
                          promotes=False, tangent_text="imag(du)", wirtinger_texts=("-0.5j", "0.5j"),
                          real_valued=True),
     # |u|^2 = u conj(u)
