@@ -125,12 +125,13 @@ def test_derivatives_of_nested_chains_grow_linearly_with_depth(what: str) -> Non
     derivation(what, 4)
     small_seconds, small_text = min(derivation(what, SMALL_DEPTH) for _ in range(2))
     large_seconds, large_text = derivation(what, 4 * SMALL_DEPTH)
-    if large_seconds > 6 * small_seconds:  # a second look before calling it quadratic (a loaded machine)
+    if large_seconds > 8 * small_seconds:  # a second look before calling it quadratic (a loaded machine)
         large_seconds = min(large_seconds, derivation(what, 4 * SMALL_DEPTH)[0])
     # (names get a digit longer as the levels pass 10 and 100: a little over 4x)
     assert large_text < 5 * small_text, (small_text, large_text)
-    # quadratic work would take 16x as long; 4x the depth takes at most 6x the time (noise included)
-    assert large_seconds < 6 * small_seconds + 0.05, (small_seconds, large_seconds)
+    # quadratic work would take 16x as long; 4x the depth takes at most 8x the time (noise included: the
+    # Hessian measured 5.2-6.5x on 2026-12-07, one fresh-clone run over 6x)
+    assert large_seconds < 8 * small_seconds + 0.05, (small_seconds, large_seconds)
 
 
 def test_derivatives_of_nested_chains_match_jax_and_central_differences() -> None:
