@@ -400,6 +400,14 @@ def test_latex_structure_over_corpus(key: str) -> None:
         assert plain in rendered or re.match(r"d\w+_d\w+", name), name
 
 
+@pytest.mark.parametrize("mode", ["circular", "reflect", "replicate"])
+def test_latex_prints_a_padding_mode(mode: str) -> None:
+    text = "size n = u\nv[i] = u[i-1] - 2 u[i] + u[i+1]"
+    rendered = to_latex(einflow.compile(f"pad {mode} u\n" + text))
+    assert rendered.splitlines()[-2] == rf"&\text{{{mode} padding: }} u"  # the wrap changes what u_{i-1} means
+    assert "padding" not in to_latex(einflow.compile("pad zeros u\n" + text))  # zeros is what a read means anyway
+
+
 def test_repr_latex_is_display_math() -> None:
     program = einflow.compile("C[i,j] = A[i,k] B[k,j]")
     assert program._repr_latex_() == "$$" + to_latex(program) + "$$"

@@ -9,7 +9,7 @@ from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
 from pygments.token import Comment, Error, Keyword, Name, Number, Operator, String
 
 from einflow.lang.grammar import parse
-from einflow.lang.ir import FUNCTIONS
+from einflow.lang.ir import FUNCTIONS, MATRIX_DECLARATIONS
 from einflow.shell.highlight import EinflowLexer
 
 PROGRAMS = [
@@ -49,6 +49,11 @@ def test_token_kinds() -> None:
     assert kinds_of(text, Operator) == ["=", "^", "/", "+", "**", "-"]
     assert kinds_of(text, Comment) == ["# note"]
     assert kinds_of("size n = x", Keyword.Declaration) == ["size"]
+
+
+def test_every_matrix_declaration_is_a_declaration() -> None:
+    for word in MATRIX_DECLARATIONS:  # symmetric, spd, hermitian: one list in lang/ir.py
+        assert kinds_of(f"{word} A", Keyword.Declaration) == [word]
 
 
 def test_every_function_name_is_a_builtin() -> None:

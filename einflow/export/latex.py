@@ -304,7 +304,8 @@ def to_latex(program: Any) -> str:
 
     Implicit contractions become explicit sums, functions are ``\tanh``, ``\exp``, ``\sigma`` (sigmoid)
     and friends, divisions are fractions, and derivative targets ``dL_dW`` read as partial derivatives.
-    Size declarations and the return line are not printed (they carry no algebra).
+    Size declarations and the return line are not printed (they carry no algebra); a ``pad`` declaration
+    other than ``zeros`` is, as a last row (``\text{circular padding: } u``).
 
     >>> import einflow as ef
     >>> print(ef.compile("C[i,j] = A[i,k] B[k,j]").to_latex())
@@ -318,6 +319,9 @@ def to_latex(program: Any) -> str:
     renderer = _Renderer(dict(info.ranks), known)
     rows = [renderer.statement(statement, info.targets) for statement in program.ir.statements
             if isinstance(statement, ir.Assign)]
+    # a padding mode changes what the reads mean, so it is printed (zeros, the default, is not)
+    rows += [(None, rf"\text{{{statement.mode} padding: }} " + ", ".join(render_name(name) for name in statement.names))
+             for statement in program.ir.statements if isinstance(statement, ir.PadDecl) and statement.mode != "zeros"]
     if len(rows) == 1:
         left, right = rows[0]
         return right if left is None else f"{left} = {right}"

@@ -10,7 +10,7 @@ from pygments.style import Style
 from pygments.styles import get_all_styles, get_style_by_name
 from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Punctuation, String, Whitespace
 
-from einflow.lang.ir import BINARY_FUNCTIONS, FUNCTIONS, LINALG, NORMALISERS, REDUCTIONS
+from einflow.lang.ir import BINARY_FUNCTIONS, FUNCTIONS, LINALG, MATRIX_DECLARATIONS, NORMALISERS, REDUCTIONS
 
 __all__ = ["EinflowLexer", "EinflowStyle", "DEFAULT_STYLE", "style_names", "get_style"]
 
@@ -39,7 +39,7 @@ class EinflowLexer(RegexLexer):
             (r"^([ \t]*)(:[A-Za-z]+)", bygroups(Whitespace, Keyword.Pseudo)),  # a session command
             (r"\s+", Whitespace),
             (r"#.*?$", Comment.Single),
-            (r"\b(size|symmetric|spd)\b", Keyword.Declaration),
+            (words(("size", *MATRIX_DECLARATIONS), prefix=r"\b", suffix=r"\b"), Keyword.Declaration),
             (r"^([ \t]*)(pad)([ \t]+)(zeros|circular|reflect|replicate)\b",  # `pad reflect u` (LANGUAGE.md 9.4)
              bygroups(Whitespace, Keyword.Declaration, Whitespace, Keyword.Declaration)),
             (r"\b(sum|delta|wrt)\b", Keyword),
