@@ -10,7 +10,6 @@ just before it.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from peaks import run_child
 
 import einflow as ef
 
@@ -85,42 +85,23 @@ def test_tracemalloc_peak_is_under_the_limit_and_near_the_prediction(name: str, 
 
 
 _CHILD = r"""
-import gc, json, sys
-import numpy as np
-sys.path.insert(0, sys.argv[1])
-import einflow as ef
+import json
+from peaks import resident_growth
 from test_memory_model import corpus, program_of
-
-def field(key):
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith(key + ":"))
 
 results = {}
 for name, text, arrays, limit, derivative in corpus():
     program = program_of(text, derivative)
     predicted = program.plan(arrays, memory_limit=limit).peak_bytes
-    value = program(arrays, memory_limit=limit)  # plans; its pages are touched once
-    del value
-    gc.collect()
-    before = field("VmRSS")
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # VmHWM := VmRSS
-    value = program(arrays, memory_limit=limit)
-    results[name] = (field("VmHWM") - before, predicted, limit)
-    del value
+    grown = resident_growth(lambda: program(arrays, memory_limit=limit))
+    results[name] = (grown, predicted, limit)
 print(json.dumps(results))
 """
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux's VmHWM reset")
 def test_child_process_peak_resident_memory_is_under_the_limit() -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(here)
-    completed = subprocess.run([sys.executable, "-c", _CHILD, here], capture_output=True, text=True, timeout=300,
-                               cwd=root, env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": root})
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    results = json.loads(completed.stdout.splitlines()[-1])
-    for name, (grown, predicted, limit) in results.items():
+    for name, (grown, predicted, limit) in run_child(_CHILD).items():
         # resident pages: the allocations plus the allocator's and BLAS's own, a page at a time
         assert grown <= limit, (name, grown, limit)
         assert grown <= 1.25 * predicted + 2 * MIB, (name, grown, predicted)

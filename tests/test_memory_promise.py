@@ -10,15 +10,13 @@ peak resident memory (VmHWM, reset through /proc/self/clear_refs just before the
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import tracemalloc
 from typing import Any
 
 import numpy as np
 import pytest
+from peaks import run_child
 
 import einflow as ef
 
@@ -191,13 +189,10 @@ def test_a_gathered_window_read_elementwise_is_taken_in_blocks_of_rows() -> None
 
 # ---------------------------------------------------------------------------------------------- resident memory
 _CHILD = r"""
-import gc, json, sys
+import json
 import numpy as np
 import einflow as ef
-
-def field(key):
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith(key + ":"))
+from peaks import resident_growth
 
 rng = np.random.default_rng(0)
 A = rng.standard_normal((600, 600)) + 60 * np.eye(600)
@@ -209,30 +204,17 @@ for text, arrays in cases.items():
     program = ef.compile(text)
     limit = 1.1 * program.plan(arrays).peak_bytes
     predicted = program.plan(arrays, memory_limit=limit).peak_bytes
-    value = program(arrays, memory_limit=limit)
-    del value
-    gc.collect()
-    before = field("VmRSS")
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # VmHWM := VmRSS
-    value = program(arrays, memory_limit=limit)
-    results[text] = (field("VmHWM") - before, predicted, limit)
-    del value
+    results[text] = (resident_growth(lambda: program(arrays, memory_limit=limit)), predicted, limit)
 print(json.dumps(results))
 """
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux's VmHWM reset")
 def test_lapack_copies_and_workspace_in_a_childs_peak_resident_memory_are_what_the_plan_says() -> None:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # large blocks mapped and unmapped each time (glibc would otherwise keep freed ones, out of VmHWM's sight)
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536",
-           "PYTHONPATH": root}
-    completed = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=120,
-                               cwd=root, env=env)
-    assert completed.returncode == 0, completed.stderr
+    results = run_child(_CHILD, env={"MALLOC_MMAP_THRESHOLD_": "65536"}, timeout=120)
     slack = 256 * 1024  # pages of Python objects and numpy's small buffers
-    for text, (measured, predicted, limit) in json.loads(completed.stdout.strip().splitlines()[-1]).items():
+    for text, (measured, predicted, limit) in results.items():
         assert measured <= limit + slack, (text, measured, limit)
         assert predicted / RATIO - slack <= measured <= RATIO * predicted + slack, (text, measured, predicted)
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
-from transcripts import matches
+from transcripts import fail, matches, run
 
 import einflow
 from einflow.shell.commands import COMMANDS, atomic_write
@@ -27,16 +27,6 @@ from einflow.shell.session import Session, format_value, logical_lines, needs_mo
 EINFLOW = Path(sys.executable).with_name("einflow")
 
 
-def run(session: Session, line: str) -> str:
-    reply = session.execute(line)
-    assert reply.ok, reply.text
-    return reply.text
-
-
-def fail(session: Session, line: str) -> str:
-    reply = session.execute(line)
-    assert not reply.ok, f"expected {line!r} to fail, got:\n{reply.text}"
-    return reply.text
 
 
 def central_difference(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:

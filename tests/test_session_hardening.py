@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from transcripts import fail, run
 
 from einflow.lang import ir
 from einflow.lang.grammar import parse
@@ -23,16 +24,6 @@ from einflow.shell.session import Session
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(session: Session, line: str) -> str:
-    reply = session.execute(line)
-    assert reply.ok, reply.text
-    return reply.text
-
-
-def fail(session: Session, line: str) -> str:
-    reply = session.execute(line)
-    assert not reply.ok, f"expected {line!r} to fail, got:\n{reply.text}"
-    return reply.text
 
 
 # ---------------------------------------------------------------- every read is a dependency

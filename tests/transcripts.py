@@ -1,12 +1,14 @@
-"""Comparing a documented transcript with what einflow prints, as doctest does, but not to the last digit."""
+"""Comparing a documented transcript with what einflow prints, as doctest does, but not to the last digit; a
+session's lines run with their outcome asserted."""
 
 from __future__ import annotations
 
 import doctest
 import math
 import re
+from typing import Any
 
-__all__ = ["matches"]
+__all__ = ["matches", "run", "fail"]
 
 _FLOAT = re.compile(r"-?\d+\.\d{6,}(?:e[-+]?\d+)?")
 
@@ -26,3 +28,17 @@ def matches(expected: str, got: str) -> bool:
         expected, got = _FLOAT.sub("#", expected), _FLOAT.sub("#", got)
     return doctest.OutputChecker().check_output(expected.rstrip("\n") + "\n", got.rstrip("\n") + "\n",
                                                 doctest.ELLIPSIS)
+
+
+def run(session: Any, line: str) -> str:
+    """The reply to ``line`` in an einflow ``Session``, which must succeed."""
+    reply = session.execute(line)
+    assert reply.ok, reply.text
+    return reply.text
+
+
+def fail(session: Any, line: str) -> str:
+    """The reply to ``line``, which must be an error."""
+    reply = session.execute(line)
+    assert not reply.ok, f"expected {line!r} to fail, got:\n{reply.text}"
+    return reply.text
