@@ -19,6 +19,7 @@ from typing import Any
 
 import opt_einsum as oe
 
+from einflow.engine.dialect import DIALECTS, JAX, NUMPY, TORCH, Dialect
 from einflow.engine.linalg import (
     CHECK_KINDS,
     LINALG_HELPER,
@@ -61,10 +62,6 @@ from einflow.lang.numbers import _is_unit
 __all__ = ["Source", "generic_booleans", "helpers", "taken_names", "NodeRule", "NODE_RULES", "StepRule", "STEP_RULES",
            "usable", "number_text", "HELPERS", "HELPER_KEYS", "TARGETS", "kind_of", "diagonal_spec",
            "diagonal_view_labels"]
-
-#: function templates that differ on torch (``torch.maximum`` needs two tensors)
-TORCH_CALLS = {"relu": "{np}.clamp({x}, min=0)", "sign": "{sign}({x})",
-               "softplus": "{np}.logaddexp({np}.zeros_like({x}), {x})"}
 
 # Private helpers the generated code may call; {np} and helper names are substituted.
 HELPERS: dict[str, str] = {
@@ -330,7 +327,9 @@ HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid",
                "abs2")
 ALIASES = ("np", "oe", *HELPER_KEYS)
 #: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
-TARGETS = ("numpy", "torch", "jax")
+TARGETS = tuple(DIALECTS)
+#: the helper texts each dialect writes its own way (the rest are numpy's)
+_OWN_HELPERS: dict[Dialect, dict[str, str]] = {TORCH: TORCH_HELPERS, JAX: JAX_HELPERS}
 
 
 def usable(name: str) -> bool:
@@ -360,12 +359,10 @@ def kind_of(step: Step) -> str:
 class Source:
     """Render lowered steps as the body of a Python function (generic: no shapes known)."""
 
-    def __init__(self, lowered: Lowered, taken: set[str] | None = None, target: str = "numpy") -> None:
-        if target not in TARGETS:
-            raise ValueError(f"unknown target {target!r}")
+    def __init__(self, lowered: Lowered, taken: set[str] | None = None, dialect: Dialect = NUMPY) -> None:
         self.lowered = lowered
-        #: the array module the code is written for: "numpy" (also cupy and dask arrays), "torch" or "jax"
-        self.target = target
+        #: the array dialect the code is written in: numpy's (also cupy and dask arrays), torch's or jax's
+        self.dialect = dialect
         self.taken = set(taken or ()) | _BUILTINS
         self.alias = {key: self.fresh("_" + key) for key in ALIASES}
         self.used_helpers: set[str] = set()
@@ -391,7 +388,7 @@ class Source:
         #: float literals as 0-d float64 tensors (generic torch code): torch computes ``0.5 * x`` of an integer
         #: tensor in float32, but with a 0-d float64 tensor in float64 and with a float32 ``x`` in float32, as
         #: numpy does with a Python float (a specialised rendering knows the dtypes and casts instead)
-        self.tensor_literals = target == "torch"
+        self.tensor_literals = dialect.typed_literals
 
     # ------------------------------------------------------------------ names
     def fresh(self, base: str) -> str:
@@ -423,8 +420,7 @@ class Source:
         return self.alias[key]
 
     def helper_text(self, key: str) -> str:
-        own = TORCH_HELPERS if self.target == "torch" else JAX_HELPERS if self.target == "jax" else {}
-        return own.get(key, HELPERS[key]).format(**self.alias)
+        return _OWN_HELPERS.get(self.dialect, {}).get(key, HELPERS[key]).format(**self.alias)
 
     def device(self) -> str:
         """Text of the device new tensors go to (torch only), from the inputs."""
@@ -452,7 +448,7 @@ class Source:
             return text
         present = [axis for axis in node.axes if axis is not None]
         if present != list(range(len(present))):
-            text += f".{'permute' if self.target == 'torch' else 'transpose'}({tuple(present)!r})"
+            text += f".{self.dialect.permute}({tuple(present)!r})"
         if None in node.axes:
             text += "[" + ", ".join(":" if axis is not None else "None" for axis in node.axes) + "]"
         return text
@@ -507,7 +503,7 @@ class Source:
 
     def call(self, func: str, x: str, promote: bool = True) -> str:
         rule = FUNCTION_RULES[func]
-        template = TORCH_CALLS.get(func, rule.source) if self.target == "torch" else rule.source
+        template = self.dialect.calls.get(func, rule.source)
         if rule.promotes and promote:
             x = self.floating(x)
         helpers = {key: self.helper(key) if "{" + key + "}" in template else ""
@@ -526,7 +522,7 @@ class Source:
             return f"{self.helper('reciprocal')}({text})"
         if exponent == 0.5:  # integers promoted to float64, as for every fractional power
             return f"{np_}.sqrt({self.floating(text)})"
-        power = "pow" if self.target == "torch" else "power"
+        power = self.dialect.power
         if not integral or exponent < 0:
             return f"{np_}.{power}({self.helper('as_float')}({text}), {self.number(exponent)})"
         return f"{np_}.{power}({text}, {self.number(exponent)})"
@@ -552,7 +548,7 @@ class Source:
         equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
         equation += "->" + "".join(letters[label] for label in step.output)
         args = "".join(", " + self.var(register) for register in step.args)
-        call = self.helper("contract") if self.target == "torch" else f"{self.alias['oe']}.contract"
+        call = self.helper("contract") if self.dialect.promoting_contract else f"{self.alias['oe']}.contract"
         return self.scaled(f"{call}({equation!r}{args})", step.scale)
 
     def elementwise(self, step: Elementwise) -> str:
@@ -560,14 +556,11 @@ class Source:
 
     def astype(self, text: str, dtype: str) -> str:
         """``text`` (an array expression) converted to the numpy dtype named ``dtype``."""
-        if self.target == "torch":
-            return f"{text}.to({self.alias['np']}.{dtype})"
-        return f"{text}.astype({dtype!r})"
+        return self.dialect.cast.format(x=text, dtype=dtype, np=self.alias["np"])
 
     def reduce(self, text: str, axes: tuple[int, ...]) -> str:
-        if self.target == "torch" and axes:
-            return f"{text}.sum(dim={axes!r})"
-        return f"{text}.sum(axis={axes!r})"
+        keyword = self.dialect.axis if axes else "axis"  # (torch: ``dim=()`` would sum every axis)
+        return f"{text}.sum({keyword}={axes!r})"
 
     def diagonal_value(self, step: Diagonal, full: bool = False) -> str:
         """The value of a Diagonal step aligned with its view (``diagonal_view_labels``), times its coefficient;
@@ -585,7 +578,7 @@ class Source:
     def diagonal(self, step: Diagonal, out: str) -> list[str]:
         value = self.var(step.arg)
         scaled = self.diagonal_value(step)
-        if self.target != "numpy":  # no strided writes: index the diagonals
+        if not self.dialect.strided_writes:  # index the diagonals
             groups = tuple(tuple(step.output.index(m) for m in next((g for g in step.groups if label in g), (label,)))
                            for label in diagonal_view_labels(step))
             written = f"{self.helper('diagonal')}({self.diagonal_value(step, True)}, {self.shape_text(step.sizes)}, " \
@@ -677,7 +670,7 @@ _HELPER_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 def helpers(source: Source, xp: Any) -> dict[str, Any]:
     """The generated code's helper functions under the renderer's names, on the array module ``xp`` (cached)."""
-    key = (tuple(sorted(source.alias.items())), xp.__name__, source.target)
+    key = (tuple(sorted(source.alias.items())), xp.__name__, source.dialect.name)
     found = _HELPER_CACHE.get(key)
     if found is None:
         found = {source.alias["np"]: xp, "MatrixError": MatrixError}  # raised by the linalg helper's checks
@@ -778,7 +771,7 @@ def _render_number(source: Source, node: Number) -> tuple[str, int]:
 
 def _render_apply(source: Source, node: Apply) -> tuple[str, int]:
     if node.other is not None:
-        operands = [source.node(part)[0] if source.target != "torch" or not isinstance(part, Number)
+        operands = [source.node(part)[0] if not source.dialect.typed_literals or not isinstance(part, Number)
                     else source.torch_number(part.value) for part in (node.arg, node.other)]
         return f"{source.alias['np']}.{node.func}({operands[0]}, {operands[1]})", 4
     inner = source.node(node.arg)[0]
@@ -989,7 +982,7 @@ def _free_lines(source: Source, step: Free, out: str) -> list[str]:
 
 def _constant_lines(source: Source, step: Constant, out: str) -> list[str]:
     np_ = source.alias["np"]
-    if source.target == "torch":  # a 0-d tensor (numpy's default types; 0-d tensors do not widen others)
+    if source.dialect.typed_literals:  # a 0-d tensor (numpy's default types; 0-d tensors do not widen others)
         dtype = "float64" if isinstance(step.value, float) else "int64"
         return [f"{out} = {np_}.tensor({source.number(step.value)}, dtype={np_}.{dtype})"]
     return [f"{out} = {np_}.asarray({source.number(step.value)})"]
@@ -997,7 +990,7 @@ def _constant_lines(source: Source, step: Constant, out: str) -> list[str]:
 
 def _ones_lines(source: Source, step: Ones, out: str) -> list[str]:
     np_ = source.alias["np"]
-    if source.target == "torch":
+    if source.dialect.devices:
         return [f"{out} = {np_}.ones(({source.size(step.size)},), dtype={np_}.bool, device={source.device()})"]
     return [f"{out} = {np_}.ones(({source.size(step.size)},), dtype=\"bool\")"]
 

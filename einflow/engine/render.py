@@ -94,7 +94,7 @@ class Renderer(FittedRenderer, Source):
     """Renders the steps for one signature: literal sizes, planned contractions, fused elementwise engines."""
 
     def __init__(self, record: Specialised, fitting: Fitting) -> None:
-        super().__init__(record.lowered, set(record.taken), record.backend.target)
+        super().__init__(record.lowered, set(record.taken), record.backend.dialect)
         self.record = record
         #: what to slice or compute in chunks to fit the memory limit
         self.fitting = fitting
@@ -155,7 +155,7 @@ class Renderer(FittedRenderer, Source):
         return common_dtype(self.dtype, step)
 
     def one_float_type(self, registers: list[int], out: int) -> bool:
-        return one_float_type(self.target, self.dtype, registers, out)
+        return one_float_type(self.dialect, self.dtype, registers, out)
 
     def contract(self, step: Contract) -> str:
         fused = self.record.convolutions.get(step.out)
@@ -169,7 +169,7 @@ class Renderer(FittedRenderer, Source):
         equation, shapes, orders = planned.equation, planned.shapes, planned.orders
         operands = [self.var(register) if order == tuple(range(len(order)))
                     else f"{self.var(register)}.permute({order})" for register, order in zip(step.args, orders)]
-        if len(step.args) > 2 or step.scale or self.target != "numpy":  # (torch, jax: int64 with float32 is float32)
+        if len(step.args) > 2 or step.scale or not self.dialect.numpy_types:  # (torch: int64 * float32 is float32)
             # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
             # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);
             # two arrays alone already promote like numpy
@@ -184,7 +184,7 @@ class Renderer(FittedRenderer, Source):
         if self.backend.pairwise_kernels:
             # each pairwise step as a direct call: a GEMM-shaped one as dot / matmul on (transposed) views,
             # an elementwise product as `*`, the rest einsum (torch: through einflow.engine.backends.torch_ops)
-            if self.target == "torch" and self.ops_alias is None:
+            if not self.backend.numpy_native and self.ops_alias is None:  # (torch: its ops module)
                 self.ops_alias = self.fresh("_ops")
                 self.namespace[self.ops_alias] = importlib.import_module(self.backend.einsum_backend)
             in_place, fresh = planned.in_place, planned.fresh
@@ -206,7 +206,7 @@ class Renderer(FittedRenderer, Source):
             text = f"{name}({', '.join(operands)}, backend={self.backend.einsum_backend!r})"
         if step.scale and not scaled_inside:
             scaled = self.scaled("{x}", step.scale)
-            if self.target == "torch" and fresh and in_place and scaled.startswith("{x} * "):
+            if self.dialect.in_place and fresh and in_place and scaled.startswith("{x} * "):
                 # the contraction's own new array, scaled in place
                 return f"{text}.mul_({scaled[len('{x} * '):]})"
             text = self.scaled(text, step.scale)
@@ -252,7 +252,7 @@ class Renderer(FittedRenderer, Source):
         # arrays are divided with ``/`` (the helper is for Python numbers alone, where 1.0 / 0.0 would raise)
         if all(isinstance(self.dtype[register], type) for register in node_args(node)):
             return super().divided(node, numerator, divisors)
-        text = numerator if self.target != "torch" else self.floating(numerator)
+        text = self.floating(numerator) if self.dialect.floats_before_division else numerator
         for divisor in divisors:
             divisor_text = self.node(divisor)[0]  # (a square renders as ``x * x``: atoms and calls go bare)
             text += " / " + self.floating(divisor_text if isinstance(divisor, (Arg, Apply, Size)) else
@@ -269,7 +269,7 @@ class Renderer(FittedRenderer, Source):
         numbers = [k for k, f in enumerate(node.factors) if isinstance(f, Number) and isinstance(f.value, float)]
         dtypes = [self.dtype[registers[k]] for k in arrays]
         others = [k for k in order if k not in arrays and k not in numbers]  # calls, powers: maybe floating
-        if self.target != "numpy" or len(arrays) < 2 or not numbers or others or any(
+        if not self.dialect.numpy_types or len(arrays) < 2 or not numbers or others or any(
                 isinstance(dtype, type) or np.dtype(dtype).kind not in "biu" for dtype in dtypes):
             return order
         smallest = min(arrays, key=lambda k: math.prod(self.shape[registers[k]]))
@@ -392,7 +392,7 @@ class Renderer(FittedRenderer, Source):
         # torch and jax: integer arrays in an elementwise step of floating type are read in that type, as
         # numpy computes them (torch would compute ``0.5 x`` of int64 x in float32)
         dtype = self.dtype[step.out]  # type: ignore[union-attr]
-        self.read_as = np.dtype(dtype).name if self.target != "numpy" and isinstance(step, Elementwise) and \
+        self.read_as = np.dtype(dtype).name if not self.dialect.numpy_types and isinstance(step, Elementwise) and \
             not isinstance(dtype, type) and np.dtype(dtype).kind in "fc" and self.native(dtype) else None
         try:
             fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.engine.fitting)
@@ -510,7 +510,7 @@ class Renderer(FittedRenderer, Source):
                 first = f"{out} = {self.alias['np']}.broadcast_to({base}, {self.shape[step.out]!r})" \
                         f".astype({str(self.dtype[step.out])!r})"
             return [first, *self.diagonal_add(step, out, value)]
-        if self.backend.numpy_native or self.target != "numpy":
+        if self.backend.numpy_native or not self.dialect.strided_writes:
             return super().diagonal(step, out)
         name = self.fresh(f"_diagonal{step.out}")
         self.namespace[name] = _diagonal_writer(self.backend, replace(step, labels=diagonal_view_labels(step)),

@@ -51,6 +51,7 @@ from einflow.engine.convolution import (
     sole_reader,
     window_convolution,
 )
+from einflow.engine.dialect import Dialect
 from einflow.engine.kernels import contraction_steps
 from einflow.engine.linalg import (
     CHECK_KINDS,
@@ -248,7 +249,7 @@ class _Specialising:
                  backend: Backend, optimize: Any, float_dtype: Any) -> None:
         self.lowered = lowered
         self.backend = backend
-        self.target = backend.target
+        self.dialect = backend.dialect
         self.optimize = optimize
         self.float_dtype = float_dtype
         self.shape: dict[int, tuple[int, ...]] = {k: tuple(shapes[name]) for k, name in enumerate(lowered.inputs)}
@@ -416,10 +417,10 @@ def common_dtype(dtypes: Mapping[int, Any], step: Contract) -> np.dtype:
     return np.result_type(*parts)
 
 
-def one_float_type(target: str, dtypes: Mapping[int, Any], registers: list[int], out: int) -> bool:
-    """Whether the registers and ``out`` are arrays of one floating type (torch may then work in place)."""
+def one_float_type(dialect: Dialect, dtypes: Mapping[int, Any], registers: list[int], out: int) -> bool:
+    """Whether the registers and ``out`` are arrays of one floating type and the dialect may then work in place."""
     dtype = dtypes[out]
-    return target == "torch" and not isinstance(dtype, type) and np.dtype(dtype).kind == "f" and all(
+    return dialect.in_place and not isinstance(dtype, type) and np.dtype(dtype).kind == "f" and all(
         dtypes[r] == dtype for r in registers)
 
 
@@ -436,9 +437,10 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
     # torch: each operand is taken in the axis order it is stored in (a transposed view is read as the
     # contiguous array it views), so matrix products pick their operands' layouts and an elementwise
     # product inside the contraction meets operands of one layout
-    target = specialiser.target
-    orders = [specialiser.stored_order(register) for register in step.args] if target == "torch" else \
-        [tuple(range(len(labels))) for labels in step.operands]
+    if specialiser.dialect.stored_orders:
+        orders = [specialiser.stored_order(register) for register in step.args]
+    else:
+        orders = [tuple(range(len(labels))) for labels in step.operands]
     operand_labels = [tuple(labels[a] for a in order) for labels, order in zip(step.operands, orders)]
     equation = ",".join("".join(letters[label] for label in labels) for labels in operand_labels)
     equation += "->" + "".join(letters[label] for label in step.output)
@@ -458,7 +460,7 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
     text = None
     if specialiser.backend.pairwise_kernels:
         # scale factors: numbers, and 0-d values that do not widen a floating array (torch keeps its type)
-        in_place = one_float_type(target, dtypes, list(step.args), step.out) and all(
+        in_place = one_float_type(specialiser.dialect, dtypes, list(step.args), step.out) and all(
             dtypes[r] in (int, float) or not specialiser.shape[r] and np.dtype(dtypes[r]).kind in "biuf"
             for factor in step.scale for r in node_args(factor))
         # each pairwise step as a direct call, with its intermediates' memory and the order the last one makes
@@ -466,7 +468,7 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
         scale = "{scale}" if step.scale and specialiser.backend.numpy_native else None
         text, internal, final, fresh = contraction_steps(
             equation, shapes, info.contraction_list, [f"{{{k}}}" for k in range(len(step.args))], NP,
-            dialect=target, ops_alias=OPS, in_place=in_place, scale=scale)
+            dialect=specialiser.dialect, ops_alias=OPS, in_place=in_place, scale=scale)
         specialiser.orders[step.out] = tuple(step.output.index(names[letter]) for letter in final)
     else:
         internal = max((math.prod(shape) for _, _, shape in pairwise[:-1]), default=0)
@@ -566,7 +568,7 @@ def _measure_elementwise(specialiser: _Specialising, step: Elementwise) -> None:
     specialiser.expressions[step.out] = ExpressionPlan(expr, tuple(hoisted), temporaries, blocks)
     specialiser.transient[step.out] = temporaries if blocks is None else \
         blocks.threads * blocks.buffers * blocks.rows * math.prod(shape[1:]) * specialiser.itemsize(step.out)
-    if specialiser.target == "torch":
+    if specialiser.dialect.stored_orders:
         _track_elementwise_order(specialiser, step)
 
 
@@ -622,7 +624,7 @@ def _measure_reduce(specialiser: _Specialising, step: Reduce) -> None:
         if step.kind in (*CHECK_KINDS, "spd_by_factor"):
             specialiser.window_views[step.out] = step.arg  # the helper returns the matrix it checked
         return
-    if specialiser.target == "torch" and step.kind == "sum" and step.arg in specialiser.orders:
+    if specialiser.dialect.stored_orders and step.kind == "sum" and step.arg in specialiser.orders:
         kept = [a for a in specialiser.orders[step.arg] if a not in step.axes]
         positions = sorted(kept)
         order = tuple(positions.index(a) for a in kept)

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from einflow.engine.affine import plain_positions
+from einflow.engine.dialect import Dialect
 from einflow.engine.steps import Scatter, Window
 from einflow.lang import ir
 from einflow.lang.padding import fold
@@ -195,6 +196,9 @@ _ADD = {
     return {np}.zeros(total, dtype=value.dtype).at[flat].add(weights, mode="drop").reshape(shape)''',
 }
 
+#: the method making gathered positions an index array, where one is needed (torch's index_add_ takes int64)
+_AS_INDEX = {"torch": ".long()"}
+
 SCATTER = {target: '''def {scatter}(value, shape, positions, *gathers):
     """A scatter-add: each element of ``value`` added into a zeroed array of ``shape`` where ``positions`` put
     it (a plain position: the same axis of ``value``); elements landing outside are dropped."""
@@ -221,7 +225,7 @@ SCATTER = {target: '''def {scatter}(value, shape, positions, *gathers):
                 fits = (place >= 0) & (place < shape[axis])
                 inside = fits if inside is None else inside & fits
         else:
-            values, axes = gathers[position[1]]''' + (".long()" if target == "torch" else "") + ''', position[2]
+            values, axes = gathers[position[1]]''' + _AS_INDEX.get(target, "") + ''', position[2]
             order = sorted(range(len(axes)), key=lambda a: axes[a])
             view = [1] * rank
             for a in axes:
@@ -236,11 +240,12 @@ SCATTER = {target: '''def {scatter}(value, shape, positions, *gathers):
 ''' + _ADD[target] for target in _ADD}
 
 
-def helper_texts(target: str, names: dict[str, str]) -> dict[str, str]:
-    """The helpers' texts for ``target`` (``names``: np, ranges, flat, window, scatter -> their names here)."""
-    fields = dict(names, device=", device=device" if target == "torch" else "",
-                  permute="permute" if target == "torch" else "transpose", check=_CHECK[target])
-    scatter_fields = dict(fields, device=", device=value.device" if target == "torch" else "")
+def helper_texts(dialect: Dialect, names: dict[str, str]) -> dict[str, str]:
+    """The helpers' texts in ``dialect`` (``names``: np, ranges, flat, window, scatter -> their names here)."""
+    target = dialect.name
+    fields = dict(names, device=", device=device" if dialect.devices else "", permute=dialect.permute,
+                  check=_CHECK[target])
+    scatter_fields = dict(fields, device=", device=value.device" if dialect.devices else "")
     return {"ranges": RANGES.format(**fields), "flat": FLAT.format(**fields),
             "window": WINDOW[target].format(**fields), "scatter": SCATTER[target].format(**scatter_fields),
             "fold": _fold_text().replace("{fold}", names["fold"])}
