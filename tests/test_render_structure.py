@@ -107,5 +107,5 @@ def test_engine_classes_do_not_derive_from_engine_classes() -> None:
 @pytest.mark.parametrize("module", ["codegen.py", "specialise.py", "render.py"])
 def test_engine_modules_stay_small(module: str) -> None:
     lines = (ENGINE / module).read_text().count("\n")
-    limits = {"codegen.py": 1130, "specialise.py": 890, "render.py": 700}  # (issue 34: 700 each, still going)
+    limits = {"codegen.py": 700, "specialise.py": 700, "render.py": 700}  # (issue 34: 700 each, still going)
     assert lines <= limits[module]

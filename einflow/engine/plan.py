@@ -24,13 +24,15 @@ import numpy as np
 import opt_einsum as oe
 
 from einflow.engine.backends.base import Backend
-from einflow.engine.codegen import STEP_RULES, Source, kind_of
+from einflow.engine.codegen import Source
 from einflow.engine.fitting import NO_FITTING, Fitting, Holders, fit
 from einflow.engine.lower import lower
+from einflow.engine.measure import PLAN_RULES
 from einflow.engine.memory import format_bytes
 from einflow.engine.paths import PathChoice
 from einflow.engine.render import render
-from einflow.engine.specialise import PLAN_RULES, Specialised, specialise
+from einflow.engine.rows import STEP_RULES, kind_of
+from einflow.engine.specialise import Specialised, specialise
 from einflow.engine.steps import Free, Lowered, Scatter, Step
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo

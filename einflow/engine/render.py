@@ -19,22 +19,19 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
-import einflow.engine.specialise as specialise_pass
+import einflow.engine.measure as measure_rows
 from einflow.engine.affine import is_identity, scatter_kernel, window_kernel
 from einflow.engine.backends.base import Backend
 from einflow.engine.blocks import render_kernel, run_blocks
-from einflow.engine.codegen import (
-    Source,
-    _negated,
-    diagonal_spec,
-    diagonal_view_labels,
-    helpers,
-)
+from einflow.engine.codegen import Source
 from einflow.engine.convolution import convolution_kernel
 from einflow.engine.fitting import Fitting
-from einflow.engine.render_fitted import FittedRenderer
+from einflow.engine.helpers import helpers
+from einflow.engine.measure import NP, OPS, common_dtype, one_float_type
+from einflow.engine.render_fitted import fitted_lines
+from einflow.engine.rows import diagonal_spec, diagonal_view_labels, negation_of
 from einflow.engine.slicing import scatter_chunks, window_chunks
-from einflow.engine.specialise import NP, OPS, Specialised, common_dtype, one_float_type
+from einflow.engine.specialise import Specialised
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -57,12 +54,29 @@ from einflow.engine.steps import (
     node_args,
 )
 
-__all__ = ["Rendered", "Renderer", "render", "RENDER_RULES"]
+__all__ = ["Rendered", "Renderer", "render", "RENDER_RULES", "StepContext"]
 
 #: a large diagonal view with an axis this short or shorter is added into slice by slice along that axis
 DIAGONAL_LOOP = 16
 #: intermediates of at least this many bytes are released (``del``) right after their last use
 RELEASE_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What rendering one step knows of it beyond the record: ``scale_dtype``, the type of the contraction at
+    hand (``scaled`` groups its scalar factors when that keeps it); ``read_as``, torch and jax: the floating type
+    an elementwise step reads its integer arrays in, as numpy computes them (torch would compute ``0.5 x`` of
+    int64 x in float32); ``in_place``, torch: the elementwise expression at hand reads and makes arrays of one
+    floating type, so work on an array it just made may be done in place (``(a + b).tanh_()``)."""
+
+    scale_dtype: Any = None
+    read_as: str | None = None
+    in_place: bool = False
+
+
+#: the context outside any step
+NO_CONTEXT = StepContext()
 
 
 @dataclass(frozen=True)
@@ -85,12 +99,13 @@ def render(record: Specialised, fitting: Fitting) -> Rendered:
     parameters = ", ".join(renderer.vars[k] for k in range(len(lowered.inputs)))
     kernels = [line for kernel in renderer.kernels for line in (kernel, "")]
     text = "\n".join([*kernels, f"def _run({parameters}):", *body, f"    return {result}", ""])
-    namespace = {**helpers(renderer, record.backend.xp), **renderer.namespace, renderer.alias["oe"]: oe}
+    namespace = {**helpers(renderer.alias, renderer.dialect, record.backend.xp), **renderer.namespace,
+                 renderer.alias["oe"]: oe}
     exec(compile(text, "<einflow plan>", "exec"), namespace)  # noqa: S102 - generated here from plain data
     return Rendered(text, namespace["_run"], renderer)
 
 
-class Renderer(FittedRenderer, Source):
+class Renderer(Source):
     """Renders the steps for one signature: literal sizes, planned contractions, fused elementwise engines."""
 
     def __init__(self, record: Specialised, fitting: Fitting) -> None:
@@ -108,16 +123,11 @@ class Renderer(FittedRenderer, Source):
         #: kernels of the steps computed block by block (``einflow.engine.blocks``), defined before the function
         self.kernels: list[str] = []
         self.blocks_name: str | None = None
-        #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
-        self.scale_dtype: Any = None
+        #: what rendering the step at hand knows of it (one frozen value per step, never changed in place)
+        self.context = NO_CONTEXT
         #: the generated code's name for einflow.engine.backends.torch_ops (torch contractions), once one needs it
         self.ops_alias: str | None = None
-        #: torch: the step being rendered reads and makes arrays of one floating type, so work on an array the
-        #: step itself just made may be done in place (``(a + b).tanh_()``: one allocation fewer per pass)
-        self.in_place = False
         self.tensor_literals = False  # (integer arrays are read in the step's floating type: ``read_as``)
-        #: torch and jax: the floating type integer arrays are read in by the elementwise step being rendered
-        self.read_as: str | None = None
         #: dask: the generated code's name for dask_ops.broadcast_operands, once a broadcast needs it
         self.broadcast_helper: str | None = None
 
@@ -219,7 +229,7 @@ class Renderer(FittedRenderer, Source):
         floating one): every factor a number, a size or a 0-d register of that type. Otherwise one
         multiplication per factor.
         """
-        dtype = self.scale_dtype
+        dtype = self.context.scale_dtype
         if dtype is None or len(scale) < 2 or np.dtype(dtype).kind != "f" or not all(
                 isinstance(f, (Number, Size)) and not isinstance(getattr(f, "value", 0), bool)
                 or isinstance(f, Arg) and not self.shape.get(f.register) and self.dtype.get(f.register) == dtype
@@ -277,7 +287,7 @@ class Renderer(FittedRenderer, Source):
         return [smallest, *numbers, *rest]
 
     def node(self, node: Node) -> tuple[str, int]:
-        if self.in_place:
+        if self.context.in_place:
             found = self.node_in_place(node)
             if found is not None:
                 return found
@@ -306,7 +316,7 @@ class Renderer(FittedRenderer, Source):
             numbers = [t for t in node.terms if isinstance(t, Number) and not isinstance(t.value, bool)]
             others = [t for t in node.terms if not isinstance(t, Number)]
             if len(numbers) == 1 and len(others) == 1:
-                negated = _negated(others[0])
+                negated = negation_of(others[0])
                 if negated is not None and _fresh(negated) and not isinstance(negated, Add):
                     inner, _ = self.node(negated)
                     return f"({inner}).neg_().add_({self.number(numbers[0].value)})", 4
@@ -351,11 +361,12 @@ class Renderer(FittedRenderer, Source):
         return [f"{targets} = {helper}(({targets}), {readings!r}, {tuple(step.labels)!r})"]
 
     def elementwise(self, step: Elementwise) -> str:
-        self.in_place = self.one_float_type(node_args(step.expr), step.out)
+        outer = self.context
+        self.context = replace(outer, in_place=self.one_float_type(node_args(step.expr), step.out))
         try:
             return self.elementwise_text(step)
         finally:
-            self.in_place = False
+            self.context = outer
 
     def elementwise_text(self, step: Elementwise) -> str:
         planned = self.record.expressions[step.out]
@@ -387,15 +398,12 @@ class Renderer(FittedRenderer, Source):
         rule = RENDER_RULES.get(type(step))
         if rule is not None and rule.lines is not None:  # the step's own lines, never sliced nor chunked
             return rule.lines(self, step)
-        # a contraction's scale factors are grouped when that keeps its type (``scaled``)
-        self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
-        # torch and jax: integer arrays in an elementwise step of floating type are read in that type, as
-        # numpy computes them (torch would compute ``0.5 x`` of int64 x in float32)
         dtype = self.dtype[step.out]  # type: ignore[union-attr]
-        self.read_as = np.dtype(dtype).name if not self.dialect.numpy_types and isinstance(step, Elementwise) and \
+        read_as = np.dtype(dtype).name if not self.dialect.numpy_types and isinstance(step, Elementwise) and \
             not isinstance(dtype, type) and np.dtype(dtype).kind in "fc" and self.native(dtype) else None
+        outer, self.context = self.context, StepContext(dtype if isinstance(step, Contract) else None, read_as)
         try:
-            fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.engine.fitting)
+            fitted = fitted_lines(self, step)  # sliced or chunked to fit the memory limit (einflow.engine.fitting)
             if fitted is not None:
                 return fitted
             inline = rule.inline(self, step) if rule is not None and rule.inline is not None else None
@@ -403,14 +411,14 @@ class Renderer(FittedRenderer, Source):
                 return inline
             return super().step_lines(step)
         finally:
-            self.scale_dtype = None
-            self.read_as = None
+            self.context = outer
 
     def arg(self, node: Arg) -> str:
         text = super().arg(node)
         dtype = self.dtype[node.register]
-        if self.read_as is not None and not isinstance(dtype, type) and np.dtype(dtype).kind in "biu":
-            return self.astype(text, self.read_as)
+        read_as = self.context.read_as
+        if read_as is not None and not isinstance(dtype, type) and np.dtype(dtype).kind in "biu":
+            return self.astype(text, read_as)
         return text
 
     def native(self, dtype: Any) -> bool:
@@ -487,7 +495,7 @@ class Renderer(FittedRenderer, Source):
         labels = diagonal_view_labels(step)
         full = self.shape[step.out]
         shape = tuple(full[step.output.index(label)] for label in labels)
-        if not self.backend.numpy_native or len(shape) < 2 or math.prod(shape) < specialise_pass.BLOCK_ELEMENTS \
+        if not self.backend.numpy_native or len(shape) < 2 or math.prod(shape) < measure_rows.BLOCK_ELEMENTS \
                 or min(shape) > DIAGONAL_LOOP:
             return super().diagonal_add(step, out, value)
         axis = shape.index(min(shape))

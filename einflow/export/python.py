@@ -10,8 +10,9 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from einflow.engine.codegen import HELPER_KEYS, Source, usable
+from einflow.engine.codegen import Source, usable
 from einflow.engine.dialect import DIALECTS, Dialect
+from einflow.engine.helpers import HELPER_KEYS
 from einflow.engine.lower import lower
 from einflow.engine.steps import Inferred, Lowered, Scatter, SizeRef, Step, Window
 from einflow.export.windows import helper_texts, scatter_data, window_data

@@ -1,0 +1,118 @@
+"""The generated code's helpers: each runtime function's own source, under the names the generated code uses.
+
+One implementation per algorithm: the helpers are the real functions of :mod:`einflow.engine.runtime` (and of
+a dialect's own runtime module, ``Dialect.runtime``, for those its library spells differently). Their source is
+read from the module's file (without importing it: torch's module needs torch), its global names renamed to the
+generated code's (``xp`` to the array module's alias, ``reduce`` to ``_reduce`` ...), then exported as text
+(``to_source``) or compiled with the plan's array module bound (:func:`helpers`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import io
+import textwrap
+import tokenize
+from collections.abc import Mapping
+from typing import Any
+
+from einflow.engine.dialect import Dialect
+from einflow.lang.errors import MatrixError
+
+__all__ = ["HELPER_KEYS", "WINDOW_KEYS", "HELPER_NEEDS", "helper_text", "helpers", "function_source"]
+
+#: the helpers in the order generated code defines them
+HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
+               "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve", "conj", "real", "imag",
+               "abs2")
+#: the helpers of exported code with shifted, strided or gathered reads (``einflow.export.windows``), in the
+#: order it defines them (``fold`` is ``einflow.lang.padding.fold``)
+WINDOW_KEYS = ("ranges", "flat", "fold", "window", "scatter")
+#: the helpers each helper calls
+HELPER_NEEDS = {"reciprocal": ("as_float",), "divide": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",),
+                "linalg": ("as_float",), "solve": ("as_float",)}
+#: the module every dialect's helpers come from unless its own module has the function
+RUNTIME = "einflow.engine.runtime"
+#: the global names a helper's source may use that the generated code names its own way
+_GLOBALS = frozenset({"xp", "oe", *HELPER_KEYS, *WINDOW_KEYS})
+
+
+@functools.cache
+def _module_tree(module: str) -> tuple[list[str], ast.Module]:
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None, module
+    with open(spec.origin, encoding="utf-8") as file:
+        text = file.read()
+    return text.splitlines(), ast.parse(text)
+
+
+@functools.cache
+def function_source(module: str, name: str) -> tuple[str, tuple[tuple[int, int, str], ...]] | None:
+    """The source of the top-level function ``name`` of ``module`` (None: it has none) and where it names the
+    globals the generated code renames: (row, column, name), rows from 1."""
+    lines, tree = _module_tree(module)
+    node = next((node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == name), None)
+    if node is None:
+        return None
+    text = textwrap.dedent("\n".join(lines[node.lineno - 1:node.end_lineno]))
+    local = {found.id for found in ast.walk(node) if isinstance(found, ast.Name) and isinstance(found.ctx, ast.Store)}
+    local |= {found.arg for found in ast.walk(node) if isinstance(found, ast.arg)}
+    local |= {(found.asname or found.name).split(".")[0] for found in ast.walk(node) if isinstance(found, ast.alias)}
+    renamed = _GLOBALS - local  # (a local variable of a helper's name keeps its name)
+    tokens = [token for token in tokenize.generate_tokens(io.StringIO(text).readline)
+              if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT,
+                                    tokenize.DEDENT)]
+    found = []
+    for position, token in enumerate(tokens):
+        if token.type != tokenize.NAME or token.string not in renamed and not (position == 1 and token.string == name):
+            continue
+        before = tokens[position - 1].string if position else ""
+        after = tokens[position + 1].string if position + 1 < len(tokens) else ""
+        if before == "." or after == "=" and before in ("(", ","):  # an attribute, a keyword argument
+            continue
+        found.append((token.start[0], token.start[1], token.string))
+    return text, tuple(found)
+
+
+def helper_text(dialect: Dialect, key: str, alias: Mapping[str, str]) -> str:
+    """The helper ``key`` as ``dialect``'s generated code defines it: its runtime function's source with the
+    generated code's names (``alias``: ``np`` and ``oe`` for the modules, each helper key it calls for its
+    helper)."""
+    found = function_source(dialect.runtime, key) if dialect.runtime is not None else None
+    if found is None:
+        found = function_source(RUNTIME, key)
+    assert found is not None, key
+    text, names = found
+    names_of = {**alias, "xp": alias["np"]}
+    lines = text.split("\n")
+    for row, column, name in reversed(names):
+        line = lines[row - 1]
+        lines[row - 1] = line[:column] + names_of[name] + line[column + len(name):]
+    return "\n".join(lines)
+
+
+_HELPER_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def helpers(alias: Mapping[str, str], dialect: Dialect, xp: Any) -> dict[str, Any]:
+    """The generated code's helper functions under its names (``alias``), compiled for the array module ``xp``
+    (cached)."""
+    key = (tuple(sorted(alias.items())), xp.__name__, dialect.name)
+    found = _HELPER_CACHE.get(key)
+    if found is None:
+        found = {alias["np"]: xp, "MatrixError": MatrixError}  # raised by the linalg helper's checks
+        if xp.__name__.startswith("dask"):  # the linalg and solve helpers hand dask arrays to one numpy task
+            import numpy
+
+            from einflow.engine.backends.dask_linalg import linalg_task, solve_task
+
+            on_numpy = helpers(alias, dialect, numpy)
+            found.update(_dask_linalg=functools.partial(linalg_task, on_numpy[alias["linalg"]]),
+                         _dask_solve=functools.partial(solve_task, on_numpy[alias["solve"]]))
+        for name in HELPER_KEYS:
+            exec(helper_text(dialect, name, alias), found)  # noqa: S102 - the runtime module's own source
+        if len(_HELPER_CACHE) < 64:
+            _HELPER_CACHE[key] = found
+    return dict(found)
