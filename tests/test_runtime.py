@@ -78,3 +78,16 @@ def test_torch_helpers_directly() -> None:
 def test_exported_source_defines_the_runtime_functions() -> None:
     source = ef.compile("y[i] = softmax[j](A[i,j])").to_source("f")
     assert helper_text(NUMPY, "reduce", {**ALIAS, "reduce": "_reduce", "as_float": "_as_float"}) in source
+
+
+def test_the_generated_code_calls_the_runtime_functions_themselves() -> None:
+    bound = helpers(ALIAS, NUMPY, np)
+    for key in HELPER_KEYS:
+        assert bound[f"_{key}"].__code__ is getattr(runtime, key).__code__, key
+    torch = pytest.importorskip("torch")
+    from einflow.engine import runtime_torch
+
+    on_torch = helpers(ALIAS, TORCH, torch)
+    assert on_torch["_reduce"].__code__ is runtime_torch.reduce.__code__
+    assert on_torch["_owned"].__code__ is runtime.owned.__code__  # (numpy's: torch has no own)
+    assert on_torch["_np"] is torch

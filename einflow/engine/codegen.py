@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import opt_einsum as oe
 
-from einflow.engine.dialect import DIALECTS, NUMPY, Dialect
+from einflow.engine.dialect import NUMPY, Dialect
 from einflow.engine.helpers import HELPER_KEYS, HELPER_NEEDS, helper_text
 from einflow.engine.linalg import CHECK_KINDS
 from einflow.engine.rows import (
@@ -51,13 +51,11 @@ from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.numbers import _is_unit
 
-__all__ = ["Source", "generic_booleans", "taken_names", "usable", "number_text", "TARGETS", "ALIASES"]
+__all__ = ["Source", "generic_booleans", "taken_names", "usable", "number_text", "ALIASES"]
 
 #: the generated code's names: the array module, opt_einsum, the helpers (``einflow.engine.helpers``)
 ALIASES = ("np", "oe", *HELPER_KEYS)
 _BUILTINS = frozenset(dir(builtins))
-#: array modules code can be generated for (``to_source(target=...)``; backends pick theirs)
-TARGETS = tuple(DIALECTS)
 
 
 def usable(name: str) -> bool:

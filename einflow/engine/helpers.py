@@ -2,26 +2,25 @@
 
 One implementation per algorithm: the helpers are the real functions of :mod:`einflow.engine.runtime` (and of
 a dialect's own runtime module, ``Dialect.runtime``, for those its library spells differently). Their source is
-read from the module's file (without importing it: torch's module needs torch), its global names renamed to the
-generated code's (``xp`` to the array module's alias, ``reduce`` to ``_reduce`` ...), then exported as text
-(``to_source``) or compiled with the plan's array module bound (:func:`helpers`).
+read from the module's file for exported source (without importing it: torch's module needs torch), its global
+names renamed to the generated code's (``xp`` to the array module's alias, ``reduce`` to ``_reduce`` ...); the
+plan's generated code calls the functions themselves, their globals bound to its array module (:func:`helpers`).
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import importlib.util
-import io
-import textwrap
-import tokenize
+import types
 from collections.abc import Mapping
 from typing import Any
 
 from einflow.engine.dialect import Dialect
 from einflow.lang.errors import MatrixError
 
-__all__ = ["HELPER_KEYS", "WINDOW_KEYS", "HELPER_NEEDS", "helper_text", "helpers", "function_source"]
+__all__ = ["HELPER_KEYS", "WINDOW_KEYS", "HELPER_NEEDS", "helper_text", "helpers", "bound_helpers", "function_source"]
 
 #: the helpers in the order generated code defines them
 HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
@@ -51,28 +50,23 @@ def _module_tree(module: str) -> tuple[list[str], ast.Module]:
 @functools.cache
 def function_source(module: str, name: str) -> tuple[str, tuple[tuple[int, int, str], ...]] | None:
     """The source of the top-level function ``name`` of ``module`` (None: it has none) and where it names the
-    globals the generated code renames: (row, column, name), rows from 1."""
+    globals the generated code renames: (row, column, name), rows from 1 (its own name, and each global it
+    reads that no local variable of the same name hides; never an attribute or a keyword argument)."""
     lines, tree = _module_tree(module)
     node = next((node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == name), None)
     if node is None:
         return None
-    text = textwrap.dedent("\n".join(lines[node.lineno - 1:node.end_lineno]))
-    local = {found.id for found in ast.walk(node) if isinstance(found, ast.Name) and isinstance(found.ctx, ast.Store)}
-    local |= {found.arg for found in ast.walk(node) if isinstance(found, ast.arg)}
-    local |= {(found.asname or found.name).split(".")[0] for found in ast.walk(node) if isinstance(found, ast.alias)}
+    assert node.end_lineno is not None
+    text = "\n".join(lines[node.lineno - 1:node.end_lineno])
+    nodes = list(ast.walk(node))
+    local = {found.id for found in nodes if isinstance(found, ast.Name) and isinstance(found.ctx, ast.Store)}
+    local |= {found.arg for found in nodes if isinstance(found, ast.arg)}
+    local |= {(found.asname or found.name).split(".")[0] for found in nodes if isinstance(found, ast.alias)}
     renamed = _GLOBALS - local  # (a local variable of a helper's name keeps its name)
-    tokens = [token for token in tokenize.generate_tokens(io.StringIO(text).readline)
-              if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT,
-                                    tokenize.DEDENT)]
-    found = []
-    for position, token in enumerate(tokens):
-        if token.type != tokenize.NAME or token.string not in renamed and not (position == 1 and token.string == name):
-            continue
-        before = tokens[position - 1].string if position else ""
-        after = tokens[position + 1].string if position + 1 < len(tokens) else ""
-        if before == "." or after == "=" and before in ("(", ","):  # an attribute, a keyword argument
-            continue
-        found.append((token.start[0], token.start[1], token.string))
+    in_strings = {id(inner) for found in nodes if isinstance(found, ast.JoinedStr) for inner in ast.walk(found)}
+    found = [(1, lines[node.lineno - 1].index("def ") + 4, name)]
+    found += sorted((inner.lineno - node.lineno + 1, inner.col_offset, inner.id) for inner in nodes
+                    if isinstance(inner, ast.Name) and inner.id in renamed and id(inner) not in in_strings)
     return text, tuple(found)
 
 
@@ -93,26 +87,42 @@ def helper_text(dialect: Dialect, key: str, alias: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
-_HELPER_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
+_BOUND: dict[tuple[str, str], dict[str, Any]] = {}
 
 
-def helpers(alias: Mapping[str, str], dialect: Dialect, xp: Any) -> dict[str, Any]:
-    """The generated code's helper functions under its names (``alias``), compiled for the array module ``xp``
-    (cached)."""
-    key = (tuple(sorted(alias.items())), xp.__name__, dialect.name)
-    found = _HELPER_CACHE.get(key)
+def bound_helpers(dialect: Dialect, xp: Any) -> dict[str, Any]:
+    """The runtime functions (a dialect's own first) with their globals bound for the array module ``xp``: the
+    same code objects, sharing one globals mapping in which ``xp`` is ``xp`` and each helper name is the bound
+    helper (cached per array module and dialect)."""
+    key = (xp.__name__, dialect.name)
+    found = _BOUND.get(key)
     if found is None:
-        found = {alias["np"]: xp, "MatrixError": MatrixError}  # raised by the linalg helper's checks
+        base = importlib.import_module(RUNTIME)
+        own = importlib.import_module(dialect.runtime) if dialect.runtime is not None else None
+        space = {**vars(base), "xp": xp, "MatrixError": MatrixError}  # (raised by the linalg helper's checks)
         if xp.__name__.startswith("dask"):  # the linalg and solve helpers hand dask arrays to one numpy task
             import numpy
 
             from einflow.engine.backends.dask_linalg import linalg_task, solve_task
 
-            on_numpy = helpers(alias, dialect, numpy)
-            found.update(_dask_linalg=functools.partial(linalg_task, on_numpy[alias["linalg"]]),
-                         _dask_solve=functools.partial(solve_task, on_numpy[alias["solve"]]))
-        for name in HELPER_KEYS:
-            exec(helper_text(dialect, name, alias), found)  # noqa: S102 - the runtime module's own source
-        if len(_HELPER_CACHE) < 64:
-            _HELPER_CACHE[key] = found
-    return dict(found)
+            on_numpy = bound_helpers(dialect, numpy)
+            space.update(_dask_linalg=functools.partial(linalg_task, on_numpy["linalg"]),
+                         _dask_solve=functools.partial(solve_task, on_numpy["solve"]))
+        found = {}
+        for name in (*HELPER_KEYS, *WINDOW_KEYS):
+            function = getattr(own, name, None) if own is not None else None
+            if function is None or getattr(function, "__module__", None) != dialect.runtime:
+                function = getattr(base, name)
+            copy = types.FunctionType(function.__code__, space, name, function.__defaults__, function.__closure__)
+            copy.__kwdefaults__ = function.__kwdefaults__
+            copy.__doc__, copy.__qualname__, copy.__module__ = function.__doc__, function.__qualname__, RUNTIME
+            space[name] = found[name] = copy
+        _BOUND[key] = found
+    return found
+
+
+def helpers(alias: Mapping[str, str], dialect: Dialect, xp: Any) -> dict[str, Any]:
+    """The generated code's helper functions under its names (``alias``), bound for the array module ``xp``:
+    the runtime functions themselves (``bound_helpers``)."""
+    bound = bound_helpers(dialect, xp)
+    return {alias["np"]: xp, "MatrixError": MatrixError, **{alias[key]: bound[key] for key in HELPER_KEYS}}

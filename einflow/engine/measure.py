@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
+from einflow.engine import runtime
 from einflow.engine.affine import (
     is_identity,
     is_view,
@@ -429,7 +430,7 @@ def _measure_diagonal(specialiser: Builder, step: Diagonal) -> None:
 # One row per step kind, for what specialising decides with the shapes and dtypes: the result's shape
 # (``shape``; None: its sizes resolved), a check of the shapes (``check``), the result's dtype (``dtype``),
 # the plan report's FLOPs (``count``) and text (``describe``, read by the report pass with the rendered
-# names; None: the step's note, see ``codegen.STEP_RULES``), and what it plans and measures (``measure``:
+# names; None: the step's note, see ``rows.STEP_RULES``), and what it plans and measures (``measure``:
 # paths, memory, layouts). The rendering's own rows are ``einflow.engine.render.RENDER_RULES``.
 
 
@@ -467,15 +468,14 @@ def _solve_dtype(specialiser: Builder, step: Solve) -> Any:
 
 
 def _reduce_dtype(specialiser: Builder, step: Reduce) -> Any:
-    generic, namespace = specialiser.sampled(step)
     if is_linalg(step):
         return linalg_result_dtype(step.kind, specialiser.dtype[step.arg])
     if step.kind == "sum":
         return specialiser.sample(step.arg).sum(axis=step.axes).dtype
-    # max keeps the type; mean, the normalisers and logsumexp compute in floats (the reduce helper)
+    # max keeps the type; mean, the normalisers and logsumexp compute in floats (the reduce helper itself)
     with np.errstate(all="ignore"):
         sample = np.asarray(specialiser.sample(step.arg))
-        return np.asarray(namespace[generic.alias["reduce"]](step.kind, sample, step.axes)).dtype
+        return np.asarray(runtime.reduce(step.kind, sample, step.axes)).dtype
 
 
 def _reduce_flops(specialiser: Builder, step: Reduce) -> int:

@@ -288,77 +288,16 @@ class Renderer(Source):
 
     def node(self, node: Node) -> tuple[str, int]:
         if self.context.in_place:
-            found = self.node_in_place(node)
+            found = _node_in_place(self, node)
             if found is not None:
                 return found
         return super().node(node)
 
-    def node_in_place(self, node: Node) -> tuple[str, int] | None:
-        """torch: a function of a sum or product, or ``c - product``, computed in place on the array the sum
-        or product just made (autograd allows it: those operations keep no output for their backward); the
-        node's row of ``_IN_PLACE`` (None: as usual)."""
-        rule = _IN_PLACE.get(type(node))
-        return None if rule is None else rule(self, node)
-
-    def function_in_place(self, node: Apply) -> tuple[str, int] | None:
-        """``tanh(a + b)`` as ``(a + b).tanh_()``."""
-        if node.other is None and _fresh(node.arg):
-            inner, _ = self.node(node.arg)
-            np_ = self.alias["np"]
-            if self.call(node.func, "{x}", promote=False) == f"{np_}.{node.func}({{x}})" and \
-                    hasattr(_torch_tensor_type(), f"{node.func}_"):
-                return f"({inner}).{node.func}_()", 4
-        return None
-
-    def difference_in_place(self, node: Add) -> tuple[str, int] | None:
-        """``c - a b`` as ``(a * b).neg_().add_(c)``."""
-        if len(node.terms) == 2:
-            numbers = [t for t in node.terms if isinstance(t, Number) and not isinstance(t.value, bool)]
-            others = [t for t in node.terms if not isinstance(t, Number)]
-            if len(numbers) == 1 and len(others) == 1:
-                negated = negation_of(others[0])
-                if negated is not None and _fresh(negated) and not isinstance(negated, Add):
-                    inner, _ = self.node(negated)
-                    return f"({inner}).neg_().add_({self.number(numbers[0].value)})", 4
-        return None
-
     def step_lines(self, step: Step) -> list[str]:
         lines = self.own_step_lines(step)
         if self.backend.lazy and isinstance(step, Elementwise):
-            return self.bounded_broadcast(step) + lines
+            return _bounded_broadcast(self, step) + lines
         return lines
-
-    def bounded_broadcast(self, step: Elementwise) -> list[str]:
-        """dask: the line rechunking the arrays an elementwise step broadcasts to a larger result (an outer
-        product ``x[:, None] * y[None, :]``), so its blocks stay near its inputs' (dask_ops.broadcast_operands)."""
-        reads: dict[int, set[tuple[str, ...]]] = {}
-        elements = math.prod(self.shape[step.out])
-        for arg in arg_nodes(step.expr):
-            shape = self.shape[arg.register]
-            if not shape or math.prod(shape) >= elements:
-                continue
-            if arg.axes is None:
-                if len(shape) != len(step.labels):
-                    continue
-                labels = tuple(step.labels)
-            else:
-                where = {axis: k for k, axis in enumerate(arg.axes) if axis is not None}
-                if len(where) != len(shape):
-                    continue
-                labels = tuple(step.labels[where[axis]] for axis in range(len(shape)))
-            reads.setdefault(arg.register, set()).add(labels)
-        if not reads:
-            return []
-        helper = self.broadcast_helper
-        if helper is None:
-            from einflow.engine.backends.dask_ops import broadcast_operands
-
-            helper = self.broadcast_helper = self.fresh("_broadcast_operands")
-            self.namespace[helper] = broadcast_operands
-        names = [self.var(register) for register in reads]
-        readings: tuple[tuple[tuple[str, ...], ...], ...] = tuple(tuple(sorted(found)) for found in reads.values())
-        targets = ", ".join(names) + ("," if len(names) == 1 else "")
-        return [f"{targets} = {helper}(({targets}), {readings!r}, {tuple(step.labels)!r})"]
 
     def elementwise(self, step: Elementwise) -> str:
         outer = self.context
@@ -455,39 +394,6 @@ class Renderer(Source):
         dtype = self.dtype[register]
         return not isinstance(dtype, type) and np.dtype(dtype).kind == "f"
 
-    def normaliser_lines(self, step: Reduce) -> list[str] | None:
-        """A max-shifted softmax / log_softmax / logsumexp written out for a non-empty float numpy array, as the
-        ``reduce`` helper computes it (a non-finite maximum shifts by 0) but without its generic checks, and
-        with the exponentials taken in place; None elsewhere (the helper is called)."""
-        dtype = self.dtype[step.arg]
-        if not self.backend.numpy_native or isinstance(dtype, type) or np.dtype(dtype).kind != "f" \
-                or not math.prod(self.shape[step.arg]):
-            return None
-        np_, x, out = self.alias["np"], self.var(step.arg), self.var(step.out)
-        shift, work = self.fresh("_shift"), self.fresh("_e")
-        axes = repr(step.axes)
-        shape = self.shape[step.arg]
-        if math.prod(size for k, size in enumerate(shape) if k not in step.axes) == 1:
-            finite = self.fresh("_isfinite")  # one maximum: a Python test, a fifth of a ufunc call's cost
-            self.namespace[finite] = math.isfinite
-            test = f"{finite}({shift}.item())"
-        else:
-            test = f"{np_}.isfinite({shift}).all()"
-        lines = [f"{shift} = {x}.max(axis={axes}, keepdims=True)",
-                 f"if not {test}:",
-                 f"    {shift} = {np_}.where({np_}.isfinite({shift}), {shift}, 0)",
-                 f"{work} = {x} - {shift}"]
-        if step.kind == "softmax":
-            lines += [f"{np_}.exp({work}, out={work})", f"{work} /= {work}.sum(axis={axes}, keepdims=True)",
-                      f"{out} = {work}"]
-        elif step.kind == "log_softmax":
-            lines += [f"{work} -= {np_}.log({np_}.exp({work}).sum(axis={axes}, keepdims=True))", f"{out} = {work}"]
-        else:
-            lines += [f"{np_}.exp({work}, out={work})",
-                      f"{out} = ({np_}.log({work}.sum(axis={axes}, keepdims=True)) + {shift}).squeeze(axis={axes})"]
-        lines.append(f"del {shift}, {work}")
-        return lines
-
     def diagonal_add(self, step: Diagonal, out: str, value: str) -> list[str]:
         """Adding into a large diagonal view with a short axis goes slice by slice along that axis: numpy cannot
         tell quickly that such a view (``H[p,q,r,q]``, strides of every size) does not overlap itself, and makes
@@ -527,9 +433,104 @@ class Renderer(Source):
         return [f"{out} = {written}" if step.base is None else f"{out} = {self.var(step.base)} + {written}"]
 
 
+def _node_in_place(renderer: Renderer, node: Node) -> tuple[str, int] | None:
+    """torch: a function of a sum or product, or ``c - product``, computed in place on the array the sum
+    or product just made (autograd allows it: those operations keep no output for their backward); the
+    node's row of ``_IN_PLACE`` (None: as usual)."""
+    rule = _IN_PLACE.get(type(node))
+    return None if rule is None else rule(renderer, node)
+
+def _function_in_place(renderer: Renderer, node: Apply) -> tuple[str, int] | None:
+    """``tanh(a + b)`` as ``(a + b).tanh_()``."""
+    if node.other is None and _fresh(node.arg):
+        inner, _ = renderer.node(node.arg)
+        np_ = renderer.alias["np"]
+        if renderer.call(node.func, "{x}", promote=False) == f"{np_}.{node.func}({{x}})" and \
+                hasattr(_torch_tensor_type(), f"{node.func}_"):
+            return f"({inner}).{node.func}_()", 4
+    return None
+
+def _difference_in_place(renderer: Renderer, node: Add) -> tuple[str, int] | None:
+    """``c - a b`` as ``(a * b).neg_().add_(c)``."""
+    if len(node.terms) == 2:
+        numbers = [t for t in node.terms if isinstance(t, Number) and not isinstance(t.value, bool)]
+        others = [t for t in node.terms if not isinstance(t, Number)]
+        if len(numbers) == 1 and len(others) == 1:
+            negated = negation_of(others[0])
+            if negated is not None and _fresh(negated) and not isinstance(negated, Add):
+                inner, _ = renderer.node(negated)
+                return f"({inner}).neg_().add_({renderer.number(numbers[0].value)})", 4
+    return None
+
+def _bounded_broadcast(renderer: Renderer, step: Elementwise) -> list[str]:
+    """dask: the line rechunking the arrays an elementwise step broadcasts to a larger result (an outer
+    product ``x[:, None] * y[None, :]``), so its blocks stay near its inputs' (dask_ops.broadcast_operands)."""
+    reads: dict[int, set[tuple[str, ...]]] = {}
+    elements = math.prod(renderer.shape[step.out])
+    for arg in arg_nodes(step.expr):
+        shape = renderer.shape[arg.register]
+        if not shape or math.prod(shape) >= elements:
+            continue
+        if arg.axes is None:
+            if len(shape) != len(step.labels):
+                continue
+            labels = tuple(step.labels)
+        else:
+            where = {axis: k for k, axis in enumerate(arg.axes) if axis is not None}
+            if len(where) != len(shape):
+                continue
+            labels = tuple(step.labels[where[axis]] for axis in range(len(shape)))
+        reads.setdefault(arg.register, set()).add(labels)
+    if not reads:
+        return []
+    helper = renderer.broadcast_helper
+    if helper is None:
+        from einflow.engine.backends.dask_ops import broadcast_operands
+
+        helper = renderer.broadcast_helper = renderer.fresh("_broadcast_operands")
+        renderer.namespace[helper] = broadcast_operands
+    names = [renderer.var(register) for register in reads]
+    readings: tuple[tuple[tuple[str, ...], ...], ...] = tuple(tuple(sorted(found)) for found in reads.values())
+    targets = ", ".join(names) + ("," if len(names) == 1 else "")
+    return [f"{targets} = {helper}(({targets}), {readings!r}, {tuple(step.labels)!r})"]
+
+def _normaliser_lines(renderer: Renderer, step: Reduce) -> list[str] | None:
+    """A max-shifted softmax / log_softmax / logsumexp written out for a non-empty float numpy array, as the
+    ``reduce`` helper computes it (a non-finite maximum shifts by 0) but without its generic checks, and
+    with the exponentials taken in place; None elsewhere (the helper is called)."""
+    dtype = renderer.dtype[step.arg]
+    if not renderer.backend.numpy_native or isinstance(dtype, type) or np.dtype(dtype).kind != "f" \
+            or not math.prod(renderer.shape[step.arg]):
+        return None
+    np_, x, out = renderer.alias["np"], renderer.var(step.arg), renderer.var(step.out)
+    shift, work = renderer.fresh("_shift"), renderer.fresh("_e")
+    axes = repr(step.axes)
+    shape = renderer.shape[step.arg]
+    if math.prod(size for k, size in enumerate(shape) if k not in step.axes) == 1:
+        finite = renderer.fresh("_isfinite")  # one maximum: a Python test, a fifth of a ufunc call's cost
+        renderer.namespace[finite] = math.isfinite
+        test = f"{finite}({shift}.item())"
+    else:
+        test = f"{np_}.isfinite({shift}).all()"
+    lines = [f"{shift} = {x}.max(axis={axes}, keepdims=True)",
+             f"if not {test}:",
+             f"    {shift} = {np_}.where({np_}.isfinite({shift}), {shift}, 0)",
+             f"{work} = {x} - {shift}"]
+    if step.kind == "softmax":
+        lines += [f"{np_}.exp({work}, out={work})", f"{work} /= {work}.sum(axis={axes}, keepdims=True)",
+                  f"{out} = {work}"]
+    elif step.kind == "log_softmax":
+        lines += [f"{work} -= {np_}.log({np_}.exp({work}).sum(axis={axes}, keepdims=True))", f"{out} = {work}"]
+    else:
+        lines += [f"{np_}.exp({work}, out={work})",
+                  f"{out} = ({np_}.log({work}.sum(axis={axes}, keepdims=True)) + {shift}).squeeze(axis={axes})"]
+    lines.append(f"del {shift}, {work}")
+    return lines
+
+
 #: torch: the node kinds computed in place on an array their argument just made
 _IN_PLACE: dict[type, Callable[[Renderer, Any], tuple[str, int] | None]] = {
-    Apply: Renderer.function_in_place, Add: Renderer.difference_in_place,
+    Apply: _function_in_place, Add: _difference_in_place,
 }
 
 
@@ -578,7 +579,7 @@ def _diagonal_writer(backend: Backend, step: Diagonal, full_shape: tuple[int, ..
 
 
 # ---------------------------------------------------------------------------------------------- render rules
-# The steps whose rendering with shapes differs from the generic one (``codegen.STEP_RULES``): their own lines
+# The steps whose rendering with shapes differs from the generic one (``rows.STEP_RULES``): their own lines
 # (``lines``: replacing the generic rendering, never sliced nor chunked) and lines tried before the generic
 # rendering once fitting leaves the step whole (``inline``).
 
@@ -622,7 +623,7 @@ def _scatter_lines(renderer: Renderer, step: Scatter) -> list[str]:
 
 def _reduce_inline(renderer: Renderer, step: Reduce) -> list[str] | None:
     if step.kind in ("softmax", "log_softmax", "logsumexp"):
-        inline = renderer.normaliser_lines(step)
+        inline = _normaliser_lines(renderer, step)
         if inline is not None:
             return inline
     if renderer.backend.lazy and not math.prod(renderer.shape[step.out]) \
