@@ -15,8 +15,8 @@ import pytest
 
 import einflow as ef
 import einflow.engine.blocks as blocks
+import einflow.engine.measure as specialise_module
 import einflow.engine.plan as plan_module
-import einflow.engine.specialise as specialise_module
 from einflow.engine.backends import get_backend
 from einflow.engine.plan import build_plan
 from einflow.lang.functions import FUNCTION_RULES

@@ -195,7 +195,7 @@ def test_other_targets_add_delta_terms_alike(target: str) -> None:
 
 
 def test_small_factors_of_a_large_product_are_multiplied_first() -> None:
-    from einflow.engine.specialise import _hoist
+    from einflow.engine.hoisting import hoist as _hoist
     from einflow.engine.steps import Arg, Mul, Number
 
     # y[p,q,v,w] = A[p,v,w] x[q] c[p] * -2 (registers 0, 1, 2; result axes p,q,v,w)

@@ -193,7 +193,7 @@ def test_count_of_deltas_alone_has_the_inputs_floating_type(dtype: str, expected
 
 
 def test_node_rows_read_the_registers_the_steps_read() -> None:
-    from einflow.engine.codegen import NODE_RULES, STEP_RULES, _args_in_order
+    from einflow.engine.rows import NODE_RULES, STEP_RULES, args_in_order
     from einflow.engine.specialise import PLAN_RULES
     from einflow.engine.steps import Node, Step, node_args
 
@@ -201,4 +201,4 @@ def test_node_rows_read_the_registers_the_steps_read() -> None:
     for text, _ in CORPUS:
         for step in lower(ef.compile(text)).steps:
             if isinstance(step, Elementwise):
-                assert {arg.register for arg in _args_in_order(step.expr)} == set(node_args(step.expr))
+                assert {arg.register for arg in args_in_order(step.expr)} == set(node_args(step.expr))

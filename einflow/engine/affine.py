@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from einflow.engine.dialect import JAX, TORCH, Dialect
 from einflow.lang import ir
 from einflow.lang.errors import GatherIndexError, ShapeError
 from einflow.lang.indices import position_bounds
@@ -333,8 +334,9 @@ def _module_of(array: Any) -> Any:
 def window_kernel(backend: Any) -> Any:
     """The kernel a backend's generated code binds as its window helper, by the backend's capabilities: torch's
     own, strided views where the array module has them (numpy, cupy), one flat take elsewhere (jax, dask)."""
-    if backend.target == "torch":
-        return window_torch
+    own = _OWN_WINDOW.get(backend.dialect)
+    if own is not None:
+        return own
     return window_numpy if backend.strided_views else window_generic
 
 
@@ -565,10 +567,15 @@ def scatter_jax(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     return out.at[flat].add(value.reshape(-1), mode="drop").reshape(out_shape)
 
 
+#: the kernels a dialect has its own of (the rest use numpy's API)
+_OWN_WINDOW: dict[Dialect, Any] = {TORCH: window_torch}
+_OWN_SCATTER: dict[Dialect, Any] = {TORCH: scatter_torch, JAX: scatter_jax}
+
+
 def scatter_kernel(backend: Any) -> Any:
     """The kernel a backend's generated code binds as its scatter helper: by the dialect its code is written in
     (torch's index_add_, jax's .at[].add, numpy's add.at on numpy, cupy and dask)."""
-    return {"torch": scatter_torch, "jax": scatter_jax}.get(backend.target, scatter_numpy)
+    return _OWN_SCATTER.get(backend.dialect, scatter_numpy)
 
 
 # ---------------------------------------------------------------- memory: what the kernels allocate

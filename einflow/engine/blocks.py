@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from einflow.engine.codegen import _divisor, _negated, _positive_first
+from einflow.engine.rows import is_divisor, negation_of, positive_first
 from einflow.engine.steps import Add, Apply, Arg, Mul, Node, Number, Pow, Size
 from einflow.lang.functions import FUNCTION_RULES
 
@@ -171,15 +171,15 @@ class _Writer:
 
     def add(self, node: Add, out: str | None) -> str:
         parts: list[tuple[str, Node]] = []
-        for position, term in enumerate(_positive_first(node.terms)):
-            negated = _negated(term) if position else None
+        for position, term in enumerate(positive_first(node.terms)):
+            negated = negation_of(term) if position else None
             parts.append(("subtract", negated) if negated is not None else ("add", term))
         return self.fold(parts, out)
 
     def multiply(self, node: Mul, out: str | None) -> str:
-        parts = [("multiply", factor) for factor in node.factors if not _divisor(factor)]
+        parts = [("multiply", factor) for factor in node.factors if not is_divisor(factor)]
         if parts:  # division is division, as in the one-expression form
-            parts += [("divide", factor.base) for factor in node.factors if _divisor(factor)]  # type: ignore
+            parts += [("divide", factor.base) for factor in node.factors if is_divisor(factor)]  # type: ignore
             return self.fold(parts, out)
         return self.fold([("multiply", factor) for factor in node.factors], out)
 

@@ -17,6 +17,8 @@ import numpy as np
 import opt_einsum as oe
 from opt_einsum.blas import can_blas
 
+from einflow.engine.dialect import NUMPY, Dialect
+
 __all__ = ["compile_numpy", "contraction_text"]
 
 #: a contraction's pairwise calls nest at most this deep in one expression; deeper intermediates are named
@@ -206,31 +208,23 @@ def _broadcast(text: str, labels: str, result: str) -> str:
     return text
 
 
-#: the torch spelling of the numpy calls the templates use: ``numpy.dot`` of 2-D and 1-D operands is
-#: ``matmul``, and products go through :mod:`einflow.engine.backends.torch_ops` (``_ops``), which brings mixed
-#: dtypes to numpy's common type first; ``transpose`` with an axis order is ``permute``; ``.T`` and
-#: ``reshape`` are alike
-_TORCH_SPELLING = (("_np.dot(", "_ops.matmul("), ("_np.matmul(", "_ops.matmul("), ("_np.einsum(", "_ops.einsum("),
-                   (".transpose(", ".permute("))
-
-
-def _spelled(template: str, dialect: str, ops_alias: str) -> str:
-    """A template's numpy calls in the array module's ``dialect`` ("numpy" or "torch")."""
-    if dialect == "torch":
-        for numpy_text, torch_text in _TORCH_SPELLING:
+def _spelled(template: str, dialect: Dialect, ops_alias: str) -> str:
+    """A template's numpy calls in the array module's ``dialect`` (its ``kernel_spelling``)."""
+    if dialect.kernel_spelling:
+        for numpy_text, torch_text in dialect.kernel_spelling:
             template = template.replace(numpy_text, torch_text)
         template = template.replace("_ops.", ops_alias + ".")
     return template
 
 
 def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-                     operands: Sequence[str], np_alias: str = "_np", dialect: str = "numpy",
+                     operands: Sequence[str], np_alias: str = "_np", dialect: Dialect = NUMPY,
                      ops_alias: str = "_ops", scale: str | None = None) -> tuple[str, int]:
     """One Python expression computing ``equation`` (explicit ``->`` form) on the operand expressions ``operands``.
 
     Each pairwise step of opt_einsum's ``contraction_list`` becomes a ``numpy.dot``/``matmul``/``einsum`` call
     (an elementwise product a multiplication), nested so that intermediates are released as soon as the
-    next step has read them. ``np_alias`` is the array module; ``dialect="torch"`` writes the same
+    next step has read them. ``np_alias`` is the array module; ``dialect=TORCH`` writes the same
     steps for torch tensors: ``matmul`` and ``einsum`` of :mod:`einflow.engine.backends.torch_ops` (``ops_alias``),
     ``permute`` for ``transpose``. ``scale`` (the text multiplying a value: ``" * c"``) multiplies the smallest
     of the operands, the intermediates and the result, the first of them on a tie: one pass over the fewest
@@ -251,7 +245,7 @@ def contraction_text(equation: str, shapes: Sequence[tuple[int, ...]], contracti
 
 
 def contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-                      operands: Sequence[str], np_alias: str = "_np", dialect: str = "numpy",
+                      operands: Sequence[str], np_alias: str = "_np", dialect: Dialect = NUMPY,
                       ops_alias: str = "_ops", in_place: bool = False,
                       scale: str | None = None) -> tuple[str, int, str, bool]:
     """:func:`contraction_text`, the order (letters) the last step computes the result in (the text views it
@@ -272,7 +266,7 @@ def contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contract
 
 
 def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contraction_list: Sequence[tuple[Any, ...]],
-                       operands: Sequence[str], np_alias: str, dialect: str, ops_alias: str, in_place: bool,
+                       operands: Sequence[str], np_alias: str, dialect: Dialect, ops_alias: str, in_place: bool,
                        scale: tuple[int, str] | None, elements: list[int] | None) -> tuple[str, int, str, bool]:
     """:func:`contraction_steps`; ``scale``: (node, multiplying text), the node numbered as ``elements`` lists
     them (the operands, then each pairwise result); ``elements``: filled with each node's element count."""
@@ -318,7 +312,7 @@ def _contraction_steps(equation: str, shapes: Sequence[tuple[int, ...]], contrac
         if hadamard:  # an elementwise product inside the contraction: a multiplication, not einsum
             first, second = operand_labels
             made = [made_here for _, _, _, made_here in taken]  # new arrays of earlier steps (not operands)
-            if in_place and dialect == "torch" and any(made):
+            if in_place and dialect.in_place and any(made):
                 if not made[0]:  # multiply the intermediate in place, the other factor in its axis order
                     taken.reverse()
                     operand_labels.reverse()

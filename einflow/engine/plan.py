@@ -27,10 +27,12 @@ from einflow.engine.backends.base import Backend
 from einflow.engine.codegen import Source
 from einflow.engine.fitting import NO_FITTING, Fitting, Holders, fit
 from einflow.engine.lower import lower
+from einflow.engine.measure import PLAN_RULES
 from einflow.engine.memory import format_bytes
 from einflow.engine.paths import PathChoice
 from einflow.engine.render import render
-from einflow.engine.specialise import PLAN_RULES, Specialised, specialise
+from einflow.engine.rows import STEP_RULES, kind_of
+from einflow.engine.specialise import Specialised, specialise
 from einflow.engine.steps import Free, Lowered, Scatter, Step
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
@@ -240,9 +242,9 @@ def _report_step(step: Step, record: Specialised, fitting: Fitting, names: Sourc
     shape = record.shapes[out]
     statement = record.lowered.statements[step.statement]
     size = record.itemsizes[out]
-    _, kind, *note = names.note(0, step).split(" ", 2)  # "[0] kind note", as the code's comment reads
+    kind = kind_of(step)  # the step's rows: its name and its note, as the code's comment reads them
     rule = PLAN_RULES[type(step)]
-    text = (note[0] if note else "") if rule.describe is None else rule.describe(names, step)
+    text = STEP_RULES[type(step)].note(names, step).rstrip() if rule.describe is None else rule.describe(names, step)
     planned = record.contractions.get(out)
     if planned is None:
         reported = PlanStep(statement, kind, text, record.flops[out], shape, size)

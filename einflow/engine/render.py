@@ -19,22 +19,19 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
-import einflow.engine.specialise as specialise_pass
+import einflow.engine.measure as measure_rows
 from einflow.engine.affine import is_identity, scatter_kernel, window_kernel
 from einflow.engine.backends.base import Backend
 from einflow.engine.blocks import render_kernel, run_blocks
-from einflow.engine.codegen import (
-    Source,
-    _negated,
-    diagonal_spec,
-    diagonal_view_labels,
-    helpers,
-)
+from einflow.engine.codegen import Source
 from einflow.engine.convolution import convolution_kernel
 from einflow.engine.fitting import Fitting
-from einflow.engine.render_fitted import FittedRenderer
+from einflow.engine.helpers import helpers
+from einflow.engine.measure import NP, OPS, common_dtype, one_float_type
+from einflow.engine.render_fitted import fitted_lines
+from einflow.engine.rows import diagonal_spec, diagonal_view_labels, negation_of
 from einflow.engine.slicing import scatter_chunks, window_chunks
-from einflow.engine.specialise import NP, OPS, Specialised, common_dtype, one_float_type
+from einflow.engine.specialise import Specialised
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -57,12 +54,29 @@ from einflow.engine.steps import (
     node_args,
 )
 
-__all__ = ["Rendered", "Renderer", "render", "RENDER_RULES"]
+__all__ = ["Rendered", "Renderer", "render", "RENDER_RULES", "StepContext"]
 
 #: a large diagonal view with an axis this short or shorter is added into slice by slice along that axis
 DIAGONAL_LOOP = 16
 #: intermediates of at least this many bytes are released (``del``) right after their last use
 RELEASE_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What rendering one step knows of it beyond the record: ``scale_dtype``, the type of the contraction at
+    hand (``scaled`` groups its scalar factors when that keeps it); ``read_as``, torch and jax: the floating type
+    an elementwise step reads its integer arrays in, as numpy computes them (torch would compute ``0.5 x`` of
+    int64 x in float32); ``in_place``, torch: the elementwise expression at hand reads and makes arrays of one
+    floating type, so work on an array it just made may be done in place (``(a + b).tanh_()``)."""
+
+    scale_dtype: Any = None
+    read_as: str | None = None
+    in_place: bool = False
+
+
+#: the context outside any step
+NO_CONTEXT = StepContext()
 
 
 @dataclass(frozen=True)
@@ -85,16 +99,17 @@ def render(record: Specialised, fitting: Fitting) -> Rendered:
     parameters = ", ".join(renderer.vars[k] for k in range(len(lowered.inputs)))
     kernels = [line for kernel in renderer.kernels for line in (kernel, "")]
     text = "\n".join([*kernels, f"def _run({parameters}):", *body, f"    return {result}", ""])
-    namespace = {**helpers(renderer, record.backend.xp), **renderer.namespace, renderer.alias["oe"]: oe}
+    namespace = {**helpers(renderer.alias, renderer.dialect, record.backend.xp), **renderer.namespace,
+                 renderer.alias["oe"]: oe}
     exec(compile(text, "<einflow plan>", "exec"), namespace)  # noqa: S102 - generated here from plain data
     return Rendered(text, namespace["_run"], renderer)
 
 
-class Renderer(FittedRenderer, Source):
+class Renderer(Source):
     """Renders the steps for one signature: literal sizes, planned contractions, fused elementwise engines."""
 
     def __init__(self, record: Specialised, fitting: Fitting) -> None:
-        super().__init__(record.lowered, set(record.taken), record.backend.target)
+        super().__init__(record.lowered, set(record.taken), record.backend.dialect)
         self.record = record
         #: what to slice or compute in chunks to fit the memory limit
         self.fitting = fitting
@@ -108,16 +123,11 @@ class Renderer(FittedRenderer, Source):
         #: kernels of the steps computed block by block (``einflow.engine.blocks``), defined before the function
         self.kernels: list[str] = []
         self.blocks_name: str | None = None
-        #: the type of the contraction being rendered (``scaled`` groups its scalar factors when it can)
-        self.scale_dtype: Any = None
+        #: what rendering the step at hand knows of it (one frozen value per step, never changed in place)
+        self.context = NO_CONTEXT
         #: the generated code's name for einflow.engine.backends.torch_ops (torch contractions), once one needs it
         self.ops_alias: str | None = None
-        #: torch: the step being rendered reads and makes arrays of one floating type, so work on an array the
-        #: step itself just made may be done in place (``(a + b).tanh_()``: one allocation fewer per pass)
-        self.in_place = False
         self.tensor_literals = False  # (integer arrays are read in the step's floating type: ``read_as``)
-        #: torch and jax: the floating type integer arrays are read in by the elementwise step being rendered
-        self.read_as: str | None = None
         #: dask: the generated code's name for dask_ops.broadcast_operands, once a broadcast needs it
         self.broadcast_helper: str | None = None
 
@@ -155,7 +165,7 @@ class Renderer(FittedRenderer, Source):
         return common_dtype(self.dtype, step)
 
     def one_float_type(self, registers: list[int], out: int) -> bool:
-        return one_float_type(self.target, self.dtype, registers, out)
+        return one_float_type(self.dialect, self.dtype, registers, out)
 
     def contract(self, step: Contract) -> str:
         fused = self.record.convolutions.get(step.out)
@@ -169,7 +179,7 @@ class Renderer(FittedRenderer, Source):
         equation, shapes, orders = planned.equation, planned.shapes, planned.orders
         operands = [self.var(register) if order == tuple(range(len(order)))
                     else f"{self.var(register)}.permute({order})" for register, order in zip(step.args, orders)]
-        if len(step.args) > 2 or step.scale or self.target != "numpy":  # (torch, jax: int64 with float32 is float32)
+        if len(step.args) > 2 or step.scale or not self.dialect.numpy_types:  # (torch: int64 * float32 is float32)
             # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
             # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);
             # two arrays alone already promote like numpy
@@ -184,7 +194,7 @@ class Renderer(FittedRenderer, Source):
         if self.backend.pairwise_kernels:
             # each pairwise step as a direct call: a GEMM-shaped one as dot / matmul on (transposed) views,
             # an elementwise product as `*`, the rest einsum (torch: through einflow.engine.backends.torch_ops)
-            if self.target == "torch" and self.ops_alias is None:
+            if not self.backend.numpy_native and self.ops_alias is None:  # (torch: its ops module)
                 self.ops_alias = self.fresh("_ops")
                 self.namespace[self.ops_alias] = importlib.import_module(self.backend.einsum_backend)
             in_place, fresh = planned.in_place, planned.fresh
@@ -206,7 +216,7 @@ class Renderer(FittedRenderer, Source):
             text = f"{name}({', '.join(operands)}, backend={self.backend.einsum_backend!r})"
         if step.scale and not scaled_inside:
             scaled = self.scaled("{x}", step.scale)
-            if self.target == "torch" and fresh and in_place and scaled.startswith("{x} * "):
+            if self.dialect.in_place and fresh and in_place and scaled.startswith("{x} * "):
                 # the contraction's own new array, scaled in place
                 return f"{text}.mul_({scaled[len('{x} * '):]})"
             text = self.scaled(text, step.scale)
@@ -219,7 +229,7 @@ class Renderer(FittedRenderer, Source):
         floating one): every factor a number, a size or a 0-d register of that type. Otherwise one
         multiplication per factor.
         """
-        dtype = self.scale_dtype
+        dtype = self.context.scale_dtype
         if dtype is None or len(scale) < 2 or np.dtype(dtype).kind != "f" or not all(
                 isinstance(f, (Number, Size)) and not isinstance(getattr(f, "value", 0), bool)
                 or isinstance(f, Arg) and not self.shape.get(f.register) and self.dtype.get(f.register) == dtype
@@ -252,7 +262,7 @@ class Renderer(FittedRenderer, Source):
         # arrays are divided with ``/`` (the helper is for Python numbers alone, where 1.0 / 0.0 would raise)
         if all(isinstance(self.dtype[register], type) for register in node_args(node)):
             return super().divided(node, numerator, divisors)
-        text = numerator if self.target != "torch" else self.floating(numerator)
+        text = self.floating(numerator) if self.dialect.floats_before_division else numerator
         for divisor in divisors:
             divisor_text = self.node(divisor)[0]  # (a square renders as ``x * x``: atoms and calls go bare)
             text += " / " + self.floating(divisor_text if isinstance(divisor, (Arg, Apply, Size)) else
@@ -269,7 +279,7 @@ class Renderer(FittedRenderer, Source):
         numbers = [k for k, f in enumerate(node.factors) if isinstance(f, Number) and isinstance(f.value, float)]
         dtypes = [self.dtype[registers[k]] for k in arrays]
         others = [k for k in order if k not in arrays and k not in numbers]  # calls, powers: maybe floating
-        if self.target != "numpy" or len(arrays) < 2 or not numbers or others or any(
+        if not self.dialect.numpy_types or len(arrays) < 2 or not numbers or others or any(
                 isinstance(dtype, type) or np.dtype(dtype).kind not in "biu" for dtype in dtypes):
             return order
         smallest = min(arrays, key=lambda k: math.prod(self.shape[registers[k]]))
@@ -277,85 +287,25 @@ class Renderer(FittedRenderer, Source):
         return [smallest, *numbers, *rest]
 
     def node(self, node: Node) -> tuple[str, int]:
-        if self.in_place:
-            found = self.node_in_place(node)
+        if self.context.in_place:
+            found = _node_in_place(self, node)
             if found is not None:
                 return found
         return super().node(node)
 
-    def node_in_place(self, node: Node) -> tuple[str, int] | None:
-        """torch: a function of a sum or product, or ``c - product``, computed in place on the array the sum
-        or product just made (autograd allows it: those operations keep no output for their backward); the
-        node's row of ``_IN_PLACE`` (None: as usual)."""
-        rule = _IN_PLACE.get(type(node))
-        return None if rule is None else rule(self, node)
-
-    def function_in_place(self, node: Apply) -> tuple[str, int] | None:
-        """``tanh(a + b)`` as ``(a + b).tanh_()``."""
-        if node.other is None and _fresh(node.arg):
-            inner, _ = self.node(node.arg)
-            np_ = self.alias["np"]
-            if self.call(node.func, "{x}", promote=False) == f"{np_}.{node.func}({{x}})" and \
-                    hasattr(_torch_tensor_type(), f"{node.func}_"):
-                return f"({inner}).{node.func}_()", 4
-        return None
-
-    def difference_in_place(self, node: Add) -> tuple[str, int] | None:
-        """``c - a b`` as ``(a * b).neg_().add_(c)``."""
-        if len(node.terms) == 2:
-            numbers = [t for t in node.terms if isinstance(t, Number) and not isinstance(t.value, bool)]
-            others = [t for t in node.terms if not isinstance(t, Number)]
-            if len(numbers) == 1 and len(others) == 1:
-                negated = _negated(others[0])
-                if negated is not None and _fresh(negated) and not isinstance(negated, Add):
-                    inner, _ = self.node(negated)
-                    return f"({inner}).neg_().add_({self.number(numbers[0].value)})", 4
-        return None
-
     def step_lines(self, step: Step) -> list[str]:
         lines = self.own_step_lines(step)
         if self.backend.lazy and isinstance(step, Elementwise):
-            return self.bounded_broadcast(step) + lines
+            return _bounded_broadcast(self, step) + lines
         return lines
 
-    def bounded_broadcast(self, step: Elementwise) -> list[str]:
-        """dask: the line rechunking the arrays an elementwise step broadcasts to a larger result (an outer
-        product ``x[:, None] * y[None, :]``), so its blocks stay near its inputs' (dask_ops.broadcast_operands)."""
-        reads: dict[int, set[tuple[str, ...]]] = {}
-        elements = math.prod(self.shape[step.out])
-        for arg in arg_nodes(step.expr):
-            shape = self.shape[arg.register]
-            if not shape or math.prod(shape) >= elements:
-                continue
-            if arg.axes is None:
-                if len(shape) != len(step.labels):
-                    continue
-                labels = tuple(step.labels)
-            else:
-                where = {axis: k for k, axis in enumerate(arg.axes) if axis is not None}
-                if len(where) != len(shape):
-                    continue
-                labels = tuple(step.labels[where[axis]] for axis in range(len(shape)))
-            reads.setdefault(arg.register, set()).add(labels)
-        if not reads:
-            return []
-        helper = self.broadcast_helper
-        if helper is None:
-            from einflow.engine.backends.dask_ops import broadcast_operands
-
-            helper = self.broadcast_helper = self.fresh("_broadcast_operands")
-            self.namespace[helper] = broadcast_operands
-        names = [self.var(register) for register in reads]
-        readings: tuple[tuple[tuple[str, ...], ...], ...] = tuple(tuple(sorted(found)) for found in reads.values())
-        targets = ", ".join(names) + ("," if len(names) == 1 else "")
-        return [f"{targets} = {helper}(({targets}), {readings!r}, {tuple(step.labels)!r})"]
-
     def elementwise(self, step: Elementwise) -> str:
-        self.in_place = self.one_float_type(node_args(step.expr), step.out)
+        outer = self.context
+        self.context = replace(outer, in_place=self.one_float_type(node_args(step.expr), step.out))
         try:
             return self.elementwise_text(step)
         finally:
-            self.in_place = False
+            self.context = outer
 
     def elementwise_text(self, step: Elementwise) -> str:
         planned = self.record.expressions[step.out]
@@ -387,15 +337,12 @@ class Renderer(FittedRenderer, Source):
         rule = RENDER_RULES.get(type(step))
         if rule is not None and rule.lines is not None:  # the step's own lines, never sliced nor chunked
             return rule.lines(self, step)
-        # a contraction's scale factors are grouped when that keeps its type (``scaled``)
-        self.scale_dtype = self.dtype[step.out] if isinstance(step, Contract) else None
-        # torch and jax: integer arrays in an elementwise step of floating type are read in that type, as
-        # numpy computes them (torch would compute ``0.5 x`` of int64 x in float32)
         dtype = self.dtype[step.out]  # type: ignore[union-attr]
-        self.read_as = np.dtype(dtype).name if self.target != "numpy" and isinstance(step, Elementwise) and \
+        read_as = np.dtype(dtype).name if not self.dialect.numpy_types and isinstance(step, Elementwise) and \
             not isinstance(dtype, type) and np.dtype(dtype).kind in "fc" and self.native(dtype) else None
+        outer, self.context = self.context, StepContext(dtype if isinstance(step, Contract) else None, read_as)
         try:
-            fitted = self.fitted_lines(step)  # sliced or chunked to fit the memory limit (einflow.engine.fitting)
+            fitted = fitted_lines(self, step)  # sliced or chunked to fit the memory limit (einflow.engine.fitting)
             if fitted is not None:
                 return fitted
             inline = rule.inline(self, step) if rule is not None and rule.inline is not None else None
@@ -403,14 +350,14 @@ class Renderer(FittedRenderer, Source):
                 return inline
             return super().step_lines(step)
         finally:
-            self.scale_dtype = None
-            self.read_as = None
+            self.context = outer
 
     def arg(self, node: Arg) -> str:
         text = super().arg(node)
         dtype = self.dtype[node.register]
-        if self.read_as is not None and not isinstance(dtype, type) and np.dtype(dtype).kind in "biu":
-            return self.astype(text, self.read_as)
+        read_as = self.context.read_as
+        if read_as is not None and not isinstance(dtype, type) and np.dtype(dtype).kind in "biu":
+            return self.astype(text, read_as)
         return text
 
     def native(self, dtype: Any) -> bool:
@@ -447,39 +394,6 @@ class Renderer(FittedRenderer, Source):
         dtype = self.dtype[register]
         return not isinstance(dtype, type) and np.dtype(dtype).kind == "f"
 
-    def normaliser_lines(self, step: Reduce) -> list[str] | None:
-        """A max-shifted softmax / log_softmax / logsumexp written out for a non-empty float numpy array, as the
-        ``reduce`` helper computes it (a non-finite maximum shifts by 0) but without its generic checks, and
-        with the exponentials taken in place; None elsewhere (the helper is called)."""
-        dtype = self.dtype[step.arg]
-        if not self.backend.numpy_native or isinstance(dtype, type) or np.dtype(dtype).kind != "f" \
-                or not math.prod(self.shape[step.arg]):
-            return None
-        np_, x, out = self.alias["np"], self.var(step.arg), self.var(step.out)
-        shift, work = self.fresh("_shift"), self.fresh("_e")
-        axes = repr(step.axes)
-        shape = self.shape[step.arg]
-        if math.prod(size for k, size in enumerate(shape) if k not in step.axes) == 1:
-            finite = self.fresh("_isfinite")  # one maximum: a Python test, a fifth of a ufunc call's cost
-            self.namespace[finite] = math.isfinite
-            test = f"{finite}({shift}.item())"
-        else:
-            test = f"{np_}.isfinite({shift}).all()"
-        lines = [f"{shift} = {x}.max(axis={axes}, keepdims=True)",
-                 f"if not {test}:",
-                 f"    {shift} = {np_}.where({np_}.isfinite({shift}), {shift}, 0)",
-                 f"{work} = {x} - {shift}"]
-        if step.kind == "softmax":
-            lines += [f"{np_}.exp({work}, out={work})", f"{work} /= {work}.sum(axis={axes}, keepdims=True)",
-                      f"{out} = {work}"]
-        elif step.kind == "log_softmax":
-            lines += [f"{work} -= {np_}.log({np_}.exp({work}).sum(axis={axes}, keepdims=True))", f"{out} = {work}"]
-        else:
-            lines += [f"{np_}.exp({work}, out={work})",
-                      f"{out} = ({np_}.log({work}.sum(axis={axes}, keepdims=True)) + {shift}).squeeze(axis={axes})"]
-        lines.append(f"del {shift}, {work}")
-        return lines
-
     def diagonal_add(self, step: Diagonal, out: str, value: str) -> list[str]:
         """Adding into a large diagonal view with a short axis goes slice by slice along that axis: numpy cannot
         tell quickly that such a view (``H[p,q,r,q]``, strides of every size) does not overlap itself, and makes
@@ -487,7 +401,7 @@ class Renderer(FittedRenderer, Source):
         labels = diagonal_view_labels(step)
         full = self.shape[step.out]
         shape = tuple(full[step.output.index(label)] for label in labels)
-        if not self.backend.numpy_native or len(shape) < 2 or math.prod(shape) < specialise_pass.BLOCK_ELEMENTS \
+        if not self.backend.numpy_native or len(shape) < 2 or math.prod(shape) < measure_rows.BLOCK_ELEMENTS \
                 or min(shape) > DIAGONAL_LOOP:
             return super().diagonal_add(step, out, value)
         axis = shape.index(min(shape))
@@ -510,7 +424,7 @@ class Renderer(FittedRenderer, Source):
                 first = f"{out} = {self.alias['np']}.broadcast_to({base}, {self.shape[step.out]!r})" \
                         f".astype({str(self.dtype[step.out])!r})"
             return [first, *self.diagonal_add(step, out, value)]
-        if self.backend.numpy_native or self.target != "numpy":
+        if self.backend.numpy_native or not self.dialect.strided_writes:
             return super().diagonal(step, out)
         name = self.fresh(f"_diagonal{step.out}")
         self.namespace[name] = _diagonal_writer(self.backend, replace(step, labels=diagonal_view_labels(step)),
@@ -519,9 +433,104 @@ class Renderer(FittedRenderer, Source):
         return [f"{out} = {written}" if step.base is None else f"{out} = {self.var(step.base)} + {written}"]
 
 
+def _node_in_place(renderer: Renderer, node: Node) -> tuple[str, int] | None:
+    """torch: a function of a sum or product, or ``c - product``, computed in place on the array the sum
+    or product just made (autograd allows it: those operations keep no output for their backward); the
+    node's row of ``_IN_PLACE`` (None: as usual)."""
+    rule = _IN_PLACE.get(type(node))
+    return None if rule is None else rule(renderer, node)
+
+def _function_in_place(renderer: Renderer, node: Apply) -> tuple[str, int] | None:
+    """``tanh(a + b)`` as ``(a + b).tanh_()``."""
+    if node.other is None and _fresh(node.arg):
+        inner, _ = renderer.node(node.arg)
+        np_ = renderer.alias["np"]
+        if renderer.call(node.func, "{x}", promote=False) == f"{np_}.{node.func}({{x}})" and \
+                hasattr(_torch_tensor_type(), f"{node.func}_"):
+            return f"({inner}).{node.func}_()", 4
+    return None
+
+def _difference_in_place(renderer: Renderer, node: Add) -> tuple[str, int] | None:
+    """``c - a b`` as ``(a * b).neg_().add_(c)``."""
+    if len(node.terms) == 2:
+        numbers = [t for t in node.terms if isinstance(t, Number) and not isinstance(t.value, bool)]
+        others = [t for t in node.terms if not isinstance(t, Number)]
+        if len(numbers) == 1 and len(others) == 1:
+            negated = negation_of(others[0])
+            if negated is not None and _fresh(negated) and not isinstance(negated, Add):
+                inner, _ = renderer.node(negated)
+                return f"({inner}).neg_().add_({renderer.number(numbers[0].value)})", 4
+    return None
+
+def _bounded_broadcast(renderer: Renderer, step: Elementwise) -> list[str]:
+    """dask: the line rechunking the arrays an elementwise step broadcasts to a larger result (an outer
+    product ``x[:, None] * y[None, :]``), so its blocks stay near its inputs' (dask_ops.broadcast_operands)."""
+    reads: dict[int, set[tuple[str, ...]]] = {}
+    elements = math.prod(renderer.shape[step.out])
+    for arg in arg_nodes(step.expr):
+        shape = renderer.shape[arg.register]
+        if not shape or math.prod(shape) >= elements:
+            continue
+        if arg.axes is None:
+            if len(shape) != len(step.labels):
+                continue
+            labels = tuple(step.labels)
+        else:
+            where = {axis: k for k, axis in enumerate(arg.axes) if axis is not None}
+            if len(where) != len(shape):
+                continue
+            labels = tuple(step.labels[where[axis]] for axis in range(len(shape)))
+        reads.setdefault(arg.register, set()).add(labels)
+    if not reads:
+        return []
+    helper = renderer.broadcast_helper
+    if helper is None:
+        from einflow.engine.backends.dask_ops import broadcast_operands
+
+        helper = renderer.broadcast_helper = renderer.fresh("_broadcast_operands")
+        renderer.namespace[helper] = broadcast_operands
+    names = [renderer.var(register) for register in reads]
+    readings: tuple[tuple[tuple[str, ...], ...], ...] = tuple(tuple(sorted(found)) for found in reads.values())
+    targets = ", ".join(names) + ("," if len(names) == 1 else "")
+    return [f"{targets} = {helper}(({targets}), {readings!r}, {tuple(step.labels)!r})"]
+
+def _normaliser_lines(renderer: Renderer, step: Reduce) -> list[str] | None:
+    """A max-shifted softmax / log_softmax / logsumexp written out for a non-empty float numpy array, as the
+    ``reduce`` helper computes it (a non-finite maximum shifts by 0) but without its generic checks, and
+    with the exponentials taken in place; None elsewhere (the helper is called)."""
+    dtype = renderer.dtype[step.arg]
+    if not renderer.backend.numpy_native or isinstance(dtype, type) or np.dtype(dtype).kind != "f" \
+            or not math.prod(renderer.shape[step.arg]):
+        return None
+    np_, x, out = renderer.alias["np"], renderer.var(step.arg), renderer.var(step.out)
+    shift, work = renderer.fresh("_shift"), renderer.fresh("_e")
+    axes = repr(step.axes)
+    shape = renderer.shape[step.arg]
+    if math.prod(size for k, size in enumerate(shape) if k not in step.axes) == 1:
+        finite = renderer.fresh("_isfinite")  # one maximum: a Python test, a fifth of a ufunc call's cost
+        renderer.namespace[finite] = math.isfinite
+        test = f"{finite}({shift}.item())"
+    else:
+        test = f"{np_}.isfinite({shift}).all()"
+    lines = [f"{shift} = {x}.max(axis={axes}, keepdims=True)",
+             f"if not {test}:",
+             f"    {shift} = {np_}.where({np_}.isfinite({shift}), {shift}, 0)",
+             f"{work} = {x} - {shift}"]
+    if step.kind == "softmax":
+        lines += [f"{np_}.exp({work}, out={work})", f"{work} /= {work}.sum(axis={axes}, keepdims=True)",
+                  f"{out} = {work}"]
+    elif step.kind == "log_softmax":
+        lines += [f"{work} -= {np_}.log({np_}.exp({work}).sum(axis={axes}, keepdims=True))", f"{out} = {work}"]
+    else:
+        lines += [f"{np_}.exp({work}, out={work})",
+                  f"{out} = ({np_}.log({work}.sum(axis={axes}, keepdims=True)) + {shift}).squeeze(axis={axes})"]
+    lines.append(f"del {shift}, {work}")
+    return lines
+
+
 #: torch: the node kinds computed in place on an array their argument just made
 _IN_PLACE: dict[type, Callable[[Renderer, Any], tuple[str, int] | None]] = {
-    Apply: Renderer.function_in_place, Add: Renderer.difference_in_place,
+    Apply: _function_in_place, Add: _difference_in_place,
 }
 
 
@@ -570,7 +579,7 @@ def _diagonal_writer(backend: Backend, step: Diagonal, full_shape: tuple[int, ..
 
 
 # ---------------------------------------------------------------------------------------------- render rules
-# The steps whose rendering with shapes differs from the generic one (``codegen.STEP_RULES``): their own lines
+# The steps whose rendering with shapes differs from the generic one (``rows.STEP_RULES``): their own lines
 # (``lines``: replacing the generic rendering, never sliced nor chunked) and lines tried before the generic
 # rendering once fitting leaves the step whole (``inline``).
 
@@ -614,7 +623,7 @@ def _scatter_lines(renderer: Renderer, step: Scatter) -> list[str]:
 
 def _reduce_inline(renderer: Renderer, step: Reduce) -> list[str] | None:
     if step.kind in ("softmax", "log_softmax", "logsumexp"):
-        inline = renderer.normaliser_lines(step)
+        inline = _normaliser_lines(renderer, step)
         if inline is not None:
             return inline
     if renderer.backend.lazy and not math.prod(renderer.shape[step.out]) \

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from einflow.engine.dialect import NUMPY, Dialect
 from einflow.lang.errors import BackendError
 from einflow.lang.functions import FUNCTION_RULES
 
@@ -54,7 +55,7 @@ class Backend:
     strided_writes = True
     # capabilities the engine plans by (never a backend's name):
     #: the dialect the generated function is written in: numpy's API (numpy, cupy, dask), torch or jax.numpy
-    target = "numpy"
+    dialect: Dialect = NUMPY
     #: arrays are numpy.ndarray in this process: contractions become BLAS calls (engine.kernels), large fused
     #: elementwise work runs in ufunc blocks on threads (engine.blocks), diagonals are added in place
     numpy_native = False

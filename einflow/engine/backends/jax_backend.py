@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy
 
 from einflow.engine.backends.base import Backend, numpy_input
+from einflow.engine.dialect import JAX
 from einflow.lang.errors import BackendError
 
 __all__ = ["JaxBackend"]
@@ -29,7 +30,7 @@ class JaxBackend(Backend):
     """
 
     name = "jax"
-    target = "jax"
+    dialect = JAX
     einsum_backend = "jax"
     strided_writes = False
 

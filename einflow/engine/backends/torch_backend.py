@@ -14,6 +14,7 @@ import numpy
 import torch
 
 from einflow.engine.backends.base import Backend, numpy_input
+from einflow.engine.dialect import TORCH
 from einflow.engine.precision import numpy_low
 from einflow.lang.errors import BackendError
 
@@ -58,7 +59,7 @@ class TorchBackend(Backend):
     name = "torch"
     pairwise_kernels = True
     native_convolution = True
-    target = "torch"
+    dialect = TORCH
     einsum_backend = "einflow.engine.backends.torch_ops"
     strided_writes = False
 

@@ -1,7 +1,7 @@
 """The functions opt_einsum calls for contractions on torch tensors, with numpy's type promotion.
 
 The generated torch code calls ``matmul`` and ``einsum`` from here for each pairwise step of a
-contraction (:func:`einflow.engine.kernels.contraction_text` with ``dialect="torch"``);
+contraction (:func:`einflow.engine.kernels.contraction_text` with ``dialect=TORCH``);
 ``opt_einsum.contract_expression(...)(*tensors, backend="einflow.engine.backends.torch_ops")`` calls
 ``tensordot``, ``transpose`` and ``einsum``. torch's own kernels refuse operands of different dtypes
 (a boolean delta's ones vector times a float tensor); here the operands are first brought to their
