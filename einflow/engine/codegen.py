@@ -17,10 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import opt_einsum as oe
-
 from einflow.engine.linalg import (
     CHECK_KINDS,
+    KEEPS_AXES,
     LINALG_HELPER,
     SOLVE_HELPER,
     TORCH_LINALG_HELPER,
@@ -56,6 +55,7 @@ from einflow.engine.steps import (
 from einflow.lang import ir
 from einflow.lang.errors import EinflowError, MatrixError
 from einflow.lang.functions import FUNCTION_RULES
+from einflow.lang.indices import einsum_equation, index_letters
 from einflow.lang.numbers import _is_unit
 
 __all__ = ["Source", "generic_booleans", "helpers", "taken_names", "NodeRule", "NODE_RULES", "StepRule", "STEP_RULES",
@@ -547,10 +547,7 @@ class Source:
 
     # ------------------------------------------------------------------ steps
     def contract(self, step: Contract) -> str:
-        letters = {label: oe.get_symbol(k) for k, label in
-                   enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
-        equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
-        equation += "->" + "".join(letters[label] for label in step.output)
+        equation = einsum_equation(step.operands, step.output)
         args = "".join(", " + self.var(register) for register in step.args)
         call = self.helper("contract") if self.target == "torch" else f"{self.alias['oe']}.contract"
         return self.scaled(f"{call}({equation!r}{args})", step.scale)
@@ -707,9 +704,7 @@ def diagonal_spec(step: Diagonal) -> str:
     """The einsum equation whose result is the writable view of a Diagonal step's diagonal (its value's axes)."""
     representative = {member: group[0] for group in step.groups for member in group}
     labels = diagonal_view_labels(step)
-    letters = {label: oe.get_symbol(k) for k, label in enumerate(labels)}
-    return "".join(letters[representative.get(label, label)] for label in step.output) + "->" + \
-        "".join(letters[label] for label in labels)
+    return einsum_equation([(representative.get(label, label) for label in step.output)], labels, index_letters(labels))
 
 
 def _divisor(factor: Node) -> bool:
@@ -1021,8 +1016,7 @@ def _solve_lines(source: Source, step: Solve, out: str) -> list[str]:
 
 
 def _reduce_note(source: Source, step: Reduce) -> str:
-    keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "adj", "spd_inv", "spd_by_factor", "spd_factor",
-             "cho_inv", *CHECK_KINDS)
+    keeps = (*ir.NORMALISERS, *KEEPS_AXES)
     kept = step.labels if step.kind in keeps else tuple(
         label for k, label in enumerate(step.labels) if k not in step.axes)
     return f"[{','.join(step.labels)}] -> [{','.join(kept)}]"

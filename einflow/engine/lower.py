@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.accumulate import accumulate_diagonals
-from einflow.engine.linalg import SPD_FACTORING, matrix_kind
+from einflow.engine.linalg import KEEPS_AXES, SPD_FACTORING, matrix_kind
 from einflow.engine.solving import inline_inverses
 from einflow.engine.steps import (
     Add,
@@ -61,7 +61,9 @@ from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import (
     NOT_PLAIN,
+    einsum_equation,
     free_indices,
+    index_letters,
     indices_in,
     join_partners,
     product_operands,
@@ -344,8 +346,8 @@ class _Lowering:
         elif isinstance(expr, ir.Normalize):
             body = self.lower(expr.body, bound, frozenset())
             value = self.sum_axes(self.reduce_axes(expr.kind, body, frozenset(expr.indices)), reduce)
-        elif isinstance(expr, ir.Linalg):  # inv keeps its indices (bound as a normaliser's); det/logdet reduce
-            inner = frozenset(expr.indices) if expr.kind != "inv" else frozenset()
+        elif isinstance(expr, ir.Linalg):
+            inner = frozenset(ir.reduced_indices(expr))
             body = self.lower(expr.body, bound | inner, frozenset())
             declared = self.matrices.get(expr.body.name) if isinstance(expr.body, ir.Tensor) and set(
                 expr.body.indices) == set(expr.indices) else None
@@ -461,7 +463,7 @@ class _Lowering:
             raise AssertionError("a matrix function of a constant")
         if axes is None:
             axes = (value.labels.index(indices[0]), value.labels.index(indices[1]))
-        keeps = kind.endswith("inv") or kind == "adj"
+        keeps = kind in KEEPS_AXES
         labels = value.labels if keeps else tuple(label for label in value.labels if label not in indices)
         sizes = self.sizes_of(labels)
         reg = value.reg
@@ -823,9 +825,7 @@ class _Lowering:
         args = tuple(value.reg for value, _ in operands)
         sizes = self.sizes_of(inner)
         # positional: the same contraction under other index names is computed once
-        letters = {label: chr(97 + k) for k, label in enumerate(dict.fromkeys(everything))}
-        equation = (tuple("".join(letters[label] for label in labels) for labels in keys),
-                    "".join(letters[label] for label in inner))
+        equation = einsum_equation(keys, inner, index_letters(everything))
         key = ("contract", equation, args, tuple(scale), _number_types(Mul(tuple(scale))))
         result = self.emit(key, lambda out: Contract(  # type: ignore[arg-type]
             self.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)

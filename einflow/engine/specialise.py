@@ -90,7 +90,7 @@ from einflow.engine.steps import (
 )
 from einflow.lang import ir
 from einflow.lang.errors import EinflowError, ShapeError
-from einflow.lang.indices import declared_sizes, statement_sizes
+from einflow.lang.indices import declared_sizes, einsum_equation, index_letters, statement_sizes
 from einflow.lang.numbers import _is_unit
 
 __all__ = ["Specialised", "ContractionPlan", "ExpressionPlan", "BlockPlan", "specialise", "PLAN_RULES",
@@ -431,8 +431,7 @@ def _compiled(text: str) -> Any:
 # ---------------------------------------------------------------------------------------------- measuring
 def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
     """The contraction's path, its report figures, its intermediates' memory and (torch) its result's layout."""
-    letters = {label: oe.get_symbol(k) for k, label in
-               enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
+    letters = index_letters(*step.operands)
     # torch: each operand is taken in the axis order it is stored in (a transposed view is read as the
     # contiguous array it views), so matrix products pick their operands' layouts and an elementwise
     # product inside the contraction meets operands of one layout
@@ -440,8 +439,7 @@ def _measure_contract(specialiser: _Specialising, step: Contract) -> None:
     orders = [specialiser.stored_order(register) for register in step.args] if target == "torch" else \
         [tuple(range(len(labels))) for labels in step.operands]
     operand_labels = [tuple(labels[a] for a in order) for labels, order in zip(step.operands, orders)]
-    equation = ",".join("".join(letters[label] for label in labels) for labels in operand_labels)
-    equation += "->" + "".join(letters[label] for label in step.output)
+    equation = einsum_equation(operand_labels, step.output, letters)
     shapes = [tuple(specialiser.shape[register][a] for a in order) for register, order in zip(step.args, orders)]
     path, info, choice = choose_path(equation, shapes, specialiser.optimize)
     names = {letter: label for label, letter in letters.items()}
