@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.accumulate import accumulate_diagonals
-from einflow.engine.affine_lower import lower_shifted, note_ranges, window
+from einflow.engine.affine_lower import lower_shifted, window
+from einflow.engine.contract_lower import contract, diagonal
 from einflow.engine.linalg_lower import (
     adjugates,
     check_matrix,
@@ -34,6 +35,7 @@ from einflow.engine.linalg_lower import (
     solves,
 )
 from einflow.engine.lower_context import LoweringContext, Value, align, number_types
+from einflow.engine.lower_sizes import declare_sizes, statement_size_refs
 from einflow.engine.solving import inline_inverses
 from einflow.engine.steps import (
     Add,
@@ -41,11 +43,9 @@ from einflow.engine.steps import (
     Arg,
     AsFloat,
     Constant,
-    Contract,
     Diagonal,
     Elementwise,
     Free,
-    Inferred,
     Lowered,
     Mul,
     Node,
@@ -65,13 +65,8 @@ from einflow.lang.check import check_program
 from einflow.lang.contraction import eliminate_deltas, product_output, split_product
 from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import (
-    NOT_PLAIN,
-    einsum_equation,
     free_indices,
-    index_letters,
     indices_in,
-    join_partners,
-    size_links,
     top_level_terms,
 )
 from einflow.lang.numbers import _fold_power, _is_unit, _weak, exact_add
@@ -122,8 +117,9 @@ class _Lowering:
     def context(self) -> LoweringContext:
         """The current statement's :class:`LoweringContext`."""
         return LoweringContext(self.statement, self.emit, self.sizes_of, self.materialize, self.elementwise,
-                               self.ones, self.sum_axes, self.lower, self.lower_product, self.names,
-                               self.register_sizes, self.matrices, self.determinants, self.declared, self.ranges)
+                               self.ones, self.sum_axes, self.aligned, self.lower, self.lower_product, self.names,
+                               self.register_sizes, self.matrices, self.determinants, self.declared, self.ranges,
+                               self.synthetic)
 
     # ------------------------------------------------------------------ registers
     def emit(self, key: Any, make: Any, labels: tuple[str, ...]) -> Value:
@@ -142,46 +138,6 @@ class _Lowering:
         return tuple(self.sizes.get(label, -1) for label in labels)  # -1: none; specialising says so
 
     # ------------------------------------------------------------------ sizes
-    def note_sizes(self, statement: ir.Assign) -> None:
-        """Where each index of the statement gets its size (the checks are einflow.lang.indices.statement_sizes)."""
-        sizes: dict[str, SizeRef] = {}
-        tensors, partners = size_links(statement.expr)
-        for node in tensors:
-            value = self.names[node.name]
-            if value.reg is not None:
-                known = self.register_sizes[value.reg]
-                for axis, index in enumerate(node.indices):
-                    if axis < len(known) and index != NOT_PLAIN:
-                        sizes.setdefault(index, known[axis])
-        for index, source in self.declared.items():
-            sizes.setdefault(index, source)
-        note_ranges(self.cx, statement, sizes)
-        # index arithmetic: an index of a shifted read without a declared size has the range its reads allow
-        self.shifted = frozenset(index for node in ir.walk(statement.expr) if isinstance(node, ir.Read)
-                                 for position in node.positions if isinstance(position, ir.Affine)
-                                 for index in position.indices if index not in self.declared)
-        for index in self.shifted:
-            sizes[index] = Inferred(self.statement, index)
-        for node in ir.walk(statement.expr):  # a delta's position sizes only the indices nothing else sizes
-            if isinstance(node, ir.ShiftDelta):
-                for index in node.position.indices:
-                    if index not in sizes and index not in self.declared:
-                        sizes[index] = Inferred(self.statement, index)
-        self.sizes = join_partners(sizes, partners)
-
-    def declare(self, statement: ir.SizeDecl) -> None:
-        if isinstance(statement.source, int):
-            for name in statement.names:
-                self.declared[name] = statement.source
-            return
-        if statement.source in self.shape_only:
-            known: tuple[SizeRef, ...] = self.shape_only[statement.source]
-        else:
-            value = self.names[statement.source]
-            known = self.register_sizes.get(value.reg, ()) if value.reg is not None else ()
-        for axis, name in enumerate(statement.names):
-            self.declared[name] = known[axis] if axis < len(known) else 1
-
     # ------------------------------------------------------------------ program
     def run(self, returns_tuple: bool) -> tuple[tuple[int, ...], tuple[str, ...]]:
         outputs: list[int] = []
@@ -217,14 +173,14 @@ class _Lowering:
             if number in rewritten:
                 statement = replace(statement, expr=rewritten[number])  # type: ignore[arg-type]
             if isinstance(statement, ir.SizeDecl):
-                self.declare(statement)
+                declare_sizes(self.cx, statement, self.shape_only)
                 continue
             if isinstance(statement, (ir.MatrixDecl, ir.PadDecl)):  # matrices: inputs checked first, targets
                 continue  # where assigned; pads: the reads carry their modes
             if isinstance(statement, ir.Return):
                 outputs.extend(self.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
                 continue
-            self.note_sizes(statement)
+            self.sizes, self.shifted = statement_size_refs(self.cx, statement)
             if statement.target in size_only:
                 self.shape_only[statement.target or ""] = self.sizes_of(statement.indices or ())
                 continue
@@ -450,8 +406,8 @@ class _Lowering:
                 factors.append(Number(_weak(parts.coefficient)))
             expr = Mul(tuple(factors)) if len(factors) > 1 else factors[0]
             value = self.elementwise(("count", expr, number_types(expr)), expr, ())
-            return self.diagonal(value, output, classes)
-        return self.contract(parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
+            return diagonal(self.cx, value, output, classes)
+        return contract(self.cx, parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
 
     # ------------------------------------------------------------------ linear algebra (LANGUAGE.md 8.1)
 
@@ -461,105 +417,6 @@ class _Lowering:
         self.register_sizes[value.reg] = (size,)  # type: ignore[index]
         self.synthetic.add(value.reg)  # type: ignore[arg-type]
         return value
-
-    def contract(self, operands: list[tuple[Value, list[str]]], output: list[str], classes: dict[str, list[str]],
-                 coefficient: int | float, scalars: list[Value], counts: list[Size]) -> Value:
-        operands, scalars = self.presum(operands, output, scalars)
-        partners = {member for rep, members in classes.items() for member in members if member != rep}
-        inner = tuple(label for label in output if label not in partners)
-        scale: list[Node] = [Arg(s.reg) for s in scalars] + counts  # type: ignore[arg-type]
-        if not _is_unit(coefficient):
-            scale.append(Number(_weak(coefficient)))
-        if not operands:
-            if not scalars:
-                return self.diagonal(Value(None, (), coefficient), output, classes)
-            if len(scale) == 1 and isinstance(scale[0], Arg):
-                return self.diagonal(Value(scale[0].register, ()), output, classes)
-            product = Mul(tuple(scale))
-            value = self.elementwise(("mul", product, number_types(product)), product, ())
-            return self.diagonal(value, output, classes)
-        if not scalars and all(value.reg in self.synthetic for value, _ in operands):
-            # deltas alone are booleans: in the inputs' floating type (scaled even by the int 1: numbers, not bools)
-            value, labels = operands[0]
-            expr = Mul((AsFloat(Arg(value.reg)), Number(_weak(coefficient)), *counts))  # type: ignore[arg-type]
-            operands[0] = (self.elementwise(("mul", expr, number_types(expr)), expr, value.labels), labels)
-            scale = []
-        keys = [tuple(labels) for _, labels in operands]
-        everything = [label for labels in keys for label in labels]
-        repeated = any(len(set(labels)) != len(labels) for labels in keys)
-        summed = set(everything) - set(inner)
-        if not repeated and not summed:
-            # an elementwise product (outer products included): broadcasting, never einsum
-            factors = [Arg(value.reg, align(labels, inner)) for (value, _), labels in zip(operands, keys)]
-            if len(factors) == 1 and not scale:
-                if factors[0].axes is None:
-                    result = Value(operands[0][0].reg, inner)
-                else:
-                    result = self.aligned(factors[0], inner)  # type: ignore[arg-type]
-            else:
-                expr = Mul((*factors, *scale))  # type: ignore[arg-type]
-                result = self.elementwise(("mul", expr, number_types(expr)), expr, inner)
-            return self.diagonal(result, output, classes)
-        if len(operands) == 1 and not repeated:
-            value, labels = operands[0]
-            keep = tuple(label for label in keys[0] if label in inner)
-            axes = tuple(position for position, label in enumerate(keys[0]) if label not in inner)
-            reduced = self.sum_axes(Value(value.reg, keys[0]), frozenset(keys[0][a] for a in axes))
-            reduced = Value(reduced.reg, keep)
-            expr: Node = Arg(reduced.reg, align(keep, inner))  # type: ignore[arg-type]
-            if scale:
-                expr = Mul((expr, *scale))
-            elif expr.axes is None:  # type: ignore[union-attr]
-                return self.diagonal(Value(reduced.reg, inner), output, classes)
-            return self.diagonal(self.elementwise(("mul", expr, number_types(expr)), expr, inner), output,
-                                 classes)
-        args = tuple(value.reg for value, _ in operands)
-        sizes = self.sizes_of(inner)
-        # positional: the same contraction under other index names is computed once
-        equation = einsum_equation(keys, inner, index_letters(everything))
-        key = ("contract", equation, args, tuple(scale), number_types(Mul(tuple(scale))))
-        result = self.emit(key, lambda out: Contract(  # type: ignore[arg-type]
-            self.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)
-        return self.diagonal(result, output, classes)
-
-    def presum(self, operands: list[tuple[Value, list[str]]], output: list[str],
-               scalars: list[Value]) -> tuple[list[tuple[Value, list[str]]], list[Value]]:
-        """An operand whose indices are all summed and occur nowhere else is summed on its own first: a scalar
-        factor (``sum[i](w[i] s[p])`` is ``sum(w) * s``, not an ``i,p->p`` outer product); an operand's indices
-        that occur nowhere else are summed on it first too."""
-        if len(operands) < 2:
-            return operands, scalars
-        kept: list[tuple[Value, list[str]]] = []
-        scalars = list(scalars)
-        # how many operands carry each index: an operand's index is elsewhere when another one carries it too
-        carriers = Counter(label for _, own in operands for label in set(own))
-        for position, (value, labels) in enumerate(operands):
-            shared = {label for label in labels if carriers[label] > 1}
-            alone = (labels and len(set(labels)) == len(labels) and not set(labels) & (shared | set(output))
-                     and value.reg not in self.synthetic)
-            private = frozenset(labels) - shared - set(output)
-            if alone and (kept or position < len(operands) - 1):
-                reduced = self.sum_axes(Value(value.reg, tuple(labels)), frozenset(labels))
-                scalars.append(Value(reduced.reg, ()))
-            elif private and len(set(labels)) == len(labels) and value.reg not in self.synthetic:
-                # indices only this operand carries are summed on it first (`Y[r,c] t[r,s]`: the row sums of Y
-                # times t, a broadcast product, not an `rc,rs->rs` einsum)
-                reduced = self.sum_axes(Value(value.reg, tuple(labels)), private)
-                kept.append((reduced, [label for label in labels if label not in private]))
-            else:
-                kept.append((value, labels))
-        return kept, scalars
-
-    def diagonal(self, value: Value, output: list[str], classes: dict[str, list[str]]) -> Value:
-        if not classes:
-            return value
-        value = self.materialize(value)
-        full = tuple(output)
-        groups = tuple(tuple(members) for members in classes.values())
-        sizes = self.sizes_of(full)
-        reg, labels = value.reg, value.labels
-        return self.emit(("diag", reg, labels, full, groups, sizes), lambda out: Diagonal(
-            self.statement, out, reg, labels, full, groups, sizes), full)  # type: ignore[arg-type]
 
 
 #: the most axes an array has (numpy's limit; ``einflow.engine.specialise.MAX_AXES``): a sum of terms with more

@@ -1,8 +1,9 @@
 """What a feature's lowering reads and calls: lowered values and the context each lowering function is passed.
 
-``einflow.engine.lower`` walks the IR; the lowerings of linear algebra (``einflow.engine.linalg_lower``) and of
-shifted reads (``einflow.engine.affine_lower``) are functions of a :class:`LoweringContext` (the registers, the
-names in scope and the current statement), which the walk builds for each statement and passes down.
+``einflow.engine.lower`` walks the IR; the lowerings of linear algebra (``einflow.engine.linalg_lower``), of
+shifted reads (``einflow.engine.affine_lower``) and of contractions (``einflow.engine.contract_lower``) are
+functions of a :class:`LoweringContext` (the registers, the names in scope and the current statement), which
+the walk builds for each statement and passes down.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class LoweringContext:
     elementwise: Callable[[Any, Node, tuple[str, ...]], Value]
     ones: Callable[[str], Value]
     sum_axes: Callable[[Value, frozenset[str]], Value]
+    #: ``aligned(arg, order)``: a register transposed (a view step)
+    aligned: Callable[[Arg, tuple[str, ...]], Value]
     #: ``lower(expr, bound, reduce)``: a sub-expression's value
     lower: Callable[[ir.Expr, frozenset[str], frozenset[str]], Value]
     #: ``lower_product(factors, bound, reduce, preferred)``: a product's value
@@ -84,3 +87,5 @@ class LoweringContext:
     declared: dict[str, SizeRef]
     #: the statements' shifted-read ranges (``Lowered.ranges``)
     ranges: list[Any]
+    #: registers of synthetic ones (a delta's axis): booleans, never summed on their own
+    synthetic: set[int]
