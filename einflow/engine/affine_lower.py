@@ -104,7 +104,7 @@ def lower_shifted(cx: LoweringContext, factors: tuple[ir.Expr, ...], bound: froz
     sizes = cx.sizes_of(labels)
     key = ("scatter", value.reg, value.labels, positions, gathers, labels, sizes, modes)
     return cx.emit(key, lambda out: Scatter(cx.statement, out, value.reg, value.labels,  # type: ignore
-                                              positions, gathers, labels, sizes, modes), labels)  # type: ignore
+                                            positions, gathers, labels, sizes, modes), labels)  # type: ignore
 
 
 def indicator(cx: LoweringContext, shift: ir.ShiftDelta) -> ir.Tensor:
@@ -125,7 +125,7 @@ def indicator(cx: LoweringContext, shift: ir.ShiftDelta) -> ir.Tensor:
     modes = (shift.mode, *("zeros" for _ in labels)) if shift.mode != "zeros" else ()
     key = ("scatter", value.reg, labels, positions, gathers, output, sizes, modes)
     result = cx.emit(key, lambda out: Scatter(cx.statement, out, value.reg, labels,  # type: ignore[arg-type]
-                                                positions, gathers, output, sizes, modes), output)
+                                              positions, gathers, output, sizes, modes), output)
     name = f"#{result.reg}"
     cx.names[name] = Value(result.reg, output)
     return ir.Tensor(name, output)
@@ -139,4 +139,4 @@ def window(cx: LoweringContext, read: ir.Read) -> Value:
     sizes = cx.sizes_of(labels)
     key = ("window", source.reg, read.positions, gathers, labels, sizes, read.mode)
     return cx.emit(key, lambda out: Window(cx.statement, out, source.reg, read.name,  # type: ignore[arg-type]
-                                             read.positions, gathers, labels, sizes, read.mode), labels)  # type: ignore
+                                           read.positions, gathers, labels, sizes, read.mode), labels)  # type: ignore

@@ -41,7 +41,7 @@ def check_matrix(cx: LoweringContext, name: str) -> None:
     sizes = cx.register_sizes[reg]
     labels = tuple(f"_{k}" for k in range(len(sizes)))
     checked = cx.emit((kind, "check", reg), lambda out: Reduce(cx.statement, out, reg, labels, (0, 1), sizes,
-                                                                  kind), value.labels)
+                                                               kind), value.labels)
     cx.names[name] = checked
 
 
@@ -54,7 +54,7 @@ def cholesky_factor(cx: LoweringContext, value: Value, indices: tuple[str, str])
     sizes = cx.register_sizes[reg]
     labels = tuple(f"_{k}" for k in range(len(sizes)))
     made = cx.emit(("spd_factor", reg, axes), lambda out: Reduce(cx.statement, out, reg, labels, axes, sizes,
-                                                                  "spd_factor"), labels)
+                                                                 "spd_factor"), labels)
     return Factor(made.reg, axes)  # type: ignore[arg-type]
 
 
