@@ -19,11 +19,11 @@ def statement_size_refs(cx: LoweringContext, statement: ir.Assign) -> tuple[dict
     8.2); the statement's ranges are noted in ``cx.ranges``."""
     sizes: dict[str, SizeRef] = {}
     tensors, partners = size_links(statement.expr)
-    for node in tensors:
-        value = cx.names[node.name]
+    for tensor in tensors:
+        value = cx.names[tensor.name]
         if value.reg is not None:
             known = cx.register_sizes[value.reg]
-            for axis, index in enumerate(node.indices):
+            for axis, index in enumerate(tensor.indices):
                 if axis < len(known) and index != NOT_PLAIN:
                     sizes.setdefault(index, known[axis])
     for index, source in cx.declared.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeGuard, Union
 
 __all__ = [
     "Span",
@@ -236,7 +236,7 @@ def reduced_indices(node: Expr) -> tuple[str, ...]:
     return node.indices if reduces(node) else ()
 
 
-def reduces(node: Expr) -> bool:
+def reduces(node: Expr) -> TypeGuard[Reduce | Normalize | Linalg]:
     """Whether ``node`` binds indices inside its body and reduces them away (see :func:`reduced_indices`)."""
     return isinstance(node, (Reduce, Normalize, Linalg)) and node.reduces
 
