@@ -20,7 +20,8 @@ from prompt_toolkit.document import Document
 from transcripts import fail, matches, run
 
 import einflow
-from einflow.shell.commands import COMMANDS, atomic_write
+from einflow.shell.commands import COMMANDS
+from einflow.shell.files import atomic_write
 from einflow.shell.repl import EinflowCompleter, history_path
 from einflow.shell.session import Session, format_value, logical_lines, needs_more, run_lines
 
@@ -710,7 +711,7 @@ def test_a_killed_save_leaves_a_temporary_the_next_save_removes_and_sigterm_none
     target = tmp_path / "big.npy"
     writer = (
         "import sys, time\n"
-        "from einflow.shell.commands import atomic_write\n"
+        "from einflow.shell.files import atomic_write\n"
         "def write(stream):\n"
         "    stream.write(b'x' * 4096); stream.flush(); print('writing', flush=True); time.sleep(60)\n"
         f"atomic_write({str(target)!r}, write)\n"

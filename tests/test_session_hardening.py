@@ -18,7 +18,7 @@ from transcripts import fail, run
 
 from einflow.lang import ir
 from einflow.lang.grammar import parse
-from einflow.shell.commands import SESSION_MEMBER, load_session_record
+from einflow.shell.files import SESSION_MEMBER, load_session_record
 from einflow.shell.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -330,7 +330,7 @@ def test_einflow_run_dash_on_an_endless_stdin_stops_at_the_bound_of_a_program_fi
 def test_a_program_file_over_the_bound_is_refused_before_it_is_read(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     from einflow.shell.cli import main
-    from einflow.shell.commands import LARGEST_TEXT
+    from einflow.shell.files import LARGEST_TEXT
 
     huge = tmp_path / "huge.ein"
     with huge.open("wb") as handle:  # sparse: no disk is used

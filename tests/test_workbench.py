@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import einflow as ef
-from einflow.shell.commands import SESSION_MEMBER, load_session_record
+from einflow.shell.files import SESSION_MEMBER, load_session_record
 from einflow.shell.repl import check_history
 from einflow.shell.session import Session
 

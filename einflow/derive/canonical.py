@@ -22,8 +22,7 @@ def bound_inside(expr: ir.Expr) -> list[str]:
     """Indices bound by sum[...] somewhere inside ``expr``, in order of appearance."""
     found: dict[str, None] = {}
     for node in ir.walk(expr):
-        if isinstance(node, ir.Reduce) or isinstance(node, ir.Linalg) and node.kind != "inv":
-            found.update(dict.fromkeys(node.indices))
+        found.update(dict.fromkeys(ir.reduced_indices(node)))
     return list(found)
 
 

@@ -61,18 +61,6 @@ class Fresh:
         return self.take(f"{fallback}{number}")
 
 
-def binds(node: ir.Expr) -> tuple[str, ...]:
-    """The indices ``node`` binds (and reduces): a reduction's, det's and logdet's; inv binds none."""
-    if isinstance(node, ir.Reduce) or isinstance(node, ir.Linalg) and node.kind != "inv":
-        return node.indices
-    return ()
-
-
-def _keeps_indices(node: ir.Expr) -> bool:
-    """A normaliser or an inverse: its indices are occurrences of indices bound around it, kept free."""
-    return isinstance(node, ir.Normalize) or isinstance(node, ir.Linalg) and node.kind == "inv"
-
-
 def _rebuilt(node: ir.Expr, indices: tuple[str, ...], body: ir.Expr) -> ir.Expr:
     """``node`` (a normaliser, reduction or linear-algebra atom) over new indices and a new body."""
     if isinstance(node, ir.Normalize):
@@ -91,9 +79,9 @@ def rename(expr: ir.Expr, mapping: dict[str, str]) -> ir.Expr:
         return ir.Tensor(expr.name, tuple(mapping.get(i, i) for i in expr.indices))
     if isinstance(expr, ir.Delta):
         return ir.Delta(mapping.get(expr.first, expr.first), mapping.get(expr.second, expr.second))
-    if isinstance(expr, ir.Reduce) or isinstance(expr, ir.Linalg) and expr.kind != "inv":
+    if ir.reduces(expr):
         return _rebuilt(expr, tuple(mapping.get(i, i) for i in expr.indices), rename(expr.body, mapping))
-    if _keeps_indices(expr):
+    if ir.keeps_indices(expr):
         assert isinstance(expr, (ir.Normalize, ir.Linalg))
         renamed = tuple(mapping.get(i, i) for i in expr.indices)
         others = {mapping.get(i, i) for i in indices_in(expr.body) if i not in expr.indices}
@@ -125,7 +113,7 @@ _APART = itertools.count(1)
 def rename_apart(expr: ir.Expr) -> ir.Expr:
     """``expr`` with every index bound inside it renamed to a new name (keeps normal form unique
     when a rule copies a sub-expression). New names keep their stem: ``k_1`` becomes ``k_r17``."""
-    inner = dict.fromkeys(i for node in ir.walk(expr) for i in binds(node))
+    inner = dict.fromkeys(i for node in ir.walk(expr) for i in ir.reduced_indices(node))
     if not inner:
         return expr
     mapping = {i: f"{stem_of(i)}_r{next(_APART)}" for i in inner}
@@ -140,7 +128,7 @@ def normaliser_merges(factors: list[ir.Expr], old: str, new: str) -> bool:
     """Would renaming ``old`` to ``new`` merge a normaliser's index with another index of its body?"""
     for factor in factors:
         for node in ir.walk(factor):
-            if _keeps_indices(node):
+            if ir.keeps_indices(node):
                 assert isinstance(node, (ir.Normalize, ir.Linalg))
                 body = indices_in(node.body)
                 if (old in node.indices and new in body) or (new in node.indices and old in body):
@@ -187,7 +175,7 @@ def _to_normal(expr: ir.Expr, bound: frozenset[str], fresh: Fresh) -> ir.Expr:
         # a normaliser binds nothing: its indices are occurrences of indices bound around it
         return ir.Normalize(expr.kind, expr.indices, _to_normal(expr.body, bound, fresh))
     if isinstance(expr, ir.Linalg):  # inv binds nothing (as a normaliser); det and logdet as a reduction
-        if expr.kind == "inv":
+        if not expr.reduces:
             return ir.Linalg(expr.kind, expr.indices, _to_normal(expr.body, bound, fresh))
         mapping = {index: fresh.index(index) for index in expr.indices}
         body = _rename_free(expr.body, mapping, bound | frozenset(expr.indices))
@@ -213,7 +201,7 @@ def _rename_free(expr: ir.Expr, mapping: dict[str, str], bound: frozenset[str]) 
         return expr
     if isinstance(expr, (ir.Tensor, ir.Delta, ir.Num)):
         return rename(expr, mapping)
-    if isinstance(expr, ir.Reduce) or isinstance(expr, ir.Linalg) and expr.kind != "inv":
+    if ir.reduces(expr):
         return _rebuilt(expr, expr.indices, _rename_free(expr.body, mapping, bound | frozenset(expr.indices)))
     if isinstance(expr, ir.Linalg):
         return ir.Linalg(expr.kind, (mapping.get(expr.indices[0], expr.indices[0]),
@@ -453,7 +441,7 @@ def lift_deep_calls(statements: list[ir.Assign], fresh: Fresh, names: Fresh, ran
                 return new
             if new in named:
                 return named[new]
-            bound = {i for node in ir.walk(new) for i in binds(node)}
+            bound = {i for node in ir.walk(new) for i in ir.reduced_indices(node)}
             free = [i for i in dict.fromkeys(_occurring(new)) if i not in bound]
             axes = tuple(fresh.index(i) for i in free)
             name = names.pick([f"h{n}" for n in range(1, 1000)], "h")

@@ -14,8 +14,6 @@ import keyword
 import math
 from collections.abc import Sequence
 
-import opt_einsum as oe
-
 from einflow.engine.dialect import NUMPY, Dialect
 from einflow.engine.helpers import HELPER_KEYS, HELPER_NEEDS, helper_text
 from einflow.engine.linalg import CHECK_KINDS
@@ -49,6 +47,7 @@ from einflow.engine.steps import (
 )
 from einflow.lang.errors import EinflowError
 from einflow.lang.functions import FUNCTION_RULES
+from einflow.lang.indices import einsum_equation
 from einflow.lang.numbers import _is_unit
 
 __all__ = ["Source", "generic_booleans", "taken_names", "usable", "number_text", "ALIASES"]
@@ -264,10 +263,7 @@ class Source:
 
     # ------------------------------------------------------------------ steps
     def contract(self, step: Contract) -> str:
-        letters = {label: oe.get_symbol(k) for k, label in
-                   enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
-        equation = ",".join("".join(letters[label] for label in labels) for labels in step.operands)
-        equation += "->" + "".join(letters[label] for label in step.output)
+        equation = einsum_equation(step.operands, step.output)
         args = "".join(", " + self.var(register) for register in step.args)
         call = self.helper("contract") if self.dialect.promoting_contract else f"{self.alias['oe']}.contract"
         return self.scaled(f"{call}({equation!r}{args})", step.scale)

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import opt_einsum as oe
 from opt_einsum.blas import can_blas
 
 from einflow.engine.dialect import NUMPY, Dialect
+from einflow.lang.indices import einsum_equation
 
 __all__ = ["compile_numpy", "contraction_text"]
 
@@ -189,11 +189,7 @@ def _ascii_spec(operand_labels: Sequence[str], result: str) -> str:
     >>> _ascii_spec(["\u0100b", "b\u0101"], "\u0100\u0101")
     'ab,bc->ac'
     """
-    letters: dict[str, str] = {}
-    for label in (*"".join(operand_labels), *result):
-        letters.setdefault(label, oe.get_symbol(len(letters)))
-    return ",".join("".join(letters[c] for c in labels) for labels in operand_labels) + "->" + \
-        "".join(letters[c] for c in result)
+    return einsum_equation(operand_labels, result)
 
 
 def _broadcast(text: str, labels: str, result: str) -> str:

@@ -14,14 +14,16 @@ from typing import Any
 
 import numpy as np
 
+from einflow.lang.ir import LINALG, MATRIX_DECLARATIONS
+
 __all__ = ["linalg_workspace", "solve_workspace",
            "SPD_FACTORING", "FACTOR_KINDS", "solve_flops", "LINALG_KINDS",
-           "CHECK_KINDS", "SPD_KINDS",
+           "CHECK_KINDS", "SPD_KINDS", "KEEPS_AXES",
            "matrix_kind", "linalg_result_dtype", "is_linalg", "linalg_dtype", "linalg_flops"]
 
-LINALG_KINDS = ("inv", "det", "logdet", "sign_det")
+LINALG_KINDS = LINALG
 #: a declared matrix checked at call time (the step's value is the matrix itself)
-CHECK_KINDS = ("symmetric", "spd", "hermitian")
+CHECK_KINDS = MATRIX_DECLARATIONS
 #: the atoms of a matrix declared ``spd``: computed from its Cholesky factor
 SPD_KINDS = ("spd_inv", "spd_det", "spd_logdet")
 #: steps that factorise their matrix by Cholesky (and say so when it is not positive definite); "spd_factor":
@@ -32,6 +34,9 @@ _KINDS: tuple[str, ...] = LINALG_KINDS + CHECK_KINDS + SPD_KINDS + ("spd_by_fact
 #: the atoms of an spd matrix computed from its shared Cholesky factor (an "spd_factor" step's value)
 FACTOR_KINDS = ("cho_inv", "cho_det", "cho_logdet")
 _KINDS += FACTOR_KINDS
+#: the step kinds whose value keeps every axis of its argument (an inverse, an adjugate, a checked matrix, a
+#: Cholesky factor); the others (det, logdet, sign_det and their spd and cho forms) drop the matrix's two
+KEEPS_AXES = frozenset({"inv", "adj", "spd_inv", "cho_inv", "spd_by_factor", "spd_factor", *CHECK_KINDS})
 #: det(M) inv(M), M's adjugate, of a product that holds both (the derivative of det): defined for singular M too
 _KINDS += ("adj",)
 #: how far from symmetric a declared matrix may be, relative to its largest entry (round-off of a computed one)

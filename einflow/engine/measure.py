@@ -75,6 +75,7 @@ from einflow.engine.steps import (
     step_inputs,
 )
 from einflow.lang.errors import EinflowError, ShapeError
+from einflow.lang.indices import einsum_equation, index_letters
 from einflow.lang.numbers import _is_unit
 
 __all__ = ["Builder", "PLAN_RULES", "PlanRule", "ContractionPlan", "ExpressionPlan", "BlockPlan", "common_dtype",
@@ -167,8 +168,7 @@ def one_float_type(dialect: Dialect, dtypes: Mapping[int, Any], registers: list[
 
 def _measure_contract(specialiser: Builder, step: Contract) -> None:
     """The contraction's path, its report figures, its intermediates' memory and (torch) its result's layout."""
-    letters = {label: oe.get_symbol(k) for k, label in
-               enumerate(dict.fromkeys(label for labels in step.operands for label in labels))}
+    letters = index_letters(*step.operands)
     # torch: each operand is taken in the axis order it is stored in (a transposed view is read as the
     # contiguous array it views), so matrix products pick their operands' layouts and an elementwise
     # product inside the contraction meets operands of one layout
@@ -177,8 +177,7 @@ def _measure_contract(specialiser: Builder, step: Contract) -> None:
     else:
         orders = [tuple(range(len(labels))) for labels in step.operands]
     operand_labels = [tuple(labels[a] for a in order) for labels, order in zip(step.operands, orders)]
-    equation = ",".join("".join(letters[label] for label in labels) for labels in operand_labels)
-    equation += "->" + "".join(letters[label] for label in step.output)
+    equation = einsum_equation(operand_labels, step.output, letters)
     shapes = [tuple(specialiser.shape[register][a] for a in order) for register, order in zip(step.args, orders)]
     path, info, choice = choose_path(equation, shapes, specialiser.optimize)
     names = {letter: label for label, letter in letters.items()}

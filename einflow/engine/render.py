@@ -53,6 +53,7 @@ from einflow.engine.steps import (
     arg_nodes,
     node_args,
 )
+from einflow.lang.indices import einsum_equation, index_letters
 
 __all__ = ["Rendered", "Renderer", "render", "RENDER_RULES", "StepContext"]
 
@@ -557,11 +558,8 @@ def _diagonal_writer(backend: Backend, step: Diagonal, full_shape: tuple[int, ..
     groups = [tuple(step.output.index(m) for m in next((g for g in step.groups if label in g), (label,)))
               for label in step.labels]
     if not backend.strided_writes:
-        letters = {label: oe.get_symbol(k) for k, label in enumerate(dict.fromkeys((*step.labels, *step.output)))}
         eyes = [(group[0], member) for group in step.groups for member in group[1:]]
-        spec = "".join(letters[label] for label in step.labels)
-        spec += "".join("," + letters[a] + letters[b] for a, b in eyes)
-        spec += "->" + "".join(letters[label] for label in step.output)
+        spec = einsum_equation([step.labels, *eyes], step.output, index_letters(step.labels, step.output))
         sizes = [full_shape[step.output.index(b)] for _, b in eyes]
 
         def write(value: Any) -> Any:

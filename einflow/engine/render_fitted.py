@@ -19,6 +19,7 @@ from einflow.engine.affine import window_kernel
 from einflow.engine.fitting import COMBINE, NORMALISERS, slice_axes
 from einflow.engine.slicing import SliceKernel, slice_table, window_block
 from einflow.engine.steps import Contract, Diagonal, Elementwise, Reduce, Step, Window, node_args
+from einflow.lang.indices import einsum_equation, index_letters
 
 __all__ = ["fitted_lines", "FITTED_RULES"]
 
@@ -167,9 +168,8 @@ def _diagonal_block(renderer: Any, step: Diagonal, view: str, axis: int, start: 
     value = f"{renderer.var(step.arg)}[{':, ' * step.labels.index(label)}{start}:{start} + {block}]"
     dims = [f"min({block}, {size} - {start})" if k == axis else str(n) for k, n in enumerate(renderer.shape[step.out])]
     representative = {member: group[0] for group in step.groups for member in group}
-    letters = {name: oe.get_symbol(k) for k, name in enumerate(step.labels)}
-    spec = "".join(letters[representative.get(name, name)] for name in step.output)
-    spec += "->" + "".join(letters[name] for name in step.labels)
+    spec = einsum_equation([(representative.get(name, name) for name in step.output)], step.labels,
+                           index_letters(step.labels))
     return [f"    {view} = {np_}.zeros(({', '.join(dims)},), dtype={renderer.var(step.arg)}.dtype)",
             f"    {np_}.einsum({spec!r}, {view})[...] = {value}"]
 

@@ -13,9 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import opt_einsum as oe
-
-from einflow.engine.linalg import CHECK_KINDS, is_linalg
+from einflow.engine.linalg import KEEPS_AXES, is_linalg
 from einflow.engine.steps import (
     Add,
     Apply,
@@ -40,6 +38,7 @@ from einflow.engine.steps import (
 )
 from einflow.lang import ir
 from einflow.lang.functions import FUNCTION_RULES
+from einflow.lang.indices import einsum_equation, index_letters
 
 __all__ = ["NodeRule", "NODE_RULES", "StepRule", "STEP_RULES", "kind_of", "describe_node", "operations_of",
            "temporaries_of", "args_in_order", "is_divisor", "negation_of", "positive_first", "grouped",
@@ -62,9 +61,7 @@ def diagonal_spec(step: Diagonal) -> str:
     """The einsum equation whose result is the writable view of a Diagonal step's diagonal (its value's axes)."""
     representative = {member: group[0] for group in step.groups for member in group}
     labels = diagonal_view_labels(step)
-    letters = {label: oe.get_symbol(k) for k, label in enumerate(labels)}
-    return "".join(letters[representative.get(label, label)] for label in step.output) + "->" + \
-        "".join(letters[label] for label in labels)
+    return einsum_equation([(representative.get(label, label) for label in step.output)], labels, index_letters(labels))
 
 
 def is_divisor(factor: Node) -> bool:
@@ -377,8 +374,7 @@ def _solve_lines(source: Any, step: Solve, out: str) -> list[str]:
 
 
 def _reduce_note(source: Any, step: Reduce) -> str:
-    keeps = ("softmax", "log_softmax", "argmax", "argmin", "inv", "adj", "spd_inv", "spd_by_factor", "spd_factor",
-             "cho_inv", *CHECK_KINDS)
+    keeps = (*ir.NORMALISERS, *KEEPS_AXES)
     kept = step.labels if step.kind in keeps else tuple(
         label for k, label in enumerate(step.labels) if k not in step.axes)
     return f"[{','.join(step.labels)}] -> [{','.join(kept)}]"

@@ -167,7 +167,7 @@ class _Renderer:
         if isinstance(body, ir.Tensor) and body.indices in ((row, column), (column, row)):
             matrix = render_name(body.name) + ("^{T}" if body.indices == (column, row) else "")
         else:
-            inner = bound | frozenset(expr.indices) if expr.kind != "inv" else bound
+            inner = bound | frozenset(ir.reduced_indices(expr))
             text, _ = self.render(body, inner)
             matrix = r"\left[" + text + r"\right]_{" + row + "," + column + "}"
         if expr.kind == "inv":

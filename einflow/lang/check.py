@@ -180,7 +180,7 @@ class _Checker:
         """``inv[i,j](e)``: i and j free in e (binding as a normaliser does); ``det``/``logdet`` also reduce them,
         so they may not be bound around it. The sizes (square) are checked with the shapes (``statement_sizes``)."""
         row, column = expr.indices
-        reduces = expr.kind != "inv"
+        reduces = expr.reduces
         if reduces:
             for index in expr.indices:
                 if index in bound:

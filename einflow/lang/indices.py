@@ -15,15 +15,48 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from opt_einsum import get_symbol
+
 from einflow.lang import ir
 from einflow.lang.contraction import product_output
 from einflow.lang.errors import ShapeError, TensorNameError, located
 
 __all__ = ["indices_in", "free_indices", "product_operands", "product_split", "top_level_terms", "size_links",
            "join_partners", "statement_sizes", "windowed_indices", "declared_sizes", "plain_axes", "NOT_PLAIN",
-           "infer_ranges", "position_bounds"]
+           "infer_ranges", "position_bounds", "index_letters", "einsum_equation"]
 
 T = TypeVar("T")
+
+
+def index_letters(*groups: Iterable[str]) -> dict[str, str]:
+    """Each index name in ``groups`` as one letter, in order of first appearance (``a``..``z``, ``A``..``Z``, then
+    opt_einsum's symbols past numpy's 52).
+
+    >>> index_letters(("row", "k"), ("k", "col"))
+    {'row': 'a', 'k': 'b', 'col': 'c'}
+    """
+    letters: dict[str, str] = {}
+    for group in groups:
+        for name in group:
+            if name not in letters:
+                letters[name] = get_symbol(len(letters))
+    return letters
+
+
+def einsum_equation(operands: Iterable[Iterable[str]], output: Iterable[str],
+                    letters: Mapping[str, str] | None = None) -> str:
+    """The einsum equation ``operands -> output`` over index names: each name as a letter (``letters``, else
+    :func:`index_letters` of the operands and the output).
+
+    >>> einsum_equation([("i", "k"), ("k", "j")], ("i", "j"))
+    'ab,bc->ac'
+    """
+    operands = [tuple(labels) for labels in operands]
+    output = tuple(output)
+    if letters is None:
+        letters = index_letters(*operands, output)
+    return ",".join("".join(letters[name] for name in labels) for labels in operands) + "->" + \
+        "".join(letters[name] for name in output)
 
 
 def product_operands(factors: tuple[ir.Expr, ...], bound: frozenset[str]) -> list[tuple[str, ...]]:
@@ -79,8 +112,8 @@ def free_indices(expr: ir.Expr, bound: frozenset[str] = frozenset()) -> tuple[st
         return free_indices(expr.body, bound)
     if isinstance(expr, ir.Binary):
         return free_indices(ir.Sum((expr.left, expr.right)), bound)
-    if isinstance(expr, ir.Linalg):  # inv keeps its indices free (as a normaliser); det/logdet reduce them
-        if expr.kind == "inv":
+    if isinstance(expr, ir.Linalg):
+        if not expr.reduces:
             return free_indices(expr.body, bound)
         inner = bound | frozenset(expr.indices)
         return tuple(i for i in free_indices(expr.body, inner) if i not in expr.indices)

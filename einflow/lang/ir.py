@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeGuard, Union
 
 __all__ = [
     "Span",
@@ -40,6 +40,10 @@ __all__ = [
     "NORMALISERS",
     "BINARY_FUNCTIONS",
     "LINALG",
+    "LINALG_REDUCES",
+    "reduced_indices",
+    "reduces",
+    "keeps_indices",
     "MATRIX_DECLARATIONS",
     "MatrixDecl",
     "PadDecl",
@@ -68,9 +72,12 @@ NORMALISERS = ("softmax", "log_softmax", "argmax", "argmin")
 BINARY_FUNCTIONS = ("maximum", "minimum")
 #: every name that may be followed directly by ``(``
 CALLABLE = frozenset(FUNCTIONS) | frozenset(BINARY_FUNCTIONS)
-# ---- linear algebra (LANGUAGE.md 8.1, 9.4): ``inv[i,j](e)`` keeps i, j free; ``det``/``logdet``/``sign_det``
-# reduce them
-LINALG = ("inv", "det", "logdet", "sign_det")
+#: linear algebra (LANGUAGE.md 8.1, 9.4), each kind with whether it reduces its two indices: ``inv[i,j](e)``
+#: keeps i, j free (the inverse's rows and columns, bound as a normaliser binds); ``det``/``logdet``/``sign_det``
+#: reduce them (as a reduction does). :attr:`Linalg.reduces` reads it.
+LINALG_REDUCES: dict[str, bool] = {"inv": False, "det": True, "logdet": True, "sign_det": True}
+#: the linear-algebra kinds (the one list: the grammar's keywords, the lowering's atoms)
+LINALG = tuple(LINALG_REDUCES)
 #: ``symmetric A`` / ``spd A``: statements declaring square rank-2 inputs or targets
 MATRIX_DECLARATIONS = ("symmetric", "spd", "hermitian")
 #: ``pad MODE X`` (LANGUAGE.md 9.4): how reads of X outside its axes read (torch's padding modes)
@@ -165,6 +172,9 @@ class Reduce:
     kind: str = "sum"
     span: Span | None = _span()
 
+    #: a reduction binds its indices inside its body and reduces them away
+    reduces = True
+
 
 @dataclass(frozen=True, slots=True)
 class Normalize:
@@ -177,6 +187,9 @@ class Normalize:
     indices: tuple[str, ...]
     body: Expr
     span: Span | None = _span()
+
+    #: a normaliser's indices are occurrences of indices bound around it: they stay free
+    reduces = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +218,32 @@ class Linalg:
     indices: tuple[str, str]
     body: Expr
     span: Span | None = _span()
+
+    @property
+    def reduces(self) -> bool:
+        """Whether the kind reduces its indices (``det``, ``logdet``, ``sign_det``) or keeps them free (``inv``)."""
+        return LINALG_REDUCES[self.kind]
+
+
+def reduced_indices(node: Expr) -> tuple[str, ...]:
+    """The indices ``node`` binds and reduces away: a reduction's, ``det``'s, ``logdet``'s and ``sign_det``'s; none
+    for any other node (a normaliser's and ``inv``'s indices stay free).
+
+    >>> reduced_indices(Linalg("det", ("i", "j"), Tensor("A", ("i", "j")))), reduced_indices(
+    ...     Linalg("inv", ("i", "j"), Tensor("A", ("i", "j"))))
+    (('i', 'j'), ())
+    """
+    return node.indices if reduces(node) else ()
+
+
+def reduces(node: Expr) -> TypeGuard[Reduce | Normalize | Linalg]:
+    """Whether ``node`` binds indices inside its body and reduces them away (see :func:`reduced_indices`)."""
+    return isinstance(node, (Reduce, Normalize, Linalg)) and node.reduces
+
+
+def keeps_indices(node: Expr) -> bool:
+    """A normaliser or an inverse: its indices are occurrences of indices bound around it, kept free."""
+    return isinstance(node, (Normalize, Linalg)) and not node.reduces
 
 
 

@@ -16,33 +16,16 @@ import numpy as np
 from einflow.engine.memory import format_bytes
 from einflow.lang.errors import DerivativeError
 from einflow.lang.grammar import parse
-from einflow.shell.files import (  # noqa: F401  (re-exported: the commands' file I/O lives in files.py)
-    LARGEST_TEXT,
-    SESSION_MEMBER,
-    TEMPORARY_MARK,
-    atomic_write,
-    check_numeric,
-    decode_utf8,
-    load_arrays,
-    load_session_record,
-    read_bounded,
-    read_bounded_lines,
-    read_session_record,
-    read_text_file,
-    remove_stale_temporaries,
-    save_arrays,
-)
+from einflow.shell.files import atomic_write, check_numeric, load_arrays, read_session_record, save_arrays
 from einflow.shell.replies import Reply, SessionError, check_name, format_value, parse_bytes, to_numpy
+from einflow.shell.session import Session, register_command_runner
 
-if TYPE_CHECKING:  # annotations only: the session imports this module, never the other way round
+if TYPE_CHECKING:  # annotations only
     from einflow.program import Program
     from einflow.report import PlanReport
-    from einflow.shell.session import Session
 
-__all__ = ["COMMANDS", "Command", "run_command", "unique_commands", "atomic_write", "save_arrays", "load_arrays",
-           "read_text_file", "read_bounded", "read_bounded_lines", "LARGEST_TEXT",
-           "remove_stale_temporaries", "program_of", "parse_wrt", "derivative_program", "bind_derivative",
-           "plan_report"]
+__all__ = ["COMMANDS", "Command", "run_command", "unique_commands", "program_of", "parse_wrt", "derivative_program",
+           "bind_derivative", "plan_report"]
 
 
 @dataclass(frozen=True)
@@ -519,3 +502,5 @@ def _time(session: Session, rest: str) -> str:
     return f"first call {_duration(first)} (includes planning); then {_duration(best)} per call " \
            f"(best of 3 x {number})"
 
+
+register_command_runner(run_command)  # every Session without a runner of its own runs this table

@@ -16,8 +16,9 @@ from einflow.lang import ir
 from einflow.lang.errors import EinflowError
 from einflow.lang.grammar import parse
 from einflow.shell.replies import SessionError, check_name
+from einflow.shell.statements import topological
 
-__all__ = ["RECORD_FORMAT", "RECORD_VERSION", "SavedStatement", "SessionRecord", "check_record"]
+__all__ = ["RECORD_FORMAT", "RECORD_VERSION", "SavedStatement", "SessionRecord", "check_record", "make_record"]
 
 RECORD_FORMAT = "einflow session"
 #: the record version this einflow writes and the only one it reads
@@ -152,3 +153,17 @@ def check_record(record: object, where: str) -> SessionRecord:
     backend = fields.get(record, "backend", "backend", (str, type(None)), "null or a backend's name",
                          required=False)
     return SessionRecord(tuple(sizes), tuple(saved), tuple(data), backend)
+
+
+def make_record(definitions: Mapping[str, Any], sizes: Mapping[str, ir.SizeDecl], stale: Mapping[str, str],
+                values: Mapping[str, Any], backend: str | None) -> dict[str, Any]:
+    """A session's record (``Session.record()``): its size declarations, its kept statements (``definitions``,
+    stale ones too) in an order that runs, which of its names (``values``) are data, and its backend."""
+    decls = list(dict.fromkeys(sizes.values()))
+    order = topological(definitions, set(definitions))
+    return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
+            "sizes": [ir.format_statement(decl) for decl in decls],
+            "statements": [{"name": name, "text": definitions[name].text,
+                            "stale": stale.get(name)} for name in order],
+            "data": [name for name in values if name not in definitions],
+            "backend": backend}

@@ -11,7 +11,7 @@ import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TextIO
 
 import numpy as np
@@ -20,35 +20,29 @@ from einflow.engine.memory import format_bytes
 from einflow.lang import ir
 from einflow.lang.errors import EinflowError, MemoryLimitError, ParseError, TensorNameError, located
 from einflow.lang.grammar import parse
-from einflow.lang.indices import indices_in
 from einflow.lang.padding import resolve_pads
 from einflow.program import Program, default_memory_limit
-from einflow.shell.records import RECORD_FORMAT, RECORD_VERSION, SessionRecord, check_record
-from einflow.shell.replies import NAME, Reply, SessionError, check_name, format_value
+from einflow.shell.hints import front_end_hint, typed_hint
+from einflow.shell.records import SessionRecord, check_record, make_record
+from einflow.shell.replies import Reply, SessionError, check_name, format_value
+from einflow.shell.statements import (
+    Definition,
+    affected_by,
+    declarations_for,
+    indices_of,
+    needed_for,
+    path_to,
+    program_text,
+    reads_of,
+    topological,
+)
 
 __all__ = ["Session", "Reply", "Definition", "SessionError", "format_value", "needs_more", "check_name",
-           "logical_lines", "run_lines", "located_reply", "PROMPT", "CONTINUATION"]
+           "logical_lines", "run_lines", "located_reply", "PROMPT", "CONTINUATION", "register_command_runner"]
 
 PROMPT = "ein> "
 CONTINUATION = "...> "
 MEMORY_ADVICE = "(:memory shows this session's limit; :memory 64GiB sets it, :memory none turns the guard off)"
-_HELP_HINT = "this is the einflow session: :help lists the commands, :help NAME explains one"
-_QUIT_HINT = "to leave the session type :quit (or press Ctrl-D)"
-_HINTS = {"help": _HELP_HINT, "?": _HELP_HINT, "exit": _QUIT_HINT, "quit": _QUIT_HINT}
-
-
-@dataclass(frozen=True)
-class Definition:
-    """A kept statement: the assignment, the text it was typed in, the names and indices it uses."""
-
-    statement: ir.Assign
-    source: str
-    reads: frozenset[str]
-    indices: frozenset[str]
-
-    @property
-    def text(self) -> str:
-        return ir.format_statement(self.statement)
 
 
 def needs_more(text: str) -> bool:
@@ -85,6 +79,44 @@ def _error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def _error_reply(error: Exception) -> Reply:
+    """What a line that raised ``error`` prints (the session is already as it was before the line)."""
+    if isinstance(error, MemoryLimitError):
+        return Reply(f"{_error_text(error)}\n{MEMORY_ADVICE}", ok=False, error=error)
+    if isinstance(error, (EinflowError, OSError, ValueError)):
+        return Reply(_error_text(error), ok=False, error=error)
+    if isinstance(error, MemoryError):  # numpy could not allocate what the guard let through
+        return Reply(f"MemoryError: out of memory ({error or 'numpy could not allocate an array'}); nothing "
+                     f"was changed\n{MEMORY_ADVICE}", ok=False, error=error)
+    return Reply(f"internal error (please report it): {_error_text(error)}", ok=False, error=error)
+
+
+def _saved_backend(saved: str | None, current: str | None) -> tuple[str | None, list[str]]:
+    """The backend a restored session runs on (the saved one, before any statement re-evaluates) and a note; a
+    backend this machine lacks is named in the note and the session keeps its own."""
+    from einflow.engine.backends import get_backend
+
+    if saved is None or saved == current:
+        return current, []
+    try:
+        if saved != "auto":
+            get_backend(saved)
+    except EinflowError as error:
+        return current, [f"saved backend '{saved}' is not available here ({_first_line(_error_text(error))}); "
+                         f"staying on {current or 'the default backend'}"]
+    return saved, [f"backend: {saved}"]
+
+
+#: the ``:command`` runner a Session takes when its front end gives none: einflow.shell.commands registers its
+#: table here when it is imported (``einflow.shell`` imports it), so the session never imports the commands
+_COMMAND_RUNNERS: dict[str, Callable[[Session, str], Reply]] = {}
+
+
+def register_command_runner(runner: Callable[[Session, str], Reply]) -> None:
+    """Make ``runner`` the ``:command`` runner of every Session created from now on without one of its own."""
+    _COMMAND_RUNNERS["default"] = runner
+
+
 class Session:
     """The state of one interactive session: bound arrays, kept statements, size declarations.
 
@@ -109,7 +141,7 @@ class Session:
     def __init__(self, width: int | None = None, seed: int | None = None,
                  commands: Callable[[Session, str], Reply] | None = None) -> None:
         self.width = width
-        #: runs a ``:command`` line (einflow.shell.commands.run_command unless a front end gives its own)
+        #: runs a ``:command`` line: the runner given, else the one registered (einflow.shell.commands' table)
         self.commands = commands
         self.values: dict[str, Any] = {}
         self.definitions: dict[str, Definition] = {}
@@ -141,50 +173,23 @@ class Session:
         try:
             if text.startswith(":"):
                 return self._command_runner()(self, text)
-            hint = self._hint(text)
+            word = text.rstrip("()").strip()  # words typed as in Python or IPython (unless they are names here)
+            hint = "" if word in self.values or word in self.definitions else typed_hint(text)
             if hint:
                 return Reply(hint, ok=False)
             return Reply(self.run_statements(line))
-        except MemoryLimitError as error:
-            self._restore(snapshot)
-            return Reply(f"{_error_text(error)}\n{MEMORY_ADVICE}", ok=False, error=error)
-        except (EinflowError, OSError, ValueError) as error:
-            self._restore(snapshot)
-            return Reply(_error_text(error), ok=False, error=error)
         except KeyboardInterrupt:
             self._restore(snapshot)
             raise
-        except MemoryError as error:  # numpy could not allocate what the guard let through
+        except Exception as error:  # (a bug in einflow too: it must not end the user's session)
             self._restore(snapshot)
-            return Reply(f"MemoryError: out of memory ({error or 'numpy could not allocate an array'}); nothing "
-                         f"was changed\n{MEMORY_ADVICE}", ok=False, error=error)
-        except Exception as error:  # a bug in einflow must not end the user's session
-            self._restore(snapshot)
-            return Reply(f"internal error (please report it): {_error_text(error)}", ok=False, error=error)
+            return _error_reply(error)
 
     def _command_runner(self) -> Callable[[Session, str], Reply]:
-        if self.commands is None:  # the session's own table, imported when the first command runs
-            from einflow.shell.commands import run_command
-
-            self.commands = run_command
-        return self.commands
-
-    def _hint(self, text: str) -> str:
-        """A pointer to the session's own command for words typed as in Python or IPython (unless bound)."""
-        word = text.rstrip("()").strip()
-        if word in self.values or word in self.definitions:
-            return ""
-        if word in _HINTS:
-            return _HINTS[word]
-        if text.startswith("?") or (text.endswith("?") and NAME.match(text.rstrip("?").strip())):
-            return _HINTS["?"]
-        if text.startswith("%"):
-            magic = text[1:].split(None, 1)[0] if len(text) > 1 else ""
-            if magic in ("time", "timeit"):
-                return f"%{magic} is IPython's; here it is  :time STATEMENT  (e.g. :time y[i] = A[i,j] x[j])"
-            return "'%' starts an IPython magic, not an einflow statement; the session's commands start " \
-                   "with ':' (:help lists them)"
-        return ""
+        runner = self.commands if self.commands is not None else _COMMAND_RUNNERS.get("default")
+        if runner is None:
+            raise SessionError("this session runs no :commands (none was given and none is registered)")
+        return runner
 
     # ------------------------------------------------------------------ memory
     def limit_bytes(self) -> int | None:
@@ -220,14 +225,9 @@ class Session:
 
     def reset(self) -> None:
         """Forget every binding, statement and size declaration; go back to the default backend."""
-        self.values.clear()
-        self.definitions.clear()
-        self.origins.clear()
-        self.sizes.clear()
-        self.matrices.clear()
-        self.pads.clear()
-        self.stale.clear()
-        self.order.clear()
+        for table in (self.values, self.definitions, self.origins, self.sizes, self.matrices, self.pads, self.stale,
+                      self.order):
+            table.clear()
         self.backend = None
 
     # ------------------------------------------------------------------ statements
@@ -264,24 +264,7 @@ class Session:
         """Statements as a Program, preceded by the session's size declarations for the indices they use."""
         if not isinstance(statements, Sequence):
             statements = (statements,)
-        own = {name for statement in statements if isinstance(statement, ir.SizeDecl) for name in statement.names}
-        used: set[str] = set()
-        for statement in statements:
-            if isinstance(statement, ir.Assign):
-                used |= self._indices_of(statement)
-        decls = tuple(replace(decl, span=None) for decl in self._decls_for(used - own))
-        names: set[str] = set()
-        for statement in statements:
-            if isinstance(statement, ir.Assign):
-                names |= set(ir.tensors_read(statement.expr))
-                names.add(statement.target or "")
-        kinds = sorted({kind for name, kind in self.matrices.items() if name in names})
-        decls += tuple(ir.MatrixDecl(kind, tuple(sorted(n for n, k in self.matrices.items()
-                                                         if k == kind and n in names))) for kind in kinds)
-        padded = {node.name for statement in statements if isinstance(statement, ir.Assign)  # pads: LANGUAGE 9.4
-                  for node in ir.walk(statement.expr) if isinstance(node, ir.Read)} & self.pads.keys()
-        decls += tuple(ir.PadDecl(mode, tuple(sorted(n for n in padded if self.pads[n] == mode)))
-                       for mode in sorted({self.pads[n] for n in padded}))
+        decls = declarations_for(statements, self.sizes, self.matrices, self.pads)
         program_ir = resolve_pads(ir.ProgramIR(decls + tuple(statements)))
         return Program(program_ir, source if source is not None else ir.format_program(program_ir))
 
@@ -296,8 +279,8 @@ class Session:
         name = statement.target
         assert name is not None
         self.unit(statement, source)  # compile-time checks first
-        definition = Definition(statement, source, self._reads(statement), self._indices_of(statement))
-        cycle = self._path_to(name, definition.reads)
+        definition = Definition(statement, source, reads_of(statement, self.sizes), indices_of(statement))
+        cycle = path_to(self.definitions, name, definition.reads)
         if cycle:
             raise TensorNameError(
                 f"'{name}' cannot be redefined this way: it would depend on itself "
@@ -346,25 +329,11 @@ class Session:
         Statements in ``up_to_date`` were just evaluated in an order that runs (:meth:`restore`): they are
         re-evaluated only when they read a statement that is. The walk is linear in the session's statements.
         """
-        changed_indices = set(indices)
-        current = set(up_to_date)
-        readers: dict[str, list[str]] = {}
-        for other, definition in self.definitions.items():
-            for read in definition.reads:
-                readers.setdefault(read, []).append(other)
-        affected = {other for other, definition in self.definitions.items()
-                    if other not in current and definition.indices & changed_indices} if changed_indices else set()
-        frontier = [*names, *affected]
-        while frontier:
-            name = frontier.pop()
-            for reader in readers.get(name, ()):
-                if reader not in affected and not (reader in current and name in current):
-                    affected.add(reader)
-                    frontier.append(reader)
+        affected = affected_by(self.definitions, names, set(indices), set(up_to_date))
         updated: list[str] = []
         notes: list[str] = []
-        for name in self._topological(affected):
-            definition = replace(self.definitions[name], reads=self._reads(self.definitions[name].statement))
+        for name in topological(self.definitions, affected):
+            definition = replace(self.definitions[name], reads=reads_of(self.definitions[name].statement, self.sizes))
             self.definitions[name] = definition
             stale_inputs = sorted(read for read in definition.reads if read in self.stale)
             try:
@@ -391,18 +360,8 @@ class Session:
         if target not in self.definitions:
             raise SessionError(f"'{target}' is data ({self.origins.get(target, 'bound')}), not a statement; "
                                "only names defined by a statement can be differentiated or planned")
-        cut = set(cut) - {target}
-        needed: set[str] = set()
-        stack = [target]
-        while stack:
-            name = stack.pop()
-            if name in needed or name in cut or name not in self.definitions:
-                continue
-            if name in self.stale:
-                raise SessionError(f"'{name}' is stale ({self.stale[name]}); redefine it first")
-            needed.add(name)
-            stack.extend(self.definitions[name].reads)
-        return self._program_text(needed)
+        needed = needed_for(self.definitions, self.stale, target, set(cut) - {target})
+        return program_text(self.definitions, self.sizes, needed)
 
     # ------------------------------------------------------------------ the whole session as a program
     def statements_text(self) -> str:
@@ -415,32 +374,12 @@ class Session:
         y[i] = 2 x[i]
         n = y[i] y[i]
         """
-        return self._program_text({name for name in self.definitions if name not in self.stale})
-
-    def _program_text(self, names: set[str]) -> str:
-        """The statements of ``names`` in an order that runs, each after the size declarations it uses."""
-        lines: list[str] = []
-        emitted: list[ir.SizeDecl] = []
-        for name in self._topological(names):
-            definition = self.definitions[name]
-            for decl in self._decls_for(definition.indices):
-                if decl not in emitted:
-                    emitted.append(decl)
-                    lines.append(ir.format_statement(decl))
-            lines.append(definition.text)
-        return "\n".join(lines)
+        return program_text(self.definitions, self.sizes, {name for name in self.definitions if name not in self.stale})
 
     def record(self) -> dict[str, Any]:
         """What ``:save FILE.npz`` keeps beside the arrays so that ``:load`` restores a live session: the size
         declarations, the kept statements (stale ones too) and which names are data."""
-        decls = list(dict.fromkeys(self.sizes.values()))
-        order = self._topological(set(self.definitions))
-        return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
-                "sizes": [ir.format_statement(decl) for decl in decls],
-                "statements": [{"name": name, "text": self.definitions[name].text,
-                                "stale": self.stale.get(name)} for name in order],
-                "data": [name for name in self.values if name not in self.definitions],
-                "backend": self.backend}
+        return make_record(self.definitions, self.sizes, self.stale, self.values, self.backend)
 
     def restore(self, arrays: Mapping[str, Any], record: Mapping[str, Any] | SessionRecord, origin: str) -> list[str]:
         """Bind the saved data, then keep and re-evaluate the saved statements (the inverse of :meth:`record`);
@@ -453,21 +392,22 @@ class Session:
         """
         if not isinstance(record, SessionRecord):
             record = check_record(record, origin)
-        notes = self._restore_backend(record.backend)
+        self.backend, notes = _saved_backend(record.backend, self.backend)
         data = {name: arrays[name] for name in record.data if name in arrays}
         notes += self.bind_many(data, origin)
         for decl in record.sizes:
             for index in decl.names:
                 self.sizes[index] = decl
         for saved in record.statements:
-            self.definitions[saved.name] = Definition(saved.statement, saved.text, self._reads(saved.statement),
-                                                      self._indices_of(saved.statement))
+            self.definitions[saved.name] = Definition(saved.statement, saved.text,
+                                                      reads_of(saved.statement, self.sizes),
+                                                      indices_of(saved.statement))
             self.order.setdefault(saved.name)
             self.origins.pop(saved.name, None)
             self.values.pop(saved.name, None)
         saved_names = {saved.name for saved in record.statements}
         restored: list[str] = []
-        for name in self._topological(saved_names):  # the record's order, unless an edit put a reader first
+        for name in topological(self.definitions, saved_names):  # the record's order, unless an edit put a reader first
             definition = self.definitions[name]
             try:
                 self._require_bound([read for read in definition.reads if read not in self.definitions])
@@ -486,22 +426,6 @@ class Session:
         size_names = {index for decl in record.sizes for index in decl.names}
         return notes + self.update_dependents(saved_names, size_names, up_to_date=saved_names)
 
-    def _restore_backend(self, saved: str | None) -> list[str]:
-        """Choose the saved backend again (before any statement re-evaluates); a backend this machine lacks is
-        named in a note and the session keeps its own."""
-        from einflow.engine.backends import get_backend
-
-        if saved is None or saved == self.backend:
-            return []
-        try:
-            if saved != "auto":
-                get_backend(saved)
-        except EinflowError as error:
-            return [f"saved backend '{saved}' is not available here ({_first_line(_error_text(error))}); "
-                    f"staying on {self.backend or 'the default backend'}"]
-        self.backend = saved
-        return [f"backend: {saved}"]
-
     # ------------------------------------------------------------------ helpers
     def names(self) -> list[str]:
         """Every tensor name the session knows (bound or stale), in the order they were made."""
@@ -514,12 +438,7 @@ class Session:
         >>> Session().hint("jacobian", "H", "W1")
         ':jacobian H wrt W1'
         """
-        notebook = self.front_end == "notebook"
-        if what == "bind":
-            return ("assign it in Python (e.g. W = np.ones((3, 4))) or compute it in an %%einflow cell" if notebook
-                    else "bind it with :set, :randn, :load or a statement (:vars lists what is bound)")
-        target, wrt = words[0], ", ".join(words[1:])
-        return f"%einflow_{what} {target} wrt {wrt}" if notebook else f":{what} {target} wrt {wrt}"
+        return front_end_hint(self.front_end, what, *words)
 
     def _require_bound(self, names: Iterable[str], statement: ir.Assign | None = None,
                        source: str | None = None) -> None:
@@ -540,62 +459,6 @@ class Session:
                 span = next((node.span for node in ir.walk(statement.expr)
                              if isinstance(node, (ir.Tensor, ir.Read)) and name in ir.tensors_read(node)), None)
             raise TensorNameError(located(message, span, source))
-
-    def _decls_for(self, indices: Iterable[str]) -> list[ir.SizeDecl]:
-        decls: list[ir.SizeDecl] = []
-        for index in sorted(indices):
-            decl = self.sizes.get(index)
-            if decl is not None and decl not in decls:
-                decls.append(decl)
-        return decls
-
-    def _indices_of(self, statement: ir.Assign) -> frozenset[str]:
-        return frozenset(indices_in(statement.expr)) | frozenset(statement.indices or ())
-
-    def _reads(self, statement: ir.Assign) -> frozenset[str]:
-        sources = {decl.source for decl in self._decls_for(self._indices_of(statement)) if isinstance(decl.source, str)}
-        return frozenset(ir.tensors_read(statement.expr)) | sources
-
-    def _path_to(self, name: str, reads: Iterable[str]) -> list[str]:
-        """A chain of kept statements leading from ``reads`` back to ``name`` (empty when there is none)."""
-        parents: dict[str, str | None] = {}
-        stack = [(read, None) for read in reads]
-        while stack:
-            current, parent = stack.pop()
-            if current in parents:
-                continue
-            parents[current] = parent
-            if current == name:
-                chain = []
-                node: str | None = parent
-                while node is not None:
-                    chain.append(node)
-                    node = parents[node]
-                return [*reversed(chain), name]
-            definition = self.definitions.get(current)
-            if definition is not None:
-                stack.extend((read, current) for read in definition.reads)
-        return []
-
-    def _topological(self, names: set[str]) -> list[str]:
-        """``names`` (kept statements) in an order that runs: each after the statements of ``names`` it reads."""
-        order: list[str] = []
-        seen: set[str] = set()
-        for root in self.definitions:
-            if root not in names or root in seen:
-                continue
-            seen.add(root)
-            stack = [(root, iter(sorted(self.definitions[root].reads)))]  # no recursion: chains may be long
-            while stack:
-                name, pending = stack[-1]
-                read = next((read for read in pending if read in names and read not in seen), None)
-                if read is None:
-                    stack.pop()
-                    order.append(name)
-                else:
-                    seen.add(read)
-                    stack.append((read, iter(sorted(self.definitions[read].reads))))
-        return order
 
     def shapes(self, names: Iterable[str]) -> Mapping[str, tuple[int, ...]]:
         """The shapes of bound tensors."""
