@@ -1,0 +1,474 @@
+"""Sparse operands (LANGUAGE.md §9.3): a COO tensor is coordinates and values, a product with it a gather.
+
+A call that passes a scipy.sparse array or matrix, or a pydata ``sparse.COO``, runs a rewritten program:
+
+- the sparse input ``S`` of rank d becomes its values ``S_v[z]`` and one integer coordinate vector per axis
+  (``S_i0[z]``, ...), z over its stored entries (duplicates summed once, on conversion);
+- in a product, ``S[i,j] H[j,f]`` becomes ``S_v[z] delta[i, S_i0[z]] H[S_i1[z], f]``: an index of ``S``
+  summed in the product is substituted by a gather of its coordinate in the other factors, an index kept
+  (in the output, or bound outside) becomes a scatter-add through ``delta``. Nothing of the dense size is
+  made: the work is O(nnz x the other indices);
+- a statement whose value is zero wherever a sparse factor is (a product with it, ``f(S)`` with f(0) = 0,
+  ``S^p``), and whose indices are that factor's, is computed on its pattern only (SDDMM, masks): its value is
+  a sparse tensor with the factor's coordinates, returned as the same kind of sparse array;
+- a derivative program's output taken by a sparse input (``grad(p, wrt="S")``) is sampled on ``S``'s pattern:
+  the derivative with respect to the stored values, returned sparse.
+
+The rewrite happens once per (program, sparse shapes, shared patterns) and its program plans like any other;
+its derivative programs are einflow programs and run through the same rewrite. Libraries are imported only when
+a sparse input arrives (their type's module is read without importing it).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from einflow.lang import ir
+from einflow.lang.check import ProgramInfo
+from einflow.lang.errors import SparseError
+from einflow.lang.functions import FUNCTION_RULES
+from einflow.lang.indices import free_indices, indices_in
+
+__all__ = ["sparse_kind", "is_sparse", "SparseArray", "to_coo", "Pattern", "Rewritten", "rewrite", "wrap",
+           "SUPPORTED"]
+
+#: what a message about an unsupported sparse input says is supported
+SUPPORTED = ("scipy.sparse arrays and matrices (every format, 2-D) and pydata sparse.COO (n-D) on the numpy "
+             "backend")
+
+
+def sparse_kind(value: Any) -> str | None:
+    """``"scipy"``, ``"pydata"``, ``"torch"``, ``"jax"`` for a sparse array of that library, else None (no import).
+
+    >>> sparse_kind(np.ones(2)) is None
+    True
+    """
+    kind = type(value)
+    module = kind.__module__
+    if module.startswith("numpy") or module == "builtins":
+        return None
+    if module.startswith("scipy.sparse"):
+        return "scipy"
+    if module == "sparse" or module.startswith("sparse."):
+        return "pydata"
+    if module.startswith("torch"):
+        layout = str(getattr(value, "layout", "torch.strided"))
+        return None if layout == "torch.strided" else "torch"
+    if module.startswith("jax.experimental.sparse"):
+        return "jax"
+    return None
+
+
+def is_sparse(value: Any) -> bool:
+    """Whether ``value`` is a sparse array of a library einflow knows (scipy, pydata sparse, torch, jax)."""
+    return sparse_kind(value) is not None
+
+
+@dataclass(frozen=True, eq=False)
+class SparseArray:
+    """One sparse input as coordinates (int64, one vector per axis, no duplicates) and values, and the array it
+    came from (a sparse result takes its kind and format)."""
+
+    coords: tuple[np.ndarray, ...]
+    values: np.ndarray
+    shape: tuple[int, ...]
+    like: Any
+
+    @property
+    def nnz(self) -> int:
+        return int(self.values.shape[0])
+
+
+def to_coo(name: str, value: Any) -> SparseArray:
+    """The coordinates and values of the sparse input ``name`` (scipy.sparse of any format, or pydata sparse).
+
+    Duplicate coordinates are summed (the input itself is left alone); torch and jax sparse arrays, and pydata
+    arrays whose fill value is not 0, are a :class:`SparseError` naming the tensor.
+    """
+    kind = sparse_kind(value)
+    if kind == "scipy":
+        coo = value.tocoo(copy=True)
+        coo.sum_duplicates()
+        coords = (np.asarray(coo.row, dtype=np.int64), np.asarray(coo.col, dtype=np.int64))
+        values = np.asarray(coo.data)
+    elif kind == "pydata":
+        import sparse
+
+        array = value if isinstance(value, sparse.COO) else sparse.COO(value)
+        if not _is_zero(array.fill_value):
+            raise SparseError(f"tensor {name!r}: a sparse array whose missing entries are {array.fill_value!r}; "
+                              "einflow reads missing entries as 0 (give fill_value=0)")
+        if array.has_duplicates:
+            array = array.copy()
+            array.sum_duplicates()
+        coords = tuple(np.asarray(axis, dtype=np.int64) for axis in array.coords)
+        values = np.asarray(array.data)
+    else:
+        raise SparseError(f"tensor {name!r} is a {type(value).__module__}.{type(value).__name__}; einflow takes "
+                          f"{SUPPORTED} (convert it, or pass it dense)")
+    if values.dtype.kind not in "biufc":
+        raise SparseError(f"tensor {name!r} has dtype {values.dtype}; einflow computes with numbers")
+    return SparseArray(coords, values, tuple(int(n) for n in value.shape), value)
+
+
+def _is_zero(value: Any) -> bool:
+    try:
+        return bool(value == 0)
+    except (TypeError, ValueError):
+        return False
+
+
+def wrap(values: Any, coords: tuple[np.ndarray, ...], shape: tuple[int, ...], like: Any) -> Any:
+    """A sparse array of ``like``'s kind (scipy: its format, array or matrix; pydata: COO) on a pattern."""
+    values = np.asarray(values)
+    if sparse_kind(like) == "scipy":
+        import scipy.sparse as sp
+
+        build = sp.coo_array if isinstance(like, sp.sparray) else sp.coo_matrix
+        result = build((values, tuple(coords)), shape=shape)
+        return result.asformat(like.format)
+    import sparse
+
+    return sparse.COO(np.stack(coords) if coords else np.zeros((0, values.shape[0]), np.int64), values,
+                      shape=shape, has_duplicates=False)
+
+
+# ---------------------------------------------------------------- the rewrite
+@dataclass(frozen=True)
+class Pattern:
+    """A sparse tensor of the rewritten program: its values' name and its coordinates' names, axis by axis."""
+
+    values: str
+    coords: tuple[str, ...]
+    shape: tuple[int, ...]
+    #: the group of inputs sharing these coordinates (the coordinate arrays passed once)
+    group: int
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """A program with sparse inputs rewritten over their coordinates and values.
+
+    ``inputs``: sparse input -> its :class:`Pattern`; ``outputs``: per output of the program, None (dense)
+    or (the pattern group it lies on, the axis of that group's coordinates each of its axes reads, its shape).
+    """
+
+    program: ir.ProgramIR
+    inputs: Mapping[str, Pattern]
+    group_coords: tuple[tuple[str, ...], ...]
+    outputs: tuple[tuple[int, tuple[int, ...], tuple[int, ...]] | None, ...]
+
+
+@functools.cache
+def keeps_zero(function: str) -> bool:
+    """Whether the elementwise ``function`` maps 0 to 0 (it then stays on a sparse pattern)."""
+    rule = FUNCTION_RULES.get(function)
+    if rule is None:
+        return False
+    try:
+        with np.errstate(all="ignore"):
+            return bool(np.all(np.asarray(rule.value(np, np.zeros(1))) == 0))
+    except Exception:  # noqa: BLE001 - a function that cannot be evaluated at 0 does not keep it
+        return False
+
+
+class _Rewriter:
+    def __init__(self, program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
+                 shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str]) -> None:
+        self.info = info
+        self.used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
+        self.sample = sample
+        group_coords: dict[int, tuple[str, ...]] = {}
+        self.sparse: dict[str, Pattern] = {}
+        for name, group in groups.items():
+            shape = shapes[name]
+            if group not in group_coords:
+                group_coords[group] = tuple(self.fresh(f"{name}_i{axis}") for axis in range(len(shape)))
+            self.sparse[name] = Pattern(self.fresh(f"{name}_v"), group_coords[group], shape, group)
+        self.inputs = dict(self.sparse)
+        self.group_coords = tuple(group_coords[k] for k in sorted(group_coords))
+        self.kept: dict[str, int] = {}
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name, k = f"{base}{k}", k + 1
+        self.used.add(name)
+        return name
+
+    # ------------------------------------------------------------ statements
+    def statements(self, program: ir.ProgramIR) -> list[ir.Statement]:
+        out: list[ir.Statement] = []
+        for statement in program.statements:
+            if isinstance(statement, ir.SizeDecl) and statement.source in self.sparse:
+                shape = self.sparse[statement.source].shape  # type: ignore[index]
+                out.extend(ir.SizeDecl((name,), size) for name, size in zip(statement.names, shape))
+            elif isinstance(statement, ir.Return):
+                out.append(replace(statement, names=tuple(
+                    self.sparse[name].values if name in self.sparse else name for name in statement.names)))
+            elif isinstance(statement, (ir.PadDecl, ir.MatrixDecl)):
+                what = statement.kind if isinstance(statement, ir.MatrixDecl) else "pad"
+                for name in statement.names:
+                    if name in self.sparse:
+                        raise SparseError(f"tensor {name!r} is sparse: a {what} declaration of it is not supported")
+                out.append(statement)
+            elif isinstance(statement, ir.Assign):
+                out.extend(self.assign(statement))
+            else:
+                out.append(statement)
+        return out
+
+    def assign(self, statement: ir.Assign) -> list[ir.Statement]:
+        expr = statement.expr
+        if statement.indices is not None:
+            indices = statement.indices
+        elif statement.target is not None:
+            indices = self.info.targets.get(statement.target, free_indices(expr))
+        else:
+            indices = free_indices(expr)
+        if not self._mentions_sparse(expr) and statement.target not in self.sample:
+            return [statement]
+        pattern = self._pattern_of(statement, indices)
+        self.kept = {}
+        if pattern is not None:
+            coords, shape, group = pattern
+            z = self.fresh("z")
+            mapping: dict[str, Any] = {index: ir.Gather(coord, (z,)) for index, coord in zip(indices, coords)}
+            body = self.expr(_substitute(expr, mapping, self.sparse), frozenset({z}), frozenset())
+            if z not in free_indices(body, frozenset({z})) and z not in indices_in(body):
+                raise SparseError(f"statement {statement.target or ''}: a value on a sparse pattern that does not "
+                                  "depend on the pattern's entries is not supported")
+            values = self.fresh(f"{statement.target or 'value'}_v")
+            if statement.target is not None:
+                self.sparse[statement.target] = Pattern(values, coords, shape, group)
+            new = ir.Assign(values, (z,), body, span=statement.span)
+        else:
+            consumed = frozenset(indices_in(expr)) - frozenset(indices)
+            terms = expr.terms if isinstance(expr, ir.Sum) else (expr,)
+            new_terms = tuple(self.expr(term, frozenset(indices), consumed) for term in terms)
+            body = ir.Sum(new_terms, span=expr.span) if isinstance(expr, ir.Sum) else new_terms[0]
+            new = ir.Assign(statement.target, tuple(indices), body, span=statement.span)
+        if not self.kept:
+            return [new]
+        renames = {index: self.fresh(f"{index}_") for index in self.kept}
+        declarations: list[ir.Statement] = [ir.SizeDecl((renames[index],), size) for index, size in self.kept.items()]
+        renamed = _substitute(new.expr, renames, {})
+        target_indices = tuple(renames.get(index, index) for index in new.indices or ())
+        return [*declarations, replace(new, indices=target_indices, expr=renamed)]
+
+    def _mentions_sparse(self, expr: ir.Expr) -> bool:
+        if isinstance(expr, (ir.Tensor, ir.Read)):
+            return expr.name in self.sparse
+        return any(self._mentions_sparse(child) for child in ir.children(expr))
+
+    def _pattern_of(self, statement: ir.Assign, indices: tuple[str, ...]
+                    ) -> tuple[tuple[str, ...], tuple[int, ...], int] | None:
+        """The coordinates (in the target's axis order), shape and group of the pattern a statement's value lies
+        on: a derivative by a sparse input, or a value that is zero off one sparse factor with its indices."""
+        if statement.target in self.sample:
+            source = self.sparse[self.sample[statement.target]]  # type: ignore[index]
+            if len(indices) != len(source.coords):
+                return None
+            return source.coords, source.shape, source.group
+        found = self._zero_off(statement.expr)
+        if found is None or len(set(indices)) != len(indices) or set(found[1]) != set(indices):
+            return None
+        source = self.sparse[found[0]]
+        axes = [found[1].index(index) for index in indices]
+        return (tuple(source.coords[axis] for axis in axes), tuple(source.shape[axis] for axis in axes),
+                source.group)
+
+    def _zero_off(self, expr: ir.Expr) -> tuple[str, tuple[str, ...]] | None:
+        """(sparse tensor, its indices) such that ``expr`` is 0 wherever that tensor has no entry, or None."""
+        if isinstance(expr, ir.Tensor):
+            if expr.name in self.sparse and len(set(expr.indices)) == len(expr.indices):
+                return expr.name, expr.indices
+            return None
+        if isinstance(expr, ir.Product):
+            for factor in expr.factors:
+                found = self._zero_off(factor)
+                if found is not None:
+                    return found
+            return None
+        if isinstance(expr, ir.Call):
+            return self._zero_off(expr.arg) if keeps_zero(expr.func) else None
+        if isinstance(expr, ir.Power):
+            return self._zero_off(expr.base) if expr.exponent > 0 else None
+        if isinstance(expr, ir.Sum):
+            found = [self._zero_off(term) for term in expr.terms]
+            first = found[0]
+            if first is None or any(other is None or self.sparse[other[0]].coords != self.sparse[first[0]].coords
+                                    or other[1] != first[1] for other in found):
+                return None
+            return first
+        if isinstance(expr, ir.Reduce) and expr.kind == "sum":
+            found = self._zero_off(expr.body)
+            return found if found is not None and not set(found[1]) & set(expr.indices) else None
+        return None
+
+    # ------------------------------------------------------------ expressions
+    def expr(self, expr: ir.Expr, bound: frozenset[str], consumed: frozenset[str]) -> ir.Expr:
+        if not self._mentions_sparse(expr):
+            return expr
+        if isinstance(expr, ir.Tensor):
+            return self.product((expr,), bound, consumed, expr.span)
+        if isinstance(expr, ir.Product):
+            return self.product(expr.factors, bound, consumed, expr.span)
+        if isinstance(expr, ir.Read):
+            raise SparseError(f"tensor {expr.name!r} is sparse: reading it at shifted or gathered positions "
+                              f"({ir.format_expr(expr)}) is not supported; read it with plain indices")
+        if isinstance(expr, ir.Reduce):
+            if expr.kind == "sum" and isinstance(expr.body, (ir.Product, ir.Tensor)):
+                body = self.expr(expr.body, bound, consumed | frozenset(expr.indices))
+                left = tuple(index for index in expr.indices if index in indices_in(body))
+                return replace(expr, indices=left, body=body) if left else body
+            return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), frozenset()))
+        if isinstance(expr, (ir.Normalize, ir.Linalg)):
+            return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), frozenset()))
+        if isinstance(expr, ir.Sum):
+            return replace(expr, terms=tuple(self.expr(term, bound, frozenset()) for term in expr.terms))
+        if isinstance(expr, ir.Call):
+            return replace(expr, arg=self.expr(expr.arg, bound, frozenset()))
+        if isinstance(expr, ir.Power):
+            return replace(expr, base=self.expr(expr.base, bound, frozenset()))
+        if isinstance(expr, ir.Binary):
+            return replace(expr, left=self.expr(expr.left, bound, frozenset()),
+                           right=self.expr(expr.right, bound, frozenset()))
+        raise SparseError(f"a sparse tensor inside {ir.format_expr(expr)} is not supported")
+
+    def product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], consumed: frozenset[str],
+                span: Any) -> ir.Expr:
+        """A product with a sparse factor as a gather over its coordinates (and a scatter for kept indices)."""
+        position = next((k for k, factor in enumerate(factors)
+                         if isinstance(factor, ir.Tensor) and factor.name in self.sparse), None)
+        if position is None:
+            new = tuple(self.expr(factor, bound, frozenset()) for factor in factors)
+            return ir.Product(new, span=span) if len(new) > 1 else new[0]
+        factor = factors[position]
+        assert isinstance(factor, ir.Tensor)
+        pattern = self.sparse[factor.name]
+        if len(set(factor.indices)) != len(factor.indices):
+            raise SparseError(f"tensor {factor.name!r} is sparse: reading its diagonal ({ir.format_expr(factor)}) "
+                              "is not supported")
+        z = self.fresh("z")
+        mapping: dict[str, Any] = {index: ir.Gather(coord, (z,)) for index, coord in zip(factor.indices,
+                                                                                          pattern.coords)}
+        others = factors[:position] + factors[position + 1:]
+        elsewhere = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
+        substituted = tuple(_substitute(other, mapping, self.sparse) for other in others)
+        rest = tuple(self.expr(other, bound | {z}, frozenset()) for other in substituted)
+        new: list[ir.Expr] = [ir.Tensor(pattern.values, (z,), span=factor.span)]
+        for axis, index in enumerate(factor.indices):
+            if index in consumed or (index not in bound and index in elsewhere):
+                continue  # summed here: the other factors read it through the gather
+            self.kept[index] = pattern.shape[axis]
+            new.append(ir.ShiftDelta(index, ir.Gather(pattern.coords[axis], (z,))))
+        new.extend(rest)
+        return ir.Product(tuple(new), span=span) if len(new) > 1 else new[0]
+
+
+def _substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, Pattern]) -> ir.Expr:
+    """``expr`` with indices replaced: by another index (a str) or by a gather (an ir.Gather). A sparse tensor
+    read at exactly its own coordinates becomes its values."""
+    if not mapping:
+        return expr
+    if isinstance(expr, ir.Num):
+        return expr
+    if isinstance(expr, ir.Tensor):
+        if not any(index in mapping for index in expr.indices):
+            return expr
+        positions = tuple(mapping.get(index, index) for index in expr.indices)
+        if expr.name in sparse:
+            own = sparse[expr.name]
+            gathers = [p for p in positions if isinstance(p, ir.Gather)]
+            if len(gathers) == len(positions) and tuple(p.name for p in gathers) == own.coords \
+                    and len({p.indices for p in gathers}) == 1:
+                return ir.Tensor(own.values, gathers[0].indices, span=expr.span)
+            if gathers:
+                raise SparseError(f"tensor {expr.name!r} is sparse and is read where another sparse tensor's "
+                                  "entries are: a product of two sparse tensors on different patterns is not "
+                                  "supported")
+            return replace(expr, indices=positions)
+        if all(isinstance(p, str) for p in positions):
+            return replace(expr, indices=positions)
+        return ir.Read(expr.name, positions, span=expr.span)
+    if isinstance(expr, ir.Read):
+        positions_out: list[ir.Position] = []
+        for position in expr.positions:
+            if isinstance(position, str):
+                positions_out.append(mapping.get(position, position))
+            elif any(index in mapping for index in ir.position_indices(position)):
+                if any(not isinstance(mapping[i], str) for i in ir.position_indices(position) if i in mapping):
+                    raise SparseError(f"{ir.format_expr(expr)}: a shifted or gathered read at a sparse tensor's "
+                                      "coordinates is not supported")
+                positions_out.append(_rename_position(position, mapping))
+            else:
+                positions_out.append(position)
+        return replace(expr, positions=tuple(positions_out))
+    if isinstance(expr, ir.Delta):
+        first, second = mapping.get(expr.first, expr.first), mapping.get(expr.second, expr.second)
+        if isinstance(first, str) and isinstance(second, str):
+            return replace(expr, first=first, second=second)
+        if isinstance(first, str):
+            return ir.ShiftDelta(first, second, span=expr.span)
+        if isinstance(second, str):
+            return ir.ShiftDelta(second, first, span=expr.span)
+        raise SparseError(f"{ir.format_expr(expr)} between two coordinates of a sparse tensor is not supported")
+    if isinstance(expr, ir.ShiftDelta):
+        index = mapping.get(expr.index, expr.index)
+        if not isinstance(index, str) or any(not isinstance(mapping.get(i, i), str)
+                                             for i in ir.position_indices(expr.position)):
+            raise SparseError(f"{ir.format_expr(expr)} at a sparse tensor's coordinates is not supported")
+        return replace(expr, index=index, position=_rename_position(expr.position, mapping))
+    if isinstance(expr, ir.Product):
+        return replace(expr, factors=tuple(_substitute(f, mapping, sparse) for f in expr.factors))
+    if isinstance(expr, ir.Sum):
+        return replace(expr, terms=tuple(_substitute(t, mapping, sparse) for t in expr.terms))
+    if isinstance(expr, ir.Call):
+        return replace(expr, arg=_substitute(expr.arg, mapping, sparse))
+    if isinstance(expr, ir.Power):
+        return replace(expr, base=_substitute(expr.base, mapping, sparse))
+    if isinstance(expr, ir.Binary):
+        return replace(expr, left=_substitute(expr.left, mapping, sparse),
+                       right=_substitute(expr.right, mapping, sparse))
+    if isinstance(expr, (ir.Reduce, ir.Normalize, ir.Linalg)):
+        inner = {k: v for k, v in mapping.items() if k not in expr.indices}  # the scope's own indices shadow
+        renamed = tuple(mapping.get(i, i) if isinstance(mapping.get(i, i), str) else i for i in expr.indices) \
+            if all(isinstance(v, str) for v in mapping.values()) else expr.indices
+        if renamed != expr.indices:
+            inner = dict(mapping)
+        return replace(expr, indices=renamed, body=_substitute(expr.body, inner, sparse))
+    raise SparseError(f"a sparse tensor's coordinates inside {ir.format_expr(expr)} are not supported")
+
+
+def _rename_position(position: Any, mapping: Mapping[str, Any]) -> Any:
+    if isinstance(position, ir.Gather):
+        return replace(position, indices=tuple(mapping.get(i, i) for i in position.indices))
+    return replace(position, terms=tuple((c, mapping.get(i, i)) for c, i in position.terms))
+
+
+def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
+            shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str]) -> Rewritten:
+    """``program`` over the coordinates and values of its sparse inputs (``groups``: sparse input -> the group of
+    inputs with the same coordinates; ``sample``: output -> the sparse input whose pattern it is sampled on)."""
+    rewriter = _Rewriter(program, info, groups, shapes, sample)
+    statements = rewriter.statements(program)
+    outputs: list[tuple[int, tuple[int, ...], tuple[int, ...]] | None] = []
+    for name in info.outputs:
+        pattern = rewriter.sparse.get(name) if name is not None and name not in rewriter.inputs else None
+        if name is None and statements and isinstance(statements[-1], ir.Assign) \
+                and statements[-1].target is not None and statements[-1].target not in info.targets:
+            last = statements[-1]  # a bare last statement computed on a pattern got a name
+            pattern = next((p for p in rewriter.sparse.values() if p.values == last.target), None)
+        if pattern is None:
+            outputs.append(None)
+            continue
+        coords = rewriter.group_coords[pattern.group]
+        outputs.append((pattern.group, tuple(coords.index(c) for c in pattern.coords), pattern.shape))
+    return Rewritten(ir.ProgramIR(tuple(statements)), rewriter.inputs, rewriter.group_coords, tuple(outputs))
