@@ -89,8 +89,9 @@ def call(program: Any, values: Mapping[str, Any], backend: str, options: Mapping
     if backend == "auto":
         found = infer_backend(arrays.values())
         if found != "numpy":
-            raise SparseError(f"sparse inputs run on the numpy backend; the other inputs are {found} arrays "
-                              f"(sparse inputs are supported as {SUPPORTED})")
+            names = ", ".join(repr(name) for name in rewritten.inputs)
+            raise SparseError(f"tensor {names} is sparse and the other inputs are {found} arrays; sparse inputs "
+                              f"are supported as {SUPPORTED} (pass numpy arrays beside them)")
     result = runner(arrays, backend="numpy", **options)
     outputs = list(result) if type(result) is tuple else [result]
     for k, where in enumerate(rewritten.outputs):

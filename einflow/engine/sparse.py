@@ -104,9 +104,7 @@ def to_coo(name: str, value: Any) -> SparseArray:
         if not _is_zero(array.fill_value):
             raise SparseError(f"tensor {name!r}: a sparse array whose missing entries are {array.fill_value!r}; "
                               "einflow reads missing entries as 0 (give fill_value=0)")
-        if array.has_duplicates:
-            array = array.copy()
-            array.sum_duplicates()
+        # (a pydata COO sums its duplicate coordinates when it is built, unless told it has none)
         coords = tuple(np.asarray(axis, dtype=np.int64) for axis in array.coords)
         values = np.asarray(array.data)
     else:
@@ -194,6 +192,8 @@ class _Rewriter:
         self.inputs = dict(self.sparse)
         self.group_coords = tuple(group_coords[k] for k in sorted(group_coords))
         self.kept: dict[str, int] = {}
+        #: statements computing hoisted values on a pattern, to go before the statement being rewritten
+        self.pending: list[ir.Statement] = []
 
     def fresh(self, base: str) -> str:
         name, k = base, 1
@@ -219,7 +219,10 @@ class _Rewriter:
                         raise SparseError(f"tensor {name!r} is sparse: a {what} declaration of it is not supported")
                 out.append(statement)
             elif isinstance(statement, ir.Assign):
-                out.extend(self.assign(statement))
+                self.pending = []
+                new = self.assign(statement)
+                out.extend(self.pending)
+                out.extend(new)
             else:
                 out.append(statement)
         return out
@@ -241,9 +244,9 @@ class _Rewriter:
             z = self.fresh("z")
             mapping: dict[str, Any] = {index: ir.Gather(coord, (z,)) for index, coord in zip(indices, coords)}
             body = self.expr(_substitute(expr, mapping, self.sparse), frozenset({z}), frozenset())
-            if z not in free_indices(body, frozenset({z})) and z not in indices_in(body):
-                raise SparseError(f"statement {statement.target or ''}: a value on a sparse pattern that does not "
-                                  "depend on the pattern's entries is not supported")
+            if z not in indices_in(body):  # the same value on every entry: broadcast it over z
+                ones = ir.Sum((ir.Num(1), ir.Product((ir.Num(0), ir.Tensor(coords[0], (z,))))))
+                body = ir.Product((body, ones))
             values = self.fresh(f"{statement.target or 'value'}_v")
             if statement.target is not None:
                 self.sparse[statement.target] = Pattern(values, coords, shape, group)
@@ -324,6 +327,9 @@ class _Rewriter:
             raise SparseError(f"tensor {expr.name!r} is sparse: reading it at shifted or gathered positions "
                               f"({ir.format_expr(expr)}) is not supported; read it with plain indices")
         if isinstance(expr, ir.Reduce):
+            inner = self._hoist(expr.body) if isinstance(expr.body, (ir.Call, ir.Power)) else None
+            if inner is not None:
+                expr = replace(expr, body=inner)
             if expr.kind == "sum" and isinstance(expr.body, (ir.Product, ir.Tensor)):
                 body = self.expr(expr.body, bound, consumed | frozenset(expr.indices))
                 left = tuple(index for index in expr.indices if index in indices_in(body))
@@ -333,6 +339,10 @@ class _Rewriter:
             return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), frozenset()))
         if isinstance(expr, ir.Sum):
             return replace(expr, terms=tuple(self.expr(term, bound, frozenset()) for term in expr.terms))
+        if isinstance(expr, (ir.Call, ir.Power)):
+            hoisted = self._hoist(expr)
+            if hoisted is not None:
+                return self.expr(hoisted, bound, consumed)
         if isinstance(expr, ir.Call):
             return replace(expr, arg=self.expr(expr.arg, bound, frozenset()))
         if isinstance(expr, ir.Power):
@@ -342,9 +352,22 @@ class _Rewriter:
                            right=self.expr(expr.right, bound, frozenset()))
         raise SparseError(f"a sparse tensor inside {ir.format_expr(expr)} is not supported")
 
+    def _hoist(self, expr: ir.Expr) -> ir.Tensor | None:
+        """``f(S[i,j])`` with f(0) = 0 (or ``S[i,j]^p``, p > 0) as a statement of its own on ``S``'s pattern (computed
+        on the entries only), read back as a sparse tensor; None where ``expr`` is not zero off one pattern."""
+        found = self._zero_off(expr)
+        if found is None or set(free_indices(expr)) != set(found[1]):
+            return None
+        name = self.fresh("t")
+        kept = self.kept
+        self.pending.extend(self.assign(ir.Assign(name, found[1], expr)))
+        self.kept = kept
+        return ir.Tensor(name, found[1])
+
     def product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], consumed: frozenset[str],
                 span: Any) -> ir.Expr:
         """A product with a sparse factor as a gather over its coordinates (and a scatter for kept indices)."""
+        factors = tuple((self._hoist(f) or f) if isinstance(f, (ir.Call, ir.Power)) else f for f in factors)
         position = next((k for k, factor in enumerate(factors)
                          if isinstance(factor, ir.Tensor) and factor.name in self.sparse), None)
         if position is None:
@@ -370,6 +393,8 @@ class _Rewriter:
             self.kept[index] = pattern.shape[axis]
             new.append(ir.ShiftDelta(index, ir.Gather(pattern.coords[axis], (z,))))
         new.extend(rest)
+        if len(new) == 1:  # every index summed: the sum of the entries
+            return ir.Reduce((z,), new[0], span=span)
         return ir.Product(tuple(new), span=span) if len(new) > 1 else new[0]
 
 
@@ -415,6 +440,8 @@ def _substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, 
         first, second = mapping.get(expr.first, expr.first), mapping.get(expr.second, expr.second)
         if isinstance(first, str) and isinstance(second, str):
             return replace(expr, first=first, second=second)
+        if first == second:
+            return ir.Num(1)  # delta[p,p] with p bound (a broadcast over p): 1 on every entry
         if isinstance(first, str):
             return ir.ShiftDelta(first, second, span=expr.span)
         if isinstance(second, str):
