@@ -14,7 +14,8 @@ sparse = pytest.importorskip("sparse")
 FORMATS = ["csr", "csc", "coo", "bsr", "dia", "lil", "dok"]
 
 
-def _matrix(rows: int = 7, cols: int = 5, density: float = 0.35, seed: int = 0, empty_row: int | None = 2) -> np.ndarray:
+def _matrix(rows: int = 7, cols: int = 5, density: float = 0.35, seed: int = 0,
+            empty_row: int | None = 2) -> np.ndarray:
     rng = np.random.default_rng(seed)
     dense = rng.normal(size=(rows, cols)) * (rng.random((rows, cols)) < density)
     if empty_row is not None:

@@ -480,10 +480,158 @@ def _rename_position(position: Any, mapping: Mapping[str, Any]) -> Any:
     return replace(position, terms=tuple((c, mapping.get(i, i)) for c, i in position.terms))
 
 
+class _Inliner:
+    """Products of plain tensors computed into intermediates (a derivative's shared outer products,
+    ``t2[i,r,k] = A[i,r] C[k,r]``, or a contraction with a sparse factor) put back into the products reading them,
+    so that a sparse factor there gathers them per entry instead of reading a dense intermediate."""
+
+    def __init__(self, program: ir.ProgramIR, info: ProgramInfo, keep: frozenset[str], used: set[str],
+                 sparse: frozenset[str]) -> None:
+        self.info = info
+        #: the sparse inputs and the values computed from them
+        self.touched = set(sparse)
+        self.used = used
+        self.defs: dict[str, tuple[tuple[str, ...], tuple[ir.Expr, ...]]] = {}
+        blocked: set[str] = set(keep)
+        for statement in program.statements:
+            if isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
+                blocked.add(statement.source)
+            elif isinstance(statement, ir.Assign):
+                blocked.update(_indirect_names(statement.expr))
+        self.blocked = blocked
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name, k = f"{base}{k}", k + 1
+        self.used.add(name)
+        return name
+
+    def run(self, program: ir.ProgramIR) -> ir.ProgramIR:
+        out: list[ir.Statement] = []
+        for statement in program.statements:
+            if isinstance(statement, ir.Assign):
+                statement = replace(statement, expr=self.expr(statement.expr, frozenset(statement.indices or ()),
+                                                               True))
+                self._learn(statement)
+            out.append(statement)
+        return ir.ProgramIR(tuple(_live(out, self.info)))
+
+    def _learn(self, statement: ir.Assign) -> None:
+        target = statement.target
+        mentions = bool(_tensor_names(statement.expr) & self.touched)
+        if mentions and target is not None:
+            self.touched.add(target)
+        if target is None or target in self.blocked:
+            return
+        indices = statement.indices if statement.indices is not None else self.info.targets.get(target)
+        expr = statement.expr
+        factors = expr.factors if isinstance(expr, ir.Product) else (expr,)
+        if indices is None or len(set(indices)) != len(indices) or not all(
+                isinstance(f, (ir.Num, ir.Tensor)) for f in factors):
+            return
+        if set(free_indices(expr, frozenset(indices))) != set(indices) or \
+                set(free_indices(expr)) - set(indices):  # every other index is summed inside the product
+            return
+        if not mentions and set(indices_in(expr)) - set(indices):
+            return  # a dense contraction stays computed once; a dense outer product is gathered where it is read
+        self.defs[target] = (tuple(indices), tuple(factors))
+
+    def _body(self, read: ir.Tensor) -> tuple[ir.Expr, ...]:
+        indices, factors = self.defs[read.name]
+        mapping = dict(zip(indices, read.indices))
+        for factor in factors:
+            for index in getattr(factor, "indices", ()):
+                if index not in mapping:
+                    mapping[index] = self.fresh(index)
+        return tuple(_substitute(factor, mapping, {}) for factor in factors)
+
+    def _fits(self, read: ir.Tensor, others: tuple[ir.Expr, ...], bound: frozenset[str], top: bool) -> bool:
+        """Whether splicing the definition of ``read`` into its product keeps every index free or summed as it
+        was: a target index occurring twice in the definition must be bound, or summed here anyway."""
+        if read.name not in self.defs or top:
+            return read.name in self.defs
+        indices, factors = self.defs[read.name]
+        around = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
+        for index, outer in zip(indices, read.indices):
+            count = sum(getattr(f, "indices", ()).count(index) for f in factors)
+            if count > 1 and outer not in bound and outer not in around:
+                return False
+        return True
+
+    def expr(self, expr: ir.Expr, bound: frozenset[str], top: bool) -> ir.Expr:
+        if isinstance(expr, ir.Tensor):
+            if self._fits(expr, (), bound, top):
+                body = self._body(expr)
+                return ir.Product(body) if len(body) > 1 else body[0]
+            return expr
+        if isinstance(expr, ir.Product):
+            factors: list[ir.Expr] = []
+            for k, factor in enumerate(expr.factors):
+                others = expr.factors[:k] + expr.factors[k + 1:]
+                if isinstance(factor, ir.Tensor) and self._fits(factor, others, bound, top):
+                    factors.extend(self._body(factor))
+                else:
+                    factors.append(self.expr(factor, bound, False))
+            return replace(expr, factors=tuple(factors))
+        if isinstance(expr, ir.Sum):
+            return replace(expr, terms=tuple(self.expr(term, bound, top) for term in expr.terms))
+        if isinstance(expr, ir.Reduce):
+            return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), top))
+        if isinstance(expr, (ir.Normalize, ir.Linalg)):
+            return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), False))
+        if isinstance(expr, ir.Call):
+            return replace(expr, arg=self.expr(expr.arg, bound, False))
+        if isinstance(expr, ir.Power):
+            return replace(expr, base=self.expr(expr.base, bound, False))
+        if isinstance(expr, ir.Binary):
+            return replace(expr, left=self.expr(expr.left, bound, False), right=self.expr(expr.right, bound, False))
+        return expr
+
+
+def _indirect_names(expr: ir.Expr) -> set[str]:
+    """Tensors read other than plainly: at shifted or gathered positions, or as gather positions."""
+    found: set[str] = set()
+    if isinstance(expr, ir.Read):
+        found.add(expr.name)
+    if isinstance(expr, (ir.Read, ir.ShiftDelta)):
+        found.update(gather.name for gather in expr.gathers)
+    for child in ir.children(expr):
+        found |= _indirect_names(child)
+    return found
+
+
+def _tensor_names(expr: ir.Expr) -> set[str]:
+    found = {expr.name} if isinstance(expr, (ir.Tensor, ir.Read)) else set()
+    if isinstance(expr, (ir.Read, ir.ShiftDelta)):
+        found.update(gather.name for gather in expr.gathers)
+    for child in ir.children(expr):
+        found |= _tensor_names(child)
+    return found
+
+
+def _live(statements: list[ir.Statement], info: ProgramInfo) -> list[ir.Statement]:
+    """The statements without assignments nothing reads (the program's outputs are read)."""
+    needed = {name for name in info.outputs if name is not None}
+    kept: list[ir.Statement] = []
+    for statement in reversed(statements):
+        if isinstance(statement, ir.Assign):
+            if statement.target is not None and statement.target not in needed and statement is not statements[-1]:
+                continue
+            needed |= _tensor_names(statement.expr)
+        elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
+            needed.add(statement.source)
+        kept.append(statement)
+    return kept[::-1]
+
+
 def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
             shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str]) -> Rewritten:
     """``program`` over the coordinates and values of its sparse inputs (``groups``: sparse input -> the group of
     inputs with the same coordinates; ``sample``: output -> the sparse input whose pattern it is sampled on)."""
+    used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
+    keep = frozenset(name for name in info.outputs if name is not None) | frozenset(sample)
+    program = _Inliner(program, info, keep, used, frozenset(groups)).run(program)
     rewriter = _Rewriter(program, info, groups, shapes, sample)
     statements = rewriter.statements(program)
     outputs: list[tuple[int, tuple[int, ...], tuple[int, ...]] | None] = []
