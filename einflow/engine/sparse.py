@@ -625,6 +625,86 @@ def _live(statements: list[ir.Statement], info: ProgramInfo) -> list[ir.Statemen
     return kept[::-1]
 
 
+def _gather_key(read: ir.Read, coords: frozenset[str]) -> tuple[Any, ...] | None:
+    """(tensor, axis, coordinate, rank) of a read with one gather of a pattern's coordinates, else None."""
+    gathers = [(axis, p) for axis, p in enumerate(read.positions) if not isinstance(p, str)]
+    if len(gathers) != 1 or not isinstance(gathers[0][1], ir.Gather) or gathers[0][1].name not in coords:
+        return None
+    plain = [p for p in read.positions if isinstance(p, str)]
+    if len(set(plain)) != len(plain) or len(gathers[0][1].indices) != 1 or gathers[0][1].indices[0] in plain:
+        return None
+    return read.name, gathers[0][0], gathers[0][1].name, len(read.positions), read.mode
+
+
+def _reads(expr: ir.Expr) -> list[ir.Read]:
+    found = [expr] if isinstance(expr, ir.Read) else []
+    for child in ir.children(expr):
+        found.extend(_reads(child))
+    return found
+
+
+def _shared_gathers(statements: list[ir.Statement], rewriter: _Rewriter) -> list[ir.Statement]:
+    """A dense tensor gathered at one pattern's coordinates by several statements (the CP gradient gathers each
+    factor once per mode) gathered once, into a statement of its own that the others read."""
+    coords = frozenset(name for group in rewriter.group_coords for name in group)
+    uses: dict[tuple[Any, ...], int] = {}
+    for statement in statements:
+        if isinstance(statement, ir.Assign):
+            for read in _reads(statement.expr):
+                key = _gather_key(read, coords)
+                if key is not None:
+                    uses[key] = uses.get(key, 0) + 1
+    shared = {key: rewriter.fresh(f"{key[0]}_at_{key[2]}") for key, count in uses.items() if count > 1}
+    if not shared:
+        return statements
+    out: list[ir.Statement] = []
+    emitted: set[tuple[Any, ...]] = set()
+
+    def replace_reads(expr: ir.Expr) -> ir.Expr:
+        if isinstance(expr, ir.Read):
+            key = _gather_key(expr, coords)
+            if key in shared:
+                axis = key[1]
+                gather = expr.positions[axis]
+                assert isinstance(gather, ir.Gather)
+                plain = tuple(p for p in expr.positions if isinstance(p, str))
+                return ir.Tensor(shared[key], (gather.indices[0], *plain), span=expr.span)
+            return expr
+        return _map_children(expr, replace_reads)
+
+    for statement in statements:
+        if isinstance(statement, ir.Assign):
+            for read in _reads(statement.expr):
+                key = _gather_key(read, coords)
+                if key in shared and key not in emitted:
+                    emitted.add(key)
+                    name, axis, coord, rank, mode = key
+                    z = rewriter.fresh("z")
+                    plain = tuple(rewriter.fresh(f"a{k}") for k in range(rank - 1))
+                    positions: list[ir.Position] = list(plain)
+                    positions.insert(axis, ir.Gather(coord, (z,)))
+                    out.append(ir.Assign(shared[key], (z, *plain), ir.Read(name, tuple(positions), mode=mode)))
+            statement = replace(statement, expr=replace_reads(statement.expr))
+        out.append(statement)
+    return out
+
+
+def _map_children(expr: ir.Expr, function: Any) -> ir.Expr:
+    if isinstance(expr, ir.Product):
+        return replace(expr, factors=tuple(map(function, expr.factors)))
+    if isinstance(expr, ir.Sum):
+        return replace(expr, terms=tuple(map(function, expr.terms)))
+    if isinstance(expr, ir.Call):
+        return replace(expr, arg=function(expr.arg))
+    if isinstance(expr, ir.Power):
+        return replace(expr, base=function(expr.base))
+    if isinstance(expr, (ir.Reduce, ir.Normalize, ir.Linalg)):
+        return replace(expr, body=function(expr.body))
+    if isinstance(expr, ir.Binary):
+        return replace(expr, left=function(expr.left), right=function(expr.right))
+    return expr
+
+
 def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
             shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str]) -> Rewritten:
     """``program`` over the coordinates and values of its sparse inputs (``groups``: sparse input -> the group of
@@ -634,6 +714,7 @@ def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
     program = _Inliner(program, info, keep, used, frozenset(groups)).run(program)
     rewriter = _Rewriter(program, info, groups, shapes, sample)
     statements = rewriter.statements(program)
+    statements = _shared_gathers(statements, rewriter)
     outputs: list[tuple[int, tuple[int, ...], tuple[int, ...]] | None] = []
     for name in info.outputs:
         pattern = rewriter.sparse.get(name) if name is not None and name not in rewriter.inputs else None
