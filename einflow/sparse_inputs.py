@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.backends import infer_backend
-from einflow.engine.sparse import SUPPORTED, Rewritten, SparseArray, is_sparse, rewrite, sparse_kind, to_coo, wrap
+from einflow.engine.sparse import SUPPORTED, Rewritten, SparseArray, is_sparse, rewrite, sparse_kind, spmm, to_coo, wrap
 from einflow.lang.errors import SparseError
 
 __all__ = ["call", "plan_program", "prepared", "check_backend"]
@@ -19,7 +19,7 @@ __all__ = ["call", "plan_program", "prepared", "check_backend"]
 _REWRITES: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
-def prepared(program: Any, values: Mapping[str, Any]) -> tuple[Any, Rewritten, dict[str, Any],
+def prepared(program: Any, values: Mapping[str, Any], matmuls: bool = True) -> tuple[Any, Rewritten, dict[str, Any],
                                                                  list[SparseArray]]:
     """The rewritten Program for these inputs (cached), its arrays, and the coordinates of each pattern group."""
     from einflow.program import Program  # noqa: PLC0415 - program.py imports this module
@@ -47,12 +47,13 @@ def prepared(program: Any, values: Mapping[str, Any]) -> tuple[Any, Rewritten, d
         for output, cast in zip(program.info.outputs, program.casts):
             if output is not None and cast in converted:
                 sample[output] = cast
-    key = (tuple(sorted(groups.items())), tuple((name, a.shape) for name, a in converted.items()),
+    key = (matmuls, tuple(sorted(groups.items())), tuple((name, a.shape) for name, a in converted.items()),
            tuple(sorted(sample.items())))
     cache = _REWRITES.setdefault(program, {})
     built = cache.get(key)
     if built is None:
-        rewritten = rewrite(program.ir, program.info, groups, {n: a.shape for n, a in converted.items()}, sample)
+        rewritten = rewrite(program.ir, program.info, groups, {n: a.shape for n, a in converted.items()}, sample,
+                            matmuls)
         runner = Program(rewritten.program)
         if program.casts is not None:
             runner.casts = tuple(rewritten.inputs[c].values if c in rewritten.inputs else c for c in program.casts)
@@ -92,6 +93,8 @@ def call(program: Any, values: Mapping[str, Any], backend: str, options: Mapping
             names = ", ".join(repr(name) for name in rewritten.inputs)
             raise SparseError(f"tensor {names} is sparse and the other inputs are {found} arrays; sparse inputs "
                               f"are supported as {SUPPORTED} (pass numpy arrays beside them)")
+    for product in rewritten.products:  # SpMM through scipy's kernel (einflow.engine.sparse.spmm)
+        arrays[product.name] = spmm(product, values[product.sparse], values[product.dense])
     result = runner(arrays, backend="numpy", **options)
     outputs = list(result) if type(result) is tuple else [result]
     for k, where in enumerate(rewritten.outputs):
@@ -105,5 +108,5 @@ def call(program: Any, values: Mapping[str, Any], backend: str, options: Mapping
 
 def plan_program(program: Any, shapes: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The rewritten program and the shapes to plan it with, for ``Program.plan`` given sparse arrays."""
-    runner, _, arrays, _ = prepared(program, shapes)
+    runner, _, arrays, _ = prepared(program, shapes, matmuls=False)  # the gather form: FLOPs from nnz
     return runner, {name: value for name, value in arrays.items() if name in runner.info.inputs}

@@ -200,3 +200,24 @@ def test_jax_bcoo_is_refused() -> None:
 
     with pytest.raises(ef.SparseError, match="'S'"):
         ef.compile("y[i] = S[i,j] x[j]")(S=jsparse.BCOO.fromdense(jnp.eye(3)), x=jnp.ones(3))
+
+
+def test_spmm_through_scipy_and_gather_form_agree() -> None:
+    dense = _matrix(9, 6, seed=8)
+    rng = np.random.default_rng(9)
+    D3 = rng.normal(size=(6, 2, 3))
+    for S in (sp.csr_array(dense), sparse.COO.from_numpy(dense)):
+        y = ef.compile("y[i,f,g] = S[i,j] D[j,f,g]")(S=S, D=D3)  # scipy's kernel
+        np.testing.assert_allclose(y, np.einsum("ij,jfg->ifg", dense, D3), atol=1e-13)
+        Dt = rng.normal(size=(4, 9))
+        u = ef.compile("u[j,f] = S[i,j] D[f,i]")(S=S, D=Dt)  # transposed, summed axis last
+        np.testing.assert_allclose(u, dense.T @ Dt.T, atol=1e-13)
+        w = ef.compile("w[i,f] = 2 S[i,j] D[j,f]")(S=S, D=D3[:, :, 0])  # a scaled product: the gather form
+        np.testing.assert_allclose(w, 2 * dense @ D3[:, :, 0], atol=1e-13)
+
+
+def test_plan_report_shows_the_gather_form() -> None:
+    S = sp.csr_array(_matrix(50, 40, density=0.1, seed=10))
+    report = ef.compile("y[i,f] = S[i,j] H[j,f]").plan(S=S, H=(40, 8))
+    text = str(report)
+    assert "S_v" in text and report.flops < 2 * 50 * 40 * 8

@@ -36,7 +36,7 @@ from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import free_indices, indices_in
 
 __all__ = ["sparse_kind", "is_sparse", "SparseArray", "to_coo", "Pattern", "Rewritten", "rewrite", "wrap",
-           "SUPPORTED"]
+           "SUPPORTED", "SpMM", "spmm"]
 
 #: what a message about an unsupported sparse input says is supported
 SUPPORTED = ("scipy.sparse arrays and matrices (every format, 2-D) and pydata sparse.COO (n-D) on the numpy "
@@ -92,7 +92,12 @@ def to_coo(name: str, value: Any) -> SparseArray:
     arrays whose fill value is not 0, are a :class:`SparseError` naming the tensor.
     """
     kind = sparse_kind(value)
-    if kind == "scipy":
+    if kind == "scipy" and value.format == "csr" and value.has_canonical_format:  # rows sorted, no duplicates
+        counts = np.diff(value.indptr)
+        coords = (np.repeat(np.arange(value.shape[0], dtype=np.int64), counts),
+                  np.asarray(value.indices, dtype=np.int64))
+        values = np.asarray(value.data)
+    elif kind == "scipy":
         coo = value.tocoo(copy=True)
         coo.sum_duplicates()
         coords = (np.asarray(coo.row, dtype=np.int64), np.asarray(coo.col, dtype=np.int64))
@@ -150,6 +155,19 @@ class Pattern:
 
 
 @dataclass(frozen=True)
+class SpMM:
+    """``T[i,f] = S[i,j] D[j,f]`` with a sparse 2-D input and a dense input, computed before the program by
+    scipy's compressed-row kernel into the input ``name`` (``transpose``: S's first index is the summed one;
+    ``axis``: D's axis it sums)."""
+
+    name: str
+    sparse: str
+    dense: str
+    transpose: bool
+    axis: int
+
+
+@dataclass(frozen=True)
 class Rewritten:
     """A program with sparse inputs rewritten over their coordinates and values.
 
@@ -161,6 +179,8 @@ class Rewritten:
     inputs: Mapping[str, Pattern]
     group_coords: tuple[tuple[str, ...], ...]
     outputs: tuple[tuple[int, tuple[int, ...], tuple[int, ...]] | None, ...]
+    #: sparse-dense matrix products computed before the program (SpMM through scipy)
+    products: tuple[SpMM, ...] = ()
 
 
 @functools.cache
@@ -178,8 +198,9 @@ def keeps_zero(function: str) -> bool:
 
 class _Rewriter:
     def __init__(self, program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
-                 shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str]) -> None:
+                 shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True) -> None:
         self.info = info
+        self.matmuls = matmuls
         self.used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
         self.sample = sample
         group_coords: dict[int, tuple[str, ...]] = {}
@@ -194,6 +215,7 @@ class _Rewriter:
         self.kept: dict[str, int] = {}
         #: statements computing hoisted values on a pattern, to go before the statement being rewritten
         self.pending: list[ir.Statement] = []
+        self.products: list[SpMM] = []
 
     def fresh(self, base: str) -> str:
         name, k = base, 1
@@ -237,6 +259,11 @@ class _Rewriter:
             indices = free_indices(expr)
         if not self._mentions_sparse(expr) and statement.target not in self.sample:
             return [statement]
+        product = self._spmm(expr, indices) if self.matmuls else None
+        if product is not None:
+            self.products.append(product)
+            return [ir.Assign(statement.target, tuple(indices), ir.Tensor(product.name, tuple(indices)),
+                              span=statement.span)]
         pattern = self._pattern_of(statement, indices)
         self.kept = {}
         if pattern is not None:
@@ -264,6 +291,29 @@ class _Rewriter:
         renamed = _substitute(new.expr, renames, {})
         target_indices = tuple(renames.get(index, index) for index in new.indices or ())
         return [*declarations, replace(new, indices=target_indices, expr=renamed)]
+
+    def _spmm(self, expr: ir.Expr, indices: tuple[str, ...]) -> SpMM | None:
+        """The statement as a sparse-dense matrix product of two inputs (``S[i,j] D[j,f]``, ``S[i,j] D[i,f]``)
+        with the output indices in order (``[i,f]``, ``[j,f]``), else None."""
+        if not isinstance(expr, ir.Product) or len(expr.factors) != 2 or \
+                not all(isinstance(f, ir.Tensor) for f in expr.factors):
+            return None
+        first, second = expr.factors
+        assert isinstance(first, ir.Tensor) and isinstance(second, ir.Tensor)
+        sparse, dense = (first, second) if first.name in self.inputs else (second, first)
+        if sparse.name not in self.inputs or len(sparse.indices) != 2 or dense.name in self.sparse or \
+                dense.name not in self.info.inputs or len(set(sparse.indices)) != 2 or \
+                len(set(dense.indices)) != len(dense.indices):
+            return None
+        summed = [index for index in sparse.indices if index in dense.indices]
+        if len(summed) != 1:
+            return None
+        kept = next(index for index in sparse.indices if index != summed[0])
+        others = tuple(index for index in dense.indices if index != summed[0])
+        if kept in others or tuple(indices) != (kept, *others):
+            return None
+        name = self.fresh(f"{sparse.name}_{dense.name}")
+        return SpMM(name, sparse.name, dense.name, sparse.indices[0] == summed[0], dense.indices.index(summed[0]))
 
     def _mentions_sparse(self, expr: ir.Expr) -> bool:
         if isinstance(expr, (ir.Tensor, ir.Read)):
@@ -706,13 +756,14 @@ def _map_children(expr: ir.Expr, function: Any) -> ir.Expr:
 
 
 def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
-            shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str]) -> Rewritten:
+            shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True) -> Rewritten:
     """``program`` over the coordinates and values of its sparse inputs (``groups``: sparse input -> the group of
-    inputs with the same coordinates; ``sample``: output -> the sparse input whose pattern it is sampled on)."""
+    inputs with the same coordinates; ``sample``: output -> the sparse input whose pattern it is sampled on;
+    ``matmuls``: sparse-dense matrix products of inputs computed before the program by scipy, :class:`SpMM`)."""
     used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
     keep = frozenset(name for name in info.outputs if name is not None) | frozenset(sample)
     program = _Inliner(program, info, keep, used, frozenset(groups)).run(program)
-    rewriter = _Rewriter(program, info, groups, shapes, sample)
+    rewriter = _Rewriter(program, info, groups, shapes, sample, matmuls)
     statements = rewriter.statements(program)
     statements = _shared_gathers(statements, rewriter)
     outputs: list[tuple[int, tuple[int, ...], tuple[int, ...]] | None] = []
@@ -727,4 +778,16 @@ def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
             continue
         coords = rewriter.group_coords[pattern.group]
         outputs.append((pattern.group, tuple(coords.index(c) for c in pattern.coords), pattern.shape))
-    return Rewritten(ir.ProgramIR(tuple(statements)), rewriter.inputs, rewriter.group_coords, tuple(outputs))
+    return Rewritten(ir.ProgramIR(tuple(statements)), rewriter.inputs, rewriter.group_coords, tuple(outputs),
+                     tuple(rewriter.products))
+
+
+def spmm(product: SpMM, sparse: Any, dense: Any) -> np.ndarray:
+    """The sparse-dense matrix product ``product`` through scipy's compressed-row kernel (pydata arrays converted)."""
+    matrix = sparse.tocsr()
+    if product.transpose:
+        matrix = matrix.T
+    dense = np.moveaxis(np.asarray(dense), product.axis, 0)
+    rest = dense.shape[1:]
+    result = matrix @ dense.reshape(dense.shape[0], -1)
+    return np.asarray(result).reshape((matrix.shape[0], *rest))
