@@ -22,8 +22,6 @@ _REWRITES: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDicti
 def prepared(program: Any, values: Mapping[str, Any], matmuls: bool = True) -> tuple[Any, Rewritten, dict[str, Any],
                                                                  list[SparseArray]]:
     """The rewritten Program for these inputs (cached), its arrays, and the coordinates of each pattern group."""
-    from einflow.program import Program  # noqa: PLC0415 - program.py imports this module
-
     converted: dict[str, SparseArray] = {}
     seen: dict[int, SparseArray] = {}
     for name in program.info.inputs:
@@ -54,7 +52,7 @@ def prepared(program: Any, values: Mapping[str, Any], matmuls: bool = True) -> t
     if built is None:
         rewritten = rewrite(program.ir, program.info, groups, {n: a.shape for n, a in converted.items()}, sample,
                             matmuls)
-        runner = Program(rewritten.program)
+        runner = type(program)(rewritten.program)  # a Program (einflow.program calls this module)
         if program.casts is not None:
             runner.casts = tuple(rewritten.inputs[c].values if c in rewritten.inputs else c for c in program.casts)
         built = cache[key] = (runner, rewritten)
