@@ -542,6 +542,9 @@ class _Inliner:
         self.touched = set(sparse)
         self.used = used
         self.defs: dict[str, tuple[tuple[str, ...], tuple[ir.Expr, ...]]] = {}
+        #: the definitions with a sparse factor: put back into products only (read alone, as a function's
+        #: argument, they stay a statement of their own, which may run as one SpMM)
+        self.sparse_defs: set[str] = set()
         blocked: set[str] = set(keep)
         for statement in program.statements:
             if isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
@@ -586,6 +589,8 @@ class _Inliner:
         if not mentions and set(indices_in(expr)) - set(indices):
             return  # a dense contraction stays computed once; a dense outer product is gathered where it is read
         self.defs[target] = (tuple(indices), tuple(factors))
+        if mentions:
+            self.sparse_defs.add(target)
 
     def _body(self, read: ir.Tensor) -> tuple[ir.Expr, ...]:
         indices, factors = self.defs[read.name]
@@ -611,7 +616,7 @@ class _Inliner:
 
     def expr(self, expr: ir.Expr, bound: frozenset[str], top: bool) -> ir.Expr:
         if isinstance(expr, ir.Tensor):
-            if self._fits(expr, (), bound, top):
+            if expr.name not in self.sparse_defs and self._fits(expr, (), bound, top):
                 body = self._body(expr)
                 return ir.Product(body) if len(body) > 1 else body[0]
             return expr
