@@ -221,3 +221,18 @@ def test_plan_report_shows_the_gather_form() -> None:
     report = ef.compile("y[i,f] = S[i,j] H[j,f]").plan(S=S, H=(40, 8))
     text = str(report)
     assert "S_v" in text and report.flops < 2 * 50 * 40 * 8
+
+
+def test_jvp_and_hvp_by_a_dense_operand() -> None:
+    dense = _matrix(seed=11)
+    rng = np.random.default_rng(12)
+    H, T = rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
+    p = ef.compile("y[i,f] = S[i,j] H[j,f]\nL = sum[i,f](tanh(y[i,f]))")
+    for make in (ef.jvp, ef.hvp):
+        derived = make(p, wrt="H")
+        tangent = next(name for name in derived.inputs if name not in ("S", "H"))
+        ours = derived(S=sp.csr_array(dense), H=H, **{tangent: T})
+        np.testing.assert_allclose(ours, derived(S=dense, H=H, **{tangent: T}), atol=1e-12)
+    # the Hessian by H multiplies S by itself on two index pairs: a product of two sparse factors
+    with pytest.raises(ef.SparseError, match="two sparse"):
+        ef.hessian(p, wrt="H")(S=sp.csr_array(dense), H=H)

@@ -92,6 +92,7 @@ def to_coo(name: str, value: Any) -> SparseArray:
     arrays whose fill value is not 0, are a :class:`SparseError` naming the tensor.
     """
     kind = sparse_kind(value)
+    coords: tuple[np.ndarray, ...]
     if kind == "scipy" and value.format == "csr" and value.has_canonical_format:  # rows sorted, no duplicates
         counts = np.diff(value.indptr)
         coords = (np.repeat(np.arange(value.shape[0], dtype=np.int64), counts),
@@ -354,10 +355,10 @@ class _Rewriter:
         if isinstance(expr, ir.Power):
             return self._zero_off(expr.base) if expr.exponent > 0 else None
         if isinstance(expr, ir.Sum):
-            found = [self._zero_off(term) for term in expr.terms]
-            first = found[0]
+            terms = [self._zero_off(term) for term in expr.terms]
+            first = terms[0]
             if first is None or any(other is None or self.sparse[other[0]].coords != self.sparse[first[0]].coords
-                                    or other[1] != first[1] for other in found):
+                                    or other[1] != first[1] for other in terms):
                 return None
             return first
         if isinstance(expr, ir.Reduce) and expr.kind == "sum":
@@ -421,8 +422,8 @@ class _Rewriter:
         position = next((k for k, factor in enumerate(factors)
                          if isinstance(factor, ir.Tensor) and factor.name in self.sparse), None)
         if position is None:
-            new = tuple(self.expr(factor, bound, frozenset()) for factor in factors)
-            return ir.Product(new, span=span) if len(new) > 1 else new[0]
+            plain = tuple(self.expr(factor, bound, frozenset()) for factor in factors)
+            return ir.Product(plain, span=span) if len(plain) > 1 else plain[0]
         factor = factors[position]
         assert isinstance(factor, ir.Tensor)
         pattern = self.sparse[factor.name]
@@ -520,7 +521,7 @@ def _substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, 
             if all(isinstance(v, str) for v in mapping.values()) else expr.indices
         if renamed != expr.indices:
             inner = dict(mapping)
-        return replace(expr, indices=renamed, body=_substitute(expr.body, inner, sparse))
+        return replace(expr, indices=renamed, body=_substitute(expr.body, inner, sparse))  # type: ignore[arg-type]
     raise SparseError(f"a sparse tensor's coordinates inside {ir.format_expr(expr)} are not supported")
 
 
@@ -604,6 +605,8 @@ class _Inliner:
     def _fits(self, read: ir.Tensor, others: tuple[ir.Expr, ...], bound: frozenset[str], top: bool) -> bool:
         """Whether splicing the definition of ``read`` into its product keeps every index free or summed as it
         was: a target index occurring twice in the definition must be bound, or summed here anyway."""
+        if read.name in self.sparse_defs and any(_tensor_names(other) & self.touched for other in others):
+            return False  # a second sparse factor in one product: it stays a statement of its own
         if read.name not in self.defs or top:
             return read.name in self.defs
         indices, factors = self.defs[read.name]
