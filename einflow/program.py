@@ -260,7 +260,7 @@ class Program:
             from einflow import sparse_inputs
 
             return sparse_inputs.call(self, dict(zip(self.info.inputs, values)), name, dict(
-                optimize=optimize, memory_limit=memory_limit, chunks=chunks, slicing=slicing))
+                optimize=optimize, memory_limit=memory_limit, chunks=chunks, slicing=slicing), Program)
         values, low = widen(values)  # float16 and bfloat16 run in float32 (einflow.engine.precision)
         result = self._evaluate(values, name, optimize, memory_limit, chunks, slicing)
         if low is not None:
@@ -360,7 +360,7 @@ class Program:
         if any(is_sparse(shapes.get(name)) for name in self.info.inputs):  # their nnz sets FLOPs and memory
             from einflow import sparse_inputs
 
-            runner, dense = sparse_inputs.plan_program(self, shapes)
+            runner, dense = sparse_inputs.plan_program(self, shapes, Program)
             return runner.plan(dense, optimize=optimize, backend=backend, itemsize=itemsize,
                                memory_limit=memory_limit, slicing=slicing)
         resolved: dict[str, tuple[int, ...]] = {}

@@ -19,8 +19,8 @@ __all__ = ["call", "plan_program", "prepared", "check_backend"]
 _REWRITES: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
-def prepared(program: Any, values: Mapping[str, Any], matmuls: bool = True) -> tuple[Any, Rewritten, dict[str, Any],
-                                                                 list[SparseArray]]:
+def prepared(program: Any, values: Mapping[str, Any], make: Any,
+             matmuls: bool = True) -> tuple[Any, Rewritten, dict[str, Any], list[SparseArray]]:
     """The rewritten Program for these inputs (cached), its arrays, and the coordinates of each pattern group."""
     converted: dict[str, SparseArray] = {}
     seen: dict[int, SparseArray] = {}
@@ -52,7 +52,7 @@ def prepared(program: Any, values: Mapping[str, Any], matmuls: bool = True) -> t
     if built is None:
         rewritten = rewrite(program.ir, program.info, groups, {n: a.shape for n, a in converted.items()}, sample,
                             matmuls)
-        runner = type(program)(rewritten.program)  # a Program (einflow.program calls this module)
+        runner = make(rewritten.program)  # einflow.program.Program (program.py calls this module)
         if program.casts is not None:
             runner.casts = tuple(rewritten.inputs[c].values if c in rewritten.inputs else c for c in program.casts)
         built = cache[key] = (runner, rewritten)
@@ -81,10 +81,11 @@ def check_backend(program: Any, values: Mapping[str, Any], backend: str) -> None
                               f"sparse inputs are supported as {SUPPORTED}")
 
 
-def call(program: Any, values: Mapping[str, Any], backend: str, options: Mapping[str, Any]) -> Any:
-    """Run ``program`` with sparse inputs among ``values``: the rewritten program, sparse results wrapped."""
+def call(program: Any, values: Mapping[str, Any], backend: str, options: Mapping[str, Any], make: Any) -> Any:
+    """Run ``program`` with sparse inputs among ``values``: the rewritten program (built by ``make``, the Program
+    class), sparse results wrapped."""
     check_backend(program, values, backend)
-    runner, rewritten, arrays, leaders = prepared(program, values)
+    runner, rewritten, arrays, leaders = prepared(program, values, make)
     if backend == "auto":
         found = infer_backend(arrays.values())
         if found != "numpy":
@@ -104,7 +105,7 @@ def call(program: Any, values: Mapping[str, Any], backend: str, options: Mapping
     return tuple(outputs) if type(result) is tuple else outputs[0]
 
 
-def plan_program(program: Any, shapes: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+def plan_program(program: Any, shapes: Mapping[str, Any], make: Any) -> tuple[Any, dict[str, Any]]:
     """The rewritten program and the shapes to plan it with, for ``Program.plan`` given sparse arrays."""
-    runner, _, arrays, _ = prepared(program, shapes, matmuls=False)  # the gather form: FLOPs from nnz
+    runner, _, arrays, _ = prepared(program, shapes, make, matmuls=False)  # the gather form: FLOPs from nnz
     return runner, {name: value for name, value in arrays.items() if name in runner.info.inputs}

@@ -236,3 +236,14 @@ def test_jvp_and_hvp_by_a_dense_operand() -> None:
     # the Hessian by H multiplies S by itself on two index pairs: a product of two sparse factors
     with pytest.raises(ef.SparseError, match="two sparse"):
         ef.hessian(p, wrt="H")(S=sp.csr_array(dense), H=H)
+
+
+def test_value_and_grad_with_a_sparse_input() -> None:
+    dense = _matrix(seed=13)
+    H = np.random.default_rng(14).normal(size=(5, 3))
+    text = "y[i,f] = S[i,j] H[j,f]\nL = sum[i,f](y[i,f]^2)"
+    value, (gS, gH) = ef.value_and_grad(text, wrt=["S", "H"])(S=sp.csr_matrix(dense), H=H)
+    assert np.isclose(value, ((dense @ H) ** 2).sum())
+    assert isinstance(gS, sp.csr_matrix)
+    np.testing.assert_allclose(gS.toarray(), 2 * (dense @ H) @ H.T * (dense != 0), atol=1e-12)
+    np.testing.assert_allclose(gH, 2 * dense.T @ (dense @ H), atol=1e-12)
