@@ -18,6 +18,7 @@ from einflow.lang.errors import (
     ParseError,
     PathError,
     ShapeError,
+    SparseError,
     SubscriptsError,
     TensorNameError,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "SubscriptsError",
     "PathError",
     "MatrixError",
+    "SparseError",
     "Program",
     "PlanReport",
     "compile",

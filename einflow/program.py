@@ -16,6 +16,7 @@ from einflow.engine.backends import get_backend, infer_backend
 from einflow.engine.memory import default_memory_limit, memory_limit_bytes
 from einflow.engine.plan import Plan, build_plan
 from einflow.engine.precision import is_low, narrow, widen
+from einflow.engine.sparse import is_sparse
 from einflow.lang import ir
 from einflow.lang.check import Checked, ProgramInfo, check_names, check_program
 from einflow.lang.errors import ArgumentError, EinflowError, ShapeError, TensorNameError
@@ -255,6 +256,11 @@ class Program:
                     if plan.returns_tuple:
                         return tuple(map(_scalar, result))
                     return result[()] if type(result) is np.ndarray and not result.ndim else result
+        if any(map(is_sparse, values)):  # scipy / pydata sparse inputs: LANGUAGE.md 9.3, einflow.sparse_inputs
+            from einflow import sparse_inputs
+
+            return sparse_inputs.call(self, dict(zip(self.info.inputs, values)), name, dict(
+                optimize=optimize, memory_limit=memory_limit, chunks=chunks, slicing=slicing), Program)
         values, low = widen(values)  # float16 and bfloat16 run in float32 (einflow.engine.precision)
         result = self._evaluate(values, name, optimize, memory_limit, chunks, slicing)
         if low is not None:
@@ -351,6 +357,12 @@ class Program:
         """
         if shapes or args:
             shapes = _bind(self.info.inputs, args, shapes, _PLAN_OPTIONS, "plan", self.accepts)
+        if any(is_sparse(shapes.get(name)) for name in self.info.inputs):  # their nnz sets FLOPs and memory
+            from einflow import sparse_inputs
+
+            runner, dense = sparse_inputs.plan_program(self, shapes, Program)
+            return runner.plan(dense, optimize=optimize, backend=backend, itemsize=itemsize,
+                               memory_limit=memory_limit, slicing=slicing)
         resolved: dict[str, tuple[int, ...]] = {}
         for name in self.info.inputs:
             if name not in shapes:

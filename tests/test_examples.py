@@ -15,7 +15,7 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = ["newton_logistic", "two_layer_net", "cp_decomposition", "attention", "tensor_network", "dask_vs_numpy",
-           "gaussian_process", "tv_denoise", "pinn_poisson", "mps_ground_state"]
+           "gaussian_process", "tv_denoise", "pinn_poisson", "mps_ground_state", "sparse_cp"]
 
 pytestmark = pytest.mark.slow
 
@@ -83,6 +83,14 @@ def test_two_layer_net_loss_curve_falls(outputs: dict[str, subprocess.CompletedP
     assert all(later <= earlier * 1.05 for earlier, later in zip(losses, losses[1:]))
     assert _number(r"explains ([\d.]+)% of it", text) > 99.0
     assert "dL_dW1" in text and "dL_db1" in text  # the printed gradient program
+
+
+def test_sparse_cp_fits_held_out_entries_with_nnz_flops(outputs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    text = _run(outputs, "sparse_cp")
+    assert _number(r"final held-out relative error: ([\d.]+)", text) < 0.01
+    flops = _number(r"total FLOPs: (\d+)", text.replace(",", ""))
+    dense = _number(r"dense loss would need about (\d+)", text.replace(",", ""))
+    assert flops < dense / 10
 
 
 def test_cp_decomposition_recovers_the_tensor(outputs: dict[str, subprocess.CompletedProcess[str]]) -> None:

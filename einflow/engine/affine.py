@@ -28,7 +28,8 @@ from einflow.lang.errors import GatherIndexError, ShapeError
 from einflow.lang.indices import position_bounds
 from einflow.lang.padding import fold
 
-__all__ = ["window_temporaries", "scatter_temporaries", "is_view", "ScatterSpec", "scatter_spec", "scatter_numpy",
+__all__ = ["window_temporaries", "take_labels", "scatter_temporaries", "is_view",
+           "ScatterSpec", "scatter_spec", "scatter_numpy",
            "scatter_torch", "scatter_jax", "scatter_kernel", "WindowSpec", "plain_positions", "window_spec",
            "window_numpy", "window_torch", "window_generic", "is_identity", "window_kernel"]
 
@@ -224,6 +225,39 @@ def _flat_positions(xp: Any, spec: WindowSpec, padded_shape: tuple[int, ...], ga
     return flat
 
 
+def take_labels(spec: WindowSpec, source_shape: tuple[int, ...]) -> tuple[int, list[int]] | None:
+    """For a window gathering along one axis and reading the others whole (``A[t[z], r]``, a sparse operand's
+    gather): that axis and the window label of each axis ``take`` gives; None for any other window."""
+    shape, pads, positions, _, _ = spec
+    gathered = [axis for axis, position in enumerate(positions) if position[0] != "affine"]
+    if pads is not None or len(gathered) != 1 or len(source_shape) != len(positions):
+        return None
+    axis = gathered[0]
+    labels: list[int] = []
+    for other, position in enumerate(positions):
+        if other == axis:
+            labels.extend(position[2])
+            continue
+        _, terms, offset = position
+        if offset or len(terms) != 1 or terms[0][1] != 1 or shape[terms[0][0]] != source_shape[other]:
+            return None
+        labels.append(terms[0][0])
+    return (axis, labels) if sorted(labels) == list(range(len(shape))) else None
+
+
+def _take_rows(xp: Any, array: Any, spec: WindowSpec, gathers: tuple[Any, ...]) -> Any:
+    """The window as one ``take`` of whole rows (no flat positions per element), or None (see _take_labels)."""
+    found = take_labels(spec, tuple(array.shape))
+    if found is None:
+        return None
+    axis, labels = found
+    _, k, _, length = spec[2][axis]
+    values = gathers[k]
+    _check_gather(values, spec[3], axis, length)
+    taken = xp.take(array, _signed(values), axis=axis)
+    return taken.transpose([labels.index(label) for label in range(len(labels))])
+
+
 def window_numpy(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
     """The window on numpy (or cupy): a strided view of ``array``, padded first where the reads leave it.
 
@@ -235,6 +269,10 @@ def window_numpy(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
     shape, pads, positions, _, mode = spec
     if pads is not None:
         array = padded(xp, array, pads, mode)
+    else:
+        taken = _take_rows(xp, array, spec, gathers)
+        if taken is not None:
+            return taken
     if not _strided(spec) or not hasattr(getattr(xp, "lib", None), "stride_tricks"):
         flat = _flat_positions(xp, spec, tuple(array.shape), gathers, lambda n: xp.arange(n))
         return xp.reshape(array, (-1,))[flat]
@@ -589,6 +627,8 @@ def window_temporaries(spec: WindowSpec, source_shape: tuple[int, ...], itemsize
     """Bytes a window allocates besides its result: the zero-padded copy, and the flat positions of a take."""
     shape, pads, *_ = spec
     total = 0
+    if take_labels(spec, source_shape) is not None:  # one take of whole rows: the result alone
+        return 0
     if pads is not None:
         total += math.prod(n + before + after for n, (before, after) in zip(source_shape, pads)) * itemsize
     if not _strided(spec):

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from einflow.engine.affine import take_labels
 from einflow.engine.convolution import sole_reader
 from einflow.engine.linalg import is_linalg
 from einflow.engine.memory import format_bytes
@@ -137,7 +138,8 @@ class _Deciding:
             itemsize = record.itemsize(out)
             step = next(step for step in record.lowered.steps if isinstance(step, Contract) and step.out == out)
             # a gathered window made per slice: its block and its int64 flat positions
-            made = [(record.itemsize(r) + 8) / itemsize if self.windows.get(r) == out else 0.0 for r in step.args]
+            made = [(record.itemsize(r) + (0 if _takes_rows(record, r) else 8)) / itemsize
+                    if self.windows.get(r) == out else 0.0 for r in step.args]
             # a strided window (a view whose elements overlap) is copied by the kernel, whatever its block
             strided = [r in record.strided_windows and r not in record.convolved_windows for r in step.args]
             slicing = choose_slicing(planned.equation, planned.shapes, planned.info.contraction_list,
@@ -263,13 +265,24 @@ def _row_count(record: Specialised, out: int) -> int:
 def _row_bytes(record: Specialised, out: int) -> int:
     """Bytes a chunked step allocates per row: a scatter-add (``einflow.engine.slicing.scatter_chunks``) for each
     element of its value's row, its positions, mask and kept positions, its value's flat copy and kept values; a
-    window (``einflow.engine.slicing.window_chunks``) its int64 positions and the block it copies in."""
+    window (``einflow.engine.slicing.window_chunks``) its int64 positions (none for a take of whole rows) and the
+    block it copies in."""
     itemsize = record.itemsizes.get(out, 8)
     shape = _row_shape(record, out)
     inner = 1
     for size in shape[1:]:
         inner *= size
-    return inner * (SCATTER_CHUNK_BYTES + 2 * itemsize if _is_scatter(record, out) else 8 + itemsize)
+    if _is_scatter(record, out):
+        return inner * (SCATTER_CHUNK_BYTES + 2 * itemsize)
+    return inner * ((0 if _takes_rows(record, out) else 8) + itemsize)
+
+
+def _takes_rows(record: Specialised, out: int) -> bool:
+    """Whether a window is one take of whole rows (``A[t[z], r]``): no int64 positions per element."""
+    spec = record.specs.get(out)
+    return spec is not None and any(isinstance(step, Window) and step.out == out
+                                    and take_labels(spec, record.shapes[step.arg]) is not None
+                                    for step in record.lowered.steps)
 
 
 def _gathered(record: Specialised, step: Window) -> bool:

@@ -28,6 +28,7 @@ __all__ = [
     "SubscriptsError",
     "PathError",
     "MatrixError",
+    "SparseError",
 ]
 
 
@@ -127,3 +128,8 @@ def source_line(source: str, line: int) -> str:
 def _pad(text: str, column: int) -> str:
     """White space that puts a caret under ``column`` of ``text`` (tabs stay tabs so it lines up)."""
     return "".join(c if c == "\t" else " " for c in text[: column - 1]).ljust(column - 1)
+
+
+class SparseError(EinflowError, TypeError):
+    """A sparse input einflow cannot use here: a backend or format without sparse support, or a read of a
+    sparse tensor that would need its dense form (the message names the tensor and what is supported)."""

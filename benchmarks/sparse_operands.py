@@ -1,0 +1,135 @@
+"""Sparse operands (issue 36): the CP gradient, MTTKRP and SpMM with scipy / pydata sparse inputs.
+
+1. the CP gradient by A, B and C of the loss on the observed entries of a sparse (2000, 1500, 1000) tensor
+   (``E = X - W A B C`` on X's pattern, ``L = sum(E^2)``), rank 16: einflow vs a hand-written numpy gradient with
+   sorted segment sums (argsort once per mode, ``np.add.reduceat``), and the peak memory each allocates
+   (tracemalloc) beyond the inputs;
+2. one MTTKRP ``M[i,r] = X[i,j,k] B[j,r] C[k,r]``: einflow vs ``sparse.einsum``;
+3. SpMM of a 100k x 100k CSR matrix with nnz = 1e6 and a (100k, 32) block: einflow vs scipy's ``A @ X``.
+
+Candidates are timed interleaved (medians), by wall time and by the process's CPU time.
+Run: python benchmarks/sparse_operands.py [--quick]   (--quick: nnz 1e5 in the CP and MTTKRP rows)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import tracemalloc
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import sparse
+
+import einflow as ef
+from benchmarks.common import compare, machine, ratio, seconds
+
+LOSS = """
+E[i,j,k] = X[i,j,k] - W[i,j,k] A[i,r] B[j,r] C[k,r]
+L = sum[i,j,k](E[i,j,k]^2)
+"""
+
+
+def hand_cp_gradient(X: sparse.COO, A: np.ndarray, B: np.ndarray, C: np.ndarray) -> list[np.ndarray]:
+    """dL/dA, dL/dB, dL/dC by hand: gathers at the coordinates, then sorted segment sums per mode."""
+    i, j, k = X.coords
+    Ai, Bj, Ck = A[i], B[j], C[k]
+    e = X.data - np.einsum("nr,nr,nr->n", Ai, Bj, Ck)
+    grads = []
+    for rows, (P, Q), n in ((i, (Bj, Ck), A.shape[0]), (j, (Ai, Ck), B.shape[0]), (k, (Ai, Bj), C.shape[0])):
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        contributions = (-2 * e)[order, None] * P[order] * Q[order]
+        G = np.zeros((n, A.shape[1]))
+        G[ordered[starts]] = np.add.reduceat(contributions, starts, axis=0)
+        grads.append(G)
+    return grads
+
+
+def peak(function: Any) -> int:
+    """Bytes the call allocates at its peak (tracemalloc: numpy reports its arrays to it)."""
+    tracemalloc.start()
+    function()
+    _, top = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return top
+
+
+def timed(candidates: dict[str, Any], repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+    return compare(candidates, repeat=repeat), compare(candidates, repeat=repeat, clock=time.process_time)
+
+
+def cp_row(nnz: int, rank: int, repeat: int) -> None:
+    rng = np.random.default_rng(0)
+    shape = (2000, 1500, 1000)
+    X = sparse.COO(np.stack([rng.integers(0, n, nnz) for n in shape]), rng.standard_normal(nnz), shape=shape)
+    W = sparse.COO(X.coords, np.ones(X.nnz), shape=shape)
+    A, B, C = (rng.standard_normal((n, rank)) for n in shape)
+    gradient = ef.grad(LOSS, wrt=["A", "B", "C"])
+    ours = gradient(X=X, W=W, A=A, B=B, C=C)
+    theirs = hand_cp_gradient(X, A, B, C)
+    error = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(ours, theirs))
+    candidates = {"einflow": lambda: gradient(X=X, W=W, A=A, B=B, C=C),
+                  "hand numpy (sorted segment sums)": lambda: hand_cp_gradient(X, A, B, C)}
+    wall, cpu = timed(candidates, repeat)
+    budget = 4 * X.nnz * rank * 8
+    print(f"\n### CP gradient by A, B, C: shape {shape}, nnz {X.nnz:,}, rank {rank} (relative difference {error:.1e})")
+    print("| candidate | wall | CPU | peak memory beyond the inputs |")
+    print("|---|---|---|---|")
+    for name in candidates:
+        print(f"| {name} | {seconds(wall[name])} | {seconds(cpu[name])} | {peak(candidates[name]) / 2**20:.0f} MiB |")
+    print(f"einflow / hand: wall {ratio(wall['einflow'] / wall['hand numpy (sorted segment sums)'])}, CPU "
+          f"{ratio(cpu['einflow'] / cpu['hand numpy (sorted segment sums)'])}; the issue's budget 4 nnz x rank x 8 "
+          f"bytes = {budget / 2**20:.0f} MiB")
+
+
+def mttkrp_row(nnz: int, rank: int, repeat: int) -> None:
+    rng = np.random.default_rng(1)
+    shape = (2000, 1500, 1000)
+    X = sparse.COO(np.stack([rng.integers(0, n, nnz) for n in shape]), rng.standard_normal(nnz), shape=shape)
+    B, C = rng.standard_normal((shape[1], rank)), rng.standard_normal((shape[2], rank))
+    program = ef.compile("M[i,r] = X[i,j,k] B[j,r] C[k,r]")
+    expected = sparse.einsum("ijk,jr,kr->ir", X, B, C)
+    expected = expected.todense() if hasattr(expected, "todense") else np.asarray(expected)
+    error = float(np.abs(program(X=X, B=B, C=C) - expected).max() / np.abs(expected).max())
+    candidates = {"einflow": lambda: program(X=X, B=B, C=C),
+                  "sparse.einsum": lambda: sparse.einsum("ijk,jr,kr->ir", X, B, C)}
+    wall, cpu = timed(candidates, repeat)
+    print(f"\n### MTTKRP: shape {shape}, nnz {X.nnz:,}, rank {rank} (relative difference {error:.1e})")
+    for name in candidates:
+        print(f"- {name}: wall {seconds(wall[name])}, CPU {seconds(cpu[name])}")
+    print(f"sparse.einsum / einflow: wall {ratio(wall['sparse.einsum'] / wall['einflow'])}, "
+          f"CPU {ratio(cpu['sparse.einsum'] / cpu['einflow'])}")
+
+
+def spmm_row(repeat: int) -> None:
+    rng = np.random.default_rng(2)
+    n, nnz = 100_000, 1_000_000
+    A = sp.coo_array((rng.standard_normal(nnz), (rng.integers(0, n, nnz), rng.integers(0, n, nnz))),
+                     shape=(n, n)).tocsr()
+    H = rng.standard_normal((n, 32))
+    program = ef.compile("Y[i,f] = A[i,j] H[j,f]")
+    error = float(np.abs(program(A=A, H=H) - A @ H).max())
+    candidates = {"einflow": lambda: program(A=A, H=H), "scipy A @ X": lambda: A @ H}
+    wall, cpu = timed(candidates, repeat)
+    print(f"\n### SpMM: {n:,} x {n:,} CSR, nnz {A.nnz:,}, times ({n:,}, 32) (max difference {error:.1e})")
+    for name in candidates:
+        print(f"- {name}: wall {seconds(wall[name])}, CPU {seconds(cpu[name])}")
+    print(f"einflow / scipy: wall {ratio(wall['einflow'] / wall['scipy A @ X'])}, "
+          f"CPU {ratio(cpu['einflow'] / cpu['scipy A @ X'])}")
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    print(f"## Sparse operands ({machine()})")
+    nnz = 100_000 if quick else 1_000_000
+    repeat = 3 if quick else 5
+    cp_row(nnz, 16, repeat)
+    mttkrp_row(nnz, 16, repeat)
+    spmm_row(repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,801 @@
+"""Sparse operands (LANGUAGE.md §9.3): a COO tensor is coordinates and values, a product with it a gather.
+
+A call that passes a scipy.sparse array or matrix, or a pydata ``sparse.COO``, runs a rewritten program:
+
+- the sparse input ``S`` of rank d becomes its values ``S_v[z]`` and one integer coordinate vector per axis
+  (``S_i0[z]``, ...), z over its stored entries (duplicates summed once, on conversion);
+- in a product, ``S[i,j] H[j,f]`` becomes ``S_v[z] delta[i, S_i0[z]] H[S_i1[z], f]``: an index of ``S``
+  summed in the product is substituted by a gather of its coordinate in the other factors, an index kept
+  (in the output, or bound outside) becomes a scatter-add through ``delta``. Nothing of the dense size is
+  made: the work is O(nnz x the other indices);
+- a statement whose value is zero wherever a sparse factor is (a product with it, ``f(S)`` with f(0) = 0,
+  ``S^p``), and whose indices are that factor's, is computed on its pattern only (SDDMM, masks): its value is
+  a sparse tensor with the factor's coordinates, returned as the same kind of sparse array;
+- a derivative program's output taken by a sparse input (``grad(p, wrt="S")``) is sampled on ``S``'s pattern:
+  the derivative with respect to the stored values, returned sparse.
+
+The rewrite happens once per (program, sparse shapes, shared patterns) and its program plans like any other;
+its derivative programs are einflow programs and run through the same rewrite. Libraries are imported only when
+a sparse input arrives (their type's module is read without importing it).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from einflow.lang import ir
+from einflow.lang.check import ProgramInfo
+from einflow.lang.errors import SparseError
+from einflow.lang.functions import FUNCTION_RULES
+from einflow.lang.indices import free_indices, indices_in
+
+__all__ = ["sparse_kind", "is_sparse", "SparseArray", "to_coo", "Pattern", "Rewritten", "rewrite", "wrap",
+           "SUPPORTED", "SpMM", "spmm"]
+
+#: what a message about an unsupported sparse input says is supported
+SUPPORTED = ("scipy.sparse arrays and matrices (every format, 2-D) and pydata sparse.COO (n-D) on the numpy "
+             "backend")
+
+
+def sparse_kind(value: Any) -> str | None:
+    """``"scipy"``, ``"pydata"``, ``"torch"``, ``"jax"`` for a sparse array of that library, else None (no import).
+
+    >>> sparse_kind(np.ones(2)) is None
+    True
+    """
+    kind = type(value)
+    module = kind.__module__
+    if module.startswith("numpy") or module == "builtins":
+        return None
+    if module.startswith("scipy.sparse"):
+        return "scipy"
+    if module == "sparse" or module.startswith("sparse."):
+        return "pydata"
+    if module.startswith("torch"):
+        layout = str(getattr(value, "layout", "torch.strided"))
+        return None if layout == "torch.strided" else "torch"
+    if module.startswith("jax.experimental.sparse"):
+        return "jax"
+    return None
+
+
+def is_sparse(value: Any) -> bool:
+    """Whether ``value`` is a sparse array of a library einflow knows (scipy, pydata sparse, torch, jax)."""
+    return sparse_kind(value) is not None
+
+
+@dataclass(frozen=True, eq=False)
+class SparseArray:
+    """One sparse input as coordinates (int64, one vector per axis, no duplicates) and values, and the array it
+    came from (a sparse result takes its kind and format)."""
+
+    coords: tuple[np.ndarray, ...]
+    values: np.ndarray
+    shape: tuple[int, ...]
+    like: Any
+
+    @property
+    def nnz(self) -> int:
+        return int(self.values.shape[0])
+
+
+def to_coo(name: str, value: Any) -> SparseArray:
+    """The coordinates and values of the sparse input ``name`` (scipy.sparse of any format, or pydata sparse).
+
+    Duplicate coordinates are summed (the input itself is left alone); torch and jax sparse arrays, and pydata
+    arrays whose fill value is not 0, are a :class:`SparseError` naming the tensor.
+    """
+    kind = sparse_kind(value)
+    coords: tuple[np.ndarray, ...]
+    if kind == "scipy" and value.format == "csr" and value.has_canonical_format:  # rows sorted, no duplicates
+        counts = np.diff(value.indptr)
+        coords = (np.repeat(np.arange(value.shape[0], dtype=np.int64), counts),
+                  np.asarray(value.indices, dtype=np.int64))
+        values = np.asarray(value.data)
+    elif kind == "scipy":
+        coo = value.tocoo(copy=True)
+        coo.sum_duplicates()
+        coords = (np.asarray(coo.row, dtype=np.int64), np.asarray(coo.col, dtype=np.int64))
+        values = np.asarray(coo.data)
+    elif kind == "pydata":
+        import sparse
+
+        array = value if isinstance(value, sparse.COO) else sparse.COO(value)
+        if not _is_zero(array.fill_value):
+            raise SparseError(f"tensor {name!r}: a sparse array whose missing entries are {array.fill_value!r}; "
+                              "einflow reads missing entries as 0 (give fill_value=0)")
+        # (a pydata COO sums its duplicate coordinates when it is built, unless told it has none)
+        coords = tuple(np.asarray(axis, dtype=np.int64) for axis in array.coords)
+        values = np.asarray(array.data)
+    else:
+        raise SparseError(f"tensor {name!r} is a {type(value).__module__}.{type(value).__name__}; einflow takes "
+                          f"{SUPPORTED} (convert it, or pass it dense)")
+    if values.dtype.kind not in "biufc":
+        raise SparseError(f"tensor {name!r} has dtype {values.dtype}; einflow computes with numbers")
+    return SparseArray(coords, values, tuple(int(n) for n in value.shape), value)
+
+
+def _is_zero(value: Any) -> bool:
+    try:
+        return bool(value == 0)
+    except (TypeError, ValueError):
+        return False
+
+
+def wrap(values: Any, coords: tuple[np.ndarray, ...], shape: tuple[int, ...], like: Any) -> Any:
+    """A sparse array of ``like``'s kind (scipy: its format, array or matrix; pydata: COO) on a pattern."""
+    values = np.asarray(values)
+    if sparse_kind(like) == "scipy":
+        import scipy.sparse as sp
+
+        build = sp.coo_array if isinstance(like, sp.sparray) else sp.coo_matrix
+        result = build((values, tuple(coords)), shape=shape)
+        return result.asformat(like.format)
+    import sparse
+
+    return sparse.COO(np.stack(coords) if coords else np.zeros((0, values.shape[0]), np.int64), values,
+                      shape=shape, has_duplicates=False)
+
+
+# ---------------------------------------------------------------- the rewrite
+@dataclass(frozen=True)
+class Pattern:
+    """A sparse tensor of the rewritten program: its values' name and its coordinates' names, axis by axis."""
+
+    values: str
+    coords: tuple[str, ...]
+    shape: tuple[int, ...]
+    #: the group of inputs sharing these coordinates (the coordinate arrays passed once)
+    group: int
+
+
+@dataclass(frozen=True)
+class SpMM:
+    """``T[i,f] = S[i,j] D[j,f]`` with a sparse 2-D input and a dense input, computed before the program by
+    scipy's compressed-row kernel into the input ``name`` (``transpose``: S's first index is the summed one;
+    ``axis``: D's axis it sums)."""
+
+    name: str
+    sparse: str
+    dense: str
+    transpose: bool
+    axis: int
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """A program with sparse inputs rewritten over their coordinates and values.
+
+    ``inputs``: sparse input -> its :class:`Pattern`; ``outputs``: per output of the program, None (dense)
+    or (the pattern group it lies on, the axis of that group's coordinates each of its axes reads, its shape).
+    """
+
+    program: ir.ProgramIR
+    inputs: Mapping[str, Pattern]
+    group_coords: tuple[tuple[str, ...], ...]
+    outputs: tuple[tuple[int, tuple[int, ...], tuple[int, ...]] | None, ...]
+    #: sparse-dense matrix products computed before the program (SpMM through scipy)
+    products: tuple[SpMM, ...] = ()
+
+
+@functools.cache
+def keeps_zero(function: str) -> bool:
+    """Whether the elementwise ``function`` maps 0 to 0 (it then stays on a sparse pattern)."""
+    rule = FUNCTION_RULES.get(function)
+    if rule is None:
+        return False
+    try:
+        with np.errstate(all="ignore"):
+            return bool(np.all(np.asarray(rule.value(np, np.zeros(1))) == 0))
+    except Exception:  # noqa: BLE001 - a function that cannot be evaluated at 0 does not keep it
+        return False
+
+
+class _Rewriter:
+    def __init__(self, program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
+                 shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True) -> None:
+        self.info = info
+        self.matmuls = matmuls
+        self.used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
+        self.sample = sample
+        group_coords: dict[int, tuple[str, ...]] = {}
+        self.sparse: dict[str, Pattern] = {}
+        for name, group in groups.items():
+            shape = shapes[name]
+            if group not in group_coords:
+                group_coords[group] = tuple(self.fresh(f"{name}_i{axis}") for axis in range(len(shape)))
+            self.sparse[name] = Pattern(self.fresh(f"{name}_v"), group_coords[group], shape, group)
+        self.inputs = dict(self.sparse)
+        self.group_coords = tuple(group_coords[k] for k in sorted(group_coords))
+        self.kept: dict[str, int] = {}
+        #: statements computing hoisted values on a pattern, to go before the statement being rewritten
+        self.pending: list[ir.Statement] = []
+        self.products: list[SpMM] = []
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name, k = f"{base}{k}", k + 1
+        self.used.add(name)
+        return name
+
+    # ------------------------------------------------------------ statements
+    def statements(self, program: ir.ProgramIR) -> list[ir.Statement]:
+        out: list[ir.Statement] = []
+        for statement in program.statements:
+            if isinstance(statement, ir.SizeDecl) and statement.source in self.sparse:
+                shape = self.sparse[statement.source].shape  # type: ignore[index]
+                out.extend(ir.SizeDecl((name,), size) for name, size in zip(statement.names, shape))
+            elif isinstance(statement, ir.Return):
+                out.append(replace(statement, names=tuple(
+                    self.sparse[name].values if name in self.sparse else name for name in statement.names)))
+            elif isinstance(statement, (ir.PadDecl, ir.MatrixDecl)):
+                what = statement.kind if isinstance(statement, ir.MatrixDecl) else "pad"
+                for name in statement.names:
+                    if name in self.sparse:
+                        raise SparseError(f"tensor {name!r} is sparse: a {what} declaration of it is not supported")
+                out.append(statement)
+            elif isinstance(statement, ir.Assign):
+                self.pending = []
+                new = self.assign(statement)
+                out.extend(self.pending)
+                out.extend(new)
+            else:
+                out.append(statement)
+        return out
+
+    def assign(self, statement: ir.Assign) -> list[ir.Statement]:
+        expr = statement.expr
+        if statement.indices is not None:
+            indices = statement.indices
+        elif statement.target is not None:
+            indices = self.info.targets.get(statement.target, free_indices(expr))
+        else:
+            indices = free_indices(expr)
+        if not self._mentions_sparse(expr) and statement.target not in self.sample:
+            return [statement]
+        product = self._spmm(expr, indices) if self.matmuls else None
+        if product is not None:
+            self.products.append(product)
+            return [ir.Assign(statement.target, tuple(indices), ir.Tensor(product.name, tuple(indices)),
+                              span=statement.span)]
+        pattern = self._pattern_of(statement, indices)
+        self.kept = {}
+        if pattern is not None:
+            coords, shape, group = pattern
+            z = self.fresh("z")
+            mapping: dict[str, Any] = {index: ir.Gather(coord, (z,)) for index, coord in zip(indices, coords)}
+            body = self.expr(_substitute(expr, mapping, self.sparse), frozenset({z}), frozenset())
+            if z not in indices_in(body):  # the same value on every entry: broadcast it over z
+                ones = ir.Sum((ir.Num(1), ir.Product((ir.Num(0), ir.Tensor(coords[0], (z,))))))
+                body = ir.Product((body, ones))
+            values = self.fresh(f"{statement.target or 'value'}_v")
+            if statement.target is not None:
+                self.sparse[statement.target] = Pattern(values, coords, shape, group)
+            new = ir.Assign(values, (z,), body, span=statement.span)
+        else:
+            consumed = frozenset(indices_in(expr)) - frozenset(indices)
+            terms = expr.terms if isinstance(expr, ir.Sum) else (expr,)
+            new_terms = tuple(self.expr(term, frozenset(indices), consumed) for term in terms)
+            body = ir.Sum(new_terms, span=expr.span) if isinstance(expr, ir.Sum) else new_terms[0]
+            new = ir.Assign(statement.target, tuple(indices), body, span=statement.span)
+        if not self.kept:
+            return [new]
+        renames = {index: self.fresh(f"{index}_") for index in self.kept}
+        declarations: list[ir.Statement] = [ir.SizeDecl((renames[index],), size) for index, size in self.kept.items()]
+        renamed = _substitute(new.expr, renames, {})
+        target_indices = tuple(renames.get(index, index) for index in new.indices or ())
+        return [*declarations, replace(new, indices=target_indices, expr=renamed)]
+
+    def _spmm(self, expr: ir.Expr, indices: tuple[str, ...]) -> SpMM | None:
+        """The statement as a sparse-dense matrix product of two inputs (``S[i,j] D[j,f]``, ``S[i,j] D[i,f]``)
+        with the output indices in order (``[i,f]``, ``[j,f]``), else None."""
+        if not isinstance(expr, ir.Product) or len(expr.factors) != 2 or \
+                not all(isinstance(f, ir.Tensor) for f in expr.factors):
+            return None
+        first, second = expr.factors
+        assert isinstance(first, ir.Tensor) and isinstance(second, ir.Tensor)
+        sparse, dense = (first, second) if first.name in self.inputs else (second, first)
+        if sparse.name not in self.inputs or len(sparse.indices) != 2 or dense.name in self.sparse or \
+                dense.name not in self.info.inputs or len(set(sparse.indices)) != 2 or \
+                len(set(dense.indices)) != len(dense.indices):
+            return None
+        summed = [index for index in sparse.indices if index in dense.indices]
+        if len(summed) != 1:
+            return None
+        kept = next(index for index in sparse.indices if index != summed[0])
+        others = tuple(index for index in dense.indices if index != summed[0])
+        if kept in others or tuple(indices) != (kept, *others):
+            return None
+        name = self.fresh(f"{sparse.name}_{dense.name}")
+        return SpMM(name, sparse.name, dense.name, sparse.indices[0] == summed[0], dense.indices.index(summed[0]))
+
+    def _mentions_sparse(self, expr: ir.Expr) -> bool:
+        if isinstance(expr, (ir.Tensor, ir.Read)):
+            return expr.name in self.sparse
+        return any(self._mentions_sparse(child) for child in ir.children(expr))
+
+    def _pattern_of(self, statement: ir.Assign, indices: tuple[str, ...]
+                    ) -> tuple[tuple[str, ...], tuple[int, ...], int] | None:
+        """The coordinates (in the target's axis order), shape and group of the pattern a statement's value lies
+        on: a derivative by a sparse input, or a value that is zero off one sparse factor with its indices."""
+        if statement.target in self.sample:
+            source = self.sparse[self.sample[statement.target]]  # type: ignore[index]
+            if len(indices) != len(source.coords):
+                return None
+            return source.coords, source.shape, source.group
+        found = self._zero_off(statement.expr)
+        if found is None or len(set(indices)) != len(indices) or set(found[1]) != set(indices):
+            return None
+        source = self.sparse[found[0]]
+        axes = [found[1].index(index) for index in indices]
+        return (tuple(source.coords[axis] for axis in axes), tuple(source.shape[axis] for axis in axes),
+                source.group)
+
+    def _zero_off(self, expr: ir.Expr) -> tuple[str, tuple[str, ...]] | None:
+        """(sparse tensor, its indices) such that ``expr`` is 0 wherever that tensor has no entry, or None."""
+        if isinstance(expr, ir.Tensor):
+            if expr.name in self.sparse and len(set(expr.indices)) == len(expr.indices):
+                return expr.name, expr.indices
+            return None
+        if isinstance(expr, ir.Product):
+            for factor in expr.factors:
+                found = self._zero_off(factor)
+                if found is not None:
+                    return found
+            return None
+        if isinstance(expr, ir.Call):
+            return self._zero_off(expr.arg) if keeps_zero(expr.func) else None
+        if isinstance(expr, ir.Power):
+            return self._zero_off(expr.base) if expr.exponent > 0 else None
+        if isinstance(expr, ir.Sum):
+            terms = [self._zero_off(term) for term in expr.terms]
+            first = terms[0]
+            if first is None or any(other is None or self.sparse[other[0]].coords != self.sparse[first[0]].coords
+                                    or other[1] != first[1] for other in terms):
+                return None
+            return first
+        if isinstance(expr, ir.Reduce) and expr.kind == "sum":
+            found = self._zero_off(expr.body)
+            return found if found is not None and not set(found[1]) & set(expr.indices) else None
+        return None
+
+    # ------------------------------------------------------------ expressions
+    def expr(self, expr: ir.Expr, bound: frozenset[str], consumed: frozenset[str]) -> ir.Expr:
+        if not self._mentions_sparse(expr):
+            return expr
+        if isinstance(expr, ir.Tensor):
+            return self.product((expr,), bound, consumed, expr.span)
+        if isinstance(expr, ir.Product):
+            return self.product(expr.factors, bound, consumed, expr.span)
+        if isinstance(expr, ir.Read):
+            raise SparseError(f"tensor {expr.name!r} is sparse: reading it at shifted or gathered positions "
+                              f"({ir.format_expr(expr)}) is not supported; read it with plain indices")
+        if isinstance(expr, ir.Reduce):
+            inner = self._hoist(expr.body) if isinstance(expr.body, (ir.Call, ir.Power)) else None
+            if inner is not None:
+                expr = replace(expr, body=inner)
+            if expr.kind == "sum" and isinstance(expr.body, (ir.Product, ir.Tensor)):
+                body = self.expr(expr.body, bound, consumed | frozenset(expr.indices))
+                left = tuple(index for index in expr.indices if index in indices_in(body))
+                return replace(expr, indices=left, body=body) if left else body
+            return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), frozenset()))
+        if isinstance(expr, (ir.Normalize, ir.Linalg)):
+            return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), frozenset()))
+        if isinstance(expr, ir.Sum):
+            return replace(expr, terms=tuple(self.expr(term, bound, frozenset()) for term in expr.terms))
+        if isinstance(expr, (ir.Call, ir.Power)):
+            hoisted = self._hoist(expr)
+            if hoisted is not None:
+                return self.expr(hoisted, bound, consumed)
+        if isinstance(expr, ir.Call):
+            return replace(expr, arg=self.expr(expr.arg, bound, frozenset()))
+        if isinstance(expr, ir.Power):
+            return replace(expr, base=self.expr(expr.base, bound, frozenset()))
+        if isinstance(expr, ir.Binary):
+            return replace(expr, left=self.expr(expr.left, bound, frozenset()),
+                           right=self.expr(expr.right, bound, frozenset()))
+        raise SparseError(f"a sparse tensor inside {ir.format_expr(expr)} is not supported")
+
+    def _hoist(self, expr: ir.Expr) -> ir.Tensor | None:
+        """``f(S[i,j])`` with f(0) = 0 (or ``S[i,j]^p``, p > 0) as a statement of its own on ``S``'s pattern (computed
+        on the entries only), read back as a sparse tensor; None where ``expr`` is not zero off one pattern."""
+        found = self._zero_off(expr)
+        if found is None or set(free_indices(expr)) != set(found[1]):
+            return None
+        name = self.fresh("t")
+        kept = self.kept
+        self.pending.extend(self.assign(ir.Assign(name, found[1], expr)))
+        self.kept = kept
+        return ir.Tensor(name, found[1])
+
+    def product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], consumed: frozenset[str],
+                span: Any) -> ir.Expr:
+        """A product with a sparse factor as a gather over its coordinates (and a scatter for kept indices)."""
+        factors = tuple((self._hoist(f) or f) if isinstance(f, (ir.Call, ir.Power)) else f for f in factors)
+        position = next((k for k, factor in enumerate(factors)
+                         if isinstance(factor, ir.Tensor) and factor.name in self.sparse), None)
+        if position is None:
+            plain = tuple(self.expr(factor, bound, frozenset()) for factor in factors)
+            return ir.Product(plain, span=span) if len(plain) > 1 else plain[0]
+        factor = factors[position]
+        assert isinstance(factor, ir.Tensor)
+        pattern = self.sparse[factor.name]
+        if len(set(factor.indices)) != len(factor.indices):
+            raise SparseError(f"tensor {factor.name!r} is sparse: reading its diagonal ({ir.format_expr(factor)}) "
+                              "is not supported")
+        z = self.fresh("z")
+        mapping: dict[str, Any] = {index: ir.Gather(coord, (z,)) for index, coord in zip(factor.indices,
+                                                                                          pattern.coords)}
+        others = factors[:position] + factors[position + 1:]
+        elsewhere = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
+        substituted = tuple(_substitute(other, mapping, self.sparse) for other in others)
+        rest = tuple(self.expr(other, bound | {z}, frozenset()) for other in substituted)
+        new: list[ir.Expr] = [ir.Tensor(pattern.values, (z,), span=factor.span)]
+        for axis, index in enumerate(factor.indices):
+            if index in consumed or (index not in bound and index in elsewhere):
+                continue  # summed here: the other factors read it through the gather
+            self.kept[index] = pattern.shape[axis]
+            new.append(ir.ShiftDelta(index, ir.Gather(pattern.coords[axis], (z,))))
+        new.extend(rest)
+        if len(new) == 1:  # every index summed: the sum of the entries
+            return ir.Reduce((z,), new[0], span=span)
+        return ir.Product(tuple(new), span=span) if len(new) > 1 else new[0]
+
+
+def _substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, Pattern]) -> ir.Expr:
+    """``expr`` with indices replaced: by another index (a str) or by a gather (an ir.Gather). A sparse tensor
+    read at exactly its own coordinates becomes its values."""
+    if not mapping:
+        return expr
+    if isinstance(expr, ir.Num):
+        return expr
+    if isinstance(expr, ir.Tensor):
+        if not any(index in mapping for index in expr.indices):
+            return expr
+        positions = tuple(mapping.get(index, index) for index in expr.indices)
+        if expr.name in sparse:
+            own = sparse[expr.name]
+            gathers = [p for p in positions if isinstance(p, ir.Gather)]
+            if len(gathers) == len(positions) and tuple(p.name for p in gathers) == own.coords \
+                    and len({p.indices for p in gathers}) == 1:
+                return ir.Tensor(own.values, gathers[0].indices, span=expr.span)
+            if gathers:
+                raise SparseError(f"tensor {expr.name!r} is sparse and is read where another sparse tensor's "
+                                  "entries are: a product of two sparse tensors on different patterns is not "
+                                  "supported")
+            return replace(expr, indices=positions)
+        if all(isinstance(p, str) for p in positions):
+            return replace(expr, indices=positions)
+        return ir.Read(expr.name, positions, span=expr.span)
+    if isinstance(expr, ir.Read):
+        positions_out: list[ir.Position] = []
+        for position in expr.positions:
+            if isinstance(position, str):
+                positions_out.append(mapping.get(position, position))
+            elif any(index in mapping for index in ir.position_indices(position)):
+                if any(not isinstance(mapping[i], str) for i in ir.position_indices(position) if i in mapping):
+                    raise SparseError(f"{ir.format_expr(expr)}: a shifted or gathered read at a sparse tensor's "
+                                      "coordinates is not supported")
+                positions_out.append(_rename_position(position, mapping))
+            else:
+                positions_out.append(position)
+        return replace(expr, positions=tuple(positions_out))
+    if isinstance(expr, ir.Delta):
+        first, second = mapping.get(expr.first, expr.first), mapping.get(expr.second, expr.second)
+        if isinstance(first, str) and isinstance(second, str):
+            return replace(expr, first=first, second=second)
+        if first == second:
+            return ir.Num(1)  # delta[p,p] with p bound (a broadcast over p): 1 on every entry
+        if isinstance(first, str):
+            return ir.ShiftDelta(first, second, span=expr.span)
+        if isinstance(second, str):
+            return ir.ShiftDelta(second, first, span=expr.span)
+        raise SparseError(f"{ir.format_expr(expr)} between two coordinates of a sparse tensor is not supported")
+    if isinstance(expr, ir.ShiftDelta):
+        index = mapping.get(expr.index, expr.index)
+        if not isinstance(index, str) or any(not isinstance(mapping.get(i, i), str)
+                                             for i in ir.position_indices(expr.position)):
+            raise SparseError(f"{ir.format_expr(expr)} at a sparse tensor's coordinates is not supported")
+        return replace(expr, index=index, position=_rename_position(expr.position, mapping))
+    if isinstance(expr, ir.Product):
+        return replace(expr, factors=tuple(_substitute(f, mapping, sparse) for f in expr.factors))
+    if isinstance(expr, ir.Sum):
+        return replace(expr, terms=tuple(_substitute(t, mapping, sparse) for t in expr.terms))
+    if isinstance(expr, ir.Call):
+        return replace(expr, arg=_substitute(expr.arg, mapping, sparse))
+    if isinstance(expr, ir.Power):
+        return replace(expr, base=_substitute(expr.base, mapping, sparse))
+    if isinstance(expr, ir.Binary):
+        return replace(expr, left=_substitute(expr.left, mapping, sparse),
+                       right=_substitute(expr.right, mapping, sparse))
+    if isinstance(expr, (ir.Reduce, ir.Normalize, ir.Linalg)):
+        inner = {k: v for k, v in mapping.items() if k not in expr.indices}  # the scope's own indices shadow
+        renamed = tuple(mapping.get(i, i) if isinstance(mapping.get(i, i), str) else i for i in expr.indices) \
+            if all(isinstance(v, str) for v in mapping.values()) else expr.indices
+        if renamed != expr.indices:
+            inner = dict(mapping)
+        return replace(expr, indices=renamed, body=_substitute(expr.body, inner, sparse))  # type: ignore[arg-type]
+    raise SparseError(f"a sparse tensor's coordinates inside {ir.format_expr(expr)} are not supported")
+
+
+def _rename_position(position: Any, mapping: Mapping[str, Any]) -> Any:
+    if isinstance(position, ir.Gather):
+        return replace(position, indices=tuple(mapping.get(i, i) for i in position.indices))
+    return replace(position, terms=tuple((c, mapping.get(i, i)) for c, i in position.terms))
+
+
+class _Inliner:
+    """Products of plain tensors computed into intermediates (a derivative's shared outer products,
+    ``t2[i,r,k] = A[i,r] C[k,r]``, or a contraction with a sparse factor) put back into the products reading them,
+    so that a sparse factor there gathers them per entry instead of reading a dense intermediate."""
+
+    def __init__(self, program: ir.ProgramIR, info: ProgramInfo, keep: frozenset[str], used: set[str],
+                 sparse: frozenset[str]) -> None:
+        self.info = info
+        #: the sparse inputs and the values computed from them
+        self.touched = set(sparse)
+        self.used = used
+        self.defs: dict[str, tuple[tuple[str, ...], tuple[ir.Expr, ...]]] = {}
+        #: the definitions with a sparse factor: put back into products only (read alone, as a function's
+        #: argument, they stay a statement of their own, which may run as one SpMM)
+        self.sparse_defs: set[str] = set()
+        blocked: set[str] = set(keep)
+        for statement in program.statements:
+            if isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
+                blocked.add(statement.source)
+            elif isinstance(statement, ir.Assign):
+                blocked.update(_indirect_names(statement.expr))
+        self.blocked = blocked
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name, k = f"{base}{k}", k + 1
+        self.used.add(name)
+        return name
+
+    def run(self, program: ir.ProgramIR) -> ir.ProgramIR:
+        out: list[ir.Statement] = []
+        for statement in program.statements:
+            if isinstance(statement, ir.Assign):
+                statement = replace(statement, expr=self.expr(statement.expr, frozenset(statement.indices or ()),
+                                                               True))
+                self._learn(statement)
+            out.append(statement)
+        return ir.ProgramIR(tuple(_live(out, self.info)))
+
+    def _learn(self, statement: ir.Assign) -> None:
+        target = statement.target
+        mentions = bool(_tensor_names(statement.expr) & self.touched)
+        if mentions and target is not None:
+            self.touched.add(target)
+        if target is None or target in self.blocked:
+            return
+        indices = statement.indices if statement.indices is not None else self.info.targets.get(target)
+        expr = statement.expr
+        factors = expr.factors if isinstance(expr, ir.Product) else (expr,)
+        if indices is None or len(set(indices)) != len(indices) or not all(
+                isinstance(f, (ir.Num, ir.Tensor)) for f in factors):
+            return
+        if set(free_indices(expr, frozenset(indices))) != set(indices) or \
+                set(free_indices(expr)) - set(indices):  # every other index is summed inside the product
+            return
+        if not mentions and set(indices_in(expr)) - set(indices):
+            return  # a dense contraction stays computed once; a dense outer product is gathered where it is read
+        self.defs[target] = (tuple(indices), tuple(factors))
+        if mentions:
+            self.sparse_defs.add(target)
+
+    def _body(self, read: ir.Tensor) -> tuple[ir.Expr, ...]:
+        indices, factors = self.defs[read.name]
+        mapping = dict(zip(indices, read.indices))
+        for factor in factors:
+            for index in getattr(factor, "indices", ()):
+                if index not in mapping:
+                    mapping[index] = self.fresh(index)
+        return tuple(_substitute(factor, mapping, {}) for factor in factors)
+
+    def _fits(self, read: ir.Tensor, others: tuple[ir.Expr, ...], bound: frozenset[str], top: bool) -> bool:
+        """Whether splicing the definition of ``read`` into its product keeps every index free or summed as it
+        was: a target index occurring twice in the definition must be bound, or summed here anyway."""
+        if read.name in self.sparse_defs and any(_tensor_names(other) & self.touched for other in others):
+            return False  # a second sparse factor in one product: it stays a statement of its own
+        if read.name not in self.defs or top:
+            return read.name in self.defs
+        indices, factors = self.defs[read.name]
+        around = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
+        for index, outer in zip(indices, read.indices):
+            count = sum(getattr(f, "indices", ()).count(index) for f in factors)
+            if count > 1 and outer not in bound and outer not in around:
+                return False
+        return True
+
+    def expr(self, expr: ir.Expr, bound: frozenset[str], top: bool) -> ir.Expr:
+        if isinstance(expr, ir.Tensor):
+            if expr.name not in self.sparse_defs and self._fits(expr, (), bound, top):
+                body = self._body(expr)
+                return ir.Product(body) if len(body) > 1 else body[0]
+            return expr
+        if isinstance(expr, ir.Product):
+            factors: list[ir.Expr] = []
+            for k, factor in enumerate(expr.factors):
+                others = expr.factors[:k] + expr.factors[k + 1:]
+                if isinstance(factor, ir.Tensor) and self._fits(factor, others, bound, top):
+                    factors.extend(self._body(factor))
+                else:
+                    factors.append(self.expr(factor, bound, False))
+            return replace(expr, factors=tuple(factors))
+        if isinstance(expr, ir.Sum):
+            return replace(expr, terms=tuple(self.expr(term, bound, top) for term in expr.terms))
+        if isinstance(expr, ir.Reduce):
+            return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), top))
+        if isinstance(expr, (ir.Normalize, ir.Linalg)):
+            return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), False))
+        if isinstance(expr, ir.Call):
+            return replace(expr, arg=self.expr(expr.arg, bound, False))
+        if isinstance(expr, ir.Power):
+            return replace(expr, base=self.expr(expr.base, bound, False))
+        if isinstance(expr, ir.Binary):
+            return replace(expr, left=self.expr(expr.left, bound, False), right=self.expr(expr.right, bound, False))
+        return expr
+
+
+def _indirect_names(expr: ir.Expr) -> set[str]:
+    """Tensors read other than plainly: at shifted or gathered positions, or as gather positions."""
+    found: set[str] = set()
+    if isinstance(expr, ir.Read):
+        found.add(expr.name)
+    if isinstance(expr, (ir.Read, ir.ShiftDelta)):
+        found.update(gather.name for gather in expr.gathers)
+    for child in ir.children(expr):
+        found |= _indirect_names(child)
+    return found
+
+
+def _tensor_names(expr: ir.Expr) -> set[str]:
+    found = {expr.name} if isinstance(expr, (ir.Tensor, ir.Read)) else set()
+    if isinstance(expr, (ir.Read, ir.ShiftDelta)):
+        found.update(gather.name for gather in expr.gathers)
+    for child in ir.children(expr):
+        found |= _tensor_names(child)
+    return found
+
+
+def _live(statements: list[ir.Statement], info: ProgramInfo) -> list[ir.Statement]:
+    """The statements without assignments nothing reads (the program's outputs are read)."""
+    needed = {name for name in info.outputs if name is not None}
+    kept: list[ir.Statement] = []
+    for statement in reversed(statements):
+        if isinstance(statement, ir.Assign):
+            if statement.target is not None and statement.target not in needed and statement is not statements[-1]:
+                continue
+            needed |= _tensor_names(statement.expr)
+        elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
+            needed.add(statement.source)
+        kept.append(statement)
+    return kept[::-1]
+
+
+def _gather_key(read: ir.Read, coords: frozenset[str]) -> tuple[Any, ...] | None:
+    """(tensor, axis, coordinate, rank) of a read with one gather of a pattern's coordinates, else None."""
+    gathers = [(axis, p) for axis, p in enumerate(read.positions) if not isinstance(p, str)]
+    if len(gathers) != 1 or not isinstance(gathers[0][1], ir.Gather) or gathers[0][1].name not in coords:
+        return None
+    plain = [p for p in read.positions if isinstance(p, str)]
+    if len(set(plain)) != len(plain) or len(gathers[0][1].indices) != 1 or gathers[0][1].indices[0] in plain:
+        return None
+    return read.name, gathers[0][0], gathers[0][1].name, len(read.positions), read.mode
+
+
+def _reads(expr: ir.Expr) -> list[ir.Read]:
+    found = [expr] if isinstance(expr, ir.Read) else []
+    for child in ir.children(expr):
+        found.extend(_reads(child))
+    return found
+
+
+def _shared_gathers(statements: list[ir.Statement], rewriter: _Rewriter) -> list[ir.Statement]:
+    """A dense tensor gathered at one pattern's coordinates by several statements (the CP gradient gathers each
+    factor once per mode) gathered once, into a statement of its own that the others read."""
+    coords = frozenset(name for group in rewriter.group_coords for name in group)
+    uses: dict[tuple[Any, ...], int] = {}
+    for statement in statements:
+        if isinstance(statement, ir.Assign):
+            for read in _reads(statement.expr):
+                key = _gather_key(read, coords)
+                if key is not None:
+                    uses[key] = uses.get(key, 0) + 1
+    shared = {key: rewriter.fresh(f"{key[0]}_at_{key[2]}") for key, count in uses.items() if count > 1}
+    if not shared:
+        return statements
+    out: list[ir.Statement] = []
+    emitted: set[tuple[Any, ...]] = set()
+
+    def replace_reads(expr: ir.Expr) -> ir.Expr:
+        if isinstance(expr, ir.Read):
+            key = _gather_key(expr, coords)
+            if key in shared:
+                axis = key[1]
+                gather = expr.positions[axis]
+                assert isinstance(gather, ir.Gather)
+                plain = tuple(p for p in expr.positions if isinstance(p, str))
+                return ir.Tensor(shared[key], (gather.indices[0], *plain), span=expr.span)
+            return expr
+        return _map_children(expr, replace_reads)
+
+    for statement in statements:
+        if isinstance(statement, ir.Assign):
+            for read in _reads(statement.expr):
+                key = _gather_key(read, coords)
+                if key in shared and key not in emitted:
+                    emitted.add(key)
+                    name, axis, coord, rank, mode = key
+                    z = rewriter.fresh("z")
+                    plain = tuple(rewriter.fresh(f"a{k}") for k in range(rank - 1))
+                    positions: list[ir.Position] = list(plain)
+                    positions.insert(axis, ir.Gather(coord, (z,)))
+                    out.append(ir.Assign(shared[key], (z, *plain), ir.Read(name, tuple(positions), mode=mode)))
+            statement = replace(statement, expr=replace_reads(statement.expr))
+        out.append(statement)
+    return out
+
+
+def _map_children(expr: ir.Expr, function: Any) -> ir.Expr:
+    if isinstance(expr, ir.Product):
+        return replace(expr, factors=tuple(map(function, expr.factors)))
+    if isinstance(expr, ir.Sum):
+        return replace(expr, terms=tuple(map(function, expr.terms)))
+    if isinstance(expr, ir.Call):
+        return replace(expr, arg=function(expr.arg))
+    if isinstance(expr, ir.Power):
+        return replace(expr, base=function(expr.base))
+    if isinstance(expr, (ir.Reduce, ir.Normalize, ir.Linalg)):
+        return replace(expr, body=function(expr.body))
+    if isinstance(expr, ir.Binary):
+        return replace(expr, left=function(expr.left), right=function(expr.right))
+    return expr
+
+
+def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
+            shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True) -> Rewritten:
+    """``program`` over the coordinates and values of its sparse inputs (``groups``: sparse input -> the group of
+    inputs with the same coordinates; ``sample``: output -> the sparse input whose pattern it is sampled on;
+    ``matmuls``: sparse-dense matrix products of inputs computed before the program by scipy, :class:`SpMM`)."""
+    used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
+    keep = frozenset(name for name in info.outputs if name is not None) | frozenset(sample)
+    program = _Inliner(program, info, keep, used, frozenset(groups)).run(program)
+    rewriter = _Rewriter(program, info, groups, shapes, sample, matmuls)
+    statements = rewriter.statements(program)
+    statements = _shared_gathers(statements, rewriter)
+    outputs: list[tuple[int, tuple[int, ...], tuple[int, ...]] | None] = []
+    for name in info.outputs:
+        pattern = rewriter.sparse.get(name) if name is not None and name not in rewriter.inputs else None
+        if name is None and statements and isinstance(statements[-1], ir.Assign) \
+                and statements[-1].target is not None and statements[-1].target not in info.targets:
+            last = statements[-1]  # a bare last statement computed on a pattern got a name
+            pattern = next((p for p in rewriter.sparse.values() if p.values == last.target), None)
+        if pattern is None:
+            outputs.append(None)
+            continue
+        coords = rewriter.group_coords[pattern.group]
+        outputs.append((pattern.group, tuple(coords.index(c) for c in pattern.coords), pattern.shape))
+    return Rewritten(ir.ProgramIR(tuple(statements)), rewriter.inputs, rewriter.group_coords, tuple(outputs),
+                     tuple(rewriter.products))
+
+
+def spmm(product: SpMM, sparse: Any, dense: Any) -> np.ndarray:
+    """The sparse-dense matrix product ``product`` through scipy's compressed-row kernel (pydata arrays converted)."""
+    matrix = sparse.tocsr()
+    if product.transpose:
+        matrix = matrix.T
+    dense = np.moveaxis(np.asarray(dense), product.axis, 0)
+    rest = dense.shape[1:]
+    result = matrix @ dense.reshape(dense.shape[0], -1)
+    return np.asarray(result).reshape((matrix.shape[0], *rest))

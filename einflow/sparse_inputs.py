@@ -1,0 +1,111 @@
+"""Calls with sparse inputs (LANGUAGE.md §9.3): the program rewritten over coordinates and values, run, and its
+results on a pattern returned as sparse arrays of the inputs' kind (``einflow.engine.sparse`` rewrites)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from einflow.engine.backends import infer_backend
+from einflow.engine.sparse import SUPPORTED, Rewritten, SparseArray, is_sparse, rewrite, sparse_kind, spmm, to_coo, wrap
+from einflow.lang.errors import SparseError
+
+__all__ = ["call", "plan_program", "prepared", "check_backend"]
+
+# ---------------------------------------------------------------- calls
+_REWRITES: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def prepared(program: Any, values: Mapping[str, Any], make: Any,
+             matmuls: bool = True) -> tuple[Any, Rewritten, dict[str, Any], list[SparseArray]]:
+    """The rewritten Program for these inputs (cached), its arrays, and the coordinates of each pattern group."""
+    converted: dict[str, SparseArray] = {}
+    seen: dict[int, SparseArray] = {}
+    for name in program.info.inputs:
+        value = values[name]
+        if is_sparse(value):
+            converted[name] = seen[id(value)] if id(value) in seen else to_coo(name, value)
+            seen[id(value)] = converted[name]
+    groups: dict[str, int] = {}
+    leaders: list[SparseArray] = []
+    for name, array in converted.items():
+        for k, leader in enumerate(leaders):
+            if leader is array or (leader.shape == array.shape and leader.nnz == array.nnz and all(
+                    np.array_equal(a, b) for a, b in zip(leader.coords, array.coords))):
+                groups[name] = k
+                break
+        else:
+            groups[name] = len(leaders)
+            leaders.append(array)
+    sample = {}
+    if program.casts is not None:
+        for output, cast in zip(program.info.outputs, program.casts):
+            if output is not None and cast in converted:
+                sample[output] = cast
+    key = (matmuls, tuple(sorted(groups.items())), tuple((name, a.shape) for name, a in converted.items()),
+           tuple(sorted(sample.items())))
+    cache = _REWRITES.setdefault(program, {})
+    built = cache.get(key)
+    if built is None:
+        rewritten = rewrite(program.ir, program.info, groups, {n: a.shape for n, a in converted.items()}, sample,
+                            matmuls)
+        runner = make(rewritten.program)  # einflow.program.Program (program.py calls this module)
+        if program.casts is not None:
+            runner.casts = tuple(rewritten.inputs[c].values if c in rewritten.inputs else c for c in program.casts)
+        built = cache[key] = (runner, rewritten)
+    runner, rewritten = built
+    arrays = {name: value for name, value in values.items() if name not in converted}
+    for name, array in converted.items():
+        arrays[rewritten.inputs[name].values] = array.values
+    for group, leader in enumerate(leaders):
+        for coord, axis in zip(rewritten.group_coords[group], leader.coords):
+            arrays[coord] = axis
+    return runner, rewritten, arrays, leaders
+
+
+def check_backend(program: Any, values: Mapping[str, Any], backend: str) -> None:
+    """A SparseError for a sparse input this backend cannot take (the numpy backend takes scipy and pydata)."""
+    for name in program.info.inputs:
+        value = values[name]
+        kind = sparse_kind(value)
+        if kind is None:
+            continue
+        if kind in ("torch", "jax"):
+            raise SparseError(f"tensor {name!r} is a {kind} sparse tensor; sparse inputs are supported as "
+                              f"{SUPPORTED} (pass it dense, or as a scipy/pydata sparse array)")
+        if backend not in ("auto", "numpy"):
+            raise SparseError(f"tensor {name!r} is sparse; the {backend} backend does not take sparse inputs: "
+                              f"sparse inputs are supported as {SUPPORTED}")
+
+
+def call(program: Any, values: Mapping[str, Any], backend: str, options: Mapping[str, Any], make: Any) -> Any:
+    """Run ``program`` with sparse inputs among ``values``: the rewritten program (built by ``make``, the Program
+    class), sparse results wrapped."""
+    check_backend(program, values, backend)
+    runner, rewritten, arrays, leaders = prepared(program, values, make)
+    if backend == "auto":
+        found = infer_backend(arrays.values())
+        if found != "numpy":
+            names = ", ".join(repr(name) for name in rewritten.inputs)
+            raise SparseError(f"tensor {names} is sparse and the other inputs are {found} arrays; sparse inputs "
+                              f"are supported as {SUPPORTED} (pass numpy arrays beside them)")
+    for product in rewritten.products:  # SpMM through scipy's kernel (einflow.engine.sparse.spmm)
+        arrays[product.name] = spmm(product, values[product.sparse], values[product.dense])
+    result = runner(arrays, backend="numpy", **options)
+    outputs = list(result) if type(result) is tuple else [result]
+    for k, where in enumerate(rewritten.outputs):
+        if where is None or k >= len(outputs):
+            continue
+        group, axes, shape = where
+        leader = leaders[group]
+        outputs[k] = wrap(outputs[k], tuple(leader.coords[axis] for axis in axes), shape, leader.like)
+    return tuple(outputs) if type(result) is tuple else outputs[0]
+
+
+def plan_program(program: Any, shapes: Mapping[str, Any], make: Any) -> tuple[Any, dict[str, Any]]:
+    """The rewritten program and the shapes to plan it with, for ``Program.plan`` given sparse arrays."""
+    runner, _, arrays, _ = prepared(program, shapes, make, matmuls=False)  # the gather form: FLOPs from nnz
+    return runner, {name: value for name, value in arrays.items() if name in runner.info.inputs}

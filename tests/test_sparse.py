@@ -1,0 +1,249 @@
+"""Sparse operands (LANGUAGE.md §9.3): scipy.sparse and pydata sparse inputs, values and derivatives against dense
+numpy with the zeros written out, results on a pattern, errors, and no densifying."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import einflow as ef
+
+sp = pytest.importorskip("scipy.sparse")
+sparse = pytest.importorskip("sparse")
+
+FORMATS = ["csr", "csc", "coo", "bsr", "dia", "lil", "dok"]
+
+
+def _matrix(rows: int = 7, cols: int = 5, density: float = 0.35, seed: int = 0,
+            empty_row: int | None = 2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dense = rng.normal(size=(rows, cols)) * (rng.random((rows, cols)) < density)
+    if empty_row is not None:
+        dense[empty_row] = 0.0
+    return dense
+
+
+def _dense(value):
+    if isinstance(value, sparse.SparseArray):
+        return value.todense()
+    return value.toarray()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("array", [True, False], ids=["array", "matrix"])
+def test_spmm_every_scipy_format(fmt: str, array: bool) -> None:
+    dense = _matrix()
+    build = sp.csr_array if array else sp.csr_matrix
+    S = build(dense).asformat(fmt)
+    H = np.random.default_rng(1).normal(size=(5, 3))
+    y = ef.compile("y[i,f] = S[i,j] H[j,f]")(S=S, H=H)
+    assert type(y) is np.ndarray
+    np.testing.assert_allclose(y, dense @ H, atol=1e-13)
+    # the transposed product and a matrix-vector product
+    x = np.arange(7.0)
+    np.testing.assert_allclose(ef.compile("u[j] = S[i,j] x[i]")(S=S, x=x), dense.T @ x, atol=1e-13)
+
+
+def test_duplicates_are_summed() -> None:
+    rows, cols = np.array([0, 0, 2, 0]), np.array([1, 1, 3, 1])
+    data = np.array([1.0, 2.0, 5.0, 4.0])
+    S = sp.coo_array((data, (rows, cols)), shape=(3, 4))
+    dense = S.toarray()
+    assert dense[0, 1] == 7.0
+    H = np.random.default_rng(2).normal(size=(4, 2))
+    np.testing.assert_allclose(ef.compile("y[i,f] = S[i,j] H[j,f]")(S=S, H=H), dense @ H)
+    # a function with f(0) = 0 sees the summed entry, not each duplicate
+    T = ef.compile("T[i,j] = S[i,j]^2")(S=S)
+    np.testing.assert_allclose(_dense(T), dense**2)
+    assert S.nnz == 4  # the caller's array is left alone
+
+
+def test_sddmm_returns_sparse_on_the_pattern() -> None:
+    dense = _matrix()
+    rng = np.random.default_rng(3)
+    P, Q = rng.normal(size=(7, 4)), rng.normal(size=(5, 4))
+    for S in (sp.csr_array(dense), sp.csc_matrix(dense), sparse.COO.from_numpy(dense)):
+        T = ef.compile("T[i,j] = S[i,j] P[i,f] Q[j,f]")(S=S, P=P, Q=Q)
+        assert type(T) is type(S)
+        np.testing.assert_allclose(_dense(T), dense * (P @ Q.T), atol=1e-13)
+    # transposed target: the pattern transposed
+    T = ef.compile("T[j,i] = S[i,j] P[i,f] Q[j,f]")(S=sp.csr_array(dense), P=P, Q=Q)
+    np.testing.assert_allclose(_dense(T), (dense * (P @ Q.T)).T, atol=1e-13)
+
+
+def test_elementwise_functions() -> None:
+    dense = _matrix()
+    S = sp.csr_array(dense)
+    T = ef.compile("T[i,j] = tanh(S[i,j])")(S=S)  # tanh(0) = 0: on the pattern
+    assert sp.issparse(T)
+    np.testing.assert_allclose(_dense(T), np.tanh(dense))
+    E = ef.compile("E[i,j] = exp(S[i,j])")(S=S)  # exp(0) = 1: dense, as numpy gives it
+    assert type(E) is np.ndarray
+    np.testing.assert_allclose(E, np.exp(dense))
+    s = ef.compile("s = sum[i,j](S[i,j]^2)")(S=S)
+    assert np.isclose(s, (dense**2).sum())
+
+
+def test_pattern_value_used_later() -> None:
+    dense = _matrix()
+    rng = np.random.default_rng(4)
+    P, Q, H = rng.normal(size=(7, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 2))
+    p = ef.compile("""
+    A[i,j] = S[i,j] exp(P[i,f] Q[j,f])
+    y[i,g] = A[i,j] H[j,g]
+    """)
+    y = p(S=sp.csr_array(dense), P=P, Q=Q, H=H)
+    np.testing.assert_allclose(y, (dense * np.exp(P @ Q.T)) @ H, atol=1e-12)
+
+
+def test_pydata_coo_3d_mttkrp_and_cp_gradient() -> None:
+    rng = np.random.default_rng(5)
+    shape, rank = (6, 5, 4), 3
+    dense = rng.normal(size=shape) * (rng.random(shape) < 0.3)
+    dense[1] = 0.0
+    X = sparse.COO.from_numpy(dense)
+    A, B, C = (rng.normal(size=(n, rank)) for n in shape)
+    M = ef.compile("M[i,r] = X[i,j,k] B[j,r] C[k,r]")(X=X, B=B, C=C)
+    np.testing.assert_allclose(M, np.einsum("ijk,jr,kr->ir", dense, B, C), atol=1e-12)
+    # the CP loss of the observed entries: || X - W * [[A, B, C]] ||^2, W the pattern of X
+    W = sparse.COO(X.coords, np.ones(X.nnz), shape=shape)
+    loss = ef.compile("""
+    E[i,j,k] = X[i,j,k] - W[i,j,k] A[i,r] B[j,r] C[k,r]
+    L = sum[i,j,k](E[i,j,k]^2)
+    """)
+    mask = W.todense()  # the stored entries (from_numpy may store some zeros)
+    recon = np.einsum("ir,jr,kr->ijk", A, B, C)
+    residual = dense - mask * recon
+    assert np.isclose(loss(X=X, W=W, A=A, B=B, C=C), (residual**2).sum())
+    gA, gB, gC, gX = ef.grad(loss, wrt=["A", "B", "C", "X"])(X=X, W=W, A=A, B=B, C=C)
+    np.testing.assert_allclose(gA, -2 * np.einsum("ijk,jr,kr->ir", mask * residual, B, C), atol=1e-11)
+    np.testing.assert_allclose(gB, -2 * np.einsum("ijk,ir,kr->jr", mask * residual, A, C), atol=1e-11)
+    np.testing.assert_allclose(gC, -2 * np.einsum("ijk,ir,jr->kr", mask * residual, A, B), atol=1e-11)
+    assert isinstance(gX, sparse.COO)
+    np.testing.assert_allclose(gX.todense(), 2 * residual * mask, atol=1e-11)
+    assert gX.nnz == X.nnz
+    assert gX.nnz == X.nnz
+
+
+def test_gradients_against_dense() -> None:
+    dense = _matrix()
+    rng = np.random.default_rng(6)
+    H = rng.normal(size=(5, 3))
+    p = ef.compile("""
+    y[i,f] = S[i,j] H[j,f]
+    L = sum[i,f](tanh(y[i,f]))
+    """)
+    S = sp.csr_array(dense)
+    gS, gH = ef.grad(p, wrt=["S", "H"])(S=S, H=H)
+    dS, dH = ef.grad(p, wrt=["S", "H"])(S=dense, H=H)
+    assert sp.issparse(gS) and gS.format == "csr"
+    np.testing.assert_allclose(gS.toarray(), dS * (dense != 0), atol=1e-13)
+    np.testing.assert_allclose(gH, dH, atol=1e-13)
+    # finite differences along a stored entry
+    eps = 1e-6
+    k = np.flatnonzero(dense)[3]
+    bumped = dense.copy()
+    bumped.flat[k] += eps
+    numeric = (p(S=sp.csr_array(bumped), H=H) - p(S=S, H=H)) / eps
+    assert abs(numeric - gS.toarray().flat[k]) < 1e-5
+
+
+def test_value_and_grad_and_plan_count_nnz() -> None:
+    p = ef.compile("y[i,f] = S[i,j] H[j,f]")
+    small = sp.random_array((1000, 1000), density=0.001, random_state=0, format="csr")
+    large = sp.random_array((1000, 1000), density=0.01, random_state=0, format="csr")
+    H = np.ones((1000, 8))
+    f_small = p.plan(S=small, H=H).flops
+    f_large = p.plan(S=large, H=H).flops
+    assert 5 < f_large / f_small < 15
+    assert f_large < 2 * 1000 * 1000 * 8 / 10  # far below the dense product's
+
+
+def test_never_densified() -> None:
+    # a (10^6 x 10^6 x 10^5) tensor: its dense form would need 8e17 bytes
+    rng = np.random.default_rng(7)
+    shape, nnz, rank = (10**6, 10**6, 10**5), 200, 4
+    coords = np.stack([rng.integers(0, n, nnz) for n in shape])
+    X = sparse.COO(coords, rng.normal(size=nnz), shape=shape)
+    B, C = rng.normal(size=(shape[1], rank)), rng.normal(size=(shape[2], rank))
+    p = ef.compile("L = sum[i,j,k,r](X[i,j,k] B[j,r] C[k,r])")
+    value = p(X=X, B=B, C=C, memory_limit="1GB")
+    expected = (X.data[:, None] * B[X.coords[1]] * C[X.coords[2]]).sum()
+    assert np.isclose(value, expected)
+    gX = ef.grad(p, wrt="X")(X=X, B=B, C=C, memory_limit="1GB")
+    assert isinstance(gX, sparse.COO) and gX.nnz == X.nnz
+    n = 10**7
+    S = sp.coo_array((rng.normal(size=500), (rng.integers(0, n, 500), rng.integers(0, n, 500))), shape=(n, n)).tocsr()
+    y = ef.compile("y[i] = S[i,j] x[j]")(S=S, x=np.ones(10**7), memory_limit="1GB")
+    np.testing.assert_allclose(y, S @ np.ones(10**7))
+
+
+def test_errors() -> None:
+    S = sp.csr_array(_matrix())
+    p = ef.compile("y[i,f] = S[i,j] H[j,f]")
+    with pytest.raises(ef.SparseError, match="'S'.*numpy"):
+        p(S=S, H=np.ones((5, 2)), backend="dask")
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ef.SparseError, match="'S'"):
+        p(S=torch.eye(5).to_sparse(), H=torch.ones(5, 2))
+    with pytest.raises(ef.SparseError, match="'S'"):
+        p(S=S, H=torch.ones(5, 2))
+    with pytest.raises(ef.SparseError, match="diagonal"):
+        ef.compile("t = S[i,i]")(S=sp.csr_array(np.eye(3)))
+    with pytest.raises(ef.SparseError, match="fill"):
+        p(S=sparse.COO.from_numpy(np.eye(5), fill_value=1.0), H=np.ones((5, 2)))
+
+
+def test_jax_bcoo_is_refused() -> None:
+    jsparse = pytest.importorskip("jax.experimental.sparse")
+    import jax.numpy as jnp
+
+    with pytest.raises(ef.SparseError, match="'S'"):
+        ef.compile("y[i] = S[i,j] x[j]")(S=jsparse.BCOO.fromdense(jnp.eye(3)), x=jnp.ones(3))
+
+
+def test_spmm_through_scipy_and_gather_form_agree() -> None:
+    dense = _matrix(9, 6, seed=8)
+    rng = np.random.default_rng(9)
+    D3 = rng.normal(size=(6, 2, 3))
+    for S in (sp.csr_array(dense), sparse.COO.from_numpy(dense)):
+        y = ef.compile("y[i,f,g] = S[i,j] D[j,f,g]")(S=S, D=D3)  # scipy's kernel
+        np.testing.assert_allclose(y, np.einsum("ij,jfg->ifg", dense, D3), atol=1e-13)
+        Dt = rng.normal(size=(4, 9))
+        u = ef.compile("u[j,f] = S[i,j] D[f,i]")(S=S, D=Dt)  # transposed, summed axis last
+        np.testing.assert_allclose(u, dense.T @ Dt.T, atol=1e-13)
+        w = ef.compile("w[i,f] = 2 S[i,j] D[j,f]")(S=S, D=D3[:, :, 0])  # a scaled product: the gather form
+        np.testing.assert_allclose(w, 2 * dense @ D3[:, :, 0], atol=1e-13)
+
+
+def test_plan_report_shows_the_gather_form() -> None:
+    S = sp.csr_array(_matrix(50, 40, density=0.1, seed=10))
+    report = ef.compile("y[i,f] = S[i,j] H[j,f]").plan(S=S, H=(40, 8))
+    text = str(report)
+    assert "S_v" in text and report.flops < 2 * 50 * 40 * 8
+
+
+def test_jvp_and_hvp_by_a_dense_operand() -> None:
+    dense = _matrix(seed=11)
+    rng = np.random.default_rng(12)
+    H, T = rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
+    p = ef.compile("y[i,f] = S[i,j] H[j,f]\nL = sum[i,f](tanh(y[i,f]))")
+    for make in (ef.jvp, ef.hvp):
+        derived = make(p, wrt="H")
+        tangent = next(name for name in derived.inputs if name not in ("S", "H"))
+        ours = derived(S=sp.csr_array(dense), H=H, **{tangent: T})
+        np.testing.assert_allclose(ours, derived(S=dense, H=H, **{tangent: T}), atol=1e-12)
+    # the Hessian by H multiplies S by itself on two index pairs: a product of two sparse factors
+    with pytest.raises(ef.SparseError, match="two sparse"):
+        ef.hessian(p, wrt="H")(S=sp.csr_array(dense), H=H)
+
+
+def test_value_and_grad_with_a_sparse_input() -> None:
+    dense = _matrix(seed=13)
+    H = np.random.default_rng(14).normal(size=(5, 3))
+    text = "y[i,f] = S[i,j] H[j,f]\nL = sum[i,f](y[i,f]^2)"
+    value, (gS, gH) = ef.value_and_grad(text, wrt=["S", "H"])(S=sp.csr_matrix(dense), H=H)
+    assert np.isclose(value, ((dense @ H) ** 2).sum())
+    assert isinstance(gS, sp.csr_matrix)
+    np.testing.assert_allclose(gS.toarray(), 2 * (dense @ H) @ H.T * (dense != 0), atol=1e-12)
+    np.testing.assert_allclose(gH, 2 * dense.T @ (dense @ H), atol=1e-12)
