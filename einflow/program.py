@@ -16,7 +16,7 @@ from einflow.engine.backends import get_backend, infer_backend
 from einflow.engine.memory import default_memory_limit, memory_limit_bytes
 from einflow.engine.plan import Plan, build_plan
 from einflow.engine.precision import is_low, narrow, widen
-from einflow.engine.sparse import is_sparse
+from einflow.engine.sparse_arrays import is_sparse
 from einflow.lang import ir
 from einflow.lang.check import Checked, ProgramInfo, check_names, check_program
 from einflow.lang.errors import ArgumentError, EinflowError, ShapeError, TensorNameError

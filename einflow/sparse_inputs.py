@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.backends import infer_backend
-from einflow.engine.sparse import SUPPORTED, Rewritten, SparseArray, is_sparse, rewrite, sparse_kind, spmm, to_coo, wrap
+from einflow.engine.sparse import Rewritten, rewrite
+from einflow.engine.sparse_arrays import SUPPORTED, SparseArray, is_sparse, sparse_kind, spmm, to_coo, wrap
 from einflow.lang.errors import SparseError
 
 __all__ = ["call", "plan_program", "prepared", "check_backend"]
@@ -92,7 +93,7 @@ def call(program: Any, values: Mapping[str, Any], backend: str, options: Mapping
             names = ", ".join(repr(name) for name in rewritten.inputs)
             raise SparseError(f"tensor {names} is sparse and the other inputs are {found} arrays; sparse inputs "
                               f"are supported as {SUPPORTED} (pass numpy arrays beside them)")
-    for product in rewritten.products:  # SpMM through scipy's kernel (einflow.engine.sparse.spmm)
+    for product in rewritten.products:  # SpMM through scipy's kernel (einflow.engine.sparse_arrays.spmm)
         arrays[product.name] = spmm(product, values[product.sparse], values[product.dense])
     result = runner(arrays, backend="numpy", **options)
     outputs = list(result) if type(result) is tuple else [result]

@@ -1,0 +1,144 @@
+"""Sparse arrays as einflow reads them (LANGUAGE.md §9.3): which library's array a value is, its coordinates and
+values (duplicates summed), results put back as that library's array, and SpMM by scipy's compressed-row kernel.
+
+Libraries are imported only when a sparse input arrives (a value's type module is read without importing it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from einflow.lang.errors import SparseError
+
+__all__ = ["sparse_kind", "is_sparse", "SparseArray", "to_coo", "wrap", "SUPPORTED", "SpMM", "spmm"]
+
+#: what a message about an unsupported sparse input says is supported
+SUPPORTED = ("scipy.sparse arrays and matrices (every format, 2-D) and pydata sparse.COO (n-D) on the numpy "
+             "backend")
+
+
+def sparse_kind(value: Any) -> str | None:
+    """``"scipy"``, ``"pydata"``, ``"torch"``, ``"jax"`` for a sparse array of that library, else None (no import).
+
+    >>> sparse_kind(np.ones(2)) is None
+    True
+    """
+    kind = type(value)
+    module = kind.__module__
+    if module.startswith("numpy") or module == "builtins":
+        return None
+    if module.startswith("scipy.sparse"):
+        return "scipy"
+    if module == "sparse" or module.startswith("sparse."):
+        return "pydata"
+    if module.startswith("torch"):
+        layout = str(getattr(value, "layout", "torch.strided"))
+        return None if layout == "torch.strided" else "torch"
+    if module.startswith("jax.experimental.sparse"):
+        return "jax"
+    return None
+
+
+def is_sparse(value: Any) -> bool:
+    """Whether ``value`` is a sparse array of a library einflow knows (scipy, pydata sparse, torch, jax)."""
+    return sparse_kind(value) is not None
+
+
+@dataclass(frozen=True, eq=False)
+class SparseArray:
+    """One sparse input as coordinates (int64, one vector per axis, no duplicates) and values, and the array it
+    came from (a sparse result takes its kind and format)."""
+
+    coords: tuple[np.ndarray, ...]
+    values: np.ndarray
+    shape: tuple[int, ...]
+    like: Any
+
+    @property
+    def nnz(self) -> int:
+        return int(self.values.shape[0])
+
+
+def to_coo(name: str, value: Any) -> SparseArray:
+    """The coordinates and values of the sparse input ``name`` (scipy.sparse of any format, or pydata sparse).
+
+    Duplicate coordinates are summed (the input itself is left alone); torch and jax sparse arrays, and pydata
+    arrays whose fill value is not 0, are a :class:`SparseError` naming the tensor.
+    """
+    kind = sparse_kind(value)
+    coords: tuple[np.ndarray, ...]
+    if kind == "scipy" and value.format == "csr" and value.has_canonical_format:  # rows sorted, no duplicates
+        counts = np.diff(value.indptr)
+        coords = (np.repeat(np.arange(value.shape[0], dtype=np.int64), counts),
+                  np.asarray(value.indices, dtype=np.int64))
+        values = np.asarray(value.data)
+    elif kind == "scipy":
+        coo = value.tocoo(copy=True)
+        coo.sum_duplicates()
+        coords = (np.asarray(coo.row, dtype=np.int64), np.asarray(coo.col, dtype=np.int64))
+        values = np.asarray(coo.data)
+    elif kind == "pydata":
+        import sparse
+
+        array = value if isinstance(value, sparse.COO) else sparse.COO(value)
+        if not _is_zero(array.fill_value):
+            raise SparseError(f"tensor {name!r}: a sparse array whose missing entries are {array.fill_value!r}; "
+                              "einflow reads missing entries as 0 (give fill_value=0)")
+        # (a pydata COO sums its duplicate coordinates when it is built, unless told it has none)
+        coords = tuple(np.asarray(axis, dtype=np.int64) for axis in array.coords)
+        values = np.asarray(array.data)
+    else:
+        raise SparseError(f"tensor {name!r} is a {type(value).__module__}.{type(value).__name__}; einflow takes "
+                          f"{SUPPORTED} (convert it, or pass it dense)")
+    if values.dtype.kind not in "biufc":
+        raise SparseError(f"tensor {name!r} has dtype {values.dtype}; einflow computes with numbers")
+    return SparseArray(coords, values, tuple(int(n) for n in value.shape), value)
+
+
+def _is_zero(value: Any) -> bool:
+    try:
+        return bool(value == 0)
+    except (TypeError, ValueError):
+        return False
+
+
+def wrap(values: Any, coords: tuple[np.ndarray, ...], shape: tuple[int, ...], like: Any) -> Any:
+    """A sparse array of ``like``'s kind (scipy: its format, array or matrix; pydata: COO) on a pattern."""
+    values = np.asarray(values)
+    if sparse_kind(like) == "scipy":
+        import scipy.sparse as sp
+
+        build = sp.coo_array if isinstance(like, sp.sparray) else sp.coo_matrix
+        result = build((values, tuple(coords)), shape=shape)
+        return result.asformat(like.format)
+    import sparse
+
+    return sparse.COO(np.stack(coords) if coords else np.zeros((0, values.shape[0]), np.int64), values,
+                      shape=shape, has_duplicates=False)
+
+
+@dataclass(frozen=True)
+class SpMM:
+    """``T[i,f] = S[i,j] D[j,f]`` with a sparse 2-D input and a dense input, computed before the program by
+    scipy's compressed-row kernel into the input ``name`` (``transpose``: S's first index is the summed one;
+    ``axis``: D's axis it sums)."""
+
+    name: str
+    sparse: str
+    dense: str
+    transpose: bool
+    axis: int
+
+
+def spmm(product: SpMM, sparse: Any, dense: Any) -> np.ndarray:
+    """The sparse-dense matrix product ``product`` through scipy's compressed-row kernel (pydata arrays converted)."""
+    matrix = sparse.tocsr()
+    if product.transpose:
+        matrix = matrix.T
+    dense = np.moveaxis(np.asarray(dense), product.axis, 0)
+    rest = dense.shape[1:]
+    result = matrix @ dense.reshape(dense.shape[0], -1)
+    return np.asarray(result).reshape((matrix.shape[0], *rest))
