@@ -89,7 +89,7 @@ LINALG_HELPER = '''def {linalg}(kind, x, axes, name=None):
                     break
                 worst = max(worst, largest)
             diagonal = {np}.diagonal(x)
-            symmetric = worst <= tolerance * max(float(diagonal.max()), -float(diagonal.min())) or \
+            symmetric = worst <= tolerance * max(float(diagonal.max()), -float(diagonal.min())) or \\
                 worst <= tolerance * max(float(x.max()), -float(x.min()))
         else:
             try:
