@@ -3,9 +3,11 @@
 Sections: call overhead, contractions (vs numpy.einsum, opt_einsum, jax.jit, torch), shared work,
 memory (measured vs predicted peak), fused elementwise work (vs jax.jit), derivatives
 (benchmarks/derivatives.py), large tensor networks (path FLOPs vs cotengra, gradient / forward FLOPs,
-benchmarks/networks.py) and dask (a chunked matrix chain vs dask.array.einsum from
+benchmarks/networks.py), dask (a chunked matrix chain vs dask.array.einsum from
 benchmarks/dask_scale.py; its multi-GB operand run only with
---dask) and slicing (programs over a memory limit run sliced under it, benchmarks/slicing.py).
+--dask), slicing (programs over a memory limit run sliced under it, benchmarks/slicing.py) and the numpy
+backend against hand-written numpy/scipy and torch's conv2d (benchmarks/hand_speed.py; pin it to one core
+with one BLAS thread for the issue's conditions).
 jax and torch are optional: their columns are left out when they are not installed.
 
 Run:  python benchmarks/run_all.py [--quick] [--dask] [--write] [--only SECTION ...] [--torch-hessians]
@@ -110,6 +112,7 @@ SECTIONS: dict[str, tuple[str, Callable[[int, bool], list[Row]]]] = {
     "networks": ("Large networks", _section("networks")),
     "dask": ("Dask", _dask),
     "slicing": ("Slicing", _slicing),
+    "hand_speed": ("The numpy backend against hand-written numpy", _section("hand_speed")),
 }
 #: the sections of docs/benchmarks.md whose result tables --write replaces (between their markers)
 OWNED = ("overhead", "contractions", "shared_work", "memory")

@@ -66,8 +66,17 @@ class PlanCache(OrderedDict):  # type: ignore[type-arg]
     def __init__(self) -> None:
         super().__init__()
         self.maxsize = type(self).maxsize
+        #: the call path's shortcut, by the same keys: a numpy plan's :class:`_Call` (what a repeated call of one
+        #: signature runs, and which of the call's after-steps it needs); an entry goes with its plan
+        self.calls: dict[Any, _Call] = {}
+        #: the program's inputs out of a call's keywords, as a tuple (set with the first shortcut), and their count
+        self.take: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
+        self.count = 0
+        #: the shortcut that ran last while its plan is the most recently used one (any other use resets it)
+        self.last: _Call | None = None
 
     def get(self, key: Any, default: Any = None) -> Any:
+        self.last = None
         try:
             self.move_to_end(key)
             return self[key]
@@ -75,12 +84,51 @@ class PlanCache(OrderedDict):  # type: ignore[type-arg]
             return default
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        self.last = None
         super().__setitem__(key, value)
         while len(self) > self.maxsize:
             try:
-                self.popitem(last=False)
+                dropped, _ = self.popitem(last=False)
             except KeyError:  # pragma: no cover - emptied by another thread
                 break
+            self.calls = {known: call for known, call in self.calls.items() if call.key != dropped}
+
+    def clear(self) -> None:
+        super().clear()
+        self.calls = {}
+        self.last = None
+
+    def by_position(self, args: tuple[Any, ...], arrays: dict[str, Any]) -> tuple[Any, Any]:
+        """``(input values, inputs by name or None)`` of a call by position (every input) or with one dict,
+        else ``(None, None)``."""
+        if arrays or self.take is None:
+            return None, None
+        if len(args) == self.count and type(args[0]) is not dict:
+            return args, None
+        if len(args) == 1 and type(args[0]) is dict:
+            try:
+                return self.take(args[0]), args[0]
+            except KeyError:
+                return None, None
+        return None, None
+
+
+class _Call(NamedTuple):
+    """A repeated numpy call of one signature: the plan's function and what the general path would do after it,
+    learned on the first call of that signature (the results' dtypes depend on the inputs' only)."""
+
+    #: the plan cache's key of the plan (kept up to date as the most recently used on each call)
+    key: Any
+    #: the call's backend name, optimize and memory_limit options and its inputs' ``(shape, dtype)`` (a Python
+    #: number's ``((), int or float)``)
+    name: str
+    optimize: str
+    memory_limit: Any
+    signature: tuple[tuple[Any, Any], ...]
+    function: Callable[..., Any]
+    plan: Plan
+    #: whether the outputs need :func:`_cast` / :func:`_kept_booleans` (a dtype that changes)
+    after: bool
 
 
 _UNPICKLED = ("_plans", "_constants", "__weakref__")
@@ -219,43 +267,89 @@ class Program:
         >>> p(np.eye(2), np.array([1.0, 2.0])).tolist()
         [1.0, 2.0]
         """
-        if arrays or args:
-            arrays = _bind(self.info.inputs, args, arrays, _CALL_OPTIONS, "call", self.accepts)
+        plans = self._plans
+        calls = plans.calls
+        if calls and chunks is None and slicing is True and type(optimize) is str and \
+                type(memory_limit) in _LIMIT_TYPES:
+            # a repeated signature of numpy arrays and Python numbers: its plan's function straight away
+            values: Any = None
+            bound: Any = arrays
+            if not args:
+                if len(arrays) == plans.count:
+                    try:
+                        values = plans.take(arrays)  # type: ignore[misc]
+                    except KeyError:
+                        pass
+            else:
+                values, bound = plans.by_position(args, arrays)
+            if values is not None:
+                name = backend or _registry._default
+                call = None
+                last = plans.last  # the plan used last, by this path: no need to mark it again
+                if last is not None and last.name == name and last.optimize == optimize and \
+                        last.memory_limit == memory_limit:
+                    for value, (shape, dtype) in zip(values, last.signature):
+                        if type(value) is np.ndarray:
+                            if value.dtype is not dtype or value.shape != shape:
+                                break
+                        elif type(value) is not dtype:
+                            break
+                    else:
+                        call = last
+                if call is None:
+                    signature = []
+                    for value in values:
+                        kind = type(value)
+                        if kind is np.ndarray:
+                            signature.append((value.shape, value.dtype))
+                        elif kind is float or kind is int:
+                            signature.append(((), kind))
+                        else:
+                            break
+                    else:
+                        call = calls.get((name, optimize, memory_limit, tuple(signature)))
+                        if call is not None:
+                            try:
+                                plans.move_to_end(call.key)
+                            except KeyError:  # pragma: no cover - dropped by another thread in between
+                                call = None
+                            else:
+                                plans.last = call
+                if call is not None:
+                    try:
+                        result = call.function(*values)
+                    except (NotImplementedError, OverflowError, TypeError):
+                        result = call.plan.run(list(values))  # raises it as the general path does
+                    if call.after:
+                        result = self._after(result, bound if bound is not None else
+                                             dict(zip(self.info.inputs, values)))
+                    if call.plan.returns_tuple:
+                        return tuple(map(_scalar, result))
+                    return result[()] if type(result) is np.ndarray and not result.ndim else result
+        inputs = self.info.inputs
+        checked = bool(args) or len(arrays) != len(inputs)  # (as many keywords as inputs, all inputs: none unknown)
+        if checked:
+            arrays = _bind(inputs, args, arrays, _CALL_OPTIONS, "call", self.accepts)
+        try:
+            values = [arrays[name] for name in inputs]
+        except KeyError:
+            if not checked:
+                _bind(inputs, (), arrays, _CALL_OPTIONS, "call", self.accepts)  # an unknown keyword first
+            missing = [name for name in inputs if name not in arrays]
+            raise TensorNameError(
+                f"tensor {missing[0]!r} is not bound: pass it as {missing[0]}=array "
+                f"(this program reads {', '.join(inputs)})") from None
+        name = backend or _registry._default
+        key = None
+        if (name == "auto" or name == "numpy") and type(optimize) is str and chunks is None and \
+                type(memory_limit) in _LIMIT_TYPES and (slicing is True or slicing is False):
+            signature = _numpy_signature(values)
+            if signature is not None:
+                key = (name, optimize, memory_limit if slicing else ("unsliced", memory_limit), signature)
         if type(memory_limit) not in _LIMIT_TYPES:
             memory_limit_bytes(memory_limit)  # an EinflowError for anything that is not a size
         if not isinstance(slicing, bool):
             raise EinflowError(f"slicing= must be True or False, not {slicing!r}")
-        try:
-            values = [arrays[name] for name in self.info.inputs]
-        except KeyError:
-            missing = [name for name in self.info.inputs if name not in arrays]
-            raise TensorNameError(
-                f"tensor {missing[0]!r} is not bound: pass it as {missing[0]}=array "
-                f"(this program reads {', '.join(self.info.inputs)})") from None
-        name = backend or _registry._default
-        if (name == "auto" or name == "numpy") and type(optimize) is str:
-            # fast path: numpy arrays and Python numbers with a cached plan go straight to the plan
-            signature = []
-            for value in values:
-                kind = type(value)
-                if kind is np.ndarray:
-                    signature.append((value.shape, value.dtype))
-                elif kind is float or kind is int:
-                    signature.append(((), kind))
-                else:
-                    break
-            else:
-                limit_key = memory_limit if slicing else ("unsliced", memory_limit)
-                plan = self._plans.get(("numpy", optimize, limit_key, tuple(signature)))
-                if plan is not None:
-                    result = plan.run(values)
-                    if self.casts is not None:
-                        result = _cast(result, self.casts, arrays)
-                    if any(self.reads):
-                        result = _kept_booleans(result, self.reads, arrays)
-                    if plan.returns_tuple:
-                        return tuple(map(_scalar, result))
-                    return result[()] if type(result) is np.ndarray and not result.ndim else result
         if any(map(is_sparse, values)):  # scipy / pydata sparse inputs: LANGUAGE.md 9.3, einflow.sparse_inputs
             from einflow import sparse_inputs
 
@@ -265,11 +359,35 @@ class Program:
         result = self._evaluate(values, name, optimize, memory_limit, chunks, slicing)
         if low is not None:
             result = narrow(result, low)
+        finished = self._after(result, arrays)
+        if key is not None and low is None:
+            self._learn(key, result, finished)
+        return tuple(map(_scalar, finished)) if type(finished) is tuple else _scalar(finished)
+
+    def _after(self, result: Any, arrays: Mapping[str, Any]) -> Any:
+        """The outputs in the dtypes the inputs ask for: a derivative's in its input's float type, an output that
+        only reads a boolean input's elements boolean."""
         if self.casts is not None:
             result = _cast(result, self.casts, arrays)
         if any(self.reads):
             result = _kept_booleans(result, self.reads, arrays)
-        return tuple(map(_scalar, result)) if type(result) is tuple else _scalar(result)
+        return result
+
+    def _learn(self, key: Any, result: Any, finished: Any) -> None:
+        """Keep the shortcut for a numpy call of signature ``key`` that ran a plan of its own (its inputs used as
+        they came): whether :meth:`_after` changed any output decides whether a repeated call needs it (always,
+        where a derivative's dtype comes from an input it does not read, which the signature does not hold)."""
+        plan_key = ("numpy", *key[1:])
+        plan = self._plans.get(plan_key)
+        if plan is None or plan.backend.name != "numpy":
+            return
+        outputs = result if type(result) is tuple else (result,)
+        kept = finished if type(finished) is tuple else (finished,)
+        after = len(outputs) != len(kept) or any(a is not b for a, b in zip(outputs, kept)) or \
+            any(name is not None and name not in self.info.inputs for name in self.casts or ())  # (not in the key)
+        if self._plans.take is None:
+            self._plans.take, self._plans.count = _taker(self.info.inputs), len(self.info.inputs)
+        self._plans.calls[key] = _Call(plan_key, *key, plan.function, plan, after)
 
     def _evaluate(self, values: list[Any], name: str, optimize: Any, memory_limit: Any, chunks: Any,
                   slicing: bool = True) -> Any:
@@ -470,6 +588,31 @@ def _cast(result: Any, casts: tuple[str | None, ...], arrays: Mapping[str, Any])
         else:
             outputs[k] = np.asarray(value, dtype=dtype)
     return tuple(outputs) if type(result) is tuple else outputs[0]
+
+
+def _numpy_signature(values: list[Any]) -> tuple[Any, ...] | None:
+    """``((shape, dtype), ...)`` of numpy arrays and ``((), int or float)`` of Python numbers; None for anything
+    else (the call's shortcut is for these only)."""
+    signature = []
+    for value in values:
+        kind = type(value)
+        if kind is np.ndarray:
+            signature.append((value.shape, value.dtype))
+        elif kind is float or kind is int:
+            signature.append(((), kind))
+        else:
+            return None
+    return tuple(signature)
+
+
+def _taker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A function taking ``names``' values out of a mapping as a tuple (KeyError for a missing one)."""
+    if len(names) > 1:
+        return operator.itemgetter(*names)
+    if names:
+        (name,) = names
+        return lambda arrays: (arrays[name],)
+    return lambda arrays: ()
 
 
 def _scalar(value: Any) -> Any:

@@ -32,7 +32,8 @@ from typing import Any
 from einflow.engine.steps import step_inputs
 
 __all__ = ["ConvSpec", "window_convolution", "scatter_convolution", "convolve_torch", "convolve_numpy",
-           "convolution_kernel", "numpy_convolution_bytes", "numpy_convolves",
+           "convolution_kernel", "numpy_convolution_bytes", "numpy_convolves", "winograd_3x3",
+           "winograd_3x3_weight",
            "sole_reader"]
 
 #: (form, input order, input groups, input slices, pads, other order, other groups, flips, stride, dilation,
@@ -302,18 +303,185 @@ def _readers(steps: tuple[Any, ...]) -> dict[int, list[Any]]:
     return readers
 
 
-def numpy_convolves(spec: ConvSpec) -> bool:
-    """Whether numpy's kernel pays for ``spec`` over the einsum on the window: a transposed convolution (it saves
-    the scatter). A forward convolution and a kernel's gradient stay einsums: an im2col copy and one BLAS product
-    with the whole kernel as its inner dimension measured faster on numpy (docs/benchmarks.md, 2026-12-02,
-    branch conv3) than a kernel of one product per kernel offset on shifted channels-last rows."""
-    return spec[0] == "transpose"
+def numpy_convolves(spec: ConvSpec, other_shape: tuple[int, ...] | None = None) -> bool:
+    """Whether numpy's kernel pays for ``spec`` over the einsum on the window (``other_shape``: the shape of the
+    operand that is not the window): a transposed convolution (it saves the scatter), and a unit-stride 3x3
+    forward convolution over two spatial axes with at least 8 channels in and out (Winograd's F(2x2, 3x3),
+    :func:`winograd_3x3`: 2.25x fewer multiplications than the im2col GEMM). Other forward convolutions and
+    kernel gradients stay einsums: an im2col copy and one BLAS product with the whole kernel as its inner
+    dimension measured faster on numpy (docs/benchmarks.md, 2026-12-02, branch conv3) than a kernel of one
+    product per kernel offset on shifted channels-last rows."""
+    if spec[0] == "transpose":
+        return True
+    return other_shape is not None and _winograd_shape(spec, other_shape) is not None
+
+
+def _winograd_shape(spec: ConvSpec, other_shape: tuple[int, ...]) -> tuple[int, int, int, int] | None:
+    """``(out channels, in channels, output rows, output columns)`` of a forward convolution that Winograd's
+    F(2x2, 3x3) computes, else None."""
+    if spec[0] not in ("forward", "weight") or len(spec) != 12 or tuple(spec[8]) != (1, 1) or \
+            tuple(spec[9]) != (1, 1):
+        return None
+    weight = [other_shape[axis] for axis in spec[5]]
+    first, second = spec[6]
+    if spec[0] == "forward":  # other: the kernel (out, in, 3, 3)
+        if weight[first + second:] != [3, 3]:
+            return None
+        outs, ins = _prod(weight[:first]), _prod(weight[first:first + second])
+        rows, columns = spec[10][-2:]
+    else:  # other: the output's gradient (batch, out, rows, columns); the result the kernel's (out, in, 3, 3)
+        if len(weight) != first + second + 2 or tuple(spec[10][-2:]) != (3, 3):
+            return None
+        outs = _prod(weight[first:first + second])
+        ins = _prod(list(spec[10][:-2])) // max(outs, 1)
+        rows, columns = weight[-2:]
+    if outs < 8 or ins < 8 or rows < 2 or columns < 2:
+        return None
+    return outs, ins, rows, columns
+
+
+def _winograd_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...], itemsize: int) -> int:
+    """The temporaries :func:`winograd_3x3` holds at once for the forward convolution ``spec`` (its result aside)."""
+    found = _winograd_shape(spec, other_shape)
+    assert found is not None
+    outs, ins, rows, columns = found
+    batch = _prod([x_shape[axis] for axis in spec[1][:spec[2][0]]])
+    tiles_h, tiles_w = -(-rows // 2), -(-columns // 2)
+    tiles = batch * tiles_h * tiles_w
+    padded = batch * ins * (2 * tiles_h + 2) * (2 * tiles_w + 2)
+    row_stage = 4 * ins * batch * tiles_h * (2 * tiles_w + 2)
+    transformed, products = 16 * ins * tiles, 16 * outs * tiles
+    output_stage = 8 * outs * tiles + 2 * outs * tiles + 4 * outs * tiles
+    return (16 * outs * ins + padded + max(row_stage + transformed, transformed + products, products + output_stage)) \
+        * itemsize
+
+
+def _padded(x: Any, pads: tuple[tuple[int, int], ...], rows: int, columns: int) -> Any:
+    """``x`` (N, C, H, W) with ``pads[k][0]`` zeros before its axis 2 + k, at least ``rows`` x ``columns`` on those
+    axes (zeros after it where it is shorter); ``x`` itself where nothing is added."""
+    import numpy as np
+
+    (top, _), (left, _) = pads
+    if not top and not left and x.shape[2] >= rows and x.shape[3] >= columns:
+        return x
+    padded = np.zeros((*x.shape[:2], rows, columns), dtype=x.dtype)
+    h, w = min(x.shape[2], rows - top), min(x.shape[3], columns - left)
+    padded[:, :, top:top + h, left:left + w] = x[:, :, :h, :w]
+    return padded
+
+
+def _input_tiles(x: Any, tiles_h: int, tiles_w: int) -> Any:
+    """Winograd's F(2x2, 3x3) input transform B^T d B of every 4x4 tile d of ``x`` (N, C, H, W; tiles start every 2
+    rows and columns), as a (4, 4, C, N, tiles_h, tiles_w) array: along the rows first, then the columns."""
+    import numpy as np
+
+    N, C = x.shape[:2]
+    columns = 2 * tiles_w + 2
+    xt = x.transpose(1, 0, 2, 3)
+    d = [xt[:, :, k:k + 2 * tiles_h - 1:2, :columns] for k in range(4)]
+    R = np.empty((4, C, N, tiles_h, columns), dtype=x.dtype)
+    np.subtract(d[0], d[2], out=R[0])
+    np.add(d[1], d[2], out=R[1])
+    np.subtract(d[2], d[1], out=R[2])
+    np.subtract(d[1], d[3], out=R[3])
+    V = np.empty((4, 4, C, N, tiles_h, tiles_w), dtype=x.dtype)
+    for a in range(4):
+        e = [R[a][..., k:k + 2 * tiles_w - 1:2] for k in range(4)]
+        np.subtract(e[0], e[2], out=V[a, 0])
+        np.add(e[1], e[2], out=V[a, 1])
+        np.subtract(e[2], e[1], out=V[a, 2])
+        np.subtract(e[1], e[3], out=V[a, 3])
+    return V
+
+
+def winograd_3x3_weight(x: Any, grad: Any, pads: tuple[tuple[int, int], ...]) -> Any:
+    """The gradient (O, C, 3, 3) of ``sum(grad * winograd_3x3(x, kernel, pads, ...))`` by the kernel, ``grad``
+    (N, O, rows, columns): the adjoint of the forward's F(2x2, 3x3) map, G^T (sum over the tiles of
+    (A dY A^T) * (B^T d B)) G, with its 16 matrix products over the tiles (the same multiplications as the forward)."""
+    import numpy as np
+
+    N, O, rows, columns = grad.shape
+    tiles_h, tiles_w = -(-rows // 2), -(-columns // 2)
+    V = _input_tiles(_padded(x, pads, 2 * tiles_h + 2, 2 * tiles_w + 2), tiles_h, tiles_w)
+    C = V.shape[2]
+    grad = _padded(grad, ((0, 0), (0, 0)), 2 * tiles_h, 2 * tiles_w)
+    gt = grad.transpose(1, 0, 2, 3)
+    e0, e1 = gt[:, :, 0::2], gt[:, :, 1::2]
+    R = np.empty((4, O, N, tiles_h, 2 * tiles_w), dtype=grad.dtype)
+    R[0] = e0
+    np.add(e0, e1, out=R[1])
+    np.subtract(e0, e1, out=R[2])
+    np.negative(e1, out=R[3])
+    W = np.empty((4, 4, O, N, tiles_h, tiles_w), dtype=grad.dtype)
+    for a in range(4):
+        f0, f1 = R[a][..., 0::2], R[a][..., 1::2]
+        W[a, 0] = f0
+        np.add(f0, f1, out=W[a, 1])
+        np.subtract(f0, f1, out=W[a, 2])
+        np.negative(f1, out=W[a, 3])
+    del R
+    tiles = N * tiles_h * tiles_w
+    Z = np.matmul(W.reshape(16, O, tiles), V.reshape(16, C, tiles).transpose(0, 2, 1)).reshape(4, 4, O, C)
+    del W, V
+    half = 0.5 * (Z[1] + Z[2])
+    Q = (Z[0] + half, 0.5 * (Z[1] - Z[2]), half + Z[3])  # G^T Z along the rows: (3, 4, O, C)
+    out = np.empty((O, C, 3, 3), dtype=grad.dtype)
+    for i, q in enumerate(Q):
+        half = 0.5 * (q[1] + q[2])
+        out[:, :, i, 0] = q[0] + half
+        out[:, :, i, 1] = 0.5 * (q[1] - q[2])
+        out[:, :, i, 2] = half + q[3]
+    return out
+
+
+def winograd_3x3(x: Any, weight: Any, pads: tuple[tuple[int, int], ...], rows: int, columns: int) -> Any:
+    """The correlation of ``x`` (N, C, H, W) with ``weight`` (O, C, 3, 3), ``x`` zero-padded by ``pads`` (before,
+    after) on its last two axes, as an (N, O, rows, columns) array, by Winograd's minimal filtering F(2x2, 3x3):
+    each 4x4 input tile and each 3x3 kernel transformed (B^T d B, G g G^T), 16 matrix products over the channels
+    (one per tile position), each 2x2 output tile transformed back (A^T m A): 16 multiplications per output tile
+    instead of 36, the transforms additions and halvings (float32 error: tests/test_convolution_numpy.py)."""
+    import numpy as np
+
+    N, C = x.shape[:2]
+    O = weight.shape[0]
+    tiles_h, tiles_w = -(-rows // 2), -(-columns // 2)
+    need_h, need_w = 2 * tiles_h + 2, 2 * tiles_w + 2
+    x = _padded(x, pads, need_h, need_w)
+    dtype = x.dtype
+    # the kernels: U = G g G^T, (4, 4, O, C)
+    g = [weight[:, :, k] for k in range(3)]
+    kernel_rows = (g[0], (g[0] + g[1] + g[2]) * 0.5, (g[0] - g[1] + g[2]) * 0.5, g[2])
+    U = np.empty((4, 4, O, C), dtype=dtype)
+    for a, row in enumerate(kernel_rows):
+        c0, c1, c2 = row[..., 0], row[..., 1], row[..., 2]
+        U[a, 0] = c0
+        np.multiply(c0 + c1 + c2, 0.5, out=U[a, 1])
+        np.multiply(c0 - c1 + c2, 0.5, out=U[a, 2])
+        U[a, 3] = c2
+    V = _input_tiles(x, tiles_h, tiles_w)
+    tiles = N * tiles_h * tiles_w
+    M = np.matmul(U.reshape(16, O, C), V.reshape(16, C, tiles)).reshape(4, 4, O, N, tiles_h, tiles_w)
+    del V
+    # the output tiles: A^T m A, written into the (N, O) output through its stride-2 views
+    first, second = M[0] + M[1], M[1] - M[2]
+    first += M[2]
+    second -= M[3]
+    del M
+    out = np.empty((N, O, 2 * tiles_h, 2 * tiles_w), dtype=dtype)
+    view = out.transpose(1, 0, 2, 3)
+    for i, S in enumerate((first, second)):
+        np.add(S[0] + S[1], S[2], out=view[:, :, i::2, 0::2])
+        np.subtract(S[1] - S[2], S[3], out=view[:, :, i::2, 1::2])
+    return out[:, :, :rows, :columns]
 
 
 def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...],
                             itemsize: int) -> int:
-    """The temporaries :func:`convolve_numpy` holds at once for the transposed convolution ``spec`` (its result
-    aside), in bytes: two copies of its input, its output before the crop and one offset's product."""
+    """The temporaries :func:`convolve_numpy` holds at once for the convolution ``spec`` (its result aside), in
+    bytes: a transposed convolution's two copies of its input, its output before the crop and one offset's
+    product; a forward one's Winograd buffers (:func:`winograd_3x3`)."""
+    if spec[0] != "transpose":
+        return _winograd_bytes(spec, x_shape, other_shape, itemsize)
     _, order, _, _, _, other_order, other_groups, _, stride, dilation = spec[:10]
     if spec[12] == 1:
         x_shape, other_shape = other_shape, x_shape
@@ -329,10 +497,34 @@ def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shap
 
 def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
     """A transposed convolution (``spec``'s form ``transpose``) on numpy without its scatter: one matrix product per
-    kernel offset, added into a strided view of the output (a kernel of 3x3 is 9 products of the input's size)."""
+    kernel offset, added into a strided view of the output (a kernel of 3x3 is 9 products of the input's size);
+    a unit-stride 3x3 forward convolution by :func:`winograd_3x3`."""
     import numpy as np
 
     x, other = np.asarray(x, dtype=dtype), np.asarray(other, dtype=dtype)
+    if spec[0] == "forward":
+        _, order, groups, slices, pads, other_order, other_groups, flips, _, _, sizes, permutation = spec
+        x = x[tuple(slice(start, end) for start, end in slices)].transpose(order)
+        shape = x.shape
+        source = x.reshape(_prod(list(shape[:groups[0]])), _prod(list(shape[groups[0]:sum(groups)])), *shape[-2:])
+        if flips:
+            other = np.flip(other, flips)
+        weight = other.transpose(other_order)
+        kernel = weight.shape
+        weight = weight.reshape(_prod(list(kernel[:other_groups[0]])),
+                                _prod(list(kernel[other_groups[0]:sum(other_groups)])), 3, 3)
+        result = winograd_3x3(source, weight, pads, *sizes[-2:])
+        return result.reshape(sizes).transpose(permutation)
+    if spec[0] == "weight":  # x: the window's source (batch, in, ...), other: the output's gradient (batch, out, ...)
+        _, order, groups, slices, pads, other_order, other_groups, _, _, _, sizes, permutation = spec
+        x = x[tuple(slice(start, end) for start, end in slices)].transpose(order)
+        shape = x.shape
+        source = x.reshape(_prod(list(shape[:groups[0]])), _prod(list(shape[groups[0]:sum(groups)])), *shape[-2:])
+        grad = other.transpose(other_order)
+        shape = grad.shape
+        grad = grad.reshape(_prod(list(shape[:other_groups[0]])),
+                            _prod(list(shape[other_groups[0]:sum(other_groups)])), *shape[-2:])
+        return winograd_3x3_weight(source, grad, pads).reshape(sizes).transpose(permutation)
     _, order, groups, native, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation, first = spec
     if first == 1:
         x, other = other, x

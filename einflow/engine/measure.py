@@ -274,8 +274,8 @@ def _window_convolution(specialiser: Builder, step: Window, spec: Any) -> bool:
         return False
     found = window_convolution(reader.operands[side], spec, specialiser.shape[step.arg], reader.operands[1 - side],
                                reader.output, tuple(specialiser.resolve(ref) for ref in reader.sizes))
-    if found is None or not (specialiser.backend.native_convolution or numpy_convolves(found) and
-                             spec[4] == "zeros"):
+    if found is None or not (specialiser.backend.native_convolution or
+                             numpy_convolves(found, specialiser.shape.get(other)) and spec[4] == "zeros"):
         return False
     # (the window's register is its array itself: alive as long as the convolution needs it)
     specialiser.convolutions[reader.out] = (found, (step.out, reader.args[1 - side]))
