@@ -5,9 +5,8 @@ from __future__ import annotations
 import difflib
 import functools
 import operator
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from einflow.lang import ir
 from einflow.lang.check import Checked, ProgramInfo, check_names, check_program
 from einflow.lang.errors import ArgumentError, EinflowError, ShapeError, TensorNameError
 from einflow.lang.grammar import parse
+from einflow.plan_cache import PlanCache, PlanCacheInfo, numpy_signature
 from einflow.report import PlanReport
 
 __all__ = ["Program", "PlanCache", "PlanCacheInfo", "compile", "evaluate", "default_memory_limit"]
@@ -45,90 +45,6 @@ def _signature(value: Any) -> tuple[Any, Any]:
             raise EinflowError(f"cannot use this input as an array: {error}") from None
         return value.shape, value.dtype
     return tuple(shape), value.dtype
-
-
-class PlanCacheInfo(NamedTuple):
-    """``Program.cache_info()``: plans held now, and the most a program keeps."""
-
-    plans: int
-    maxsize: int
-
-
-class PlanCache(OrderedDict):  # type: ignore[type-arg]
-    """A program's plans by call signature; beyond ``maxsize`` the least recently used plan is dropped.
-
-    A long-running service calling one program with ever new shapes keeps at most ``maxsize`` plans.
-    """
-
-    #: plans one program keeps (``PlanCache.maxsize = n`` changes it for programs built afterwards)
-    maxsize = 64
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxsize = type(self).maxsize
-        #: the call path's shortcut, by the same keys: a numpy plan's :class:`_Call` (what a repeated call of one
-        #: signature runs, and which of the call's after-steps it needs); an entry goes with its plan
-        self.calls: dict[Any, _Call] = {}
-        #: the program's inputs out of a call's keywords, as a tuple (set with the first shortcut), and their count
-        self.take: Callable[[Mapping[str, Any]], tuple[Any, ...]] | None = None
-        self.count = 0
-        #: the shortcut that ran last while its plan is the most recently used one (any other use resets it)
-        self.last: _Call | None = None
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        self.last = None
-        try:
-            self.move_to_end(key)
-            return self[key]
-        except KeyError:  # absent, or dropped by another thread in between
-            return default
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.last = None
-        super().__setitem__(key, value)
-        while len(self) > self.maxsize:
-            try:
-                dropped, _ = self.popitem(last=False)
-            except KeyError:  # pragma: no cover - emptied by another thread
-                break
-            self.calls = {known: call for known, call in self.calls.items() if call.key != dropped}
-
-    def clear(self) -> None:
-        super().clear()
-        self.calls = {}
-        self.last = None
-
-    def by_position(self, args: tuple[Any, ...], arrays: dict[str, Any]) -> tuple[Any, Any]:
-        """``(input values, inputs by name or None)`` of a call by position (every input) or with one dict,
-        else ``(None, None)``."""
-        if arrays or self.take is None:
-            return None, None
-        if len(args) == self.count and type(args[0]) is not dict:
-            return args, None
-        if len(args) == 1 and type(args[0]) is dict:
-            try:
-                return self.take(args[0]), args[0]
-            except KeyError:
-                return None, None
-        return None, None
-
-
-class _Call(NamedTuple):
-    """A repeated numpy call of one signature: the plan's function and what the general path would do after it,
-    learned on the first call of that signature (the results' dtypes depend on the inputs' only)."""
-
-    #: the plan cache's key of the plan (kept up to date as the most recently used on each call)
-    key: Any
-    #: the call's backend name, optimize and memory_limit options and its inputs' ``(shape, dtype)`` (a Python
-    #: number's ``((), int or float)``)
-    name: str
-    optimize: str
-    memory_limit: Any
-    signature: tuple[tuple[Any, Any], ...]
-    function: Callable[..., Any]
-    plan: Plan
-    #: whether the outputs need :func:`_cast` / :func:`_kept_booleans` (a dtype that changes)
-    after: bool
 
 
 _UNPICKLED = ("_plans", "_constants", "__weakref__")
@@ -283,38 +199,7 @@ class Program:
             else:
                 values, bound = plans.by_position(args, arrays)
             if values is not None:
-                name = backend or _registry._default
-                call = None
-                last = plans.last  # the plan used last, by this path: no need to mark it again
-                if last is not None and last.name == name and last.optimize == optimize and \
-                        last.memory_limit == memory_limit:
-                    for value, (shape, dtype) in zip(values, last.signature):
-                        if type(value) is np.ndarray:
-                            if value.dtype is not dtype or value.shape != shape:
-                                break
-                        elif type(value) is not dtype:
-                            break
-                    else:
-                        call = last
-                if call is None:
-                    signature = []
-                    for value in values:
-                        kind = type(value)
-                        if kind is np.ndarray:
-                            signature.append((value.shape, value.dtype))
-                        elif kind is float or kind is int:
-                            signature.append(((), kind))
-                        else:
-                            break
-                    else:
-                        call = calls.get((name, optimize, memory_limit, tuple(signature)))
-                        if call is not None:
-                            try:
-                                plans.move_to_end(call.key)
-                            except KeyError:  # pragma: no cover - dropped by another thread in between
-                                call = None
-                            else:
-                                plans.last = call
+                call = plans.shortcut(values, backend or _registry._default, optimize, memory_limit)
                 if call is not None:
                     try:
                         result = call.function(*values)
@@ -343,7 +228,7 @@ class Program:
         key = None
         if (name == "auto" or name == "numpy") and type(optimize) is str and chunks is None and \
                 type(memory_limit) in _LIMIT_TYPES and (slicing is True or slicing is False):
-            signature = _numpy_signature(values)
+            signature = numpy_signature(values)
             if signature is not None:
                 key = (name, optimize, memory_limit if slicing else ("unsliced", memory_limit), signature)
         if type(memory_limit) not in _LIMIT_TYPES:
@@ -377,17 +262,11 @@ class Program:
         """Keep the shortcut for a numpy call of signature ``key`` that ran a plan of its own (its inputs used as
         they came): whether :meth:`_after` changed any output decides whether a repeated call needs it (always,
         where a derivative's dtype comes from an input it does not read, which the signature does not hold)."""
-        plan_key = ("numpy", *key[1:])
-        plan = self._plans.get(plan_key)
-        if plan is None or plan.backend.name != "numpy":
-            return
         outputs = result if type(result) is tuple else (result,)
         kept = finished if type(finished) is tuple else (finished,)
         after = len(outputs) != len(kept) or any(a is not b for a, b in zip(outputs, kept)) or \
             any(name is not None and name not in self.info.inputs for name in self.casts or ())  # (not in the key)
-        if self._plans.take is None:
-            self._plans.take, self._plans.count = _taker(self.info.inputs), len(self.info.inputs)
-        self._plans.calls[key] = _Call(plan_key, *key, plan.function, plan, after)
+        self._plans.learn(key, after, self.info.inputs)
 
     def _evaluate(self, values: list[Any], name: str, optimize: Any, memory_limit: Any, chunks: Any,
                   slicing: bool = True) -> Any:
@@ -588,31 +467,6 @@ def _cast(result: Any, casts: tuple[str | None, ...], arrays: Mapping[str, Any])
         else:
             outputs[k] = np.asarray(value, dtype=dtype)
     return tuple(outputs) if type(result) is tuple else outputs[0]
-
-
-def _numpy_signature(values: list[Any]) -> tuple[Any, ...] | None:
-    """``((shape, dtype), ...)`` of numpy arrays and ``((), int or float)`` of Python numbers; None for anything
-    else (the call's shortcut is for these only)."""
-    signature = []
-    for value in values:
-        kind = type(value)
-        if kind is np.ndarray:
-            signature.append((value.shape, value.dtype))
-        elif kind is float or kind is int:
-            signature.append(((), kind))
-        else:
-            return None
-    return tuple(signature)
-
-
-def _taker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
-    """A function taking ``names``' values out of a mapping as a tuple (KeyError for a missing one)."""
-    if len(names) > 1:
-        return operator.itemgetter(*names)
-    if names:
-        (name,) = names
-        return lambda arrays: (arrays[name],)
-    return lambda arrays: ()
 
 
 def _scalar(value: Any) -> Any:
