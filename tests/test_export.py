@@ -299,7 +299,7 @@ def test_every_statement_is_commented_and_each_contraction_is_one_line() -> None
     for statement in text.splitlines():
         assert f"# {statement}" in source
     contraction_lines = [line for line in source.splitlines() if "_oe.contract(" in line]
-    assert len(contraction_lines) == 3  # the sum of squares is the difference contracted with itself
+    assert len(contraction_lines) == 2
     assert all("  # [" in line for line in contraction_lines)
 
 

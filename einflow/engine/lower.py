@@ -376,8 +376,11 @@ class _Lowering:
         elif isinstance(expr, ir.Call):
             value = self.apply(expr.func, self.lower(expr.arg, bound, frozenset()))
             value = self.sum_axes(value, reduce)
-        elif isinstance(expr, ir.Power) and expr.exponent == 2 and reduce & indices_in(expr.base):
-            # a sum of squares is the base contracted with itself: one pass, no array of the squares
+        elif isinstance(expr, ir.Power) and expr.exponent == 2 and reduce & indices_in(expr.base) and \
+                free_indices(expr.base, bound) and not set(free_indices(expr.base, bound)) <= reduce:
+            # a sum of squares over some of the base's indices (a Laplacian's sum[p](dz[b,p,j]^2)) is the base
+            # contracted with itself: one einsum pass, no array of the squares (a sum over all of them, a loss,
+            # stays squares then a sum: a dot product of reshaped views would copy a transposed operand)
             value = self.lower_product((expr.base, expr.base), bound, reduce)
         elif isinstance(expr, ir.Power):
             value = self.power(self.lower(expr.base, bound, frozenset()), expr.exponent)
