@@ -12,7 +12,10 @@ in its own block, ``common.compare``):
 * derive + plan + first call of the MLP Laplacian; batch 64 over batch 16; ``taylor`` of order 8 of a
   depth-3 network: plan FLOPs over the forward's.
 
-Run:  taskset -c 0 python benchmarks/operators.py
+Run:  taskset -c 0 python benchmarks/operators.py [--cpu]
+
+``--cpu`` times with ``time.process_time`` (the CPU time of all the process's threads) instead of the wall clock:
+on a machine shared with other jobs the wall clock stretches with their load, the CPU time much less.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from pathlib import Path
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 import numpy as np
+
+#: the clock every row is timed with (``--cpu``: process CPU time)
+CLOCK = time.process_time if "--cpu" in sys.argv[1:] else time.perf_counter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import compare, format_table, machine, optional, ratio, seconds  # noqa: E402
@@ -95,7 +101,7 @@ def folx_row(jax, folx, rows: list[list[str]]) -> None:  # type: ignore[no-untyp
     sparse = jax.jit(lambda u: folx.forward_laplacian(f, sparsity_threshold=4)(u).laplacian)
     np.testing.assert_allclose(laplacian(**arrays), sparse(x), rtol=1e-9)
     times = compare({"einflow": lambda: laplacian(**arrays), "jax.jit sparse": lambda: sparse(x).block_until_ready()},
-                    repeat=7, isolate=("jax.jit sparse",))
+                    repeat=7, isolate=("jax.jit sparse",), clock=CLOCK)
     plan = _flops(laplacian, arrays) / _flops(ef.compile(text), arrays)
     rows.append(["folx README net, Laplacian (20 x 100 nodes x 4)", seconds(times["einflow"]),
                  f"folx sparse {seconds(times['jax.jit sparse'])}", ratio(times["einflow"] / times["jax.jit sparse"]),
@@ -122,14 +128,14 @@ def dangel_rows(jax, folx, rows: list[list[str]]) -> None:  # type: ignore[no-un
         np.testing.assert_allclose(laplacian(**arrays), dense(x), rtol=1e-9)
         candidates["folx"] = lambda: dense(x).block_until_ready()
         isolate += ("folx",)
-    times = compare(candidates, repeat=7, isolate=isolate)
+    times = compare(candidates, repeat=7, isolate=isolate, clock=CLOCK)
     plan = _flops(laplacian, arrays) / _flops(ef.compile(text), arrays)
     rows.append(["MLP 50-768-768-512-512-1 Laplacian, batch 16", seconds(times["einflow"]),
                  f"jax hessian trace {seconds(times['jax.jit'])}", ratio(times["einflow"] / times["jax.jit"]),
                  f"folx dense {seconds(times['folx'])} ({ratio(times['einflow'] / times['folx'])})" if "folx" in times
                  else "-", f"plan {plan:.1f}x forward (D + 6 = 56)"])
     big = {**arrays, "x": np.random.default_rng(2).standard_normal((64, 50))}
-    scale = compare({"16": lambda: laplacian(**arrays), "64": lambda: laplacian(**big)}, repeat=5)
+    scale = compare({"16": lambda: laplacian(**arrays), "64": lambda: laplacian(**big)}, repeat=5, clock=CLOCK)
     rows.append(["  derive + plan + first call; batch 64 / batch 16", seconds(first), "-",
                  f"{scale['64'] / scale['16']:.2f}x", "-", "-"])
 
@@ -148,7 +154,7 @@ def bilaplacian_row(jax, rows: list[list[str]]) -> None:  # type: ignore[no-unty
     x = jnp.asarray(arrays["x"])
     np.testing.assert_allclose(bilaplacian(**arrays), nested(x), rtol=1e-8)
     times = compare({"einflow": lambda: bilaplacian(**arrays), "jax.jit": lambda: nested(x).block_until_ready()},
-                    repeat=9)
+                    repeat=9, clock=CLOCK)
     rows.append(["bi-Laplacian 5-128-128-1, batch 16", seconds(times["einflow"]),
                  f"nested jax {seconds(times['jax.jit'])}", ratio(times["einflow"] / times["jax.jit"]), "-",
                  f"plan {_flops(bilaplacian, arrays) / _flops(ef.compile(text), arrays):.1f}x forward"])
@@ -176,7 +182,7 @@ def main() -> None:
         dangel_rows(jax, folx, rows)
         bilaplacian_row(jax, rows)
     taylor_row(rows)
-    print(f"# differential operators, float64 ({machine()})")
+    print(f"# differential operators, float64 ({machine()}; {'CPU' if CLOCK is time.process_time else 'wall'} time)")
     print(format_table(rows, ["row", "einflow", "peer", "einflow ÷ peer", "other", "plan"]))
 
 

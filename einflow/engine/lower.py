@@ -110,6 +110,8 @@ class _Lowering:
         self.shifted: frozenset[str] = frozenset()
         #: targets only ``size`` declarations read: the sizes of their axes (their statements compute nothing)
         self.shape_only: dict[str, tuple[SizeRef, ...]] = {}
+        #: the arguments u whose sigmoid(u) and sigmoid(-u) both occur: both are read off one exp(-|u|)
+        self.paired_sigmoids = _paired_sigmoids(program)
 
         #: what the features' lowerings (linear algebra, shifted reads) are passed: remade for each statement
         self.cx = self.context()
@@ -272,9 +274,18 @@ class _Lowering:
             order = free_indices(expr, bound)
             value = self.add([self.lower(term, bound, frozenset()) for term in expr.terms], order)
             value = self.sum_axes(value, reduce)
+        elif isinstance(expr, ir.Call) and expr.func == "sigmoid" and _signed(expr.arg)[1] in self.paired_sigmoids:
+            negated, inner = _signed(expr.arg)
+            value = self.sum_axes(self.sigmoid(self.lower(inner, bound, frozenset()), negated), reduce)
         elif isinstance(expr, ir.Call):
             value = self.apply(expr.func, self.lower(expr.arg, bound, frozenset()))
             value = self.sum_axes(value, reduce)
+        elif isinstance(expr, ir.Power) and expr.exponent == 2 and reduce & indices_in(expr.base) and \
+                free_indices(expr.base, bound) and not set(free_indices(expr.base, bound)) <= reduce:
+            # a sum of squares over some of the base's indices (a Laplacian's sum[p](dz[b,p,j]^2)) is the base
+            # contracted with itself: one einsum pass, no array of the squares (a sum over all of them, a loss,
+            # stays squares then a sum: a dot product of reshaped views would copy a transposed operand)
+            value = self.lower_product((expr.base, expr.base), bound, reduce)
         elif isinstance(expr, ir.Power):
             value = self.power(self.lower(expr.base, bound, frozenset()), expr.exponent)
             value = self.sum_axes(value, reduce)
@@ -311,6 +322,19 @@ class _Lowering:
             return Value(None, (), _fold(func, _weak(arg.const)))  # type: ignore[arg-type]
         # keys are positional: the same register may carry other names (`tanh(y[i])` and `tanh(y[l])`)
         value = self.elementwise(("apply", func, arg.reg), Apply(func, Arg(arg.reg)), arg.labels)
+        return Value(value.reg, arg.labels)
+
+    def sigmoid(self, arg: Value, negated: bool) -> Value:
+        """sigmoid(u) or sigmoid(-u) as the helper computes it, ``max(e, [±u > 0]) / (1 + e)`` with e = exp(-|u|), from
+        one step e shared by both signs: a sigmoid's derivative sigmoid(u) sigmoid(-u) costs one exp, not two."""
+        if arg.reg is None:
+            return self.apply("sigmoid", Value(None, (), _weak(-arg.const) if negated else arg.const))  # type: ignore
+        e = self.elementwise(("sigmoid exp", arg.reg), Apply("exp", Mul((Number(-1), Apply("abs", Arg(arg.reg))))),
+                             arg.labels)
+        sign: Node = Mul((Number(-1), Arg(arg.reg))) if negated else Arg(arg.reg)
+        expr = Mul((Apply("maximum", Arg(e.reg), Apply("step", sign)),  # type: ignore[arg-type]
+                    Pow(Add((Arg(e.reg), Number(1))), -1)))  # type: ignore[arg-type]
+        value = self.elementwise(("sigmoid", negated, arg.reg), expr, arg.labels)
         return Value(value.reg, arg.labels)
 
     def binary(self, func: str, left: Value, right: Value, order: tuple[str, ...]) -> Value:
@@ -455,11 +479,49 @@ def fuse(steps: list[Step], outputs: tuple[int, ...], ranks: dict[int, int]) -> 
         reader = result[reader_position]
         if not isinstance(reader, Elementwise) or reader.statement != current.statement:
             continue
+        if len(reader.labels) > len(current.labels) and _operations(current.expr) > 1:
+            # the reader broadcasts it over more axes: inlined, its work would repeat for every element of
+            # those axes (`dz[b,p,j] (y[b,j] + t[b,j] h[b,j])` would add and multiply p times per (b, j))
+            continue
         pending.setdefault(reader_position, {})[current.out] = current.expr
         for register in node_args(current.expr):
             readers[register] = reader_position
         result[k] = None
     return [step for step in result if step is not None]
+
+
+def _operations(node: Node) -> int:
+    """How many elementwise operations evaluating ``node`` takes per element (a register or number: none)."""
+    if isinstance(node, Apply):
+        return 1 + _operations(node.arg) + (_operations(node.other) if node.other is not None else 0)
+    if isinstance(node, Pow):
+        return 1 + _operations(node.base)
+    if isinstance(node, (Add, Mul)):
+        parts = node.terms if isinstance(node, Add) else node.factors
+        return len(parts) - 1 + sum(_operations(part) for part in parts)
+    if isinstance(node, AsFloat):
+        return _operations(node.arg)
+    return 0
+
+
+def _signed(arg: ir.Expr) -> tuple[bool, ir.Expr]:
+    """``-u`` as (True, u); any other argument as (False, itself)."""
+    if isinstance(arg, ir.Product) and arg.factors and arg.factors[0] == ir.Num(-1):
+        rest = arg.factors[1:]
+        return True, rest[0] if len(rest) == 1 else ir.Product(rest)
+    return False, arg
+
+
+def _paired_sigmoids(program: ir.ProgramIR) -> frozenset[ir.Expr]:
+    """The arguments u of a program whose sigmoid(u) and sigmoid(-u) both occur (a sigmoid's derivatives)."""
+    seen: dict[ir.Expr, set[bool]] = {}
+    for statement in program.statements:
+        if isinstance(statement, ir.Assign):
+            for node in ir.walk(statement.expr):
+                if isinstance(node, ir.Call) and node.func == "sigmoid":
+                    negated, inner = _signed(node.arg)
+                    seen.setdefault(inner, set()).add(negated)
+    return frozenset(inner for inner, signs in seen.items() if len(signs) == 2)
 
 
 def release(steps: list[Step], outputs: tuple[int, ...], inputs: int) -> list[Step]:
