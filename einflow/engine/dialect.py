@@ -59,6 +59,9 @@ class Dialect:
     floats_before_division: bool = False
     kernel_spelling: tuple[tuple[str, str], ...] = ()
     runtime: str | None = None
+    #: an elementwise product summed that keeps only batch indices is a batched matmul (not one einsum pass:
+    #: numpy's matmul on 1 x K stacks copies an operand whose summed axes are not last)
+    batched_sums_by_matmul: bool = False
 
     def __repr__(self) -> str:
         return f"Dialect({self.name!r})"
@@ -77,7 +80,8 @@ TORCH = Dialect(
     # numpy.dot of 2-D and 1-D operands is matmul; products go through einflow.engine.backends.torch_ops
     # (``_ops``: mixed dtypes brought to numpy's common type first)
     kernel_spelling=(("_np.dot(", "_ops.matmul("), ("_np.matmul(", "_ops.matmul("), ("_np.einsum(", "_ops.einsum("),
-                     (".transpose(", ".permute(")), runtime="einflow.engine.runtime_torch")
+                     (".transpose(", ".permute(")), runtime="einflow.engine.runtime_torch",
+    batched_sums_by_matmul=True)
 
 #: jax.numpy: numpy's spellings on immutable arrays (diagonals are written with ``.at[...].set``)
 JAX = Dialect(name="jax", module="jax.numpy", strided_writes=False, numpy_types=False,
