@@ -9,10 +9,73 @@ product, so a delta stays outside ``real(...)`` where the simplifier can substit
 
 from __future__ import annotations
 
-from einflow.lang import ir
-from einflow.lang.functions import FUNCTION_RULES
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterable, Iterator
 
-__all__ = ["conjugate", "real_part", "imag_part", "is_real", "holomorphic_obstacle", "push_parts"]
+from einflow.lang import ir
+from einflow.lang.functions import FUNCTION_RULES, FunctionRule
+
+__all__ = ["conjugate", "real_part", "imag_part", "is_real", "holomorphic_obstacle", "push_parts", "complex_arrays",
+           "complex_mode", "hermitian_inputs", "function_rule", "is_holomorphic"]
+
+# ---- derivations for complex arrays (LANGUAGE.md 9.2). A derivation is symbolic: it does not know whether the
+# arrays will be real or complex. Most rules hold for both; three do not, and a derivation for complex arrays
+# (``complex_arrays()``, einflow.derivatives runs it when a call passes complex arrays) uses their complex forms:
+# logdet is log|det| = Re(log det), not holomorphic (d = Re(tr(M^-1 dM)); for real M the real rule's tr(M^-1 dM));
+# a declared spd/hermitian input varies on the Hermitian matrices ((G + G^H)/2, not (G + G^T)/2); sign(u) = u/|u|
+# is not locally constant (abs's derivative conj(u)/|u| is differentiated again by hvp).
+_COMPLEX: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar("einflow_complex", default=None)
+
+#: the rules of abs and sign on complex numbers, where sign(u) = u/|u| varies:
+#: d sign = (du - sign(u) Re(conj(sign(u)) du))/|u|, whose Wirtinger parts are 1/(2|u|) and -sign(u)^2/(2|u|)
+_COMPLEX_RULES = {
+    "abs": dataclasses.replace(FUNCTION_RULES["abs"], tangent_text="real(conj(u) du) abs(u)^-1",
+                               wirtinger_texts=("0.5 conj(u) abs(u)^-1", "0.5 u abs(u)^-1")),
+    "sign": dataclasses.replace(FUNCTION_RULES["sign"], tangent_text="(du - u abs(u)^-2 real(conj(u) du)) abs(u)^-1",
+                                wirtinger_texts=("0.5 abs(u)^-1", "-0.5 u^2 abs(u)^-3")),
+}
+
+
+@contextlib.contextmanager
+def complex_arrays(hermitian: Iterable[str] = ()) -> Iterator[None]:
+    """Derive for complex arrays inside the block; ``hermitian``: the inputs declared spd or hermitian."""
+    token = _COMPLEX.set(frozenset(hermitian))
+    try:
+        yield
+    finally:
+        _COMPLEX.reset(token)
+
+
+def complex_mode() -> bool:
+    """Whether the derivation running is for complex arrays (``complex_arrays``)."""
+    return _COMPLEX.get() is not None
+
+
+def hermitian_inputs() -> frozenset[str]:
+    """The declared matrices that vary on the Hermitian matrices (a derivation for complex arrays), else none."""
+    return _COMPLEX.get() or frozenset()
+
+
+def function_rule(name: str) -> FunctionRule:
+    """The row of function ``name``: its complex form in a derivation for complex arrays (abs, sign)."""
+    if _COMPLEX.get() is not None and name in _COMPLEX_RULES:
+        return _COMPLEX_RULES[name]
+    return FUNCTION_RULES[name]
+
+
+def _obstacle(node: ir.Expr) -> str | None:
+    if isinstance(node, ir.Call) and not function_rule(node.func).holomorphic:
+        return node.func
+    if isinstance(node, ir.Linalg) and node.kind == "logdet" and complex_mode():
+        return "logdet"
+    return None
+
+
+def is_holomorphic(expr: ir.Expr) -> bool:
+    """Whether ``expr`` applies no non-holomorphic function (conj, abs, ...; logdet of complex matrices)."""
+    return all(_obstacle(node) is None for node in ir.walk(expr))
 
 #: functions with real coefficients: f(conj(u)) = conj(f(u))
 _COMMUTING = frozenset({"exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid", "sign", "erf", "softplus"})
@@ -137,9 +200,11 @@ def push_parts(expr: ir.Expr) -> ir.Expr:
 
 
 def holomorphic_obstacle(statements: list[ir.Expr]) -> str | None:
-    """The first function that makes a program non-holomorphic (conj, real, imag, abs, abs2, angle), or None."""
+    """The first function that makes a program non-holomorphic (conj, real, imag, abs, abs2, angle; logdet in a
+    derivation for complex arrays), or None."""
     for expr in statements:
         for node in ir.walk(expr):
-            if isinstance(node, ir.Call) and not FUNCTION_RULES[node.func].holomorphic:
-                return node.func
+            found = _obstacle(node)
+            if found is not None:
+                return found
     return None

@@ -277,8 +277,11 @@ SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None, bat
     singular = f"{{called}} is singular (a zero pivot in its LU factorisation): the system has no unique solution"
     not_positive = f"{{called}} is declared spd but is not positive definite"
     k = len(batch)
-    M = {np}.moveaxis({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
-                      list(range(k + 2)))
+    # a Cholesky factor keeps its orientation: a Hermitian matrix's transpose is its conjugate, so B^T inv(M) is
+    # conj(inv(M) conj(B)) (a real one: inv(M) B)
+    flip = transposed and kind == "cho_solve"
+    M = {np}.moveaxis({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed and not flip
+                                                                  else axes), list(range(k + 2)))
     present = [b for _, b in batch if b is not None]
     B = {np}.moveaxis({as_float}(B), present + [axis], list(range(len(present) + 1)))
     for position, (_, b) in enumerate(batch):  # a right-hand side without a batch index: the same for each
@@ -302,18 +305,22 @@ SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=None, bat
             raise error(message)
 
     if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
+        flip = flip and {np}.iscomplexobj(M)
+        flat = {np}.conj(flat) if flip else flat
+        solved = None
         if {np}.__name__ == "numpy" and not k:
             try:
                 from scipy.linalg import cho_solve
             except ImportError:
                 pass
             else:
-                return cho_solve((M, True), flat, check_finite=False).reshape(B.shape)
+                solved = cho_solve((M, True), flat, check_finite=False)
         if on_jax and not k:
             from jax.scipy.linalg import cho_solve
-            return cho_solve((M, True), flat).reshape(B.shape)
-        inner = {np}.linalg.solve(M, flat)
-        return {np}.linalg.solve({np}.conj({np}.swapaxes(M, -1, -2)), inner).reshape(B.shape)
+            solved = cho_solve((M, True), flat)
+        if solved is None:
+            solved = {np}.linalg.solve({np}.conj({np}.swapaxes(M, -1, -2)), {np}.linalg.solve(M, flat))
+        return ({np}.conj(solved) if flip else solved).reshape(B.shape)
     if kind == "spd_solve" and {np}.__name__ == "numpy" and not k:
         try:
             from scipy.linalg import cho_factor, cho_solve
@@ -350,8 +357,9 @@ TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=Non
     error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
     called = f"matrix {{name!r}}" if name else "a matrix"
     k = len(batch)
-    M = {np}.movedim({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
-                     list(range(k + 2)))
+    flip = transposed and kind == "cho_solve"  # a factor keeps its orientation: conj(inv(M) conj(B)) (Hermitian M)
+    M = {np}.movedim({as_float}(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed and not flip
+                                                                 else axes), list(range(k + 2)))
     present = [b for _, b in batch if b is not None]
     B = {np}.movedim({as_float}(B), present + [axis], list(range(len(present) + 1)))
     for position, (_, b) in enumerate(batch):  # a right-hand side without a batch index: the same for each
@@ -368,6 +376,8 @@ TORCH_SOLVE_HELPER = '''def {solve}(kind, M, axes, B, axis, transposed, name=Non
         common = {np}.promote_types(M.dtype, flat.dtype)
         M, flat = M.to(common), flat.to(common)
     if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
+        if flip and M.is_complex():
+            return {np}.cholesky_solve(flat.conj(), M).conj().reshape(B.shape)
         return {np}.cholesky_solve(flat, M).reshape(B.shape)
     if kind == "spd_solve":
         factor, info = {np}.linalg.cholesky_ex(M)
