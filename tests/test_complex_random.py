@@ -7,7 +7,7 @@ logdet of a Hermitian positive definite matrix built from u); it is written thre
 jax.numpy (``F``: the framework's softmax, logsumexp, inv, logdet). Compared: grad and value_and_grad (torch),
 vjp of u with a complex cotangent (torch's backward), jvp and hvp (jax's jvp of the realified function and of
 its gradient), the Wirtinger Hessian (against the hvp). ``EINFLOW_COMPLEX_N=1000`` runs 1,000 programs (the
-default is a few dozen).
+default is a few dozen; ``EINFLOW_COMPLEX_FIRST=500`` starts at seed 500).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ jax.config.update("jax_enable_x64", True)
 jnp = jax.numpy
 
 COUNT = int(os.environ.get("EINFLOW_COMPLEX_N", "8"))
+FIRST = int(os.environ.get("EINFLOW_COMPLEX_FIRST", "0"))  # the first seed (a long run split over processes)
 
 # (einflow text, the same as Python over an array module m) of a complex vector over i, from the input x[i]
 # (and W[i,j], y[i]); "{u}" is an inner piece
@@ -133,7 +134,7 @@ def _close(got: object, want: object, what: str, program: str) -> None:
                                err_msg=f"{what} of\n{program}")
 
 
-@pytest.mark.parametrize("seed", range(COUNT))
+@pytest.mark.parametrize("seed", range(FIRST, FIRST + COUNT))
 def test_random_complex_program_every_derivative_kind(seed: int) -> None:
     program_text, scalar_code, vector_code = random_program(seed)
     arrays = _inputs(seed)

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator
 from einflow.lang import ir
 from einflow.lang.functions import FUNCTION_RULES, FunctionRule
 
-__all__ = ["conjugate", "real_part", "imag_part", "is_real", "holomorphic_obstacle", "push_parts", "complex_arrays",
-           "complex_mode", "hermitian_inputs", "function_rule", "is_holomorphic"]
+__all__ = ["conjugate", "conjugate_outside", "real_part", "imag_part", "is_real", "holomorphic_obstacle", "push_parts",
+           "complex_arrays", "complex_mode", "hermitian_inputs", "function_rule", "is_holomorphic"]
 
 # ---- derivations for complex arrays (LANGUAGE.md 9.2). A derivation is symbolic: it does not know whether the
 # arrays will be real or complex. Most rules hold for both; three do not, and a derivation for complex arrays
@@ -132,6 +132,30 @@ def conjugate(expr: ir.Expr) -> ir.Expr:
     return ir.Call("conj", expr)
 
 
+def conjugate_outside(expr: ir.Expr) -> ir.Expr:
+    """conj(expr) with few conj copies: a contraction whose factors would need two or more new conjugates is
+    conjugated once, after it (``conj(sum[a](conj(A[a]) E[a] M[a]))``, not ``sum[a](A[a] conj(E[a]) conj(M[a]))``:
+    one conj of the result, and ``conj(A)`` is the forward's own); everything else as ``conjugate`` pushes it."""
+    if isinstance(expr, ir.Sum):
+        return ir.Sum(tuple(map(conjugate_outside, expr.terms)))
+    if isinstance(expr, ir.Product):
+        return ir.product(*map(conjugate_outside, expr.factors))
+    if isinstance(expr, ir.Reduce) and expr.kind == "sum" and isinstance(expr.body, ir.Product) \
+            and not any(isinstance(f, ir.Delta) for f in expr.body.factors):
+        needing = [f for f in expr.body.factors if not is_real(f) and not (isinstance(f, ir.Call) and f.func == "conj")]
+        if len(needing) >= 2:
+            return ir.Call("conj", expr)
+    return push_parts(conjugate(expr))
+
+
+def _contraction(expr: ir.Reduce) -> bool:
+    """Is ``expr`` a contraction of two or more complex factors (no deltas)? Its real or imaginary part is taken
+    after it: inside, the product would be formed elementwise instead of contracted (einsum, matmul)."""
+    if not isinstance(expr.body, ir.Product) or any(isinstance(f, ir.Delta) for f in expr.body.factors):
+        return False
+    return sum(not is_real(f) for f in expr.body.factors) >= 2
+
+
 def _split_real(expr: ir.Expr) -> tuple[list[ir.Expr], list[ir.Expr]]:
     factors = expr.factors if isinstance(expr, ir.Product) else (expr,)
     return [f for f in factors if is_real(f)], [f for f in factors if not is_real(f)]
@@ -145,7 +169,7 @@ def real_part(expr: ir.Expr) -> ir.Expr:
         return ir.Num(expr.value.real)
     if isinstance(expr, ir.Sum):
         return ir.Sum(tuple(map(real_part, expr.terms)))
-    if isinstance(expr, ir.Reduce) and expr.kind in ("sum", "mean"):
+    if isinstance(expr, ir.Reduce) and expr.kind in ("sum", "mean") and not _contraction(expr):
         return ir.Reduce(expr.indices, real_part(expr.body), expr.kind)
     if isinstance(expr, ir.Call) and expr.func == "conj":
         return real_part(expr.arg)
@@ -163,7 +187,7 @@ def imag_part(expr: ir.Expr) -> ir.Expr:
         return ir.Num(expr.value.imag)
     if isinstance(expr, ir.Sum):
         return ir.Sum(tuple(map(imag_part, expr.terms)))
-    if isinstance(expr, ir.Reduce) and expr.kind in ("sum", "mean"):
+    if isinstance(expr, ir.Reduce) and expr.kind in ("sum", "mean") and not _contraction(expr):
         return ir.Reduce(expr.indices, imag_part(expr.body), expr.kind)
     if isinstance(expr, ir.Call) and expr.func == "conj":
         return ir.negate(imag_part(expr.arg))

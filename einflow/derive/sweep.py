@@ -9,6 +9,7 @@ from einflow.derive.canonical import bound_inside
 from einflow.derive.conjugate import (
     complex_mode,
     conjugate,
+    conjugate_outside,
     function_rule,
     hermitian_inputs,
     is_holomorphic,
@@ -227,7 +228,7 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
         if parts:
             body = simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])
             if conjugate_result:
-                body = simplify(push_parts(conjugate(body)))
+                body = simplify(conjugate_outside(body))
         else:
             body = ir.Num(0)
         if isinstance(body, ir.Num) and body.value == 0:
