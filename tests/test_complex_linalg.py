@@ -166,3 +166,11 @@ def test_a_complex_spd_inverse_read_transposed_is_the_conjugate(backend: str) ->
         got = got.compute() if hasattr(got, "compute") else got
         got = np.asarray(got.resolve_conj() if hasattr(got, "resolve_conj") else got)
         np.testing.assert_allclose(got, want, rtol=1e-5 if backend == "jax" else 1e-12)
+
+
+def test_a_pickled_derivative_keeps_its_complex_program() -> None:
+    import pickle
+
+    program = pickle.loads(pickle.dumps(ef.grad("f = logdet[i,j](A[i,j])", wrt="A")))
+    np.testing.assert_allclose(program(A=HERMITIAN), np.linalg.inv(HERMITIAN).conj().T, rtol=1e-12)
+    np.testing.assert_allclose(program(A=HERMITIAN.real), np.linalg.inv(HERMITIAN.real).T, rtol=1e-12)
