@@ -229,7 +229,8 @@ def wirtinger(expr: ir.Expr, leaf: Leaf) -> tuple[ir.Expr | None, ir.Expr | None
         elif isinstance(node, ir.Linalg) and node.kind == "logdet":
             # log|det M| = real(log det M) (complex arrays): real's parts (1/2, 1/2) after log det's tr(N dM)
             half = ir.Num(0.5)
-            straight, crossed = (_d_log_det(node, lambda child, k=k: parts(child)[k]) for k in (0, 1))
+            straight = _d_log_det(node, lambda child: parts(child)[0])
+            crossed = _d_log_det(node, lambda child: parts(child)[1])
             result = (_combine(half, half, straight, crossed), _combine(half, half, crossed, straight))
         elif isinstance(node, ir.Call) and not function_rule(node.func).holomorphic:
             by_u, by_conjugate = function_rule(node.func).wirtinger(node.arg)
