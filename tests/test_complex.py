@@ -189,12 +189,46 @@ def test_wirtinger_hessian_gives_the_hvp(text: str) -> None:
     np.testing.assert_allclose(2 * (A @ V + B @ V.conj()), hvp, rtol=1e-12)
 
 
-def test_hvp_through_abs_of_complex_numbers_is_refused_and_abs2_is_the_way() -> None:
-    with pytest.raises(ef.DerivativeError, match="abs2"):
-        ef.hvp("f = sum[i](abs(x[i]))", wrt="x", tangent="v")(x=X, v=V)
-    got = ef.hvp("f = sum[i](sqrt(abs2(x[i])))", wrt="x", tangent="v")(x=X, v=V)
+@pytest.mark.parametrize("text", ["f = sum[i](abs(x[i]))", "f = sum[i](sqrt(abs2(x[i])))"])
+def test_hvp_through_abs_of_complex_numbers_is_the_derivative_of_z_over_its_modulus(text: str) -> None:
+    got = ef.hvp(text, wrt="x", tangent="v")(x=X, v=V)
     r = np.abs(X)  # d/dt (z + t v)/|z + t v| at t = 0
     np.testing.assert_allclose(got, V / r - X * np.real(np.conj(X) * V) / r**3, rtol=1e-12)
+
+
+ABS_PROGRAMS = {  # second derivatives through abs (and sign) of complex numbers, against jax
+    "f = sum[i](abs(W[i,j] x[j]))": lambda x, W, m: m.abs(W @ x).sum(),
+    "f = sum[i](abs(x[i])^3 + abs(x[i] + 2) real(x[i]))": lambda x, W, m: (m.abs(x) ** 3 + m.abs(x + 2) * x.real).sum(),
+    # sign(z) = z/|z| (jax.numpy.sign of complex numbers has a zero derivative; torch.sgn's is this one)
+    "f = real(sum[i](sign(x[i]) W[i,j] conj(x[j])))": lambda x, W, m: ((x / m.abs(x)) @ W @ m.conj(x)).real,
+    "f = log(1 + sum[i](abs(tanh(W[i,j] x[j]))))": lambda x, W, m: m.log(1 + m.abs(m.tanh(W @ x)).sum()),
+}
+
+
+@pytest.mark.parametrize("text", sorted(ABS_PROGRAMS))
+def test_hvp_and_wirtinger_hessian_through_abs_match_jax(text: str) -> None:
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+
+    def f(re, im):
+        return ABS_PROGRAMS[text](re + 1j * im, jax.numpy.asarray(W), jax.numpy)
+
+    def gradient(re, im):  # dL/dRe + i dL/dIm: PyTorch's convention
+        by_re, by_im = jax.grad(f, argnums=(0, 1))(re, im)
+        return by_re + 1j * by_im
+
+    program = ef.compile(text)
+    _, second = jax.jvp(gradient, (X.real, X.imag), (V.real, V.imag))
+    hvp = ef.hvp(program, wrt="x", tangent="v")(**_arrays(program, x=X, W=W), v=V)
+    np.testing.assert_allclose(hvp, second, rtol=1e-9, atol=1e-12)
+    A, B = ef.hessian(program, wrt="x", wirtinger=True)(**_arrays(program, x=X, W=W))
+    np.testing.assert_allclose(2 * (A @ V + B @ V.conj()), second, rtol=1e-9, atol=1e-12)
+    # real arrays: sign is locally constant, the real Hessian as before (jax on the real function)
+    real = X.real.copy()
+    want = jax.jvp(jax.grad(lambda x: ABS_PROGRAMS[text](x, jax.numpy.asarray(W.real), jax.numpy)), (real,),
+                   (V.real,))[1]
+    got = ef.hvp(program, wrt="x", tangent="v")(**_arrays(program, x=real, W=W.real.copy()), v=V.real.copy())
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
 # ---------------------------------------------------------------- inside the frameworks
@@ -264,11 +298,14 @@ def test_complex_spd_is_hermitian_positive_definite_solved_by_cholesky(backend: 
         ef.evaluate("spd A\nf = logdet[i,j](A[i,j])", A=W @ W.T + np.eye(3), backend=backend)  # symmetric only
 
 
-def test_derivatives_not_yet_supported_for_complex_matrices_say_so() -> None:
-    with pytest.raises(ef.DerivativeError, match="logdet"):
-        ef.grad("f = logdet[i,j](A[i,j])", wrt="A")(A=_hermitian_positive())
-    with pytest.raises(ef.DerivativeError, match="'A'"):
-        ef.grad("hermitian A\nf = real(sum[i,j](y[i] A[i,j] y[j]))", wrt="A")(A=_hermitian_positive(), y=X)
+def test_jacobians_through_logdet_or_a_hermitian_matrix_of_complex_arrays_are_refused() -> None:
+    # log|det| is not holomorphic, nor is a function of a Hermitian matrix: no complex derivative f'(z)
+    with pytest.raises(ef.DerivativeError, match="logdet.*grad"):
+        ef.jacobian("y[i] = x[i] logdet[a,b](A[a,b])", wrt="A")(A=_hermitian_positive(), x=X)
+    with pytest.raises(ef.DerivativeError, match="'A'.*Hermitian"):
+        ef.jacobian("hermitian A\ny[k] = x[k] A[i,j] x[i] x[j]", wrt="A")(A=_hermitian_positive(), x=X)
+    real = ef.jacobian("y[i] = x[i] logdet[a,b](A[a,b])", wrt="A")(A=np.eye(3) * 2, x=np.ones(3))
+    np.testing.assert_allclose(real, np.ones(3)[:, None, None] * np.eye(3) / 2)
 
 
 def test_grad_of_abs_plus_relu_of_a_real_input_is_sign_plus_step() -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from einflow.derive.batch import batch_names, follow, restore, strip, summed_batch
+from einflow.derive.conjugate import hermitian_inputs
 from einflow.derive.normal import (
     rename,
     rename_apart,
@@ -415,10 +416,13 @@ def _tangents(program: Checked, setup: Setup, names: list[str], tangent: str | S
         for axis in range(setup.work.ranks[x]):
             setup.sizes.union(("axis", name, axis), ("axis", x, axis))
 
-        def seed(node: ir.Tensor, name: str = name, symmetric: bool = x in setup.work.symmetric) -> ir.Expr:
+        def seed(node: ir.Tensor, name: str = name, symmetric: bool = x in setup.work.symmetric,
+                 hermitian: bool = x in hermitian_inputs()) -> ir.Expr:
             if symmetric and len(node.indices) == 2:  # a declared matrix moves along the tangent's symmetric part
+                swapped: ir.Expr = ir.Tensor(name, node.indices[::-1])  # (T + T^H)/2 for a Hermitian one
+                swapped = ir.Call("conj", swapped) if hermitian else swapped
                 return ir.Sum((ir.product(ir.Num(0.5), ir.Tensor(name, node.indices)),
-                               ir.product(ir.Num(0.5), ir.Tensor(name, node.indices[::-1]))))
+                               ir.product(ir.Num(0.5), swapped)))
             return ir.Tensor(name, node.indices)
 
         seeds[x] = seed

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from einflow.derive.conjugate import conjugate, push_parts
+from einflow.derive.conjugate import complex_mode, conjugate, function_rule, is_holomorphic, push_parts, real_part
 from einflow.derive.normal import _APART, rename, rename_apart, stem_of
 from einflow.derive.sizes import active
 from einflow.lang import ir
-from einflow.lang.functions import FUNCTION_RULES
 
 __all__ = ["Leaf", "derivative", "wirtinger"]
 
@@ -50,7 +49,7 @@ def _d_call(node: ir.Call, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | 
     inner = d(node.arg)
     if inner is None:
         return None
-    rule = FUNCTION_RULES[node.func]
+    rule = function_rule(node.func)
     if not rule.holomorphic:  # conj, real, abs, ...: df is R-linear in du (LANGUAGE.md 9.2), conj(du) in it
         return push_parts(rule.tangent(node.arg, rename_apart(inner)))
     outer = rule.derivative(node.arg)
@@ -130,6 +129,9 @@ def _d_linalg(node: ir.Linalg, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Exp
     inner = d(node.body)
     if inner is None:
         return None
+    if node.kind == "logdet":  # log|det| of complex matrices: Re(tr(N dM)) (LANGUAGE.md 9.2)
+        varied = _trace(node, inner)
+        return push_parts(real_part(varied)) if complex_mode() else varied
     row, column = node.indices
     if node.kind == "inv":  # dN[i,j] = -N[i,a] dM[a,b] N[b,j]
         mapping = _fresh(node.indices)
@@ -137,10 +139,21 @@ def _d_linalg(node: ir.Linalg, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Exp
         inverse = ir.Linalg("inv", node.indices, node.body)
         return ir.Reduce((a, b), ir.product(_num(-1), _copy(inverse, {column: a}), _copy(inner, {row: a, column: b}),
                                             _copy(inverse, {row: b})))
-    # d logdet[i,j](M) = sum[i,j](N[j,i] dM[i,j]): the inverse read transposed (its own indices swapped)
+    varied = _trace(node, inner)
+    return ir.product(_copy(node), varied)
+
+
+def _d_log_det(node: ir.Linalg, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
+    """d log det(M) = tr(N dM) (holomorphic; log|det| is its real part)."""
+    inner = d(node.body)
+    return None if inner is None else _trace(node, inner)
+
+
+def _trace(node: ir.Linalg, inner: ir.Expr) -> ir.Expr:
+    """sum[i,j](N[j,i] dM[i,j]): the inverse read transposed (its own indices swapped) against ``inner``."""
+    row, column = node.indices
     transposed = _copy(ir.Linalg("inv", node.indices, node.body), {row: column, column: row})
-    varied = ir.Reduce(node.indices, ir.product(transposed, rename_apart(inner)))
-    return varied if node.kind == "logdet" else ir.product(_copy(node), varied)
+    return ir.Reduce(node.indices, ir.product(transposed, rename_apart(inner)))
 
 
 def _d_binary(node: ir.Binary, d: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr | None:
@@ -183,6 +196,18 @@ def derivative(expr: ir.Expr, leaf: Leaf) -> ir.Expr | None:
     return d(expr)
 
 
+def _combine(by_u: ir.Expr, by_conjugate: ir.Expr, straight: ir.Expr | None,
+             crossed: ir.Expr | None) -> ir.Expr | None:
+    """A Wirtinger part of f(u): ``by_u straight + by_conjugate conj(crossed)`` (None for zero)."""
+    terms = []
+    if straight is not None:
+        terms.append(ir.product(by_u, rename_apart(straight)))
+    if crossed is not None:
+        terms.append(ir.product(by_conjugate, conjugate(rename_apart(crossed))))
+    combined = _add(terms)
+    return None if combined is None else push_parts(combined)
+
+
 def wirtinger(expr: ir.Expr, leaf: Leaf) -> tuple[ir.Expr | None, ir.Expr | None]:
     """The Wirtinger derivatives (d expr/dz, d expr/dconj(z)) for the leaf rule of z (its deltas).
 
@@ -199,23 +224,20 @@ def wirtinger(expr: ir.Expr, leaf: Leaf) -> tuple[ir.Expr | None, ir.Expr | None
             return found
         if isinstance(node, ir.Tensor):
             result: tuple[ir.Expr | None, ir.Expr | None] = (leaf(node), None)
-        elif not any(isinstance(n, ir.Call) and not FUNCTION_RULES[n.func].holomorphic for n in ir.walk(node)):
+        elif is_holomorphic(node):
             result = (derivative(node, leaf), None)
-        elif isinstance(node, ir.Call) and not FUNCTION_RULES[node.func].holomorphic:
-            by_u, by_conjugate = FUNCTION_RULES[node.func].wirtinger(node.arg)
+        elif isinstance(node, ir.Linalg) and node.kind == "logdet":
+            # log|det M| = real(log det M) (complex arrays): real's parts (1/2, 1/2) after log det's tr(N dM)
+            half = ir.Num(0.5)
+            straight = _d_log_det(node, lambda child: parts(child)[0])
+            crossed = _d_log_det(node, lambda child: parts(child)[1])
+            result = (_combine(half, half, straight, crossed), _combine(half, half, crossed, straight))
+        elif isinstance(node, ir.Call) and not function_rule(node.func).holomorphic:
+            by_u, by_conjugate = function_rule(node.func).wirtinger(node.arg)
             assert by_conjugate is not None
             inner_u, inner_conjugate = parts(node.arg)
-
-            def combine(straight: ir.Expr | None, crossed: ir.Expr | None) -> ir.Expr | None:
-                terms = []
-                if straight is not None:
-                    terms.append(ir.product(by_u, rename_apart(straight)))
-                if crossed is not None:
-                    terms.append(ir.product(by_conjugate, conjugate(rename_apart(crossed))))
-                combined = _add(terms)
-                return None if combined is None else push_parts(combined)
-
-            result = (combine(inner_u, inner_conjugate), combine(inner_conjugate, inner_u))
+            result = (_combine(by_u, by_conjugate, inner_u, inner_conjugate),
+                      _combine(by_u, by_conjugate, inner_conjugate, inner_u))
         else:
             rule = _RULES[type(node)]
             result = (rule(node, lambda child: parts(child)[0]), rule(node, lambda child: parts(child)[1]))

@@ -6,14 +6,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from einflow.derive.canonical import bound_inside
-from einflow.derive.conjugate import conjugate, is_real, push_parts, real_part
+from einflow.derive.conjugate import (
+    complex_mode,
+    conjugate,
+    conjugate_outside,
+    function_rule,
+    hermitian_inputs,
+    is_holomorphic,
+    is_real,
+    push_parts,
+    real_part,
+)
 from einflow.derive.cse import reuse_forward
 from einflow.derive.normal import Fresh, rename, rename_apart, tensor_names
 from einflow.derive.rules import Leaf, derivative, input_leaf, wirtinger
 from einflow.derive.simplify import simplify
 from einflow.derive.tree import split_products
 from einflow.lang import ir
-from einflow.lang.functions import FUNCTION_RULES
 from einflow.lang.indices import indices_in
 
 __all__ = ["Work", "name_factors", "reverse_sweep", "forward_sweep", "tangent_sweep", "zeros"]
@@ -73,9 +82,9 @@ def name_factors(work: Work) -> None:
     for statement in work.statements[: work.forward_count]:
         statements.append(statement)
         if statement.target not in work.links or not isinstance(statement.expr, ir.Call) \
-                or not FUNCTION_RULES[statement.expr.func].holomorphic:
+                or not function_rule(statement.expr.func).holomorphic:
             continue
-        factor = simplify(FUNCTION_RULES[statement.expr.func].derivative(statement.expr.arg))
+        factor = simplify(function_rule(statement.expr.func).derivative(statement.expr.arg))
         factor = reuse_forward([statement], [ir.Assign(None, statement.indices, factor)])[0].expr
         if isinstance(factor, ir.Num) and factor.value == 0:
             continue  # (sign, step): the rules find no derivative
@@ -118,8 +127,7 @@ def _pulled_back(work: Work, statement: ir.Assign, leaf: Leaf, cotangent: ir.Exp
     2 A real(h) for a real-valued one (B = conj(A) there). ``conjugate_jacobian``: the adjoints are
     PyTorch's instead (a holomorphic program only): conj(J) h.
     """
-    if not any(isinstance(n, ir.Call) and not FUNCTION_RULES[n.func].holomorphic for n in ir.walk(statement.expr)) \
-            or statement.target in work.factors:
+    if is_holomorphic(statement.expr) or statement.target in work.factors:
         jac = _derive(work, statement, leaf)
         if jac is None:
             return None
@@ -137,10 +145,14 @@ def _pulled_back(work: Work, statement: ir.Assign, leaf: Leaf, cotangent: ir.Exp
 
 def _real_only(expr: ir.Expr) -> bool:
     """Does ``expr`` apply a function of real numbers only (relu, step, max, maximum, ...)? Such a function's
-    Wirtinger parts are its real derivative and 0, so B = conj(A) fails for the real value it gives."""
+    Wirtinger parts are its real derivative and 0, so B = conj(A) fails for the real value it gives. So does
+    logdet where the derivation is for real arrays (its rule tr(N dM), a real derivative; for complex arrays
+    it is log|det| with both Wirtinger parts)."""
     return any(isinstance(node, ir.Call) and node.func in ("relu", "step") or isinstance(node, ir.Binary)
                or isinstance(node, ir.Reduce) and node.kind in ("max", "min")
-               or isinstance(node, ir.Normalize) and node.kind in ("argmax", "argmin") for node in ir.walk(expr))
+               or isinstance(node, ir.Normalize) and node.kind in ("argmax", "argmin")
+               or isinstance(node, ir.Linalg) and node.kind == "logdet" and not complex_mode()
+               for node in ir.walk(expr))
 
 
 def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_of: dict[str, str],
@@ -198,8 +210,11 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
             if read in work.symmetric and len(adjoint_indices[read]) == 2:
                 # a declared symmetric matrix: the contribution projected on the symmetric matrices, (C + C^T)/2,
                 # term by term (a projection inside the product would sum two n^2 x n^2 arrays)
+                # (C + C^H)/2 for a matrix declared spd or hermitian in a derivation for complex arrays
                 p, q = adjoint_indices[read]
                 swapped = _fresh_copy(rename(contribution, {p: q, q: p}), work.fresh)
+                if read in hermitian_inputs():
+                    swapped = push_parts(conjugate(swapped))
                 contribution = simplify(ir.Sum((ir.product(ir.Num(0.5), contribution),
                                                 ir.product(ir.Num(0.5), swapped))))
             if not (isinstance(contribution, ir.Num) and contribution.value == 0):
@@ -213,7 +228,7 @@ def reverse_sweep(work: Work, output: str, seed: ir.Expr, wrt: list[str], name_o
         if parts:
             body = simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0])
             if conjugate_result:
-                body = simplify(push_parts(conjugate(body)))
+                body = simplify(conjugate_outside(body))
         else:
             body = ir.Num(0)
         if isinstance(body, ir.Num) and body.value == 0:

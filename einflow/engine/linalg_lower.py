@@ -176,7 +176,7 @@ def solve(cx: LoweringContext, inverse: ir.Linalg, rhs: ir.Tensor, index: str, o
     assert matrix.reg is not None
     declared = cx.matrices.get(inverse.body.name) if isinstance(inverse.body, ir.Tensor) else None
     kind = "spd_solve" if declared == "spd" else "solve"
-    transposed = transposed and kind == "solve"  # a symmetric matrix is its transpose: one step for both
+    # an spd matrix keeps the orientation it is read in: a complex (Hermitian) one's transpose is its conjugate
     axes = (matrix.labels.index(inverse.indices[0]), matrix.labels.index(inverse.indices[1]))
     solved = matrix.reg
     if kind == "spd_solve":  # one Cholesky factor, shared by every solve with this matrix (either orientation)

@@ -335,8 +335,11 @@ def solve(kind, M, axes, B, axis, transposed, name=None, batch=()):
     singular = f"{called} is singular (a zero pivot in its LU factorisation): the system has no unique solution"
     not_positive = f"{called} is declared spd but is not positive definite"
     k = len(batch)
-    M = xp.moveaxis(as_float(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
-                      list(range(k + 2)))
+    # a Cholesky factor keeps its orientation: a Hermitian matrix's transpose is its conjugate, so B^T inv(M) is
+    # conj(inv(M) conj(B)) (a real one: inv(M) B)
+    flip = transposed and kind == "cho_solve"
+    M = xp.moveaxis(as_float(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed and not flip
+                                                              else axes), list(range(k + 2)))
     present = [b for _, b in batch if b is not None]
     B = xp.moveaxis(as_float(B), present + [axis], list(range(len(present) + 1)))
     for position, (_, b) in enumerate(batch):  # a right-hand side without a batch index: the same for each
@@ -360,18 +363,22 @@ def solve(kind, M, axes, B, axis, transposed, name=None, batch=()):
             raise error(message)
 
     if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
+        flip = flip and xp.iscomplexobj(M)
+        flat = xp.conj(flat) if flip else flat
+        solved = None
         if xp.__name__ == "numpy" and not k:
             try:
                 from scipy.linalg import cho_solve
             except ImportError:
                 pass
             else:
-                return cho_solve((M, True), flat, check_finite=False).reshape(B.shape)
+                solved = cho_solve((M, True), flat, check_finite=False)
         if on_jax and not k:
             from jax.scipy.linalg import cho_solve
-            return cho_solve((M, True), flat).reshape(B.shape)
-        inner = xp.linalg.solve(M, flat)
-        return xp.linalg.solve(xp.conj(xp.swapaxes(M, -1, -2)), inner).reshape(B.shape)
+            solved = cho_solve((M, True), flat)
+        if solved is None:
+            solved = xp.linalg.solve(xp.conj(xp.swapaxes(M, -1, -2)), xp.linalg.solve(M, flat))
+        return (xp.conj(solved) if flip else solved).reshape(B.shape)
     if kind == "spd_solve" and xp.__name__ == "numpy" and not k:
         try:
             from scipy.linalg import cho_factor, cho_solve

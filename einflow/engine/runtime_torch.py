@@ -228,8 +228,9 @@ def solve(kind, M, axes, B, axis, transposed, name=None, batch=()):
     error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
     called = f"matrix {name!r}" if name else "a matrix"
     k = len(batch)
-    M = xp.movedim(as_float(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed else axes),
-                     list(range(k + 2)))
+    flip = transposed and kind == "cho_solve"  # a factor keeps its orientation: conj(inv(M) conj(B)) (Hermitian M)
+    M = xp.movedim(as_float(M), [m for m, _ in batch] + list((axes[1], axes[0]) if transposed and not flip
+                                                             else axes), list(range(k + 2)))
     present = [b for _, b in batch if b is not None]
     B = xp.movedim(as_float(B), present + [axis], list(range(len(present) + 1)))
     for position, (_, b) in enumerate(batch):  # a right-hand side without a batch index: the same for each
@@ -246,6 +247,8 @@ def solve(kind, M, axes, B, axis, transposed, name=None, batch=()):
         common = xp.promote_types(M.dtype, flat.dtype)
         M, flat = M.to(common), flat.to(common)
     if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
+        if flip and M.is_complex():
+            return xp.cholesky_solve(flat.conj(), M).conj().reshape(B.shape)
         return xp.cholesky_solve(flat, M).reshape(B.shape)
     if kind == "spd_solve":
         factor, info = xp.linalg.cholesky_ex(M)
