@@ -23,10 +23,46 @@ SLOW_FILES = frozenset({
 
 
 #: CPU seconds of the longest files under ``make test``'s sizes (measured one file at a time, user + sys, with
-#: the imports; 2026-12-07). ``make test`` runs the files on two pytest-xdist workers, whole files in the order
-#: given here: longest first, so that no long file starts last while the other worker has nothing left (a file
-#: not listed counts as short and keeps its place). Only the order depends on these numbers.
+#: the imports and their subprocesses; 2026-12-07; test_peer_linalg and test_padding_modes from an earlier
+#: run). ``make test`` runs the files on two pytest-xdist workers, whole files in the order given here:
+#: longest first, so that no long file starts last while the other worker has nothing left (a file not
+#: listed counts as short and keeps its place). Only the order depends on these numbers.
 FILE_SECONDS = {
+    "test_differential.py": 126,
+    "test_cross_backend.py": 121,
+    "test_dask.py": 84,
+    "test_shifted_families.py": 54,
+    "test_shifted_regressions.py": 54,
+    "test_peer_linalg.py": 42,
+    "test_repl.py": 40,
+    "test_torch.py": 36,
+    "test_researcher.py": 35,
+    "test_padding_modes.py": 33,
+    "test_torch_func.py": 31,
+    "test_examples.py": 29,
+    "test_complex.py": 24,
+    "test_scale.py": 23,
+    "test_shared_adjoints.py": 22,
+    "test_complex_random.py": 21,
+    "test_workbench.py": 21,
+    "test_peer_suites.py": 20,
+    "test_torch_steps.py": 17,
+    "test_cli.py": 16,
+    "test_blocks.py": 16,
+    "test_docs.py": 15,
+    "test_fuzz.py": 15,
+    "test_backends.py": 15,
+    "test_speed_features.py": 14,
+    "test_derivative_properties.py": 14,
+    "test_slicing.py": 12,
+    "test_numpy_einsum_suite.py": 12,
+    "test_hardening.py": 11,
+    "test_session_hardening.py": 11,
+    "test_complex_aliasing.py": 9,
+    "test_semantics.py": 8,
+    "test_dask_einsum_chunks.py": 7,
+    "test_export.py": 6,
+    "test_einsum_parity.py": 5,
 }
 
 
