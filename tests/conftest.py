@@ -23,8 +23,8 @@ SLOW_FILES = frozenset({
 
 
 #: CPU seconds of the longest files under ``make test``'s sizes (measured one file at a time, user + sys, with
-#: the imports and their subprocesses; 2026-12-07; test_peer_linalg and test_padding_modes from an earlier
-#: run). ``make test`` runs the files on two pytest-xdist workers, whole files in the order given here:
+#: the imports and their subprocesses; 2026-12-07; test_padding_modes from an earlier run and test_peer_suites
+#: before its last trim). ``make test`` runs the files on two pytest-xdist workers, whole files in the order given here:
 #: longest first, so that no long file starts last while the other worker has nothing left (a file not
 #: listed counts as short and keeps its place). Only the order depends on these numbers.
 FILE_SECONDS = {
@@ -32,8 +32,9 @@ FILE_SECONDS = {
     "test_cross_backend.py": 121,
     "test_dask.py": 84,
     "test_shifted_families.py": 54,
+    "test_peer_linalg.py": 54,
     "test_shifted_regressions.py": 54,
-    "test_peer_linalg.py": 42,
+    "test_index_arithmetic.py": 46,
     "test_repl.py": 40,
     "test_torch.py": 36,
     "test_researcher.py": 35,
