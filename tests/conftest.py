@@ -23,22 +23,24 @@ SLOW_FILES = frozenset({
 
 
 #: CPU seconds of the longest files under ``make test``'s sizes (measured one file at a time, user + sys, with
-#: the imports and their subprocesses; 2026-12-07; test_padding_modes from an earlier run and test_peer_suites
-#: before its last trim). ``make test`` runs the files on two pytest-xdist workers, whole files in the order given here:
-#: longest first, so that no long file starts last while the other worker has nothing left (a file not
-#: listed counts as short and keeps its place). Only the order depends on these numbers.
+#: the imports and their subprocesses; 2026-12-07; test_peer_suites before its last trim). ``make test`` runs
+#: the files on two pytest-xdist workers, whole files in the order given here: longest first, so that no long
+#: file starts last while the other worker has nothing left (a file not listed counts as short and keeps its
+#: place). Only the order depends on these numbers.
 FILE_SECONDS = {
     "test_differential.py": 126,
     "test_cross_backend.py": 121,
+    "test_jax.py": 87,
     "test_dask.py": 84,
     "test_shifted_families.py": 54,
     "test_peer_linalg.py": 54,
     "test_shifted_regressions.py": 54,
     "test_index_arithmetic.py": 46,
+    "test_raw_errors.py": 44,
     "test_repl.py": 40,
     "test_torch.py": 36,
     "test_researcher.py": 35,
-    "test_padding_modes.py": 33,
+    "test_padding_modes.py": 39,
     "test_torch_func.py": 31,
     "test_examples.py": 29,
     "test_complex.py": 24,
