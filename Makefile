@@ -21,18 +21,25 @@ $(TESTING): $(PY) pyproject.toml
 demo: $(BASE)
 	$(PY) examples/demo.py
 
-# make test: every test file and backend; the slow files (tests/conftest.py, SLOW_FILES) last, with fewer random
+# make test: every test file and backend, the slow files (tests/conftest.py, SLOW_FILES) with fewer random
 # programs. make test-quick: without the slow files. make test-full: everything at full size.
 TEST_SIZES := EINFLOW_DIFF_N=400 EINFLOW_TORCH_RANDOM_N=40 EINFLOW_FAMILY_N=25 EINFLOW_OPERATORS_N=60
+# Each target runs the files on TEST_WORKERS pytest-xdist workers, a whole file per worker (--dist loadfile), in
+# the order tests/conftest.py gives them (the longest first: --no-loadscope-reorder); TEST_WORKERS=0 runs them
+# in one process. One BLAS/OpenMP thread per worker: the workers are the parallelism (two workers each
+# spinning two BLAS threads on two cores would oversubscribe them).
+TEST_WORKERS ?= 2
+PARALLEL := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 test: $(TESTING)
-	$(TEST_SIZES) $(PY) -m pytest --durations=15
+	$(TEST_SIZES) $(PARALLEL) $(PY) -m pytest $(XDIST) --durations=15
 
 test-quick: $(TESTING)
-	$(PY) -m pytest -m "not slow"
+	$(PARALLEL) $(PY) -m pytest $(XDIST) -m "not slow"
 
 test-full: $(TESTING)
-	$(PY) -m pytest --durations=15
+	$(PARALLEL) $(PY) -m pytest $(XDIST) --durations=15
 
 bench: $(TESTING)
 	$(PY) benchmarks/run_all.py
