@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -115,7 +115,8 @@ class PlanCache(OrderedDict):  # type: ignore[type-arg]
             return
         if self.take is None:
             self.take, self.count = taker(inputs), len(inputs)
-        self.calls[key] = Call(plan_key, *key, plan.function, plan, after)
+        name, optimize, memory_limit, signature = key
+        self.calls[key] = Call(plan_key, name, optimize, memory_limit, signature, plan.function, plan, after)
 
 
 class Call(NamedTuple):
@@ -135,7 +136,7 @@ class Call(NamedTuple):
     #: whether the outputs need :func:`_cast` / :func:`_kept_booleans` (a dtype that changes)
     after: bool
 
-def numpy_signature(values: list[Any]) -> tuple[Any, ...] | None:
+def numpy_signature(values: Sequence[Any]) -> tuple[Any, ...] | None:
     """``((shape, dtype), ...)`` of numpy arrays and ``((), int or float)`` of Python numbers; None for anything
     else (the call's shortcut is for these only)."""
     signature = []

@@ -276,7 +276,7 @@ class _Lowering:
             value = self.sum_axes(value, reduce)
         elif isinstance(expr, ir.Call) and expr.func == "sigmoid" and _signed(expr.arg)[1] in self.paired_sigmoids:
             negated, inner = _signed(expr.arg)
-            value = self.sum_axes(self.sigmoid(self.lower(inner, bound, frozenset()), negated), reduce)
+            value = self.sum_axes(_sigmoid(self, self.lower(inner, bound, frozenset()), negated), reduce)
         elif isinstance(expr, ir.Call):
             value = self.apply(expr.func, self.lower(expr.arg, bound, frozenset()))
             value = self.sum_axes(value, reduce)
@@ -322,19 +322,6 @@ class _Lowering:
             return Value(None, (), _fold(func, _weak(arg.const)))  # type: ignore[arg-type]
         # keys are positional: the same register may carry other names (`tanh(y[i])` and `tanh(y[l])`)
         value = self.elementwise(("apply", func, arg.reg), Apply(func, Arg(arg.reg)), arg.labels)
-        return Value(value.reg, arg.labels)
-
-    def sigmoid(self, arg: Value, negated: bool) -> Value:
-        """sigmoid(u) or sigmoid(-u) as the helper computes it, ``max(e, [±u > 0]) / (1 + e)`` with e = exp(-|u|), from
-        one step e shared by both signs: a sigmoid's derivative sigmoid(u) sigmoid(-u) costs one exp, not two."""
-        if arg.reg is None:
-            return self.apply("sigmoid", Value(None, (), _weak(-arg.const) if negated else arg.const))  # type: ignore
-        e = self.elementwise(("sigmoid exp", arg.reg), Apply("exp", Mul((Number(-1), Apply("abs", Arg(arg.reg))))),
-                             arg.labels)
-        sign: Node = Mul((Number(-1), Arg(arg.reg))) if negated else Arg(arg.reg)
-        expr = Mul((Apply("maximum", Arg(e.reg), Apply("step", sign)),  # type: ignore[arg-type]
-                    Pow(Add((Arg(e.reg), Number(1))), -1)))  # type: ignore[arg-type]
-        value = self.elementwise(("sigmoid", negated, arg.reg), expr, arg.labels)
         return Value(value.reg, arg.labels)
 
     def binary(self, func: str, left: Value, right: Value, order: tuple[str, ...]) -> Value:
@@ -488,6 +475,20 @@ def fuse(steps: list[Step], outputs: tuple[int, ...], ranks: dict[int, int]) -> 
             readers[register] = reader_position
         result[k] = None
     return [step for step in result if step is not None]
+
+
+def _sigmoid(self: _Lowering, arg: Value, negated: bool) -> Value:
+    """sigmoid(u) or sigmoid(-u) as the helper computes it, ``max(e, [±u > 0]) / (1 + e)`` with e = exp(-|u|), from
+    one step e shared by both signs: a sigmoid's derivative sigmoid(u) sigmoid(-u) costs one exp, not two."""
+    if arg.reg is None:
+        return self.apply("sigmoid", Value(None, (), _weak(-arg.const) if negated else arg.const))  # type: ignore
+    e = self.elementwise(("sigmoid exp", arg.reg), Apply("exp", Mul((Number(-1), Apply("abs", Arg(arg.reg))))),
+                         arg.labels)
+    sign: Node = Mul((Number(-1), Arg(arg.reg))) if negated else Arg(arg.reg)
+    expr = Mul((Apply("maximum", Arg(e.reg), Apply("step", sign)),  # type: ignore[arg-type]
+                Pow(Add((Arg(e.reg), Number(1))), -1)))  # type: ignore[arg-type]
+    value = self.elementwise(("sigmoid", negated, arg.reg), expr, arg.labels)
+    return Value(value.reg, arg.labels)
 
 
 def _operations(node: Node) -> int:
