@@ -225,3 +225,20 @@ def test_wrt_that_is_not_a_name_is_a_derivative_error(wrt: Any) -> None:
     for derivative in (ef.grad, ef.hessian, ef.jacobian, ef.value_and_grad, ef.vjp):
         with pytest.raises(ef.DerivativeError):
             derivative("f = x[i] x[i]", wrt=wrt)
+
+
+@pytest.mark.parametrize("text", [
+    "Y = sum[b]((U[l,t] y[b] u[i])^2)",  # the output's indices are not written: they were summed too (seed 329)
+    "Y[l,t,i] = sum[b]((U[l,t] y[b] u[i])^2)",
+    "Y[i] = sum[b,l]((U[l,b] u[i] - y[b])^2)",
+])
+def test_a_sum_of_squares_over_some_indices_keeps_the_others(text: str) -> None:
+    # a sum of squares over part of its base's indices is lowered as the base contracted with itself
+    rng = np.random.default_rng(1)
+    U, y, u = rng.standard_normal((2, 3)), rng.standard_normal(4), rng.standard_normal(5)
+    if "U[l,b]" in text:
+        U = rng.standard_normal((2, 4))
+        expected = ((U[None] * u[:, None, None] - y[None, None]) ** 2).sum(axis=(1, 2))
+    else:
+        expected = ((U[:, :, None, None] * y[:, None] * u[None]) ** 2).sum(axis=2)
+    np.testing.assert_allclose(ef.compile(text)(U=U, y=y, u=u), expected, rtol=1e-12)

@@ -285,7 +285,9 @@ class _Lowering:
             # a sum of squares over some of the base's indices (a Laplacian's sum[p](dz[b,p,j]^2)) is the base
             # contracted with itself: one einsum pass, no array of the squares (a sum over all of them, a loss,
             # stays squares then a sum: a dot product of reshaped views would copy a transposed operand)
-            value = self.lower_product((expr.base, expr.base), bound, reduce)
+            # (the indices it keeps are bound for the product: an index of both factors would be summed)
+            kept = frozenset(free_indices(expr.base, bound)) - reduce
+            value = self.lower_product((expr.base, expr.base), bound | kept, reduce)
         elif isinstance(expr, ir.Power):
             value = self.power(self.lower(expr.base, bound, frozenset()), expr.exponent)
             value = self.sum_axes(value, reduce)
