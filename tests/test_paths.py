@@ -125,7 +125,9 @@ def test_planning_time_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "cotengra", None)  # the clocked search (cotengra's runs fixed trials)
     _, _, equation, operands = grid(5, 7)  # not planned before: no cached path
     _, info, choice = choose_path(equation, operands)
-    assert choice.seconds < 0.2 + 1.5  # the budget, plus one trial and the fast path on a loaded machine
+    # the budget, plus one trial and the fast path, with room for a loaded machine (unbounded, 100,000 repeats take
+    # minutes)
+    assert choice.seconds < 0.2 + 4.0
     assert choice.flops == int(info.opt_cost) <= (choice.alternative or ("", choice.flops))[1]
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from transcripts import fail, run
 
+import einflow as ef
 from einflow.lang import ir
 from einflow.lang.grammar import parse
 from einflow.shell.files import SESSION_MEMBER, load_session_record
@@ -218,6 +219,51 @@ def test_a_well_formed_record_still_loads_and_restores_its_statements(tmp_path: 
     assert "statements restored (re-evaluated when their inputs change): y, z" in text
     assert float(session.values["z"]) == 20.0 and session.sizes["n"].source == "x"
 
+
+
+def test_saved_sessions_keep_matrix_and_padding_declarations(tmp_path: Path) -> None:
+    session = Session()
+    run(session, ":set u [1.0, 2.0, 3.0, 4.0]")
+    run(session, ":set K [[2.0, 0.5], [0.5, 1.0]]")
+    run(session, "size n = u")
+    run(session, "pad circular u")
+    run(session, "spd K, M")
+    run(session, "v[n] = u[n + 1] - u[n]")
+    path = tmp_path / "d.npz"
+    run(session, f":save {path}")
+    assert load_session_record(str(path))["declarations"] == ["spd K, M", "pad circular u"]
+    restored = Session()
+    run(restored, f":load {path}")
+    assert restored.matrices == {"K": "spd", "M": "spd"} and restored.pads == {"u": "circular"}
+    np.testing.assert_allclose(restored.values["v"], [1.0, 1.0, 1.0, -3.0])  # the wrap-around read folds
+    run(restored, "w[n] = u[n + 2]")  # a new statement still reads u as declared
+    np.testing.assert_allclose(restored.values["w"], [3.0, 4.0, 1.0, 2.0])
+    run(restored, "L = logdet[i,j](K[i,j])")
+    assert float(restored.values["L"]) == pytest.approx(np.log(1.75))
+    run(restored, ":set M [[1.0, 2.0], [2.0, 1.0]]")  # the spd declaration still holds: M is checked
+    assert "'M' is declared spd but is not positive definite" in fail(restored, "N = logdet[i,j](M[i,j])")
+
+    program = restored.statements_text()  # `:save FILE.ein` keeps them too: the text runs as the session did
+    assert program.splitlines()[:2] == ["spd K", "pad circular u"]
+    v, w, logdet = ef.compile(program + "\nv, w, L")(u=restored.values["u"], K=restored.values["K"])
+    np.testing.assert_allclose(w, restored.values["w"])
+    np.testing.assert_allclose(v, restored.values["v"])
+    assert float(logdet) == pytest.approx(np.log(1.75))
+
+
+def test_a_damaged_declaration_is_a_session_error(tmp_path: Path) -> None:
+    path, record = saved_session(tmp_path)
+    with_record(path, {**record, "declarations": ["size n = 3"]})
+    message = fail(Session(), f":load {path}")
+    assert "field 'declarations[0]' is 'size n = 3', not one matrix or padding declaration" in message
+
+
+def test_a_record_saved_before_declarations_were_kept_still_loads(tmp_path: Path) -> None:
+    path, record = saved_session(tmp_path)
+    with_record(path, {key: value for key, value in record.items() if key != "declarations"})
+    session = Session()
+    run(session, f":load {path}")
+    assert float(session.values["z"]) == 20.0 and not session.matrices and not session.pads
 
 _FILL_THEN_FAIL = """
 import resource, signal, sys

@@ -119,7 +119,7 @@ def _sigmoid_value(xp: Any, x: Any) -> Any:
     # (sigmoid(-40) = 4.2e-18 where 0.5 (tanh(x/2) + 1) rounds to 0), keeps float32, one exp and one
     # division: numerator max(e, [x >= 0]) is 1 or e; -|x| is copysign(x, -1) (one pass)
     x = _floating(xp, x)
-    # (the generated code's helper computes it alike: codegen.HELPERS["sigmoid"])
+    # (the generated code's helper, engine/runtime.py's sigmoid, computes it alike)
     e = xp.exp(xp.copysign(x, -1))
     numerator = xp.maximum(e, x >= 0)
     e += 1

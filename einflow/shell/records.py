@@ -37,12 +37,14 @@ class SavedStatement:
 
 @dataclass(frozen=True)
 class SessionRecord:
-    """A checked record: size declarations, statements (in the order they run), data names, the backend."""
+    """A checked record: size declarations, statements (in the order they run), data names, the backend, and the
+    matrix and padding declarations (``spd K``, ``pad reflect u``; absent from records saved before they were kept)."""
 
     sizes: tuple[ir.SizeDecl, ...]
     statements: tuple[SavedStatement, ...]
     data: tuple[str, ...]
     backend: str | None
+    declarations: tuple[ir.MatrixDecl | ir.PadDecl, ...] = ()
 
 
 def _kind(value: object) -> str:
@@ -150,19 +152,39 @@ def check_record(record: object, where: str) -> SessionRecord:
         names.add(name)
         saved.append(SavedStatement(name, statement, text, stale))
 
+    declarations: list[ir.MatrixDecl | ir.PadDecl] = []
+    texts = fields.get(record, "declarations", "declarations", list, "a list of declarations", required=False,
+                       default=[])
+    for number, text in enumerate(texts):
+        field = f"declarations[{number}]"
+        if not isinstance(text, str):
+            raise fields.fail(field, f"is {_kind(text)}, not a declaration (text such as 'spd K' or 'pad reflect u')")
+        statements = fields.parsed(text, field)
+        if len(statements) != 1 or not isinstance(statements[0], (ir.MatrixDecl, ir.PadDecl)):
+            raise fields.fail(field, f"is {text!r}, not one matrix or padding declaration (such as 'spd K')")
+        declarations.append(statements[0])
+
     backend = fields.get(record, "backend", "backend", (str, type(None)), "null or a backend's name",
                          required=False)
-    return SessionRecord(tuple(sizes), tuple(saved), tuple(data), backend)
+    return SessionRecord(tuple(sizes), tuple(saved), tuple(data), backend, tuple(declarations))
 
 
 def make_record(definitions: Mapping[str, Any], sizes: Mapping[str, ir.SizeDecl], stale: Mapping[str, str],
-                values: Mapping[str, Any], backend: str | None) -> dict[str, Any]:
+                values: Mapping[str, Any], backend: str | None, matrices: Mapping[str, str] | None = None,
+                pads: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A session's record (``Session.record()``): its size declarations, its kept statements (``definitions``,
-    stale ones too) in an order that runs, which of its names (``values``) are data, and its backend."""
+    stale ones too) in an order that runs, which of its names (``values``) are data, its backend, and its matrix
+    (``matrices``: name -> ``spd``...) and padding (``pads``: name -> mode) declarations, one per kind or mode."""
     decls = list(dict.fromkeys(sizes.values()))
     order = topological(definitions, set(definitions))
+    declarations: list[ir.MatrixDecl | ir.PadDecl] = [
+        ir.MatrixDecl(kind, tuple(n for n, k in (matrices or {}).items() if k == kind))
+        for kind in dict.fromkeys((matrices or {}).values())]
+    declarations += [ir.PadDecl(mode, tuple(n for n, m in (pads or {}).items() if m == mode))
+                     for mode in dict.fromkeys((pads or {}).values())]
     return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
             "sizes": [ir.format_statement(decl) for decl in decls],
+            "declarations": [ir.format_statement(decl) for decl in declarations],
             "statements": [{"name": name, "text": definitions[name].text,
                             "stale": stale.get(name)} for name in order],
             "data": [name for name in values if name not in definitions],

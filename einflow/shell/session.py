@@ -218,10 +218,11 @@ class Session:
 
     def _snapshot(self) -> tuple[Any, ...]:
         return (dict(self.values), dict(self.definitions), dict(self.origins), dict(self.sizes),
-                dict(self.stale), dict(self.order), self.backend)
+                dict(self.matrices), dict(self.pads), dict(self.stale), dict(self.order), self.backend)
 
     def _restore(self, snapshot: tuple[Any, ...]) -> None:
-        (self.values, self.definitions, self.origins, self.sizes, self.stale, self.order, self.backend) = snapshot
+        (self.values, self.definitions, self.origins, self.sizes, self.matrices, self.pads, self.stale, self.order,
+         self.backend) = snapshot
 
     def reset(self) -> None:
         """Forget every binding, statement and size declaration; go back to the default backend."""
@@ -361,7 +362,7 @@ class Session:
             raise SessionError(f"'{target}' is data ({self.origins.get(target, 'bound')}), not a statement; "
                                "only names defined by a statement can be differentiated or planned")
         needed = needed_for(self.definitions, self.stale, target, set(cut) - {target})
-        return program_text(self.definitions, self.sizes, needed)
+        return program_text(self.definitions, self.sizes, needed, self.matrices, self.pads)
 
     # ------------------------------------------------------------------ the whole session as a program
     def statements_text(self) -> str:
@@ -374,12 +375,15 @@ class Session:
         y[i] = 2 x[i]
         n = y[i] y[i]
         """
-        return program_text(self.definitions, self.sizes, {name for name in self.definitions if name not in self.stale})
+        kept = {name for name in self.definitions if name not in self.stale}
+        return program_text(self.definitions, self.sizes, kept, self.matrices, self.pads)
 
     def record(self) -> dict[str, Any]:
         """What ``:save FILE.npz`` keeps beside the arrays so that ``:load`` restores a live session: the size
-        declarations, the kept statements (stale ones too) and which names are data."""
-        return make_record(self.definitions, self.sizes, self.stale, self.values, self.backend)
+        declarations, the matrix and padding declarations, the kept statements (stale ones too) and which names are
+        data."""
+        return make_record(self.definitions, self.sizes, self.stale, self.values, self.backend, self.matrices,
+                           self.pads)
 
     def restore(self, arrays: Mapping[str, Any], record: Mapping[str, Any] | SessionRecord, origin: str) -> list[str]:
         """Bind the saved data, then keep and re-evaluate the saved statements (the inverse of :meth:`record`);
@@ -398,6 +402,11 @@ class Session:
         for decl in record.sizes:
             for index in decl.names:
                 self.sizes[index] = decl
+        for declaration in record.declarations:
+            if isinstance(declaration, ir.MatrixDecl):
+                self.matrices.update(dict.fromkeys(declaration.names, declaration.kind))
+            else:
+                self.pads.update(dict.fromkeys(declaration.names, declaration.mode))
         for saved in record.statements:
             self.definitions[saved.name] = Definition(saved.statement, saved.text,
                                                       reads_of(saved.statement, self.sizes),

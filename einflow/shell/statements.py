@@ -90,11 +90,17 @@ def topological(definitions: Mapping[str, Definition], names: set[str]) -> list[
     return order
 
 
-def program_text(definitions: Mapping[str, Definition], sizes: Mapping[str, ir.SizeDecl], names: set[str]) -> str:
-    """The statements of ``names`` in an order that runs, each after the size declarations it uses."""
+def program_text(definitions: Mapping[str, Definition], sizes: Mapping[str, ir.SizeDecl], names: set[str],
+                 matrices: Mapping[str, str] | None = None, pads: Mapping[str, str] | None = None) -> str:
+    """The statements of ``names`` in an order that runs, each after the size declarations it uses, after the
+    ``symmetric``/``spd``/``hermitian`` (``matrices``) and ``pad`` (``pads``) declarations of tensors they read."""
     lines: list[str] = []
     emitted: list[ir.SizeDecl] = []
-    for name in topological(definitions, names):
+    order = topological(definitions, names)
+    statements = [definitions[name].statement for name in order]
+    for decl in declarations_for(statements, {}, matrices or {}, pads or {}):
+        lines.append(ir.format_statement(decl))
+    for name in order:
         definition = definitions[name]
         for decl in decls_for(sizes, definition.indices):
             if decl not in emitted:
