@@ -507,7 +507,7 @@ class PlanRule:
     """One step kind as specialising sees it: ``shape(specialiser, step)`` its result's shape (None: the
     step's ``sizes`` resolved); ``check(specialiser, step)`` raises ShapeError for shapes it cannot compute
     with (None: none); ``dtype(specialiser, step)`` its result's dtype; ``count(specialiser, step)`` its FLOPs
-    in the plan report; ``describe_node(source, step)`` the report's text, given the renderer that named the
+    in the plan report; ``describe(context, step)`` the report's text, given the render context that named the
     registers (None: the step's note); ``measure(specialiser, step)`` plans the step and records its memory
     (None: nothing besides its result)."""
 
@@ -548,7 +548,7 @@ PLAN_RULES: dict[type, PlanRule] = {
     Elementwise: PlanRule(
         dtype=_elementwise_dtype,
         count=lambda specialiser, step: _elements(specialiser, step) * max(1, operations_of(step.expr)),
-        describe=lambda source, step: describe_node(step.expr, step.labels, source),
+        describe=lambda context, step: describe_node(step.expr, step.labels, context),
         measure=_measure_elementwise),
     Diagonal: PlanRule(
         dtype=_diagonal_dtype,

@@ -99,30 +99,30 @@ def negation_of(term: Node) -> Node | None:
 # ``einflow.engine.codegen.NODE_TEXT``.
 
 
-def _describe_arg(node: Arg, labels: tuple[str, ...], specialiser: Any) -> str:
-    rank = len(specialiser.record.shapes[node.register])
+def _describe_arg(node: Arg, labels: tuple[str, ...], context: Any) -> str:
+    rank = len(context.record.shapes[node.register])
     axes = node.axes if node.axes is not None else tuple(range(rank)) if rank else ()
     own = [label for _, label in sorted((axis, labels[k]) for k, axis in enumerate(axes) if axis is not None)]
-    name = specialiser.var(node.register)
+    name = context.var(node.register)
     return f"{name}[{','.join(own)}]" if own else name
 
 
-def _describe_apply(node: Apply, labels: tuple[str, ...], specialiser: Any) -> str:
+def _describe_apply(node: Apply, labels: tuple[str, ...], context: Any) -> str:
     if node.other is not None:
-        other = describe_node(node.other, labels, specialiser)
-        return f"{node.func}({describe_node(node.arg, labels, specialiser)}, {other})"
-    return f"{node.func}({describe_node(node.arg, labels, specialiser)})"
+        other = describe_node(node.other, labels, context)
+        return f"{node.func}({describe_node(node.arg, labels, context)}, {other})"
+    return f"{node.func}({describe_node(node.arg, labels, context)})"
 
 
-def _describe_pow(node: Pow, labels: tuple[str, ...], specialiser: Any) -> str:
-    base = describe_node(node.base, labels, specialiser)
+def _describe_pow(node: Pow, labels: tuple[str, ...], context: Any) -> str:
+    base = describe_node(node.base, labels, context)
     return f"({base})^{node.exponent}" if " " in base else f"{base}^{node.exponent}"
 
 
-def _describe_mul(node: Mul, labels: tuple[str, ...], specialiser: Any) -> str:
+def _describe_mul(node: Mul, labels: tuple[str, ...], context: Any) -> str:
     factors = sorted(node.factors, key=lambda factor: not isinstance(factor, Number))  # the number first
-    return " ".join(f"({describe_node(f, labels, specialiser)})" if isinstance(f, Add) else
-                    describe_node(f, labels, specialiser) for f in factors)
+    return " ".join(f"({describe_node(f, labels, context)})" if isinstance(f, Add) else
+                    describe_node(f, labels, context) for f in factors)
 
 
 def _operations_apply(node: Apply, call: int | None, leaves: Any) -> int:
@@ -189,12 +189,12 @@ NODE_RULES: dict[type, NodeRule] = {
         temporaries=_no_temporaries,
         args=lambda node: [node]),
     Number: NodeRule(
-        describe=lambda node, labels, specialiser: repr(node.value),
+        describe=lambda node, labels, context: repr(node.value),
         operations=_no_operations,
         temporaries=_no_temporaries,
         args=lambda node: []),
     Size: NodeRule(
-        describe=lambda node, labels, specialiser: repr(specialiser.resolve(node.ref)),
+        describe=lambda node, labels, context: repr(context.resolve(node.ref)),
         operations=_no_operations,
         temporaries=_no_temporaries,
         args=lambda node: []),
@@ -204,7 +204,7 @@ NODE_RULES: dict[type, NodeRule] = {
         temporaries=_temporaries_apply,
         args=lambda node: args_in_order(node.arg) + ([] if node.other is None else args_in_order(node.other))),
     AsFloat: NodeRule(
-        describe=lambda node, labels, specialiser: describe_node(node.arg, labels, specialiser),
+        describe=lambda node, labels, context: describe_node(node.arg, labels, context),
         operations=lambda node, call, leaves: 1 + operations_of(node.arg, call, leaves),
         temporaries=lambda node: _temporaries_unary(node.arg),
         args=lambda node: args_in_order(node.arg)),
@@ -214,7 +214,7 @@ NODE_RULES: dict[type, NodeRule] = {
         temporaries=lambda node: _temporaries_unary(node.base),
         args=lambda node: args_in_order(node.base)),
     Add: NodeRule(
-        describe=lambda node, labels, specialiser: " + ".join(describe_node(term, labels, specialiser)
+        describe=lambda node, labels, context: " + ".join(describe_node(term, labels, context)
                                                               for term in node.terms),
         operations=lambda node, call, leaves: _operations_of_parts(node.terms, call, leaves),
         temporaries=lambda node: _temporaries_of_parts(node.terms),
@@ -229,9 +229,9 @@ NODE_RULES: dict[type, NodeRule] = {
 assert set(NODE_RULES) == set(Node.__args__)  # type: ignore[attr-defined]
 
 
-def describe_node(node: Node, labels: tuple[str, ...], specialiser: Any) -> str:
+def describe_node(node: Node, labels: tuple[str, ...], context: Any) -> str:
     """An elementwise expression in einflow-like text: ``tanh(A[i,j]) exp(B[i,j]) + sigmoid(A[i,j])``."""
-    return NODE_RULES[type(node)].describe(node, labels, specialiser)
+    return NODE_RULES[type(node)].describe(node, labels, context)
 
 
 def operations_of(node: Node, call: int | None = None, leaves: Any = ()) -> int:
@@ -259,31 +259,31 @@ def args_in_order(node: Node) -> list[Arg]:
 # dtypes, FLOPs, memory) and ``einflow.engine.render.RENDER_RULES`` (lines with shapes).
 
 
-def _reduce_note(source: Any, step: Reduce) -> str:
+def _reduce_note(context: Any, step: Reduce) -> str:
     keeps = (*ir.NORMALISERS, *KEEPS_AXES)
     kept = step.labels if step.kind in keeps else tuple(
         label for k, label in enumerate(step.labels) if k not in step.axes)
     return f"[{','.join(step.labels)}] -> [{','.join(kept)}]"
 
 
-def _solve_note(source: Any, step: Solve) -> str:
+def _solve_note(context: Any, step: Solve) -> str:
     over = "rows" if step.transposed else "columns"
-    return f"inv({source.var(step.matrix)}) {source.var(step.rhs)} over its {over} -> [{','.join(step.labels)}]"
+    return f"inv({context.var(step.matrix)}) {context.var(step.rhs)} over its {over} -> [{','.join(step.labels)}]"
 
 
-def _diagonal_note(source: Any, step: Diagonal) -> str:
+def _diagonal_note(context: Any, step: Diagonal) -> str:
     text = "delta " + ", ".join("=".join(group) for group in step.groups)
     if step.base is not None:
-        text = f"{source.var(step.base)} + {text}"
+        text = f"{context.var(step.base)} + {text}"
     return text
 
 
-def _scatter_note(source: Any, step: Scatter) -> str:
+def _scatter_note(context: Any, step: Scatter) -> str:
     written = ", ".join(ir.format_position(position) for position in step.positions)
     return f"[{','.join(step.arg_labels)}] -> [{written}] of [{','.join(step.labels)}]"
 
 
-def _window_note(source: Any, step: Window) -> str:
+def _window_note(context: Any, step: Window) -> str:
     read = ", ".join(ir.format_position(position) for position in step.positions)
     return f"{step.name}[{read}] -> [{','.join(step.labels)}]"
 
@@ -300,7 +300,7 @@ def _elementwise_kind(step: Elementwise) -> str:
     return "elementwise"
 
 
-def _no_note(source: Any, step: Step) -> str:
+def _no_note(context: Any, step: Step) -> str:
     return ""
 
 
