@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
-from einflow.engine import runtime
+from einflow.engine import codegen, runtime
 from einflow.engine.affine import (
     is_identity,
     is_view,
@@ -29,7 +29,7 @@ from einflow.engine.affine import (
 )
 from einflow.engine.backends.base import Backend
 from einflow.engine.blocks import block_rows, render_kernel, threads_for
-from einflow.engine.codegen import Source, taken_names
+from einflow.engine.context import Names, RenderContext, generic_booleans, taken_names
 from einflow.engine.convolution import (
     numpy_convolution_bytes,
     numpy_convolves,
@@ -450,14 +450,14 @@ def _diagonal_dtype(specialiser: Builder, step: Diagonal) -> Any:
 
 def _elementwise_dtype(specialiser: Builder, step: Elementwise) -> Any:
     generic, namespace = specialiser.sampled(step)
-    return specialiser.evaluated_dtype(generic.elementwise(step), namespace)
+    return specialiser.evaluated_dtype(codegen.elementwise(generic, step), namespace)
 
 
 def _contract_dtype(specialiser: Builder, step: Contract) -> Any:
     generic, namespace = specialiser.sampled(step)
     # einsum's type is its operands' (bools stay bools), then the scale's
     namespace["_contracted"] = np.ones((1,), dtype=np.result_type(*(specialiser.sample(r) for r in step.args)))
-    text = generic.scaled("_contracted", step.scale) if step.scale else "_contracted"
+    text = codegen.scaled(generic, "_contracted", step.scale) if step.scale else "_contracted"
     return specialiser.evaluated_dtype(text, namespace)
 
 
@@ -507,7 +507,7 @@ class PlanRule:
     """One step kind as specialising sees it: ``shape(specialiser, step)`` its result's shape (None: the
     step's ``sizes`` resolved); ``check(specialiser, step)`` raises ShapeError for shapes it cannot compute
     with (None: none); ``dtype(specialiser, step)`` its result's dtype; ``count(specialiser, step)`` its FLOPs
-    in the plan report; ``describe_node(source, step)`` the report's text, given the renderer that named the
+    in the plan report; ``describe(context, step)`` the report's text, given the render context that named the
     registers (None: the step's note); ``measure(specialiser, step)`` plans the step and records its memory
     (None: nothing besides its result)."""
 
@@ -548,7 +548,7 @@ PLAN_RULES: dict[type, PlanRule] = {
     Elementwise: PlanRule(
         dtype=_elementwise_dtype,
         count=lambda specialiser, step: _elements(specialiser, step) * max(1, operations_of(step.expr)),
-        describe=lambda source, step: describe_node(step.expr, step.labels, source),
+        describe=lambda context, step: describe_node(step.expr, step.labels, context),
         measure=_measure_elementwise),
     Diagonal: PlanRule(
         dtype=_diagonal_dtype,
@@ -585,13 +585,15 @@ class Builder:
         self.shape: dict[int, tuple[int, ...]] = {k: tuple(shapes[name]) for k, name in enumerate(lowered.inputs)}
         self.dtype: dict[int, Any] = {k: dtypes[name] for k, name in enumerate(lowered.inputs)}
         self.taken = taken_names(lowered)
-        #: a shape-free renderer whose variables are ``_v<register>``, and a namespace to evaluate its text in
-        self.generic = Source(lowered, self.taken)
-        self.generic.vars = {register: f"_v{register}" for register in range(lowered.register_count)}
-        # the booleans known without dtypes, then the inputs' and each step's: the generic renderer shares
-        # the set, so that both renderings write subtractions alike
-        self.booleans = self.generic.booleans
+        # the booleans known without dtypes, then the inputs' and each step's: the shape-free context shares the
+        # set, so that its text and the rendered code write subtractions alike
+        self.booleans = generic_booleans(lowered)
         self.booleans.update(k for k, dtype in self.dtype.items() if dtype == np.dtype(bool))
+        #: a shape-free render context whose variables are ``_v<register>`` (the rows' text, evaluated on
+        #: one-element samples, gives an elementwise step's dtype), and a namespace to evaluate it in
+        names = Names(lowered, self.taken)
+        names.vars = {register: f"_v{register}" for register in range(lowered.register_count)}
+        self.generic = RenderContext(names, lowered, booleans=self.booleans)
         self.inferred: dict[tuple[int, str], int] = {}
         self.orders: dict[int, tuple[int, ...]] = {}
         self.contractions: dict[int, ContractionPlan] = {}
@@ -622,9 +624,9 @@ class Builder:
             return dtype(1)
         return np.ones((1,) * len(self.shape[register]), dtype=dtype)
 
-    def sampled(self, step: Step) -> tuple[Source, dict[str, Any]]:
-        """The generic renderer and a namespace to evaluate its text in, with one-element arrays of the dtypes
-        ``step`` reads."""
+    def sampled(self, step: Step) -> tuple[RenderContext, dict[str, Any]]:
+        """The shape-free render context and a namespace to evaluate its text in, with one-element arrays of the
+        dtypes ``step`` reads."""
         if self._namespace is None:
             namespace = helpers(self.generic.alias, self.generic.dialect, np)
             namespace[self.generic.alias["oe"]] = oe

@@ -24,7 +24,7 @@ import numpy as np
 import opt_einsum as oe
 
 from einflow.engine.backends.base import Backend
-from einflow.engine.codegen import Source
+from einflow.engine.context import RenderContext
 from einflow.engine.fitting import NO_FITTING, Fitting, Holders, fit
 from einflow.engine.lower import lower
 from einflow.engine.measure import PLAN_RULES
@@ -227,7 +227,7 @@ def _fitted(record: Specialised, memory_limit: float, slicing: bool) -> Fitting:
 
 
 # ---------------------------------------------------------------------------------------------- report
-def report_steps(record: Specialised, fitting: Fitting, names: Source) -> list[PlanStep]:
+def report_steps(record: Specialised, fitting: Fitting, names: RenderContext) -> list[PlanStep]:
     """The plan report's lines: each step of ``record`` as ``fitting`` runs it, its registers named as the
     rendered code (``names``) names them."""
     steps = []
@@ -237,7 +237,7 @@ def report_steps(record: Specialised, fitting: Fitting, names: Source) -> list[P
     return steps
 
 
-def _report_step(step: Step, record: Specialised, fitting: Fitting, names: Source) -> PlanStep:
+def _report_step(step: Step, record: Specialised, fitting: Fitting, names: RenderContext) -> PlanStep:
     out = step.out  # type: ignore[union-attr]
     shape = record.shapes[out]
     statement = record.lowered.statements[step.statement]

@@ -1,8 +1,9 @@
 """Export a program as standalone Python source that needs only numpy and opt_einsum.
 
 The source is the lowered program (``einflow.engine.lower``: the same steps the executor runs and the plan
-report lists) rendered without shapes by ``einflow.engine.codegen``: one line per step, a comment with the
-einflow statement each block implements, contractions as ``opt_einsum.contract``.
+report lists) rendered without shapes by the rows of ``einflow.engine.codegen`` over a shape-free context: one
+line per step, a comment with the einflow statement each block implements, contractions as
+``opt_einsum.contract``; shifted and gathered reads by the helpers of ``einflow.export.windows``.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from einflow.engine.codegen import Source, usable
-from einflow.engine.dialect import DIALECTS, Dialect
-from einflow.engine.helpers import HELPER_KEYS
+from einflow.engine import codegen
+from einflow.engine.context import Names, RenderContext, generic_booleans, usable
+from einflow.engine.dialect import DIALECTS
+from einflow.engine.helpers import HELPER_KEYS, helper_text
 from einflow.engine.lower import lower
-from einflow.engine.steps import Inferred, Lowered, Scatter, SizeRef, Step, Window
+from einflow.engine.steps import Scatter, Step, Window
 from einflow.export.windows import helper_texts, scatter_data, window_data
 from einflow.lang import ir
 from einflow.lang.check import as_checked
@@ -48,48 +50,49 @@ def _tuple(names: list[str]) -> str:
     return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
 
 
-class _Exported(Source):
-    """The generic rendering, with shifted and gathered reads: each statement's ranges inferred from the arrays'
-    shapes at run time (``einflow.export.windows``), windows and scatter-adds by the helpers defined there."""
+def _window_text(cx: RenderContext, step: Window | Scatter) -> str:
+    """A shifted or gathered read without shapes: the helpers of ``einflow.export.windows`` over the ranges its
+    statement inferred from the arrays' shapes when the code runs."""
+    gathers = "".join(f", {cx.var(g)}" for g in step.gathers)
+    helpers = cx.names.once
+    if "ranges" not in helpers:
+        _name_window_helpers(cx)
+    if isinstance(step, Window):
+        mode = f", mode={step.mode!r}" if step.mode != "zeros" else ""
+        return (f"{helpers['window']}({cx.var(step.arg)}, {codegen.shape_text(cx, step.sizes)}, "
+                f"{window_data(step)!r}{gathers}{mode})")
+    return (f"{helpers['scatter']}({cx.var(step.arg)}, {codegen.shape_text(cx, step.sizes)}, "
+            f"{scatter_data(step)!r}{gathers})")
 
-    def __init__(self, lowered: Lowered, taken: set[str], dialect: Dialect) -> None:
-        super().__init__(lowered, taken, dialect)
-        self.ranges = {entry[0]: entry for entry in lowered.ranges}
-        self.range_names: dict[int, str] = {}
-        self.window_helpers: dict[str, str] = {}
 
-    def window_helper(self, key: str) -> str:
-        if not self.window_helpers:
-            self.window_helpers = {key: self.fresh("_" + key) for key in ("ranges", "flat", "window", "scatter",
-                                                                          "fold")}
-        return self.window_helpers[key]
+def _name_window_helpers(cx: RenderContext) -> None:
+    """Name the window helpers (``einflow.export.windows``), once, the first time a read needs them."""
+    for key in _WINDOW_HELPERS:
+        cx.names.once[key] = cx.fresh("_" + key)
 
-    def size(self, ref: SizeRef) -> str:
-        if isinstance(ref, Inferred):
-            return f"{self.range_names[ref.statement]}[{ref.index!r}]"
-        return super().size(ref)
 
-    def window(self, step: Window | Scatter) -> str:  # type: ignore[override]
-        gathers = "".join(f", {self.var(g)}" for g in step.gathers)
-        if isinstance(step, Window):
-            mode = f", mode={step.mode!r}" if step.mode != "zeros" else ""
-            return (f"{self.window_helper('window')}({self.var(step.arg)}, {self.shape_text(step.sizes)}, "
-                    f"{window_data(step)!r}{gathers}{mode})")
-        return (f"{self.window_helper('scatter')}({self.var(step.arg)}, {self.shape_text(step.sizes)}, "
-                f"{scatter_data(step)!r}{gathers})")
+#: the window helpers the exported source defines when it has shifted or gathered reads, in the order named
+_WINDOW_HELPERS = ("ranges", "flat", "window", "scatter", "fold")
 
-    def step_lines(self, step: Step) -> list[str]:
-        lines = []
-        for statement, known, reads, padded in self.lowered.ranges:  # the ranges of this statement and before
-            if statement > step.statement or statement in self.range_names:
-                continue
-            sizes = ", ".join(f"{index!r}: {self.size(ref)}" for index, ref in known if ref != -1)
-            listed = ", ".join(f"({self.size(length)}, {terms!r}, {offset}, {lenient})"
-                               for length, terms, offset, lenient in reads)
-            name = self.fresh(f"_ranges{statement}")
-            lines.append(f"{name} = {self.window_helper('ranges')}(({listed},), {{{sizes}}}, {padded!r})")
-            self.range_names[statement] = name
-        return lines + super().step_lines(step)
+
+def _step_lines(cx: RenderContext, step: Step) -> list[str]:
+    """A step's lines without shapes, after the ranges of its statement and those before (shifted reads: each
+    statement's ranges inferred from the arrays' shapes at run time)."""
+    lines = []
+    for statement, known, reads, padded in cx.lowered.ranges:
+        if statement > step.statement or statement in cx.range_names:
+            continue
+        sizes = ", ".join(f"{index!r}: {codegen.size(cx, ref)}" for index, ref in known if ref != -1)
+        listed = ", ".join(f"({codegen.size(cx, length)}, {terms!r}, {offset}, {lenient})"
+                           for length, terms, offset, lenient in reads)
+        name = cx.fresh(f"_ranges{statement}")
+        if "ranges" not in cx.names.once:
+            _name_window_helpers(cx)
+        lines.append(f"{name} = {cx.names.once['ranges']}(({listed},), {{{sizes}}}, {padded!r})")
+        cx.range_names[statement] = name
+    if isinstance(step, (Window, Scatter)):
+        return [*lines, f"{cx.var(step.out)} = {_window_text(cx, step)}"]
+    return lines + codegen.step_lines(cx, step)
 
 
 def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
@@ -116,23 +119,28 @@ def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
     if dialect is None:
         raise EinflowError(f"to_source: target={target!r} is not one of {', '.join(map(repr, DIALECTS))}")
     lowered = lower(program)
-    source = _Exported(lowered, _tensor_names(program.ir) | {name}, dialect)
+    names = Names(lowered, _tensor_names(program.ir) | {name})
+    cx = RenderContext(names, lowered, dialect, generic_booleans(lowered), tensor_literals=dialect.typed_literals)
     body: list[str] = []
-    inputs = [source.vars[k] for k in range(len(lowered.inputs))]
-    if source.keyword_inputs:
-        kwargs = source.fresh("_arrays")
-        for tensor, var in source.keyword_inputs:
+    inputs = [names.vars[k] for k in range(len(lowered.inputs))]
+    if names.keyword_inputs:
+        kwargs = names.fresh("_arrays")
+        for tensor, var in names.keyword_inputs:
             body.append(f"    {var} = {kwargs}.pop({tensor!r})")
         body.append(f"    if {kwargs}:")
         body.append(f"        raise TypeError(f\"unexpected arguments: {{sorted({kwargs})}}\")")
     if inputs:
-        convert = source.helper("input")
+        convert = names.helper("input")
         body.append("    # inputs as einflow sees them: arrays, with Python int/float kept as weak scalars")
         line = f"    {', '.join(inputs)} = " + ", ".join(f"{convert}({var})" for var in inputs)
         body.extend([line] if len(line) <= 100 else [f"    {var} = {convert}({var})" for var in inputs])
-    body.extend(source.body())
-    output = source.helper("output")
-    returned = [f"{output}({value})" for value in source.returned()]
+    number = 0
+    for comment, steps in codegen.statement_steps(lowered):
+        body.append(comment)
+        for step in steps:
+            number = codegen.annotate(cx, step, _step_lines(cx, step), number, body)
+    output = names.helper("output")
+    returned = [f"{output}({value})" for value in codegen.returned(cx)]
     # value_and_grad programs group their gradients when called (einflow.derivatives.ValueAndGrad)
     if lowered.returns_tuple and grouped is not None and len(returned) > 1:
         rest = _tuple(returned[1:]) if grouped else returned[1]
@@ -141,20 +149,21 @@ def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
         body.append(f"    return {_tuple(returned)}")
     else:
         body.append(f"    return {returned[0]}")
-    alias = source.alias
+    alias = names.alias
     module = dialect.module
     header = [f'"""Generated by einflow.export.to_source: needs only {module} and opt_einsum."""', "",
               f"import {module} as {alias['np']}", f"import opt_einsum as {alias['oe']}", ""]
     for key in HELPER_KEYS:
-        if key in source.used_helpers:
-            header.extend(["", source.helper_text(key), ""])
-    if source.window_helpers:
-        texts = helper_texts(dialect, {"np": alias["np"], **source.window_helpers})
+        if key in names.used_helpers:
+            header.extend(["", helper_text(dialect, key, alias), ""])
+    if "ranges" in names.once:
+        window_helpers = {key: names.once[key] for key in _WINDOW_HELPERS}
+        texts = helper_texts(dialect, {"np": alias["np"], **window_helpers})
         header.extend(line for key in ("ranges", "flat", "fold", "window", "scatter") for line in ("", texts[key], ""))
-    parameters = list(source.parameters)
-    if source.keyword_inputs:
+    parameters = list(names.parameters)
+    if names.keyword_inputs:
         parameters.append("**" + kwargs)
-    signature = f"*, {', '.join(parameters)}" if source.parameters else ", ".join(parameters)
+    signature = f"*, {', '.join(parameters)}" if names.parameters else ", ".join(parameters)
     program_text = ir.format_program(program.ir).replace("\\", "\\\\")
     doc = "\n".join("        " + line for line in program_text.splitlines())
     header.extend(["", f"def {name}({signature}):", '    """Compute the einflow program', "", doc, '    """'])

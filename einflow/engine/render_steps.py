@@ -1,0 +1,122 @@
+"""The specialised texts of contractions and elementwise steps: functions of the rendering's context and a step.
+
+A contraction as the record planned it (direct BLAS calls on numpy, ``einflow.engine.kernels``; a native
+convolution; an ``opt_einsum`` expression elsewhere); an elementwise step as the record rewrote it (a large
+product's small factors first), block by block on threads where the record planned blocks
+(``einflow.engine.blocks``). Read by :mod:`einflow.engine.render` for a step left whole and by
+:mod:`einflow.engine.render_fitted` for each slice or chunk of one.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+from dataclasses import replace
+
+import numpy as np
+import opt_einsum as oe
+
+from einflow.engine import codegen
+from einflow.engine.blocks import render_kernel, run_blocks
+from einflow.engine.context import RenderContext
+from einflow.engine.convolution import convolution_kernel
+from einflow.engine.measure import NP, OPS, common_dtype, one_float_type
+from einflow.engine.steps import Contract, Elementwise, node_args
+
+__all__ = ["contract_text", "elementwise_text"]
+
+
+def contract_text(cx: RenderContext, step: Contract) -> str:
+    """A contraction as the record planned it, times its scale."""
+    record, backend, dialect = cx.record, cx.record.backend, cx.dialect
+    fused = record.convolutions.get(step.out)
+    if fused is not None:  # one native convolution (einflow.engine.convolution)
+        spec, args = fused
+        helper = cx.names.alias.get("convolve") or "_convolve"
+        cx.namespace[helper] = convolution_kernel(backend)
+        arguments = ", ".join(cx.var(register) for register in args)
+        dtype = str(common_dtype(record.dtypes, step))
+        return codegen.scaled(cx, f"{helper}({arguments}, {spec!r}, {dtype!r})", step.scale)
+    planned = record.contractions[step.out]
+    equation, shapes, orders = planned.equation, planned.shapes, planned.orders
+    operands = [cx.var(register) if order == tuple(range(len(order)))
+                else f"{cx.var(register)}.permute({order})" for register, order in zip(step.args, orders)]
+    if len(step.args) > 2 or step.scale or not dialect.numpy_types:  # (torch: int64 * float32 is float32)
+        # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
+        # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);
+        # two arrays alone already promote like numpy
+        common = common_dtype(record.dtypes, step)
+        for position, register in enumerate(step.args):
+            dtype = record.dtypes[register]
+            if not isinstance(dtype, type) and np.dtype(dtype) != common:
+                operands[position] = codegen.astype(cx, operands[position], str(common))
+    output_elements = math.prod(record.shapes[step.out])
+    scaled_inside = False
+    fresh = in_place = False
+    if backend.pairwise_kernels:
+        # each pairwise step as a direct call: a GEMM-shaped one as dot / matmul on (transposed) views,
+        # an elementwise product as `*`, the rest einsum (torch: through einflow.engine.backends.torch_ops)
+        ops = cx.names.once.get("ops")
+        if not backend.numpy_native and ops is None:  # (torch: its ops module)
+            ops = cx.names.once["ops"] = cx.fresh("_ops")
+            cx.namespace[ops] = importlib.import_module(backend.einsum_backend)
+        in_place, fresh = planned.in_place, planned.fresh
+        # numpy: the scale multiplies the smallest operand, intermediate or result (the dot product in
+        # `w[i] t[i] t[p]`); torch scales the contraction's own new array in place (below)
+        scale = codegen.scaled(cx, "", step.scale) if step.scale and backend.numpy_native else None
+        assert planned.text is not None
+        text = planned.text.format(*operands, scale=scale).replace(NP, cx.names.alias["np"]) \
+            .replace(OPS, ops or "_ops")
+        scaled_inside = scale is not None
+    else:
+        if step.scale:
+            smallest = min(range(len(shapes)), key=lambda k: math.prod(shapes[k]))
+            if math.prod(shapes[smallest]) < output_elements:
+                scaled_inside = True
+                operands[smallest] = "(" + codegen.scaled(cx, operands[smallest], step.scale) + ")"
+        name = cx.fresh(f"_contract{step.out}")
+        cx.namespace[name] = oe.contract_expression(equation, *shapes, optimize=planned.path)
+        text = f"{name}({', '.join(operands)}, backend={backend.einsum_backend!r})"
+    if step.scale and not scaled_inside:
+        scaled = codegen.scaled(cx, "{x}", step.scale)
+        if dialect.in_place and fresh and in_place and scaled.startswith("{x} * "):
+            # the contraction's own new array, scaled in place
+            return f"{text}.mul_({scaled[len('{x} * '):]})"
+        text = codegen.scaled(cx, text, step.scale)
+    return text
+
+
+def elementwise_text(cx: RenderContext, step: Elementwise) -> str:
+    """An elementwise step as the record planned it (torch: in place on the arrays it makes, where it reads and
+    makes one floating type)."""
+    if one_float_type(cx.dialect, cx.record.dtypes, node_args(step.expr), step.out):
+        cx = replace(cx, in_place=True)
+    planned = cx.record.expressions[step.out]
+    step = replace(step, expr=planned.expr)  # a large product's small factors multiplied first
+    # (a step fused into a chunked reduction, or computed in chunks into its result, is rendered for one
+    # chunk there: one expression)
+    fitting = cx.fitting
+    if planned.blocks is not None and step.out not in fitting.fused and step.out not in fitting.pieces:
+        return _blocks_text(cx, step)
+    return codegen.elementwise(cx, step)
+
+
+def _blocks_text(cx: RenderContext, step: Elementwise) -> str:
+    """The step computed block by block (``einflow.engine.blocks``) as the record planned it."""
+    blocks = cx.record.expressions[step.out].blocks
+    assert blocks is not None
+    shape = cx.record.shapes[step.out]
+    name = cx.fresh(f"_kernel{step.out}")
+    kernel = render_kernel(name, step.expr, cx.names.alias["np"], functools.partial(codegen.number, cx),
+                           functools.partial(codegen.size, cx))
+    assert kernel is not None
+    operands = [codegen.arg(cx, arg) for arg in kernel.operands]
+    cx.kernels.append(kernel.text)
+    runner = cx.names.once.get("blocks")
+    if runner is None:
+        runner = cx.names.once["blocks"] = cx.fresh("_run_blocks")
+        cx.namespace[runner] = run_blocks
+    listed = ", ".join(operands) + ("," if len(operands) == 1 else "")
+    return (f"{runner}({name}, ({listed}), {blocks.sliced!r}, {shape!r}, "
+            f"{str(np.dtype(cx.record.dtypes[step.out]))!r}, {blocks.rows}, {kernel.buffers})")
