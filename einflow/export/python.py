@@ -12,7 +12,7 @@ from typing import Any
 
 from einflow.engine.codegen import Source, usable
 from einflow.engine.dialect import DIALECTS, Dialect
-from einflow.engine.helpers import HELPER_KEYS
+from einflow.engine.helpers import HELPER_KEYS, WINDOW_KEYS, WINDOW_NEEDS
 from einflow.engine.lower import lower
 from einflow.engine.steps import Inferred, Lowered, Scatter, SizeRef, Step, Window
 from einflow.export.windows import helper_texts, scatter_data, window_data
@@ -60,8 +60,9 @@ class _Exported(Source):
 
     def window_helper(self, key: str) -> str:
         if not self.window_helpers:
-            self.window_helpers = {key: self.fresh("_" + key) for key in ("ranges", "flat", "window", "scatter",
-                                                                          "fold")}
+            self.window_helpers = {key: self.fresh("_" + key) for key in WINDOW_KEYS}
+            for need in WINDOW_NEEDS:  # the operations they are written over
+                self.helper(need)
         return self.window_helpers[key]
 
     def size(self, ref: SizeRef) -> str:
@@ -149,8 +150,8 @@ def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
         if key in source.used_helpers:
             header.extend(["", source.helper_text(key), ""])
     if source.window_helpers:
-        texts = helper_texts(dialect, {"np": alias["np"], **source.window_helpers})
-        header.extend(line for key in ("ranges", "flat", "fold", "window", "scatter") for line in ("", texts[key], ""))
+        texts = helper_texts(dialect, {**alias, **source.window_helpers})
+        header.extend(line for key in WINDOW_KEYS for line in ("", texts[key], ""))
     parameters = list(source.parameters)
     if source.keyword_inputs:
         parameters.append("**" + kwargs)
