@@ -175,7 +175,7 @@ def reduce(kind, x, axis):
         return e / total
     if kind == "log_softmax":
         return shifted - xp.log(total)
-    return (xp.log(total) + shift).reshape(tuple(n for k, n in enumerate(x.shape) if k not in axis))
+    return (xp.log(total) + shift).squeeze(axis=axis)
 
 
 def flagged(bad):
