@@ -112,7 +112,10 @@ def strided_view(array, shape, planned):
         for label, coefficient in terms:
             strides[label] += coefficient * array.strides[axis]
     start = tuple(slice(position[2], None) for position in planned)
-    return xp.lib.stride_tricks.as_strided(array[start], shape=shape, strides=tuple(strides), writeable=False)
+    view = xp.lib.stride_tricks.as_strided(array[start], shape=shape, strides=tuple(strides))
+    if hasattr(view, "setflags"):  # (numpy's: never written through, its elements overlap; cupy's has no flag)
+        view.setflags(write=False)
+    return view
 
 
 def extreme(which, x, axis, keepdims=False):
