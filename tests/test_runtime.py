@@ -8,7 +8,16 @@ import pytest
 import einflow as ef
 from einflow.engine import runtime
 from einflow.engine.dialect import DIALECTS, JAX, NUMPY, TORCH
-from einflow.engine.helpers import HELPER_KEYS, function_source, helper_text, helpers
+from einflow.engine.helpers import (
+    HELPER_KEYS,
+    HELPER_NEEDS,
+    WINDOW_KEYS,
+    function_source,
+    helper_needs,
+    helper_text,
+    helpers,
+)
+from einflow.engine.runtime_numpy import PRIMITIVES
 
 ALIAS = {key: f"_{key}" for key in ("np", "oe", *HELPER_KEYS)}
 
@@ -16,7 +25,31 @@ ALIAS = {key: f"_{key}" for key in ("np", "oe", *HELPER_KEYS)}
 def test_every_helper_is_a_function_of_the_runtime_module() -> None:
     for key in HELPER_KEYS:
         assert callable(getattr(runtime, key)), key
-        assert function_source("einflow.engine.runtime", key) is not None
+        assert (function_source("einflow.engine.runtime", key) or
+                function_source("einflow.engine.runtime_numpy", key)) is not None, key
+
+
+@pytest.mark.parametrize("module", ["einflow.engine.runtime_torch", "einflow.engine.runtime_jax"])
+def test_a_dialect_module_redefines_only_the_table(module: str) -> None:
+    """One implementation per algorithm: torch's and jax's modules hold only the operations their libraries
+    spell differently; softmax, the linear algebra, windows and scatter-adds are runtime's alone."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    with open(spec.origin, encoding="utf-8") as file:
+        defined = {node.name for node in ast.parse(file.read()).body if isinstance(node, ast.FunctionDef)}
+    assert defined <= set(PRIMITIVES), sorted(defined - set(PRIMITIVES))
+    for algorithm in ("reduce", "linalg", "solve", "divide", "diagonal", *WINDOW_KEYS):
+        assert function_source(module, algorithm) is None
+
+
+def test_helper_needs_are_what_the_sources_call() -> None:
+    keys = (*HELPER_KEYS, *(key for key in WINDOW_KEYS if key != "fold"))
+    for key in keys:
+        found = set().union(*(helper_needs(dialect, key) for dialect in DIALECTS.values()))
+        assert set(HELPER_NEEDS.get(key, ())) == found & set(HELPER_KEYS), key
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
@@ -29,8 +62,8 @@ def test_helper_text_is_the_function_renamed(dialect: str) -> None:
 
 
 def test_a_local_variable_named_like_a_helper_keeps_its_name() -> None:
-    text = helper_text(TORCH, "linalg", ALIAS)
-    assert "sign, logdet = _np.linalg.slogdet(x)" in text
+    text = helper_text(TORCH, "solve", ALIAS)
+    assert "flat = B.reshape(" in text and "_lu_solved(M, flat)" in text
     assert "from jax.scipy.special import erf\n    return erf(_as_float(x))" in helper_text(JAX, "erf", ALIAS)
 
 
@@ -69,10 +102,47 @@ def test_torch_helpers_directly() -> None:
     torch = pytest.importorskip("torch")
     from einflow.engine import runtime_torch
 
+    on_torch = helpers(ALIAS, TORCH, torch)
     x = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64)
-    np.testing.assert_allclose(runtime_torch.reduce("softmax", x, (1,)).numpy(),
+    np.testing.assert_allclose(on_torch["_reduce"]("softmax", x, (1,)).numpy(),
                                runtime.reduce("softmax", x.numpy(), (1,)))
     assert runtime_torch.sign(torch.tensor([float("nan")])).isnan().all()
+    matrix = torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
+    for kind in ("inv", "spd_inv", "spd_logdet", "det", "sign_det", "logdet", "adj", "spd_factor"):
+        np.testing.assert_allclose(on_torch["_linalg"](kind, matrix, (0, 1)).numpy(),
+                                   runtime.linalg(kind, matrix.numpy(), (0, 1)), err_msg=kind)
+    rhs = torch.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=torch.float64)
+    for kind in ("solve", "spd_solve"):
+        np.testing.assert_allclose(on_torch["_solve"](kind, matrix, (0, 1), rhs, 0, True).numpy(),
+                                   runtime.solve(kind, matrix.numpy(), (0, 1), rhs.numpy(), 0, True), err_msg=kind)
+    with pytest.raises(ValueError, match="singular"):
+        on_torch["_linalg"]("inv", torch.zeros((2, 2), dtype=torch.float64), (0, 1))
+
+
+@pytest.mark.parametrize("dialect", ["torch", "jax"])
+def test_windows_and_scatters_agree_with_numpy(dialect: str) -> None:
+    """The one window and scatter-add algorithm, bound for each library, gives numpy's values."""
+    module = pytest.importorskip("torch" if dialect == "torch" else "jax.numpy")
+    from einflow.engine.helpers import bound_helpers
+
+    mine, numpy_ = bound_helpers(DIALECTS[dialect], module), bound_helpers(NUMPY, np)
+    x = np.arange(24.0).reshape(4, 6)
+    rows = np.array([2, 0, 3])
+    shifted = (("affine", ((0, 2), (1, 1)), -1), ("gather", 0, (2,)))
+    expected = numpy_["window"](x, (2, 2, 3), shifted, rows)
+    got = mine["window"](module.asarray(x), (2, 2, 3), shifted, module.asarray(rows))
+    np.testing.assert_array_equal(np.asarray(got), expected)
+    strided = (("affine", ((0, 1), (1, 1)), 0), ("affine", ((2, 2),), 1))
+    np.testing.assert_array_equal(np.asarray(mine["window"](module.asarray(x), (3, 2, 3), strided)),
+                                  numpy_["window"](x, (3, 2, 3), strided))
+    value = np.arange(12.0).reshape(3, 4)
+    positions = (("affine", ((0, 1), (1, 1)), -1), ("gather", 0, (1,)))
+    where = np.array([1, 1, 0, 2])
+    expected = numpy_["scatter"](value, (5, 3), positions, where)
+    got = mine["scatter"](module.asarray(value), (5, 3), positions, module.asarray(where))
+    np.testing.assert_array_equal(np.asarray(got), expected)
+    np.testing.assert_array_equal(np.asarray(mine["diagonal"](module.asarray([1.0, 2.0]), (2, 2), ((0, 1),))),
+                                  [[1.0, 0.0], [0.0, 2.0]])
 
 
 def test_exported_source_defines_the_runtime_functions() -> None:
@@ -88,6 +158,7 @@ def test_the_generated_code_calls_the_runtime_functions_themselves() -> None:
     from einflow.engine import runtime_torch
 
     on_torch = helpers(ALIAS, TORCH, torch)
-    assert on_torch["_reduce"].__code__ is runtime_torch.reduce.__code__
+    assert on_torch["_reduce"].__code__ is runtime.reduce.__code__  # one implementation
+    assert on_torch["_extreme"].__code__ is runtime_torch.extreme.__code__  # (torch's own amax)
     assert on_torch["_owned"].__code__ is runtime.owned.__code__  # (numpy's: torch has no own)
     assert on_torch["_np"] is torch

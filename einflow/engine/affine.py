@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from einflow.engine.dialect import JAX, TORCH, Dialect
+from einflow.engine.dialect import JAX, NUMPY, TORCH, Dialect
+from einflow.engine.helpers import bound_helpers
 from einflow.lang import ir
 from einflow.lang.errors import GatherIndexError, ShapeError
 from einflow.lang.indices import position_bounds
@@ -187,42 +188,33 @@ def _distinct_axes(values: Any, axes: tuple[int, ...]) -> tuple[Any, tuple[int, 
     return values, axes
 
 
-def _broadcast_shape(rank: int, axes: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
-    shape = [1] * rank
-    for axis, size in zip(axes, sizes):
-        shape[axis] = size
-    return tuple(shape)
+def _runtime(xp: Any) -> dict[str, Any]:
+    """The runtime helpers (``einflow.engine.runtime``: the exported code's own) bound for the array module ``xp``."""
+    return bound_helpers(next((dialect for dialect in (TORCH, JAX) if dialect.module == xp.__name__), NUMPY), xp)
+
+
+def _prepared(positions: tuple[Any, ...], gathers: tuple[Any, ...], name: str) -> tuple[tuple[Any, ...], list[Any]]:
+    """The positions and gathers as the runtime helpers read them: each gather checked inside its axis (a
+    GatherIndexError naming the read), signed, with one axis per distinct index (``("gather", k, label axes)``)."""
+    planned: list[Any] = []
+    values = list(gathers)
+    for axis, position in enumerate(positions):
+        if position[0] == "gather":
+            _, k, axes, length = position
+            _check_gather(values[k], name, axis, length)
+            values[k], axes = _distinct_axes(_signed(values[k]), axes)
+            position = ("gather", k, axes)
+        planned.append(position)
+    return tuple(planned), values
 
 
 def _flat_positions(xp: Any, spec: WindowSpec, padded_shape: tuple[int, ...], gathers: tuple[Any, ...],
-                    arange: Any) -> Any:
-    """Flat positions into the (padded, C-ordered) array for every element of the window, broadcast."""
+                    like: Any = None) -> Any:
+    """Flat positions into the (padded, C-ordered) array for every element of the window, broadcast: the
+    runtime's ``flat`` (the exported code's), on the device of ``like``."""
     shape, _, positions, name, _ = spec
-    rank = len(shape)
-    flat: Any = 0
-    stride = 1
-    strides = []
-    for length in reversed(padded_shape):
-        strides.append(stride)
-        stride *= length
-    strides.reverse()
-    for axis, position in enumerate(positions):
-        if position[0] == "affine":
-            _, terms, offset = position
-            value: Any = offset
-            for label, coefficient in terms:
-                value = value + coefficient * arange(shape[label]).reshape(_broadcast_shape(rank, (label,),
-                                                                                          (shape[label],)))
-        else:
-            _, k, axes, length = position
-            values = gathers[k]
-            _check_gather(values, name, axis, length)
-            values, axes = _distinct_axes(_signed(values), axes)
-            order = sorted(range(len(axes)), key=lambda a: axes[a])
-            values = _permuted(values, tuple(order))
-            value = values.reshape(_broadcast_shape(rank, tuple(sorted(axes)), tuple(shape[a] for a in sorted(axes))))
-        flat = flat + value * strides[axis]
-    return flat
+    planned, values = _prepared(positions, gathers, name)
+    return _runtime(xp)["flat"](tuple(padded_shape), shape, planned, values, like)
 
 
 def take_labels(spec: WindowSpec, source_shape: tuple[int, ...]) -> tuple[int, list[int]] | None:
@@ -274,14 +266,8 @@ def window_numpy(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
         if taken is not None:
             return taken
     if not _strided(spec) or not hasattr(getattr(xp, "lib", None), "stride_tricks"):
-        flat = _flat_positions(xp, spec, tuple(array.shape), gathers, lambda n: xp.arange(n))
-        return xp.reshape(array, (-1,))[flat]
-    start = tuple(slice(position[2], None) for position in positions)
-    strides = [0] * len(shape)
-    for axis, (_, terms, _) in enumerate(positions):
-        for label, coefficient in terms:
-            strides[label] += coefficient * array.strides[axis]
-    return xp.lib.stride_tricks.as_strided(array[start], shape=shape, strides=tuple(strides))
+        return xp.reshape(array, (-1,))[_flat_positions(xp, spec, tuple(array.shape), gathers)]
+    return _runtime(xp)["strided_view"](array, shape, positions)
 
 
 def window_generic(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
@@ -292,11 +278,9 @@ def window_generic(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
         array = padded(xp, array, pads, mode)
     if xp.__name__.startswith("dask"):  # dask indexes by one flat vector of positions computed with numpy
         gathers = tuple(np.asarray(g) for g in gathers)
-        flat = _flat_positions(np, spec, tuple(array.shape), gathers, np.arange)
-        flat = np.broadcast_to(flat, shape).reshape(-1)
+        flat = np.broadcast_to(_flat_positions(np, spec, tuple(array.shape), gathers), shape).reshape(-1)
         return xp.reshape(xp.reshape(array, (-1,))[flat], shape)
-    flat = _flat_positions(xp, spec, tuple(array.shape), gathers, lambda n: xp.arange(n))
-    return xp.reshape(array, (-1,))[flat]
+    return xp.reshape(array, (-1,))[_flat_positions(xp, spec, tuple(array.shape), gathers)]
 
 
 def window_torch(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
@@ -307,14 +291,9 @@ def window_torch(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
     if pads is not None:
         array = padded(torch, array, pads, mode)
     if _strided(spec):
-        strides = [0] * len(shape)
-        offset = array.storage_offset()
-        for axis, (_, terms, start) in enumerate(positions):
-            offset += start * array.stride(axis)
-            for label, coefficient in terms:
-                strides[label] += coefficient * array.stride(axis)
-        if all(s >= 0 for s in strides):
-            return array.as_strided(shape, strides, offset)
+        view = _runtime(torch)["strided_view"](array, shape, positions)
+        if view is not None:
+            return view
     for axis, position in enumerate(positions):
         if position[0] == "gather":
             _check_integers(gathers[position[1]], spec[3], axis)
@@ -324,9 +303,7 @@ def window_torch(array: Any, spec: WindowSpec, *gathers: Any) -> Any:
         axis, order = rows
         _check_gather(gathers[0], spec[3], axis, array.shape[axis])
         return _permuted(array.index_select(axis, gathers[0].reshape(-1)), order)
-    flat = _flat_positions(torch, spec, tuple(array.shape), gathers,
-                           lambda n: torch.arange(n, device=array.device))
-    return array.reshape(-1)[flat]
+    return array.reshape(-1)[_flat_positions(torch, spec, tuple(array.shape), gathers, array)]
 
 
 def _row_gather(spec: WindowSpec, source_shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
@@ -406,44 +383,12 @@ def scatter_spec(labels: tuple[str, ...], sizes: tuple[int, ...], arg_labels: tu
     return tuple(sizes), tuple(arg_shape), tuple(planned), name
 
 
-def _scatter_positions(spec: ScatterSpec, gathers: tuple[Any, ...], arange: Any) -> tuple[Any, Any]:
-    """Flat positions in the (C-ordered) output for every element of the value, and which land inside."""
+def _scatter_positions(xp: Any, spec: ScatterSpec, gathers: tuple[Any, ...], like: Any = None) -> tuple[Any, Any]:
+    """Flat positions in the (C-ordered) output for every element of the value, and which land inside: the
+    runtime's ``scatter_positions`` (the exported code's), on the device of ``like``."""
     out_shape, value_shape, positions, name = spec
-    rank = len(value_shape)
-    strides, stride = [], 1
-    for length in reversed(out_shape):
-        strides.append(stride)
-        stride *= length
-    strides.reverse()
-    flat: Any = 0
-    inside: Any = None
-
-    def along(axis: int) -> Any:
-        return arange(value_shape[axis]).reshape(_broadcast_shape(rank, (axis,), (value_shape[axis],)))
-
-    for axis, position in enumerate(positions):
-        if position[0] == "plain":
-            value: Any = along(position[1])
-        elif position[0] == "affine":
-            value = position[2]
-            for source, coefficient in position[1]:
-                value = value + coefficient * along(source)
-            if len(position) > 3:  # folded back inside (pad circular/reflect/replicate): every value lands
-                value = fold(value, out_shape[axis], position[3])
-            else:
-                fits = (value >= 0) & (value < out_shape[axis])
-                inside = fits if inside is None else inside & fits
-        else:
-            _, k, axes, length = position
-            values = gathers[k]
-            _check_gather(values, name, axis, length)
-            values, axes = _distinct_axes(_signed(values), axes)
-            order = sorted(range(len(axes)), key=lambda a: axes[a])
-            values = _permuted(values, tuple(order))
-            placed = tuple(sorted(axes))
-            value = values.reshape(_broadcast_shape(rank, placed, tuple(value_shape[a] for a in placed)))
-        flat = flat + value * strides[axis]
-    return flat, inside
+    planned, values = _prepared(positions, gathers, name)
+    return _runtime(xp)["scatter_positions"](tuple(value_shape), tuple(out_shape), planned, values, like)
 
 
 def _slice_scatter(spec: ScatterSpec) -> tuple[tuple[int, ...], tuple[slice, ...], tuple[slice, ...]] | None:
@@ -502,7 +447,7 @@ def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
         return out
     value, spec = _in_memory_order(value, spec)
     value_shape = spec[1]
-    flat, inside = _scatter_positions(spec, gathers, xp.arange)
+    flat, inside = _scatter_positions(xp, spec, gathers)
     # (bincount copies a read-only broadcast view: one of the value's own shape is not made)
     if tuple(getattr(flat, "shape", ())) != tuple(value_shape) or not hasattr(flat, "reshape"):
         flat = xp.broadcast_to(flat, value_shape)
@@ -580,8 +525,7 @@ def scatter_torch(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
             return torch.ops.aten.embedding_dense_backward(flat, positions_, out_shape[0], -1, False).reshape(out_shape)
         out = torch.zeros(out_shape, dtype=value.dtype, device=value.device)
         return out.index_add_(axis, positions_, _permuted(value, order))
-    flat, inside = _scatter_positions(spec, tuple(g.long() for g in gathers),
-                                      lambda n: torch.arange(n, device=value.device))
+    flat, inside = _scatter_positions(torch, spec, tuple(g.long() for g in gathers), value)
     flat = torch.as_tensor(flat, device=value.device).broadcast_to(value_shape).reshape(-1)
     weights = value.reshape(-1)
     if inside is not None:
@@ -596,7 +540,7 @@ def scatter_jax(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
     import jax.numpy as jnp
 
     out_shape, value_shape, _, _ = spec
-    flat, inside = _scatter_positions(spec, gathers, jnp.arange)
+    flat, inside = _scatter_positions(jnp, spec, gathers)
     flat = jnp.broadcast_to(flat, value_shape).reshape(-1)
     total = math.prod(out_shape)
     if inside is not None:

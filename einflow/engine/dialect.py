@@ -39,7 +39,7 @@ class Dialect:
     brings operands to numpy's common type first; ``floats_before_division``: integer arrays are promoted to
     float64 before ``/`` (torch divides them in float32); ``kernel_spelling``: (numpy text, this dialect's
     text) replacements of ``einflow.engine.kernels``' pairwise calls; ``runtime``: the module whose functions override
-    ``einflow.engine.runtime``'s for this dialect (None: none do).
+    ``einflow.engine.runtime_numpy``'s table of operations for this dialect (None: none do).
     """
 
     name: str

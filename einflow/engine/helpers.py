@@ -20,20 +20,43 @@ from typing import Any
 from einflow.engine.dialect import Dialect
 from einflow.lang.errors import MatrixError
 
-__all__ = ["HELPER_KEYS", "WINDOW_KEYS", "HELPER_NEEDS", "helper_text", "helpers", "bound_helpers", "function_source"]
+__all__ = ["HELPER_KEYS", "WINDOW_KEYS", "HELPER_NEEDS", "WINDOW_NEEDS", "helper_needs", "helper_text", "helpers",
+           "bound_helpers", "function_source"]
 
-#: the helpers in the order generated code defines them
+#: the helpers in the order generated code defines them: the algorithms, then the operations they are written
+#: over that are not helpers themselves (``einflow.engine.runtime_numpy``'s table)
 HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
                "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve", "conj", "real", "imag",
-               "abs2")
+               "abs2", "flagged", "svd_adjugate", "dtype_kind", "astype", "arange_on", "zeros_on",
+               "asarray_on", "as_index", "permuted", "written", "added_at", "zero_padded", "taken", "strided_view",
+               "extreme", "constant", "true_divide", "outside", "cholesky_lower", "cholesky_solved",
+               "cholesky_inverted", "spd_inverted", "lu_inverted", "lu_solved", "adjugate")
 #: the helpers of exported code with shifted, strided or gathered reads (``einflow.export.windows``), in the
 #: order it defines them (``fold`` is ``einflow.lang.padding.fold``)
-WINDOW_KEYS = ("ranges", "flat", "fold", "window", "scatter")
-#: the helpers each helper calls
-HELPER_NEEDS = {"reciprocal": ("as_float",), "divide": ("as_float",), "erf": ("as_float",), "reduce": ("as_float",),
-                "linalg": ("as_float",), "solve": ("as_float",)}
-#: the module every dialect's helpers come from unless its own module has the function
-RUNTIME = "einflow.engine.runtime"
+WINDOW_KEYS = ("ranges", "flat", "fold", "window", "scatter_positions", "scatter")
+#: the helpers each helper calls, and those they call, in any dialect (``helper_needs``; a test holds them equal)
+HELPER_NEEDS: dict[str, tuple[str, ...]] = {
+    "reciprocal": ("as_float",), "divide": ("as_float", "true_divide"), "erf": ("as_float",),
+    "diagonal": ("arange_on", "zeros_on", "written"),
+    "reduce": ("as_float", "dtype_kind", "astype", "extreme", "constant"),
+    "linalg": ("as_float", "flagged", "svd_adjugate", "dtype_kind", "cholesky_lower", "cholesky_inverted",
+               "spd_inverted", "lu_inverted", "adjugate"),
+    "solve": ("as_float", "flagged", "dtype_kind", "astype", "zeros_on", "cholesky_lower", "cholesky_solved",
+              "lu_solved"),
+    "true_divide": ("as_float",), "cholesky_lower": ("flagged",),
+    "spd_inverted": ("flagged", "cholesky_lower", "lu_inverted"), "lu_inverted": ("flagged",),
+    "lu_solved": ("flagged",), "adjugate": ("svd_adjugate",),
+    "flat": ("arange_on", "permuted", "outside"),
+    "window": ("arange_on", "as_index", "permuted", "zero_padded", "taken", "strided_view", "outside"),
+    "scatter_positions": ("arange_on", "permuted"),
+    "scatter": ("arange_on", "asarray_on", "as_index", "permuted", "added_at"),
+}
+#: the helpers exported code with windows or scatter-adds defines besides ``WINDOW_KEYS``
+WINDOW_NEEDS = tuple(key for key in HELPER_KEYS if any(key in HELPER_NEEDS[window] for window in WINDOW_KEYS
+                                                        if window in HELPER_NEEDS))
+#: the module every dialect's algorithms come from, and the module of the operations they are written over as
+#: numpy spells them (a dialect's own module, ``Dialect.runtime``, respells some of those)
+RUNTIME, TABLE = "einflow.engine.runtime", "einflow.engine.runtime_numpy"
 #: the global names a helper's source may use that the generated code names its own way
 _GLOBALS = frozenset({"xp", "oe", *HELPER_KEYS, *WINDOW_KEYS})
 
@@ -70,15 +93,36 @@ def function_source(module: str, name: str) -> tuple[str, tuple[tuple[int, int, 
     return text, tuple(found)
 
 
+def _modules(dialect: Dialect) -> tuple[str, ...]:
+    """Where ``dialect``'s helpers are looked up, first first: its own module, the table's, the algorithms'."""
+    return (*((dialect.runtime,) if dialect.runtime is not None else ()), TABLE, RUNTIME)
+
+
+def _source(dialect: Dialect, key: str) -> tuple[str, tuple[tuple[int, int, str], ...]]:
+    for module in _modules(dialect):
+        found = function_source(module, key)
+        if found is not None:
+            return found
+    raise AssertionError(key)
+
+
+def helper_needs(dialect: Dialect, key: str) -> frozenset[str]:
+    """The helpers ``key`` calls in ``dialect``, and those they call (not ``key`` itself)."""
+    found: set[str] = set()
+    todo = [key]
+    while todo:
+        for _, _, name in _source(dialect, todo.pop())[1][1:]:
+            if name in _GLOBALS and name not in ("xp", "oe", "fold", key) and name not in found:
+                found.add(name)
+                todo.append(name)
+    return frozenset(found)
+
+
 def helper_text(dialect: Dialect, key: str, alias: Mapping[str, str]) -> str:
     """The helper ``key`` as ``dialect``'s generated code defines it: its runtime function's source with the
     generated code's names (``alias``: ``np`` and ``oe`` for the modules, each helper key it calls for its
     helper)."""
-    found = function_source(dialect.runtime, key) if dialect.runtime is not None else None
-    if found is None:
-        found = function_source(RUNTIME, key)
-    assert found is not None, key
-    text, names = found
+    text, names = _source(dialect, key)
     names_of = {**alias, "xp": alias["np"]}
     lines = text.split("\n")
     for row, column, name in reversed(names):

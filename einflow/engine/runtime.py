@@ -1,10 +1,12 @@
-"""The generated code's runtime helpers, one real function per algorithm, written over numpy's API.
+"""The generated code's runtime helpers, one real function per algorithm, written over the array API.
 
 The array module is the global ``xp``: numpy here, and the array module of the plan where the generated code
 runs them (``einflow.engine.helpers`` compiles each function's own source, under the generated code's names,
-with ``xp`` bound to numpy, cupy, dask.array or jax.numpy). Exported source (``to_source``) is this source too.
-A dialect whose library spells an algorithm differently has its own module (``Dialect.runtime``): its
-functions replace these by name.
+with ``xp`` bound to numpy, cupy, dask.array, jax.numpy or torch). Exported source (``to_source``) is this
+source too. Every algorithm (softmax, the linear algebra, windows, scatter-adds) is one function here, written
+over what the array libraries share and over :data:`PRIMITIVES`: the few operations they spell differently
+(an array write, a scatter-add, the device of new arrays, dtype tests, the factorisations' entry points). A
+dialect's own module (``Dialect.runtime``) redefines those, and only those, by name.
 """
 
 from __future__ import annotations
@@ -12,11 +14,37 @@ from __future__ import annotations
 import numpy as xp
 import opt_einsum as oe
 
+# the operations numpy spells its own way (every one: the bound helpers find them here)
+from einflow.engine.runtime_numpy import PRIMITIVES as PRIMITIVES
+from einflow.engine.runtime_numpy import added_at as added_at
+from einflow.engine.runtime_numpy import adjugate as adjugate
+from einflow.engine.runtime_numpy import arange_on as arange_on
+from einflow.engine.runtime_numpy import as_index as as_index
+from einflow.engine.runtime_numpy import asarray_on as asarray_on
+from einflow.engine.runtime_numpy import astype as astype
+from einflow.engine.runtime_numpy import cholesky_inverted as cholesky_inverted
+from einflow.engine.runtime_numpy import cholesky_lower as cholesky_lower
+from einflow.engine.runtime_numpy import cholesky_solved as cholesky_solved
+from einflow.engine.runtime_numpy import constant as constant
+from einflow.engine.runtime_numpy import dtype_kind as dtype_kind
+from einflow.engine.runtime_numpy import extreme as extreme
+from einflow.engine.runtime_numpy import lu_inverted as lu_inverted
+from einflow.engine.runtime_numpy import lu_solved as lu_solved
+from einflow.engine.runtime_numpy import outside as outside
+from einflow.engine.runtime_numpy import permuted as permuted
+from einflow.engine.runtime_numpy import spd_inverted as spd_inverted
+from einflow.engine.runtime_numpy import strided_view as strided_view
+from einflow.engine.runtime_numpy import svd_adjugate as svd_adjugate
+from einflow.engine.runtime_numpy import taken as taken
+from einflow.engine.runtime_numpy import true_divide as true_divide
+from einflow.engine.runtime_numpy import written as written
+from einflow.engine.runtime_numpy import zero_padded as zero_padded
+from einflow.engine.runtime_numpy import zeros_on as zeros_on
 from einflow.lang.padding import fold
 
 __all__ = ["output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
            "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve", "conj", "real", "imag",
-           "abs2", "ranges", "flat", "window", "scatter"]
+           "abs2", "ranges", "flat", "window", "scatter", "scatter_positions", "flagged", "PRIMITIVES"]
 
 # ruff: noqa: A001 - the helpers are named as the generated code names them (``input``, ``reduce``)
 
@@ -43,7 +71,7 @@ def as_float(x):
 def reciprocal(x):
     """x ** -1 with einflow's promotion of integers to float64."""
     if isinstance(x, (int, float)):
-        return 1.0 / x if x != 0 else float(xp.copysign(xp.inf, x))
+        return 1.0 / x if x != 0 else float("inf") if str(float(x))[0] != "-" else float("-inf")
     return xp.reciprocal(as_float(x))
 
 
@@ -56,7 +84,7 @@ def divide(a, b):
         if a != a or a == 0:
             return float("nan")
         return float("inf") if (a > 0) == (str(float(b))[0] != "-") else float("-inf")
-    return a / b
+    return true_divide(a, b)
 
 
 def sigmoid(x):
@@ -91,12 +119,10 @@ def diagonal(value, shape, groups):
     """value written on the diagonals of a zero array of ``shape`` (groups[k]: the axes value's axis k runs along)."""
     index = [None] * len(shape)
     for k, axes in enumerate(groups):
-        positions = xp.arange(value.shape[k]).reshape(tuple(-1 if j == k else 1 for j in range(value.ndim)))
+        positions = arange_on(value.shape[k], value).reshape(tuple(-1 if j == k else 1 for j in range(value.ndim)))
         for axis in axes:
             index[axis] = positions
-    out = xp.zeros(shape, dtype=value.dtype)
-    out[tuple(index)] = value
-    return out
+    return written(zeros_on(shape, value.dtype, value), tuple(index), value)
 
 
 def owned(base, shape, value, coefficient=1):
@@ -128,21 +154,19 @@ def erf(x):
 
 def reduce(kind, x, axis):
     """A reduction or normaliser over axes, stable by construction (max-shifted exp)."""
-    if kind == "max":
-        return x.max(axis=axis)
-    if kind == "min":
-        return x.min(axis=axis)
+    if kind in ("max", "min"):
+        return extreme(kind, x, axis)
     if kind == "mean":
         return as_float(x).mean(axis=axis)
     if kind in ("argmax", "argmin"):
-        extreme = x.max(axis=axis, keepdims=True) if kind == "argmax" else x.min(axis=axis, keepdims=True)
-        hits = (x == extreme).astype(x.dtype) if x.dtype.kind == "f" else as_float(x == extreme)
+        hits = x == extreme(kind[3:], x, axis, True)
+        hits = astype(hits, x.dtype) if dtype_kind(x) == "f" else as_float(hits)
         return hits / hits.sum(axis=axis, keepdims=True)
     x = as_float(x)
-    if x.size == 0:
+    if 0 in x.shape:
         shift = xp.zeros_like(x.sum(axis=axis, keepdims=True))
-    else:
-        shift = x.max(axis=axis, keepdims=True)
+    else:  # shifted by the finite maximum (a constant: its derivatives cancel)
+        shift = constant(extreme("max", x, axis, True))
         shift = xp.where(xp.isfinite(shift), shift, 0)
     shifted = x - shift
     e = xp.exp(shifted)
@@ -154,6 +178,14 @@ def reduce(kind, x, axis):
     return (xp.log(total) + shift).squeeze(axis=axis)
 
 
+def flagged(bad):
+    """Whether any of the flags ``bad`` is set (False for a traced array, jax.jit's: it has no values to ask)."""
+    try:
+        return bool(bad.any())
+    except TypeError:
+        return False
+
+
 def linalg(kind, x, axes, name=None):
     """inv, det, logdet (log|det|), sign_det or adj (det inv, also of a singular matrix) of the matrices on ``axes``
     (rows, columns) of ``x``, batched over the rest; "symmetric"/"spd": ``x`` itself once checked (a ValueError
@@ -162,35 +194,13 @@ def linalg(kind, x, axes, name=None):
         return globals()["_dask_linalg"](kind, x, axes, name)
     error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
     called = f"matrix {name!r}" if name else "a matrix"
-    on_jax = xp.__name__.startswith("jax")
-
-    def refuse(bad, message):  # bad: an array of flags (jax: nan/inf instead of errors, so asked here)
-        try:
-            found = bool(bad.any())
-        except TypeError:  # a traced array (jax.jit): no values to check
-            return
-        if found:
-            raise error(message)
-
-    def by_svd(x):
-        """det(x) inv(x) of the matrices on the last two axes of ``x``, also singular ones: for x = U S V^H,
-        adj(x) = det(U) det(V^H) V diag(prod_(j != i) s_j) U^H (zero when two or more singular values are)."""
-        if x.shape[-1] == 0:
-            return x
-        u, s, vh = xp.linalg.svd(x)
-        ones = xp.ones_like(s[..., :1])
-        before = xp.cumprod(xp.concatenate([ones, s[..., :-1]], axis=-1), axis=-1)
-        after = xp.flip(xp.cumprod(xp.concatenate([ones, xp.flip(s[..., 1:], axis=-1)], axis=-1), axis=-1),
-                          axis=-1)
-        phase = xp.linalg.det(u) * xp.linalg.det(vh)
-        return phase[..., None, None] * (xp.conj(xp.swapaxes(vh, -1, -2)) * (before * after)[..., None, :]) @ \
-            xp.conj(xp.swapaxes(u, -1, -2))
-
+    not_positive = f"{called} is declared spd but is not positive definite"
+    singular = f"{called} is singular (a zero pivot in its LU factorisation): it has no inverse"
     if kind in ("symmetric", "spd", "spd_by_factor", "hermitian"):
         checks, kind = kind, "spd" if kind == "spd_by_factor" else kind
         if x.shape[axes[0]] != x.shape[axes[1]]:
             raise error(f"{called} is declared {kind} but is not square: its shape is {tuple(x.shape)}")
-        kind_of = xp.dtype(x.dtype).kind if hasattr(xp, "dtype") else "f"
+        kind_of = dtype_kind(x)
         if xp.__name__ == "numpy" and x.ndim == 2 and kind_of == "f" and x.size:
             # by blocks of rows against the columns' transposed blocks, the upper triangle only (no transposed
             # copy of the whole matrix); against the diagonal's largest magnitude first (at most the largest
@@ -208,120 +218,51 @@ def linalg(kind, x, axes, name=None):
                 worst <= tolerance * max(float(x.max()), -float(x.min()))
         else:
             try:
-                scale = float(abs(x).max()) if x.size else 0.0
+                scale = float(abs(x).max()) if 0 not in x.shape else 0.0
                 tolerance = max(1e-10, 100 * float(xp.finfo(x.dtype).eps)) if kind_of in "fc" else 1e-10
                 # a complex spd or hermitian matrix equals its conjugate transpose (LANGUAGE.md 9.2)
                 transposed = xp.swapaxes(x, -1, -2)
                 if kind != "symmetric" and kind_of == "c":
                     transposed = xp.conj(transposed)
-                symmetric = float(abs(x - transposed).max(initial=0.0)) <= tolerance * scale
+                symmetric = (float(abs(x - transposed).max()) if 0 not in x.shape else 0.0) <= tolerance * scale
             except TypeError:  # a traced array (jax.jit): no values to check
                 return x
         if not symmetric:
             shape = "Hermitian" if kind == "hermitian" or kind_of == "c" else "symmetric"
             raise error(f"{called} is declared {kind} but is not {shape}")
-        try:
-            positive = bool(xp.all(xp.isfinite(xp.linalg.cholesky(as_float(x))))) if checks == "spd" else True
-        except Exception as failed:  # numpy's LinAlgError (jax returns nan)
-            if type(failed).__name__ != "LinAlgError":
-                raise
-            positive = False
-        if not positive:
-            raise error(f"{called} is declared spd but is not positive definite")
+        if checks == "spd":
+            factor = cholesky_lower(as_float(x))
+            if factor is None or not bool(xp.all(xp.isfinite(factor))):
+                raise error(not_positive)
         return x
-    not_positive = f"{called} is declared spd but is not positive definite"
     x = xp.moveaxis(as_float(x), axes, (-2, -1))
     if kind.startswith("cho_"):  # x is a lower Cholesky factor
-        if kind != "cho_inv":
-            logdet = 2 * xp.log(xp.abs(xp.diagonal(x, axis1=-2, axis2=-1))).sum(axis=-1)
-            return logdet if kind == "cho_logdet" else xp.exp(logdet)
-        if xp.__name__ == "numpy" and x.ndim == 2:
-            try:  # LAPACK's inverse from the factor (potri)
-                from scipy.linalg import get_lapack_funcs
-            except ImportError:
-                pass
-            else:
-                inverse, info = get_lapack_funcs(("potri",), (x,))[0](x, lower=True)
-                return xp.tril(inverse) + xp.conj(xp.tril(inverse, -1).T)
-        eye = xp.eye(x.shape[-1], dtype=x.dtype)
-        lower_inverse = xp.linalg.solve(x, xp.broadcast_to(eye, x.shape))
-        return xp.moveaxis(xp.conj(xp.swapaxes(lower_inverse, -1, -2)) @ lower_inverse, (-2, -1), axes)
-    if kind == "spd_factor" and xp.__name__ == "numpy" and x.ndim == 2 and x.dtype.kind == "f":
-        try:  # LAPACK's potrf (numpy's own cholesky is about twice as slow on one matrix)
-            from scipy.linalg import get_lapack_funcs
-        except ImportError:
-            pass
-        else:
-            factor, info = get_lapack_funcs(("potrf",), (x,))[0](x, lower=True, clean=True)
-            if info > 0:
-                raise error(not_positive)
-            if info == 0:
-                return xp.moveaxis(factor, (-2, -1), axes)
-    if kind == "spd_inv" and xp.__name__ == "numpy" and x.ndim == 2 and x.dtype.kind == "f":
-        try:  # LAPACK's inverse from the Cholesky factor (potrf, potri): half the work of an LU inverse
-            from scipy.linalg import get_lapack_funcs
-        except ImportError:
-            pass
-        else:
-            potrf, potri = get_lapack_funcs(("potrf", "potri"), (x,))
-            factor, info = potrf(x, lower=True, clean=False)
-            if info > 0:
-                raise error(not_positive)
-            if info == 0:
-                inverse, info = potri(factor, lower=True)
-                if info == 0:
-                    lower = xp.tril(inverse)
-                    return lower + xp.conj(xp.tril(inverse, -1).T)
+        if kind == "cho_inv":
+            return xp.moveaxis(cholesky_inverted(x), (-2, -1), axes)
+        logdet = 2 * xp.log(xp.abs(xp.diagonal(x, 0, -2, -1))).sum(axis=-1)
+        return logdet if kind == "cho_logdet" else xp.exp(logdet)
+    if kind in ("inv", "spd_inv"):
+        inverse = lu_inverted(x) if kind == "inv" else spd_inverted(x)
+        if inverse is None:
+            raise error(singular if kind == "inv" else not_positive)
+        return xp.moveaxis(inverse, (-2, -1), axes)
     if kind.startswith("spd_"):
-        try:
-            factor = xp.linalg.cholesky(x)
-        except xp.linalg.LinAlgError:
-            raise error(not_positive) from None
-        if on_jax:  # jax's Cholesky of a matrix that is not positive definite is nan
-            refuse(~xp.isfinite(factor) & xp.isfinite(x).all(axis=(-2, -1), keepdims=True), not_positive)
+        factor = cholesky_lower(x)
+        if factor is None:
+            raise error(not_positive)
         if kind == "spd_factor":
             return xp.moveaxis(factor, (-2, -1), axes)
-        logdet = 2 * xp.log(xp.abs(xp.diagonal(factor, axis1=-2, axis2=-1))).sum(axis=-1)
-        if kind == "spd_logdet":
-            return logdet
-        if kind == "spd_det":
-            return xp.exp(logdet)
-        kind = "inv"
-    if kind == "adj" and x.shape[-1] == 0:
-        return xp.moveaxis(x, (-2, -1), axes)
-    if kind in ("inv", "adj") and on_jax and x.shape[-1]:  # numpy's rule: an exact zero pivot of the LU factorisation
-        import jax
-
-        pivots = xp.diagonal(jax.lax.linalg.lu(x)[0], axis1=-2, axis2=-1)
-        if kind == "inv":
-            refuse(pivots == 0, f"{called} is singular (a zero pivot in its LU factorisation): it has no inverse")
-        else:  # the adjugate by SVD (defined for every matrix, one jit-able form): adj(U S V^H) = ...
-            return xp.moveaxis(by_svd(x), (-2, -1), axes)
-    if kind == "inv":
-        try:
-            inverse = xp.linalg.inv(x)
-        except xp.linalg.LinAlgError:
-            raise error(f"{called} is singular (a zero pivot in its LU factorisation): it has no inverse") from None
-        return xp.moveaxis(inverse, (-2, -1), axes)
-    if kind == "adj":  # det(x) inv(x) by LU where every matrix is invertible, else by SVD (singular ones too)
-        try:
-            with xp.errstate(all="ignore"):
-                determinant = xp.linalg.det(x)
-                adjugate = determinant[..., None, None] * xp.linalg.inv(x)
-            if not xp.isfinite(adjugate).all() or not (determinant != 0).all():
-                raise xp.linalg.LinAlgError
-        except xp.linalg.LinAlgError:
-            adjugate = by_svd(x)
-        return xp.moveaxis(adjugate, (-2, -1), axes)
+        logdet = 2 * xp.log(xp.abs(xp.diagonal(factor, 0, -2, -1))).sum(axis=-1)
+        return logdet if kind == "spd_logdet" else xp.exp(logdet)
+    if kind == "adj":  # det(x) inv(x), also of a singular matrix
+        return xp.moveaxis(adjugate(x) if x.shape[-1] else x, (-2, -1), axes)
     if kind == "det":
         value = xp.linalg.det(x)
-    elif kind == "sign_det":
-        value = xp.linalg.slogdet(x)[0]
     else:
-        value = xp.linalg.slogdet(x)[1]
-    if xp.__name__ == "numpy" or kind == "sign_det":  # LAPACK's det of a matrix holding nan can be 0: nan
-        value = xp.where(xp.isnan(x).any(axis=(-2, -1)), xp.nan, value)
-    return value
+        value = xp.linalg.slogdet(x)[0 if kind == "sign_det" else 1]
+        value = value + 0 if kind == "sign_det" else value  # (a singular matrix's sign is 0, not -0)
+    # LAPACK's det of a matrix holding nan can be 0: nan
+    return xp.where(xp.isnan(x).any(axis=(-2, -1)), xp.nan, value) if 0 not in x.shape else value
 
 
 def solve(kind, M, axes, B, axis, transposed, name=None, batch=()):
@@ -332,8 +273,6 @@ def solve(kind, M, axes, B, axis, transposed, name=None, batch=()):
         return globals()["_dask_solve"](kind, M, axes, B, axis, transposed, name, batch)
     error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
     called = f"matrix {name!r}" if name else "a matrix"
-    singular = f"{called} is singular (a zero pivot in its LU factorisation): the system has no unique solution"
-    not_positive = f"{called} is declared spd but is not positive definite"
     k = len(batch)
     # a Cholesky factor keeps its orientation: a Hermitian matrix's transpose is its conjugate, so B^T inv(M) is
     # conj(inv(M) conj(B)) (a real one: inv(M) B)
@@ -344,69 +283,31 @@ def solve(kind, M, axes, B, axis, transposed, name=None, batch=()):
     B = xp.moveaxis(as_float(B), present + [axis], list(range(len(present) + 1)))
     for position, (_, b) in enumerate(batch):  # a right-hand side without a batch index: the same for each
         if b is None:
-            B = xp.expand_dims(B, position)
-    B = xp.broadcast_to(B, M.shape[:k] + B.shape[k:])
+            B = B.reshape(tuple(B.shape[:position]) + (1,) + tuple(B.shape[position:]))
+    B = xp.broadcast_to(B, tuple(M.shape[:k]) + tuple(B.shape[k:]))
     columns = 1
     for size in B.shape[k + 1:]:
         columns *= size
     if 0 in M.shape:  # no equations (or no matrices): numpy's empty answer
-        return xp.zeros(B.shape, dtype=xp.promote_types(M.dtype, B.dtype))
-    flat = B.reshape(B.shape[:k + 1] + (columns,))
-    on_jax = xp.__name__.startswith("jax")
-
-    def refuse(bad, message):  # jax: inf/nan instead of errors, so asked here
-        try:
-            found = bool(bad.any())
-        except TypeError:  # a traced array (jax.jit): no values to check
-            return
-        if found:
-            raise error(message)
-
+        return zeros_on(B.shape, xp.promote_types(M.dtype, B.dtype), B)
+    flat = B.reshape(tuple(B.shape[:k + 1]) + (columns,))
+    if M.dtype != flat.dtype:  # one type for both (torch solves in one: a complex matrix, a real right side)
+        common = xp.promote_types(M.dtype, flat.dtype)
+        M, flat = astype(M, common), astype(flat, common)
     if kind == "cho_solve":  # M is the lower Cholesky factor of an spd matrix (an "spd_factor" step's value)
-        flip = flip and xp.iscomplexobj(M)
-        flat = xp.conj(flat) if flip else flat
-        solved = None
-        if xp.__name__ == "numpy" and not k:
-            try:
-                from scipy.linalg import cho_solve
-            except ImportError:
-                pass
-            else:
-                solved = cho_solve((M, True), flat, check_finite=False)
-        if on_jax and not k:
-            from jax.scipy.linalg import cho_solve
-            solved = cho_solve((M, True), flat)
-        if solved is None:
-            solved = xp.linalg.solve(xp.conj(xp.swapaxes(M, -1, -2)), xp.linalg.solve(M, flat))
+        flip = flip and dtype_kind(M) == "c"
+        solved = cholesky_solved(M, xp.conj(flat) if flip else flat)
         return (xp.conj(solved) if flip else solved).reshape(B.shape)
-    if kind == "spd_solve" and xp.__name__ == "numpy" and not k:
-        try:
-            from scipy.linalg import cho_factor, cho_solve
-        except ImportError:
-            pass
-        else:
-            try:
-                factor = cho_factor(M, lower=True, check_finite=False)
-            except xp.linalg.LinAlgError:
-                raise error(not_positive) from None
-            return cho_solve(factor, flat, check_finite=False).reshape(B.shape)
     if kind == "spd_solve":
-        try:
-            factor = xp.linalg.cholesky(M)
-        except xp.linalg.LinAlgError:
-            raise error(not_positive) from None
-        if on_jax:
-            refuse(~xp.isfinite(factor) & xp.isfinite(M).all(axis=(-2, -1), keepdims=True), not_positive)
-        inner = xp.linalg.solve(factor, flat)
-        return xp.linalg.solve(xp.conj(xp.swapaxes(factor, -1, -2)), inner).reshape(B.shape)
-    if on_jax:  # numpy's rule: an exact zero pivot of the LU factorisation
-        import jax
-
-        refuse(xp.diagonal(jax.lax.linalg.lu(M)[0], axis1=-2, axis2=-1) == 0, singular)
-    try:
-        return xp.linalg.solve(M, flat).reshape(B.shape)
-    except xp.linalg.LinAlgError:
-        raise error(singular) from None
+        factor = cholesky_lower(M)
+        if factor is None:
+            raise error(f"{called} is declared spd but is not positive definite")
+        return cholesky_solved(factor, flat).reshape(B.shape)
+    solved = lu_solved(M, flat)
+    if solved is None:
+        raise error(f"{called} is singular (a zero pivot in its LU factorisation): the system has no unique "
+                    "solution")
+    return solved.reshape(B.shape)
 
 
 def conj(x):
@@ -493,8 +394,10 @@ def ranges(reads, sizes, padded):
     return sizes
 
 
-def flat(padded, shape, planned, gathers, device=None):
-    """Flat positions into a C-ordered array of shape ``padded`` for every element of a read (broadcast)."""
+def flat(padded, shape, planned, gathers, like=None):
+    """Flat positions into a C-ordered array of shape ``padded`` for every element of a read (broadcast), on the
+    device of ``like``. ``planned``: per axis ("affine", ((label axis, coefficient), ...), offset) or ("gather",
+    k, label axes of ``gathers[k]``'s axes)."""
     rank, flat, stride, strides = len(shape), 0, 1, []
     for length in reversed(padded):
         strides.insert(0, stride)
@@ -505,23 +408,23 @@ def flat(padded, shape, planned, gathers, device=None):
             for label, coefficient in position[1]:
                 view = [1] * rank
                 view[label] = shape[label]
-                value = value + coefficient * xp.arange(shape[label]).reshape(view)
+                value = value + coefficient * arange_on(shape[label], like).reshape(view)
         else:
             values, axes = gathers[position[1]], position[2]
-            if values.size and (values.min() < 0 or values.max() >= padded[axis]):
+            if outside(values, padded[axis]):
                 raise IndexError(f"a gather reads a position outside its axis of length {padded[axis]}")
             order = sorted(range(len(axes)), key=lambda a: axes[a])
             view = [1] * rank
             for a in axes:
                 view[a] = shape[a]
-            value = values.transpose(order).reshape(view)
+            value = permuted(values, order).reshape(view)
         flat = flat + value * strides[axis]
     return flat
 
 
 def window(array, shape, positions, *gathers, mode="zeros"):
-    """A shifted, strided or gathered read: a strided view (padded first where the reads leave the array: zeros,
-    or the array folded by ``mode``), or one take at flat positions where it gathers."""
+    """A shifted, strided or gathered read: a strided view where the library has one (padded first where the
+    reads leave the array: zeros, or the array folded by ``mode``), else one take at flat positions."""
     pads, planned = [], []
     for axis, position in enumerate(positions):
         if position[0] == "gather":
@@ -537,33 +440,33 @@ def window(array, shape, positions, *gathers, mode="zeros"):
         pads.append((max(0, -low), max(0, high - (array.shape[axis] - 1))))
         planned.append(("affine", terms, offset + pads[-1][0]))
     if any(pair != (0, 0) for pair in pads) and mode == "zeros":
-        array = xp.pad(array, pads)
+        array = zero_padded(array, pads)
     for axis, (before, after) in enumerate(pads if mode != "zeros" else ()):
         if before or after:
             length = array.shape[axis]
-            array = xp.take(array, fold(xp.arange(-before, length + after), length, mode), axis=axis)
-    if gathers or not all(shape):
-        return array.reshape(-1)[flat(array.shape, shape, planned, gathers)]
-    strides = [0] * len(shape)
-    for axis, (_, terms, _) in enumerate(planned):
-        for label, coefficient in terms:
-            strides[label] += coefficient * array.strides[axis]
-    start = tuple(slice(position[2], None) for position in planned)
-    return xp.lib.stride_tricks.as_strided(array[start], shape=shape, strides=tuple(strides), writeable=False)
+            array = taken(array, fold(arange_on(before + length + after, array) - before, length, mode), axis)
+    if not gathers and all(shape):
+        view = strided_view(array, shape, planned)
+        if view is not None:
+            return view
+    gathers = tuple(as_index(gather) for gather in gathers)
+    return array.reshape(-1)[flat(tuple(array.shape), shape, planned, gathers, array)]
 
 
-def scatter(value, shape, positions, *gathers):
-    """A scatter-add: each element of ``value`` added into a zeroed array of ``shape`` where ``positions`` put
-    it (a plain position: the same axis of ``value``); elements landing outside are dropped."""
-    rank, flat, inside, stride, strides = len(value.shape), 0, None, 1, []
+def scatter_positions(value_shape, shape, positions, gathers, like=None):
+    """Flat positions in a C-ordered array of ``shape`` for every element of a value of ``value_shape``
+    (broadcast), and which of them land inside it (None: all do). ``positions``: per axis ("plain", value
+    axis), ("affine", ((value axis, coefficient), ...), offset[, mode]) (a mode folds what lands outside back
+    onto the axis: pad circular|reflect|replicate) or ("gather", k, value axes of ``gathers[k]``'s axes)."""
+    rank, flat, inside, stride, strides = len(value_shape), 0, None, 1, []
     for length in reversed(shape):
         strides.insert(0, stride)
         stride *= length
 
     def along(axis):
         view = [1] * rank
-        view[axis] = value.shape[axis]
-        return xp.arange(value.shape[axis]).reshape(view)
+        view[axis] = value_shape[axis]
+        return arange_on(value_shape[axis], like).reshape(view)
 
     for axis, position in enumerate(positions):
         if position[0] == "plain":
@@ -582,16 +485,20 @@ def scatter(value, shape, positions, *gathers):
             order = sorted(range(len(axes)), key=lambda a: axes[a])
             view = [1] * rank
             for a in axes:
-                view[a] = value.shape[a]
-            place = values.transpose(order).reshape(view)
+                view[a] = value_shape[a]
+            place = permuted(values, order).reshape(view)
         flat = flat + place * strides[axis]
-    total, weights = 1, value.reshape(-1)
+    return flat, inside
+
+
+def scatter(value, shape, positions, *gathers):
+    """A scatter-add: each element of ``value`` added into a zeroed array of ``shape`` where ``positions`` put
+    it (a plain position: the same axis of ``value``); elements landing outside are dropped."""
+    gathers = tuple(as_index(gather) for gather in gathers)
+    flat, inside = scatter_positions(tuple(value.shape), shape, positions, gathers, value)
+    total = 1
     for length in shape:
         total *= length
-    flat = xp.broadcast_to(xp.asarray(flat), value.shape).reshape(-1)
-    keep = None if inside is None else xp.broadcast_to(xp.asarray(inside), value.shape).reshape(-1)
-    if keep is not None:
-        flat, weights = flat[keep], weights[keep]
-    out = xp.zeros(total, dtype=value.dtype)
-    xp.add.at(out, flat, weights)
-    return out.reshape(shape)
+    flat = xp.broadcast_to(asarray_on(flat, value), value.shape).reshape(-1)
+    keep = None if inside is None else xp.broadcast_to(asarray_on(inside, value), value.shape).reshape(-1)
+    return added_at(total, flat, value.reshape(-1), keep).reshape(shape)

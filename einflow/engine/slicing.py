@@ -308,8 +308,7 @@ def scatter_chunks(value: Any, spec: Any, rows: int, *gathers: Any) -> Any:
                 taken[k] = gathers[k][tuple(slice(start, stop) if not a else slice(None) for a in axes)]
                 moved.append(position)
         part = value[start:stop]
-        flat, inside = _scatter_positions((out_shape, tuple(part.shape), tuple(moved), name), tuple(taken),
-                                          np.arange)
+        flat, inside = _scatter_positions(np, (out_shape, tuple(part.shape), tuple(moved), name), tuple(taken))
         flat = np.broadcast_to(flat, part.shape).reshape(-1)
         weights = part.reshape(-1)
         if inside is not None:

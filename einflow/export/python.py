@@ -14,7 +14,7 @@ from typing import Any
 from einflow.engine import codegen
 from einflow.engine.context import Names, RenderContext, generic_booleans, usable
 from einflow.engine.dialect import DIALECTS
-from einflow.engine.helpers import HELPER_KEYS, helper_text
+from einflow.engine.helpers import HELPER_KEYS, WINDOW_KEYS, WINDOW_NEEDS, helper_text
 from einflow.engine.lower import lower
 from einflow.engine.steps import Scatter, Step, Window
 from einflow.export.windows import helper_texts, scatter_data, window_data
@@ -66,13 +66,12 @@ def _window_text(cx: RenderContext, step: Window | Scatter) -> str:
 
 
 def _name_window_helpers(cx: RenderContext) -> None:
-    """Name the window helpers (``einflow.export.windows``), once, the first time a read needs them."""
-    for key in _WINDOW_HELPERS:
+    """Name the window helpers (``einflow.export.windows``), once, the first time a read needs them, and mark the
+    operations they are written over as used."""
+    for key in WINDOW_KEYS:
         cx.names.once[key] = cx.fresh("_" + key)
-
-
-#: the window helpers the exported source defines when it has shifted or gathered reads, in the order named
-_WINDOW_HELPERS = ("ranges", "flat", "window", "scatter", "fold")
+    for need in WINDOW_NEEDS:
+        cx.names.helper(need)
 
 
 def _step_lines(cx: RenderContext, step: Step) -> list[str]:
@@ -157,9 +156,9 @@ def to_source(program: Any, name: str = "f", target: str = "numpy") -> str:
         if key in names.used_helpers:
             header.extend(["", helper_text(dialect, key, alias), ""])
     if "ranges" in names.once:
-        window_helpers = {key: names.once[key] for key in _WINDOW_HELPERS}
-        texts = helper_texts(dialect, {"np": alias["np"], **window_helpers})
-        header.extend(line for key in ("ranges", "flat", "fold", "window", "scatter") for line in ("", texts[key], ""))
+        window_helpers = {key: names.once[key] for key in WINDOW_KEYS}
+        texts = helper_texts(dialect, {**alias, **window_helpers})
+        header.extend(line for key in WINDOW_KEYS for line in ("", texts[key], ""))
     parameters = list(names.parameters)
     if names.keyword_inputs:
         parameters.append("**" + kwargs)

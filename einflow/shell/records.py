@@ -46,6 +46,14 @@ class SessionRecord:
     backend: str | None
     declarations: tuple[ir.MatrixDecl | ir.PadDecl, ...] = ()
 
+    def matrices(self) -> dict[str, str]:
+        """The declared matrices: name -> ``symmetric``, ``spd`` or ``hermitian``."""
+        return {name: d.kind for d in self.declarations if isinstance(d, ir.MatrixDecl) for name in d.names}
+
+    def pads(self) -> dict[str, str]:
+        """The padded tensors: name -> padding mode."""
+        return {name: d.mode for d in self.declarations if isinstance(d, ir.PadDecl) for name in d.names}
+
 
 def _kind(value: object) -> str:
     if value is None:

@@ -353,10 +353,8 @@ class Session:
 
     # ------------------------------------------------------------------ programs from history
     def program_for(self, target: str, cut: Iterable[str] = ()) -> str:
-        """The program text that computes ``target`` from data: its statement and those it depends on.
-
-        Names in ``cut`` are treated as inputs (their statements are left out).
-        """
+        """The program text that computes ``target`` from data: its statement and those it depends on (names in
+        ``cut`` are taken as inputs: their statements are left out)."""
         self._require_bound([target])
         if target not in self.definitions:
             raise SessionError(f"'{target}' is data ({self.origins.get(target, 'bound')}), not a statement; "
@@ -379,9 +377,8 @@ class Session:
         return program_text(self.definitions, self.sizes, kept, self.matrices, self.pads)
 
     def record(self) -> dict[str, Any]:
-        """What ``:save FILE.npz`` keeps beside the arrays so that ``:load`` restores a live session: the size
-        declarations, the matrix and padding declarations, the kept statements (stale ones too) and which names are
-        data."""
+        """What ``:save FILE.npz`` keeps beside the arrays so that ``:load`` restores a live session: the size,
+        matrix and padding declarations, the kept statements (stale ones too) and which names are data."""
         return make_record(self.definitions, self.sizes, self.stale, self.values, self.backend, self.matrices,
                            self.pads)
 
@@ -402,11 +399,8 @@ class Session:
         for decl in record.sizes:
             for index in decl.names:
                 self.sizes[index] = decl
-        for declaration in record.declarations:
-            if isinstance(declaration, ir.MatrixDecl):
-                self.matrices.update(dict.fromkeys(declaration.names, declaration.kind))
-            else:
-                self.pads.update(dict.fromkeys(declaration.names, declaration.mode))
+        self.matrices.update(record.matrices())
+        self.pads.update(record.pads())
         for saved in record.statements:
             self.definitions[saved.name] = Definition(saved.statement, saved.text,
                                                       reads_of(saved.statement, self.sizes),
