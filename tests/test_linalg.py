@@ -277,8 +277,16 @@ def test_real_gp_gradient_solves_once_per_right_hand_side() -> None:
     alpha, solved = np.linalg.solve(K, y), np.linalg.solve(K, X)
     assert np.allclose(gradient(X=X, y=y, s=0.5), solved - np.outer(alpha, alpha @ X))
     (plan,) = gradient._plans.values()
-    assert plan.source.count("_solve('cho_solve'") == 2 and plan.source.count("_linalg('spd_factor'") == 1
+    assert plan.source.count("_solve('cho_solve'") == 2 and plan.source.count("_linalg('spd_factor") == 1
     assert "spd_by_factor" not in plan.source and "zeros(" not in plan.source
+    assert "_linalg('spd_factor_in_place'" in plan.source  # K is the program's own and read no more
+    user = K.copy()  # a matrix of the caller's is never factorised in place, nor one read again
+    for text in ("spd K\nf = y[i] inv[i,j](K[i,j]) y[j]", "spd K\nf = y[i] inv[i,j](K[i,j]) y[j] + sum[i,j](K[i,j])",
+                 "spd K\nL[i,j] = K[j,i]\nspd L\nf = y[i] inv[i,j](L[i,j]) y[j]"):
+        for _ in range(2):
+            assert np.isclose(ef.compile(text)(K=user, y=y), y @ np.linalg.solve(K, y) + (
+                K.sum() if "sum" in text else 0))
+        assert np.array_equal(user, K)
     with pytest.raises(ef.MatrixError, match="'K' is declared spd but is not positive definite"):
         gradient(X=X, y=y, s=-1.0)
     # complex: K = Z Z^H is Hermitian, not symmetric: checked, and read in both orientations

@@ -11,12 +11,24 @@ from dataclasses import replace
 
 from einflow.engine.linalg import CHECK_KINDS, KEEPS_AXES, SPD_FACTORING, matrix_kind
 from einflow.engine.lower_context import Factor, LoweringContext, Value
-from einflow.engine.steps import Arg, Contract, Diagonal, Elementwise, Reduce, Solve, Step, arg_nodes, node_args
+from einflow.engine.steps import (
+    Add,
+    Arg,
+    Contract,
+    Diagonal,
+    Elementwise,
+    Free,
+    Reduce,
+    Solve,
+    Step,
+    arg_nodes,
+    node_args,
+)
 from einflow.lang import ir
 from einflow.lang.indices import free_indices, product_operands
 
 __all__ = ["lower_linalg", "check_matrix", "cholesky_factor", "linalg_step", "adjugates", "solves",
-           "shared_factorisations", "factored_checks", "symmetric_registers"]
+           "shared_factorisations", "factored_checks", "symmetric_registers", "owned_factorisations"]
 
 
 def lower_linalg(cx: LoweringContext, expr: ir.Linalg, bound: frozenset[str], reduce: frozenset[str]) -> Value:
@@ -301,3 +313,34 @@ def _swap_invariant(step: Contract, symmetric: set[int], ranks: dict[int, int]) 
     plain = operands({})
     return any(operands({first: second, second: first, **dict(zip(summed, order))}) == plain
                for order in itertools.permutations(summed))
+
+
+def owned_factorisations(steps: list[Step]) -> list[Step]:
+    """A Cholesky factorisation of a matrix that no later step reads, made by the program itself (a product, a sum,
+    a diagonal array, read directly or through aliases: a checked or transposed view, a diagonal added in place),
+    factorises it in its own memory ("spd_factor_in_place": numpy, real matrices; no copy of the matrix).
+
+    ``steps``: with their :class:`Free` steps (``release``): the matrix and what it views are freed right after."""
+    made = {step.out: step for step in steps if not isinstance(step, Free)}
+    result = list(steps)
+    for k, step in enumerate(steps):
+        if not (isinstance(step, Reduce) and step.kind == "spd_factor" and len(step.labels) == 2):
+            continue
+        freed = steps[k + 1].registers if k + 1 < len(steps) and isinstance(steps[k + 1], Free) else ()
+        register: int | None = step.arg
+        while register is not None and register in freed:
+            producer = made.get(register)
+            if isinstance(producer, Elementwise) and isinstance(producer.expr, Arg):
+                register = producer.expr.register  # an alias, or a transposed view
+            elif isinstance(producer, Diagonal) and producer.base is not None:
+                register = producer.base  # added into its base's diagonal (in place where numpy can)
+            elif isinstance(producer, Reduce) and producer.kind in (*CHECK_KINDS, "spd_by_factor"):
+                register = producer.arg  # a check's value is its matrix
+            else:
+                fresh = isinstance(producer, Contract) and len(producer.args) > 1 or \
+                    isinstance(producer, Diagonal) or isinstance(producer, Elementwise) and \
+                    isinstance(producer.expr, Add)
+                if fresh:
+                    result[k] = replace(step, kind="spd_factor_in_place")
+                register = None
+    return result

@@ -31,6 +31,7 @@ from einflow.engine.linalg_lower import (
     check_matrix,
     factored_checks,
     lower_linalg,
+    owned_factorisations,
     shared_factorisations,
     solves,
 )
@@ -82,8 +83,7 @@ def _fold(func: str, value: int | float) -> int | float:
 
 
 class _Lowering:
-    def __init__(self, program: ir.ProgramIR, inputs: tuple[str, ...], ranks: tuple[int, ...],
-                 real: bool = False) -> None:
+    def __init__(self, program: ir.ProgramIR, inputs: tuple[str, ...], ranks: tuple[int, ...], real: bool) -> None:
         self.program = program
         self.real = real
         self.steps: list[Step] = []
@@ -645,7 +645,7 @@ def _lower(program: ir.ProgramIR, real: bool = False) -> Lowered:
             lowering.target_names[after.out] = lowering.target_names.pop(before.arg)
     steps = fuse(checked, (*outputs, *bound), register_ranks)
     steps, count = accumulate_diagonals(steps, (*outputs, *bound), register_ranks, lowering.count)
-    steps = release(steps, outputs, len(info.inputs))
+    steps = owned_factorisations(release(steps, outputs, len(info.inputs)))
     made = {getattr(step, "out", None) for step in steps}
     names = tuple((register, name) for register, name in lowering.target_names.items() if register in made)
     return Lowered(info.inputs, ranks, tuple(steps), outputs, info.returns_tuple, statements, names,

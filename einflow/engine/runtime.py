@@ -158,6 +158,8 @@ def linalg(kind, x, axes, name=None):
     """inv, det, logdet (log|det|), sign_det or adj (det inv, also of a singular matrix) of the matrices on ``axes``
     (rows, columns) of ``x``, batched over the rest; "symmetric"/"spd": ``x`` itself once checked (a ValueError
     names the matrix otherwise); "spd_*": by Cholesky. A singular matrix to invert is a ValueError too."""
+    owned = kind == "spd_factor_in_place"  # x is this step's alone: numpy factorises a real one in its memory
+    kind = "spd_factor" if owned else kind
     if type(x).__module__.startswith("dask"):  # one numpy task (dask's linalg lacks det, slogdet and batches)
         return globals()["_dask_linalg"](kind, x, axes, name)
     error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
@@ -252,7 +254,13 @@ def linalg(kind, x, axes, name=None):
         except ImportError:
             pass
         else:
-            factor, info = get_lapack_funcs(("potrf",), (x,))[0](x, lower=True, clean=True)
+            potrf = get_lapack_funcs(("potrf",), (x,))[0]
+            if owned and x.flags.f_contiguous:
+                factor, info = potrf(x, lower=True, clean=True, overwrite_a=True)
+            elif owned and x.flags.c_contiguous:  # x^T = x (symmetric), and Fortran-ordered as LAPACK wants it
+                factor, info = potrf(x.T, lower=True, clean=True, overwrite_a=True)
+            else:
+                factor, info = potrf(x, lower=True, clean=True)
             if info > 0:
                 raise error(not_positive)
             if info == 0:

@@ -153,6 +153,7 @@ def linalg(kind, x, axes, name=None):
     """inv, det, logdet (log|det|), sign_det or adj (det inv, also of a singular matrix) of the matrices on ``axes``
     (rows, columns) of ``x``, batched over the rest; "symmetric"/"spd": ``x`` itself once checked (a ValueError
     names the matrix otherwise); "spd_*": by Cholesky. A singular matrix to invert is a ValueError too."""
+    kind = "spd_factor" if kind == "spd_factor_in_place" else kind  # (numpy's in-place factorisation)
     error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
     called = f"matrix {name!r}" if name else "a matrix"
     not_positive = f"{called} is declared spd but is not positive definite"
