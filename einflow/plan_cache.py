@@ -12,7 +12,10 @@ import numpy as np
 
 from einflow.engine.plan import Plan
 
-__all__ = ["PlanCache", "PlanCacheInfo", "Call", "numpy_signature"]
+__all__ = ["PlanCache", "PlanCacheInfo", "Call", "numpy_signature", "MISS", "fast_call"]
+
+#: what :attr:`PlanCache.fast` returns for a call it does not take (the general path runs it instead)
+MISS = object()
 
 
 class PlanCacheInfo(NamedTuple):
@@ -42,9 +45,13 @@ class PlanCache(OrderedDict):  # type: ignore[type-arg]
         self.count = 0
         #: the shortcut that ran last while its plan is the most recently used one (any other use resets it)
         self.last: Call | None = None
+        #: that shortcut's :func:`fast_call` when it was a call by keyword with the default options (backend, the
+        #: call's name for it; optimize "auto", memory limit "default") whose outputs need no dtype steps
+        self.fast: Callable[[Mapping[str, Any]], Any] | None = None
+        self.fast_name: str | None = None
 
     def get(self, key: Any, default: Any = None) -> Any:
-        self.last = None
+        self.last = self.fast = None
         try:
             self.move_to_end(key)
             return self[key]
@@ -52,7 +59,7 @@ class PlanCache(OrderedDict):  # type: ignore[type-arg]
             return default
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self.last = None
+        self.last = self.fast = None
         super().__setitem__(key, value)
         while len(self) > self.maxsize:
             try:
@@ -64,7 +71,7 @@ class PlanCache(OrderedDict):  # type: ignore[type-arg]
     def clear(self) -> None:
         super().clear()
         self.calls = {}
-        self.last = None
+        self.last = self.fast = None
 
     def by_position(self, args: tuple[Any, ...], arrays: dict[str, Any]) -> tuple[Any, Any]:
         """``(input values, inputs by name or None)`` of a call by position (every input) or with one dict,
@@ -104,11 +111,14 @@ class PlanCache(OrderedDict):  # type: ignore[type-arg]
             except KeyError:  # pragma: no cover - dropped by another thread in between
                 return None
             self.last = call
+            if call.fast is not None and optimize == "auto" and memory_limit == "default":
+                self.fast, self.fast_name = call.fast, name
         return call
 
-    def learn(self, key: Any, after: bool, inputs: tuple[str, ...]) -> None:
+    def learn(self, key: Any, after: bool, inputs: tuple[str, ...], keywords: bool = True) -> None:
         """Keep the shortcut for a numpy call ``key`` = (backend, optimize, memory_limit, signature) whose plan is
-        cached (``after``: whether its outputs need the program's dtype steps)."""
+        cached (``after``: whether its outputs need the program's dtype steps; ``keywords``: whether a call's
+        keywords are its inputs alone when they are as many, no input being named like a call option)."""
         plan_key = ("numpy", *key[1:])
         plan = self.get(plan_key)
         if plan is None or plan.backend.name != "numpy":
@@ -116,7 +126,9 @@ class PlanCache(OrderedDict):  # type: ignore[type-arg]
         if self.take is None:
             self.take, self.count = taker(inputs), len(inputs)
         name, optimize, memory_limit, signature = key
-        self.calls[key] = Call(plan_key, name, optimize, memory_limit, signature, plan.function, plan, after)
+        fast = None if after or not keywords else fast_call(plan.function, inputs, signature, plan.returns_tuple,
+                                            plan.output_shapes)
+        self.calls[key] = Call(plan_key, name, optimize, memory_limit, signature, plan.function, plan, after, fast)
 
 
 class Call(NamedTuple):
@@ -135,6 +147,8 @@ class Call(NamedTuple):
     plan: Plan
     #: whether the outputs need :func:`_cast` / :func:`_kept_booleans` (a dtype that changes)
     after: bool
+    #: the call by keyword (:func:`fast_call`), where ``after`` is false
+    fast: Callable[[Mapping[str, Any]], Any] | None = None
 
 def numpy_signature(values: Sequence[Any]) -> tuple[Any, ...] | None:
     """``((shape, dtype), ...)`` of numpy arrays and ``((), int or float)`` of Python numbers; None for anything
@@ -159,3 +173,58 @@ def taker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ..
         (name,) = names
         return lambda arrays: (arrays[name],)
     return lambda arrays: ()
+
+
+def fast_call(function: Callable[..., Any], inputs: tuple[str, ...], signature: tuple[tuple[Any, Any], ...],
+              returns_tuple: bool, output_shapes: tuple[tuple[int, ...], ...]) -> Callable[[Mapping[str, Any]], Any]:
+    """A call by keyword of one signature in one generated function: it takes the inputs out of the keywords,
+    checks each one's type, shape and dtype against ``signature``, runs ``function`` and returns its value as
+    ``Program.__call__`` does (a 0-d numpy result as numpy's scalar); :data:`MISS` for keywords of another
+    signature (or other names), or when ``function`` raises (the general path then runs the call and raises).
+
+    >>> import numpy as np
+    >>> fast = fast_call(lambda x: x.sum(), ("x",), (((2,), np.dtype("float64")),), False, ((),))
+    >>> fast({"x": np.ones(2)}), fast({"x": np.ones(3)}) is MISS, fast({"y": np.ones(2)}) is MISS
+    (np.float64(2.0), True, True)
+    """
+    names = [f"_v{k}" for k in range(len(inputs))]
+    namespace: dict[str, Any] = {"_function": function, "_MISS": MISS, "_ndarray": np.ndarray, "_scalar": _scalar,
+                                 "KeyError": KeyError, "NotImplementedError": NotImplementedError,
+                                 "OverflowError": OverflowError, "TypeError": TypeError, "len": len,
+                                 "tuple": tuple, "map": map, "type": type}
+    checks = []
+    for k, (name, (shape, dtype)) in enumerate(zip(names, signature)):
+        if isinstance(dtype, type):  # a Python number
+            namespace[f"_T{k}"] = dtype
+            checks.append(f"type({name}) is _T{k}")
+        else:
+            namespace[f"_D{k}"], namespace[f"_S{k}"] = dtype, shape
+            checks.append(f"type({name}) is _ndarray and {name}.dtype is _D{k} and {name}.shape == _S{k}")
+    if returns_tuple:
+        value = "tuple(map(_scalar, _result))"
+    elif output_shapes and output_shapes[0] == ():
+        value = "_result[()] if type(_result) is _ndarray else _result"
+    else:
+        value = "_result"
+    lines = ["def _fast(arrays):",
+             f"    if len(arrays) != {len(inputs)}:",
+             "        return _MISS",
+             "    try:",
+             *(f"        {name} = arrays[{tensor!r}]" for name, tensor in zip(names, inputs)),
+             "        pass",
+             "    except KeyError:",
+             "        return _MISS",
+             f"    if not ({' and '.join(checks) or 'True'}):",
+             "        return _MISS",
+             "    try:",
+             f"        _result = _function({', '.join(names)})",
+             "    except (NotImplementedError, OverflowError, TypeError):",
+             "        return _MISS",
+             f"    return {value}"]
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated here from input names and dtypes
+    return namespace["_fast"]  # type: ignore[no-any-return]
+
+
+def _scalar(value: Any) -> Any:
+    """numpy's scalar type for a 0-d numpy result (what numpy returns for a full reduction)."""
+    return value[()] if type(value) is np.ndarray and not value.ndim else value

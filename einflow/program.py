@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,7 +21,7 @@ from einflow.lang import ir
 from einflow.lang.check import Checked, ProgramInfo, check_names, check_program
 from einflow.lang.errors import ArgumentError, EinflowError, ShapeError, TensorNameError
 from einflow.lang.grammar import parse
-from einflow.plan_cache import PlanCache, PlanCacheInfo, numpy_signature
+from einflow.plan_cache import MISS, PlanCache, PlanCacheInfo, numpy_signature
 from einflow.report import PlanReport
 
 __all__ = ["Program", "PlanCache", "PlanCacheInfo", "compile", "evaluate", "default_memory_limit"]
@@ -160,9 +161,20 @@ class Program:
         return to_source(self, name, target)
 
     # ------------------------------------------------------------------ evaluation
-    def __call__(self, /, *args: Any, backend: str | None = None, optimize: Any = "auto",
-                 memory_limit: float | None | str = "default", chunks: Any = None, slicing: bool = True,
-                 **arrays: Any) -> Any:
+    def __call__(self, /, *args: Any, **arrays: Any) -> Any:
+        # (documented at _call, whose options and signature it has: the signature called last, by keyword, with
+        # the default options, runs as one generated function, einflow.plan_cache.fast_call)
+        plans = self._plans
+        fast = plans.fast
+        if fast is not None and not args and plans.fast_name == _registry._default:
+            result = fast(arrays)
+            if result is not MISS:
+                return result
+        return self._call(args, **arrays)
+
+    def _call(self, args: tuple[Any, ...], /, backend: str | None = None, optimize: Any = "auto",
+              memory_limit: float | None | str = "default", chunks: Any = None, slicing: bool = True,
+              **arrays: Any) -> Any:
         """Evaluate with arrays given by keyword, by position (in ``p.inputs`` order) or in one mapping.
 
         Returns the program's value (a tuple for a program ending in a return line); a scalar value is a
@@ -266,7 +278,7 @@ class Program:
         kept = finished if type(finished) is tuple else (finished,)
         after = len(outputs) != len(kept) or any(a is not b for a, b in zip(outputs, kept)) or \
             any(name is not None and name not in self.info.inputs for name in self.casts or ())  # (not in the key)
-        self._plans.learn(key, after, self.info.inputs)
+        self._plans.learn(key, after, self.info.inputs, keywords=not set(self.info.inputs) & set(_CALL_OPTIONS))
 
     def _evaluate(self, values: list[Any], name: str, optimize: Any, memory_limit: Any, chunks: Any,
                   slicing: bool = True) -> Any:
@@ -372,6 +384,16 @@ class Program:
         plan = build_plan(self.ir, self.info, resolved, itemsize, get_backend(backend), optimize, limit,
                           self.source, slicing=slicing)
         return PlanReport(self.text, plan.steps, plan.output_shapes, plan.peak_bytes, limit)
+
+
+def _documented_call(self: Program, /, *args: Any, backend: str | None = None, optimize: Any = "auto",
+                     memory_limit: float | None | str = "default", chunks: Any = None, slicing: bool = True,
+                     **arrays: Any) -> Any:
+    """``Program.__call__``'s signature as help() and inspect show it (the options are ``Program._call``'s)."""
+
+
+Program.__call__.__doc__ = Program._call.__doc__
+Program.__call__.__signature__ = inspect.signature(_documented_call)  # type: ignore[attr-defined]
 
 
 def _name(dtype: Any) -> str:

@@ -86,3 +86,31 @@ def test_the_shortcut_follows_the_least_recently_used_plans(monkeypatch: pytest.
     assert sorted(key[3][0][0] for key in program._plans) == [(1,), (3,)]
     assert sorted(call.signature[0][0] for call in program._plans.calls.values()) == [(1,), (3,)]
     assert program(x=np.ones(2)) == 2.0
+
+
+def test_the_fast_call_by_keyword_steps_aside_for_anything_else() -> None:
+    """The signature called last by keyword with the default options runs as one generated function
+    (``einflow.plan_cache.fast_call``); options, other arrays, other names and another default backend do not."""
+    program = ef.compile("y[i] = A[i,j] x[j] + s")
+    A, x = np.arange(6.0).reshape(2, 3), np.ones(3)
+    for _ in range(3):
+        assert program(A=A, x=x, s=1.0).tolist() == [4.0, 13.0]
+    assert program._plans.fast is not None
+    assert program(A=A, x=x, s=1).tolist() == [4.0, 13.0]  # an int, not the float learned
+    assert program(A=A, x=x, s=1.0, optimize="greedy").tolist() == [4.0, 13.0]
+    assert program(A=A, x=x, s=1.0, backend="numpy").tolist() == [4.0, 13.0]
+    assert program(A=A[:, :2], x=x[:2], s=1.0).tolist() == [2.0, 8.0]
+    with pytest.raises(TypeError):
+        program(A=A, x=x, t=1.0)  # an unknown keyword in place of an input
+    torch = pytest.importorskip("torch")
+    program(A=A, x=x, s=1.0)
+    result = program(A=torch.as_tensor(A), x=torch.as_tensor(x), s=1.0)  # same shapes and dtypes, not numpy
+    assert isinstance(result, torch.Tensor) and result.tolist() == [4.0, 13.0]
+    scalar = ef.compile("t = x[i] x[i]")
+    for _ in range(3):
+        value = scalar(x=x)
+        assert type(value) is np.float64 and value == 3.0
+    named = ef.compile("y[i] = chunks[i] + 1")  # an input named like a call option: no fast call
+    for _ in range(2):
+        assert named({"chunks": x}).tolist() == [2.0, 2.0, 2.0]
+    assert named._plans.fast is None

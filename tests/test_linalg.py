@@ -265,6 +265,40 @@ def test_gp_gradient_factors_the_kernel_once() -> None:
     assert "_linalg('spd_inv'" not in source and source.count("_solve('cho_solve'") == 4
 
 
+def test_real_gp_gradient_solves_once_per_right_hand_side() -> None:
+    """Real arrays: K is its own transpose (one solve for both readings); X X^T + s delta is symmetric by
+    construction (no symmetry check: the factorisation still checks it is positive definite) and s is added on
+    the diagonal of the product's own array (no zeroed n x n array)."""
+    gp = ("K[i,j] = X[i,d] X[j,d] + s delta[i,j]\nspd K\n"
+          "f = 0.5 y[i] inv[i,j](K[i,j]) y[j] + 0.5 logdet[i,j](K[i,j])")
+    gradient = ef.grad(gp, wrt="X")
+    X, y = RNG.standard_normal((30, 3)), RNG.standard_normal(30)
+    K = X @ X.T + 0.5 * np.eye(30)
+    alpha, solved = np.linalg.solve(K, y), np.linalg.solve(K, X)
+    assert np.allclose(gradient(X=X, y=y, s=0.5), solved - np.outer(alpha, alpha @ X))
+    (plan,) = gradient._plans.values()
+    assert plan.source.count("_solve('cho_solve'") == 2 and plan.source.count("_linalg('spd_factor") == 1
+    assert "spd_by_factor" not in plan.source and "zeros(" not in plan.source
+    assert "_linalg('spd_factor_in_place'" in plan.source  # K is the program's own and read no more
+    user = K.copy()  # a matrix of the caller's is never factorised in place, nor one read again
+    for text in ("spd K\nf = y[i] inv[i,j](K[i,j]) y[j]", "spd K\nf = y[i] inv[i,j](K[i,j]) y[j] + sum[i,j](K[i,j])",
+                 "spd K\nL[i,j] = K[j,i]\nspd L\nf = y[i] inv[i,j](L[i,j]) y[j]"):
+        for _ in range(2):
+            assert np.isclose(ef.compile(text)(K=user, y=y), y @ np.linalg.solve(K, y) + (
+                K.sum() if "sum" in text else 0))
+        assert np.array_equal(user, K)
+    with pytest.raises(ef.MatrixError, match="'K' is declared spd but is not positive definite"):
+        gradient(X=X, y=y, s=-1.0)
+    # complex: K = Z Z^H is Hermitian, not symmetric: checked, and read in both orientations
+    hermitian = ef.compile(gp.replace("X[j,d]", "conj(X[j,d])"))
+    Z = X + 0.1j * RNG.standard_normal((30, 3))
+    H = Z @ Z.conj().T + 0.5 * np.eye(30)
+    expected = 0.5 * y @ np.linalg.solve(H, y) + 0.5 * np.linalg.slogdet(H)[1]
+    assert np.isclose(hermitian(X=Z, y=y, s=0.5), expected)
+    (plan,) = hermitian._plans.values()
+    assert "spd_by_factor" in plan.source
+
+
 # ---------------------------------------------------------------- solves, not inverses
 SOLVES = [  # (program, numpy reference of A (well conditioned), B (4x3), b (4,), whether the inverse is still formed)
     ("x[i] = inv[i,j](A[i,j]) b[j]", lambda A, B, b: np.linalg.solve(A, b), False),

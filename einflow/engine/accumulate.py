@@ -32,6 +32,7 @@ from einflow.engine.steps import (
     Apply,
     Arg,
     AsFloat,
+    Contract,
     Diagonal,
     Elementwise,
     Mul,
@@ -69,6 +70,8 @@ def accumulate_diagonals(steps: list[Step], protected: tuple[int, ...], ranks: d
     removed: set[int] = set()
     producers = {step.out: step for step in steps if isinstance(step, Elementwise)}
     ones = {step.out for step in steps if isinstance(step, Ones)}
+    # contractions of two or more arrays: each makes a new array (one operand alone may be einsum's view of it)
+    products = {step.out for step in steps if isinstance(step, Contract) and len(step.args) > 1}
     rewritten: set[int] = set()
     for k, step in enumerate(steps):
         if not isinstance(step, Elementwise):
@@ -88,12 +91,18 @@ def accumulate_diagonals(steps: list[Step], protected: tuple[int, ...], ranks: d
             return axes  # type: ignore[return-value]
 
         rest, terms = _strip(step.expr, 1, candidate)
-        if not terms or rest is None or not _computed(rest):
+        made = rest.register if isinstance(rest, Arg) and rest.axes is None and rest.register in products and \
+            uses[rest.register] == 1 else None  # ``X[i,d] X[j,d] + s delta[i,j]``: into the product's own array
+        if not terms or rest is None or not _computed(rest) and made is None:
             continue  # no delta term; or nothing computed for the others: no array of the sum's own to add into
-        base = register_count
-        register_count += 1
-        chain: list[Step] = [Elementwise(step.statement, base, rest, step.labels, step.sizes)]
-        ranks[base] = rank
+        chain: list[Step] = []
+        if made is None:
+            base = register_count
+            register_count += 1
+            chain.append(Elementwise(step.statement, base, rest, step.labels, step.sizes))
+            ranks[base] = rank
+        else:
+            base = made
         for number, (register, axes, coefficient) in enumerate(terms):
             term = diagonals[register]
             out = step.out if number == len(terms) - 1 else register_count
@@ -120,7 +129,9 @@ def accumulate_diagonals(steps: list[Step], protected: tuple[int, ...], ranks: d
         if isinstance(step, (Diagonal, Elementwise)) and step.out in removed and k not in replaced:
             continue
         flat.extend(replaced.get(k, [step]))
-    return flat, register_count
+    read = {register for step in flat for register in step_inputs(step)} | set(protected)
+    # a delta's ones that only gave a diagonal term its shape are read no more
+    return [step for step in flat if not (isinstance(step, Ones) and step.out not in read)], register_count
 
 
 def _computed(node: Node | None) -> bool:

@@ -27,16 +27,19 @@ CHECK_KINDS = MATRIX_DECLARATIONS
 #: the atoms of a matrix declared ``spd``: computed from its Cholesky factor
 SPD_KINDS = ("spd_inv", "spd_det", "spd_logdet")
 #: steps that factorise their matrix by Cholesky (and say so when it is not positive definite); "spd_factor":
-#: the lower Cholesky factor itself, which "cho_solve" steps share (one factorisation for every solve with it)
-SPD_FACTORING = ("spd_inv", "spd_det", "spd_logdet", "spd_solve", "spd_factor")
+#: the lower Cholesky factor itself, which "cho_solve" steps share (one factorisation for every solve with it);
+#: "spd_factor_in_place": of a matrix no later step reads, in the matrix's own memory (numpy, real matrices)
+SPD_FACTORING = ("spd_inv", "spd_det", "spd_logdet", "spd_solve", "spd_factor", "spd_factor_in_place")
 #: every kind this module's helper computes ("spd_by_factor": an spd check whose matrix a later step factorises)
-_KINDS: tuple[str, ...] = LINALG_KINDS + CHECK_KINDS + SPD_KINDS + ("spd_by_factor", "spd_factor")
+_KINDS: tuple[str, ...] = LINALG_KINDS + CHECK_KINDS + SPD_KINDS + ("spd_by_factor", "spd_factor",
+                                                                    "spd_factor_in_place")
 #: the atoms of an spd matrix computed from its shared Cholesky factor (an "spd_factor" step's value)
 FACTOR_KINDS = ("cho_inv", "cho_det", "cho_logdet")
 _KINDS += FACTOR_KINDS
 #: the step kinds whose value keeps every axis of its argument (an inverse, an adjugate, a checked matrix, a
 #: Cholesky factor); the others (det, logdet, sign_det and their spd and cho forms) drop the matrix's two
-KEEPS_AXES = frozenset({"inv", "adj", "spd_inv", "cho_inv", "spd_by_factor", "spd_factor", *CHECK_KINDS})
+KEEPS_AXES = frozenset({"inv", "adj", "spd_inv", "cho_inv", "spd_by_factor", "spd_factor", "spd_factor_in_place",
+                        *CHECK_KINDS})
 #: det(M) inv(M), M's adjugate, of a product that holds both (the derivative of det): defined for singular M too
 _KINDS += ("adj",)
 #: how far from symmetric a declared matrix may be, relative to its largest entry (round-off of a computed one)
@@ -141,8 +144,8 @@ def linalg_workspace(kind: str, shape: tuple[int, ...], axes: tuple[int, ...], d
     if kind in CHECK_KINDS or kind == "spd_by_factor":  # (numpy reuses the difference for its absolute value)
         return converted + (2 if kind == "spd" else 1) * whole
     matrices = {"inv": 2, "det": 1, "logdet": 1, "spd_inv": 2, "spd_det": 1, "spd_logdet": 1, "cho_inv": 2}
-    if kind == "spd_factor":  # scipy's potrf copies the matrix into its result
-        return converted
+    if kind in ("spd_factor", "spd_factor_in_place"):  # scipy's potrf copies the matrix into its result (in
+        return converted  # place: none, where the matrix is real and contiguous; its allocation still counted)
     return converted + matrices.get(kind, 0) * matrix
 
 

@@ -5,17 +5,30 @@ factorisations. Each function is passed the statement's :class:`~einflow.engine.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import replace
 
-from einflow.engine.linalg import KEEPS_AXES, SPD_FACTORING, matrix_kind
+from einflow.engine.linalg import CHECK_KINDS, KEEPS_AXES, SPD_FACTORING, matrix_kind
 from einflow.engine.lower_context import Factor, LoweringContext, Value
-from einflow.engine.steps import Contract, Reduce, Solve, Step
+from einflow.engine.steps import (
+    Add,
+    Arg,
+    Contract,
+    Diagonal,
+    Elementwise,
+    Free,
+    Reduce,
+    Solve,
+    Step,
+    arg_nodes,
+    node_args,
+)
 from einflow.lang import ir
 from einflow.lang.indices import free_indices, product_operands
 
 __all__ = ["lower_linalg", "check_matrix", "cholesky_factor", "linalg_step", "adjugates", "solves",
-           "shared_factorisations", "factored_checks"]
+           "shared_factorisations", "factored_checks", "symmetric_registers", "owned_factorisations"]
 
 
 def lower_linalg(cx: LoweringContext, expr: ir.Linalg, bound: frozenset[str], reduce: frozenset[str]) -> Value:
@@ -176,7 +189,10 @@ def solve(cx: LoweringContext, inverse: ir.Linalg, rhs: ir.Tensor, index: str, o
     assert matrix.reg is not None
     declared = cx.matrices.get(inverse.body.name) if isinstance(inverse.body, ir.Tensor) else None
     kind = "spd_solve" if declared == "spd" else "solve"
-    # an spd matrix keeps the orientation it is read in: a complex (Hermitian) one's transpose is its conjugate
+    # an spd matrix keeps the orientation it is read in: a complex (Hermitian) one's transpose is its conjugate;
+    # a real one is its own transpose, and a symmetric one (real or complex) too: one solve for both readings
+    if declared == "symmetric" or declared in ("spd", "hermitian") and cx.real:
+        transposed = False
     axes = (matrix.labels.index(inverse.indices[0]), matrix.labels.index(inverse.indices[1]))
     solved = matrix.reg
     if kind == "spd_solve":  # one Cholesky factor, shared by every solve with this matrix (either orientation)
@@ -232,10 +248,99 @@ def shared_factorisations(steps: list[Step]) -> list[Step]:
     return result
 
 
-def factored_checks(steps: list[Step]) -> list[Step]:
+def factored_checks(steps: list[Step], ranks: dict[int, int] | None = None, real: bool = False) -> list[Step]:
     """An spd matrix that a later step factorises (Cholesky) is checked for symmetry only: the factorisation
-    finds a matrix that is not positive definite (and names it), so the check does not factorise it again."""
+    finds a matrix that is not positive definite (and names it), so the check does not factorise it again.
+
+    A matrix symmetric by construction (:func:`symmetric_registers`; ``ranks``: each register's) is not checked
+    for symmetry at all: declared ``symmetric``, or, in a program of real values (``real``), ``hermitian``, or
+    ``spd`` where a later step factorises it; the check's value is then the matrix itself."""
     factorised = {step.matrix if isinstance(step, Solve) else step.arg for step in steps  # type: ignore[union-attr]
                   if getattr(step, "kind", "") in SPD_FACTORING}
-    return [replace(step, kind="spd_by_factor") if isinstance(step, Reduce) and step.kind == "spd"
-            and step.out in factorised else step for step in steps]
+    symmetric = symmetric_registers(steps, ranks, real) if ranks is not None else set()
+    result: list[Step] = []
+    for step in steps:
+        if isinstance(step, Reduce) and step.kind in CHECK_KINDS and step.arg in symmetric and (
+                step.kind == "symmetric" or real and (step.kind == "hermitian" or step.out in factorised)):
+            step = Elementwise(step.statement, step.out, Arg(step.arg), step.labels, step.sizes)
+        elif isinstance(step, Reduce) and step.kind == "spd" and step.out in factorised:
+            step = replace(step, kind="spd_by_factor")
+        result.append(step)
+    return result
+
+
+def symmetric_registers(steps: list[Step], ranks: dict[int, int], real: bool) -> set[int]:
+    """The matrices (registers of two axes) that are symmetric by how the steps make them: a product invariant
+    under swapping its two output indices (``X[i,d] X[j,d]``, ``A[i,k] S[k,l] A[j,l]`` with S symmetric), values on
+    the diagonal (``s delta[i,j]``), elementwise functions of symmetric matrices and scalars (``exp(-D[i,j])``,
+    ``K + L``, ``2 K``), and checked declared matrices (``symmetric``; any declared one in a real program)."""
+    symmetric: set[int] = set()
+    for step in steps:
+        if isinstance(step, Contract) and len(step.output) == 2 and len(step.args) > 1:
+            if _swap_invariant(step, symmetric, ranks):
+                symmetric.add(step.out)
+        elif isinstance(step, Diagonal) and len(step.output) == 2:
+            on_diagonal = any(set(step.output) <= set(group) for group in step.groups)
+            if on_diagonal and (step.base is None or step.base in symmetric):
+                symmetric.add(step.out)
+        elif isinstance(step, Elementwise) and len(step.labels) == 2:
+            if all(ranks.get(arg.register) == 0 or arg.register in symmetric and arg.axes in (None, (0, 1), (1, 0))
+                   for arg in arg_nodes(step.expr)):
+                symmetric.add(step.out)
+        elif isinstance(step, Reduce) and step.kind in CHECK_KINDS and len(step.labels) == 2:
+            if step.kind == "symmetric" or real or step.arg in symmetric:
+                symmetric.add(step.out)
+    return symmetric
+
+
+def _swap_invariant(step: Contract, symmetric: set[int], ranks: dict[int, int]) -> bool:
+    """Whether a product of two output indices is the same product with the two swapped (its summed indices
+    renamed as need be; a symmetric matrix's two indices read in either order)."""
+    first, second = step.output
+    if any(ranks.get(arg) != 0 for factor in step.scale for arg in node_args(factor)):
+        return False
+
+    def operands(mapping: dict[str, str]) -> Counter[tuple[int, tuple[str, ...]]]:
+        found: Counter[tuple[int, tuple[str, ...]]] = Counter()
+        for arg, labels in zip(step.args, step.operands):
+            renamed = tuple(mapping.get(label, label) for label in labels)
+            found[(arg, tuple(sorted(renamed)) if arg in symmetric and len(renamed) == 2 else renamed)] += 1
+        return found
+
+    summed = sorted({label for labels in step.operands for label in labels} - {first, second})
+    if len(summed) > 4:
+        return False
+    plain = operands({})
+    return any(operands({first: second, second: first, **dict(zip(summed, order))}) == plain
+               for order in itertools.permutations(summed))
+
+
+def owned_factorisations(steps: list[Step]) -> list[Step]:
+    """A Cholesky factorisation of a matrix that no later step reads, made by the program itself (a product, a sum,
+    a diagonal array, read directly or through aliases: a checked or transposed view, a diagonal added in place),
+    factorises it in its own memory ("spd_factor_in_place": numpy, real matrices; no copy of the matrix).
+
+    ``steps``: with their :class:`Free` steps (``release``): the matrix and what it views are freed right after."""
+    made = {step.out: step for step in steps if not isinstance(step, Free)}
+    result = list(steps)
+    for k, step in enumerate(steps):
+        if not (isinstance(step, Reduce) and step.kind == "spd_factor" and len(step.labels) == 2):
+            continue
+        freed = steps[k + 1].registers if k + 1 < len(steps) and isinstance(steps[k + 1], Free) else ()
+        register: int | None = step.arg
+        while register is not None and register in freed:
+            producer = made.get(register)
+            if isinstance(producer, Elementwise) and isinstance(producer.expr, Arg):
+                register = producer.expr.register  # an alias, or a transposed view
+            elif isinstance(producer, Diagonal) and producer.base is not None:
+                register = producer.base  # added into its base's diagonal (in place where numpy can)
+            elif isinstance(producer, Reduce) and producer.kind in (*CHECK_KINDS, "spd_by_factor"):
+                register = producer.arg  # a check's value is its matrix
+            else:
+                fresh = isinstance(producer, Contract) and len(producer.args) > 1 or \
+                    isinstance(producer, Diagonal) or isinstance(producer, Elementwise) and \
+                    isinstance(producer.expr, Add)
+                if fresh:
+                    result[k] = replace(step, kind="spd_factor_in_place")
+                register = None
+    return result

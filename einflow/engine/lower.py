@@ -31,6 +31,7 @@ from einflow.engine.linalg_lower import (
     check_matrix,
     factored_checks,
     lower_linalg,
+    owned_factorisations,
     shared_factorisations,
     solves,
 )
@@ -82,8 +83,9 @@ def _fold(func: str, value: int | float) -> int | float:
 
 
 class _Lowering:
-    def __init__(self, program: ir.ProgramIR, inputs: tuple[str, ...], ranks: tuple[int, ...]) -> None:
+    def __init__(self, program: ir.ProgramIR, inputs: tuple[str, ...], ranks: tuple[int, ...], real: bool) -> None:
         self.program = program
+        self.real = real
         self.steps: list[Step] = []
         self.count = len(inputs)
         self.names: dict[str, Value] = {name: Value(k) for k, name in enumerate(inputs)}
@@ -121,7 +123,7 @@ class _Lowering:
         return LoweringContext(self.statement, self.emit, self.sizes_of, self.materialize, self.elementwise,
                                self.ones, self.sum_axes, self.aligned, self.lower, self.lower_product, self.names,
                                self.register_sizes, self.matrices, self.determinants, self.declared, self.ranges,
-                               self.synthetic)
+                               self.synthetic, self.real)
 
     # ------------------------------------------------------------------ registers
     def emit(self, key: Any, make: Any, labels: tuple[str, ...]) -> Value:
@@ -595,25 +597,55 @@ def _shared_factor(terms: tuple[ir.Expr, ...], bound: frozenset[str]) -> tuple[
     return None
 
 
-def lower(program: Any) -> Lowered:
-    """Lower a compiled program (an ``einflow.Program`` or its checked IR) to steps, fused and freed."""
-    return _lower(program if isinstance(program, ir.ProgramIR) else program.ir)
+def lower(program: Any, real: bool = False) -> Lowered:
+    """Lower a compiled program (an ``einflow.Program`` or its checked IR) to steps, fused and freed.
+
+    ``real``: every value the program computes is real (no complex input, no imaginary literal), so that a
+    symmetric matrix read transposed is the same matrix (one solve for both orientations)."""
+    return _lower(program if isinstance(program, ir.ProgramIR) else program.ir, real)
+
+
+def computes_real(program: ir.ProgramIR, dtypes: Any) -> bool:
+    """Whether a program computes real values only for inputs of these ``dtypes`` (numpy's, torch's, or Python
+    number types): none of them complex, and no imaginary literal in the program.
+
+    >>> from einflow.lang.grammar import parse
+    >>> computes_real(parse("y = 2 x[i]"), {"x": np.dtype("float32")}), computes_real(parse("y = 2j x[i]"), {})
+    (True, False)
+    """
+    for dtype in dtypes.values():
+        if dtype is complex or getattr(dtype, "is_complex", False) is True:
+            return False
+        if not isinstance(dtype, type):
+            try:
+                if np.dtype(dtype).kind == "c":
+                    return False
+            except TypeError:  # a library's dtype numpy does not know (torch's: is_complex above)
+                pass
+    return not any(isinstance(node, ir.Num) and isinstance(node.value, complex)
+                   for statement in program.statements if isinstance(statement, ir.Assign)
+                   for node in ir.walk(statement.expr))
 
 
 @functools.lru_cache(maxsize=256)
-def _lower(program: ir.ProgramIR) -> Lowered:
+def _lower(program: ir.ProgramIR, real: bool = False) -> Lowered:
     program = stabilize_program(program)  # written-out log-sum-exp, softplus, log-sigmoid: their stable forms
     info = check_program(program)
     ranks = tuple(info.ranks.get(name, 0) for name in info.inputs)
-    lowering = _Lowering(program, info.inputs, ranks)
+    lowering = _Lowering(program, info.inputs, ranks, real)
     outputs, statements = lowering.run(info.returns_tuple)
     register_ranks = {register: len(sizes) for register, sizes in lowering.register_sizes.items()}
     # a register a statement binds to its target is never inlined away (a later statement, or the plan's
     # size check, reads it by name even when the lowering found it already computed by an earlier statement)
     bound = tuple(register for _, _, register in lowering.bindings if register is not None)
-    steps = fuse(factored_checks(shared_factorisations(lowering.steps)), (*outputs, *bound), register_ranks)
+    shared = shared_factorisations(lowering.steps)
+    checked = factored_checks(shared, register_ranks, real)
+    for before, after in zip(shared, checked):  # a check found needless: its value is the matrix, by its name
+        if isinstance(before, Reduce) and isinstance(after, Elementwise) and before.arg in lowering.target_names:
+            lowering.target_names[after.out] = lowering.target_names.pop(before.arg)
+    steps = fuse(checked, (*outputs, *bound), register_ranks)
     steps, count = accumulate_diagonals(steps, (*outputs, *bound), register_ranks, lowering.count)
-    steps = release(steps, outputs, len(info.inputs))
+    steps = owned_factorisations(release(steps, outputs, len(info.inputs)))
     made = {getattr(step, "out", None) for step in steps}
     names = tuple((register, name) for register, name in lowering.target_names.items() if register in made)
     return Lowered(info.inputs, ranks, tuple(steps), outputs, info.returns_tuple, statements, names,

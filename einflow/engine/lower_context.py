@@ -89,3 +89,5 @@ class LoweringContext:
     ranges: list[Any]
     #: registers of synthetic ones (a delta's axis): booleans, never summed on their own
     synthetic: set[int]
+    #: every value is real (no complex input or literal): a symmetric matrix is its own transpose
+    real: bool = False

@@ -26,7 +26,7 @@ import opt_einsum as oe
 from einflow.engine.backends.base import Backend
 from einflow.engine.context import RenderContext
 from einflow.engine.fitting import NO_FITTING, Fitting, Holders, fit
-from einflow.engine.lower import lower
+from einflow.engine.lower import computes_real, lower
 from einflow.engine.measure import PLAN_RULES
 from einflow.engine.memory import format_bytes
 from einflow.engine.paths import PathChoice
@@ -170,10 +170,10 @@ def build_plan(program: ir.ProgramIR, info: ProgramInfo, shapes: dict[str, tuple
     ``dtypes``, inputs are taken as arrays of ``itemsize``-byte floats.
     """
     _check_optimize(optimize)
-    lowered = lower(program)
     if dtypes is None:
         default = np.dtype(f"f{itemsize}") if itemsize in (2, 4, 8) else np.dtype("float64")
         dtypes = {name: default for name in info.inputs}
+    lowered = lower(program, computes_real(program, dtypes))
     record = specialise(program, lowered, shapes, dtypes, backend, optimize, source, float_dtype)
     try:
         fitting = NO_FITTING if memory_limit is None else _fitted(record, memory_limit, slicing)

@@ -190,6 +190,8 @@ def linalg(kind, x, axes, name=None):
     """inv, det, logdet (log|det|), sign_det or adj (det inv, also of a singular matrix) of the matrices on ``axes``
     (rows, columns) of ``x``, batched over the rest; "symmetric"/"spd": ``x`` itself once checked (a ValueError
     names the matrix otherwise); "spd_*": by Cholesky. A singular matrix to invert is a ValueError too."""
+    owned = kind == "spd_factor_in_place"  # x is this step's alone: numpy factorises a real one in its memory
+    kind = "spd_factor" if owned else kind
     if type(x).__module__.startswith("dask"):  # one numpy task (dask's linalg lacks det, slogdet and batches)
         return globals()["_dask_linalg"](kind, x, axes, name)
     error = globals().get("MatrixError", ValueError)  # einflow's, where the plan runs; ValueError exported
@@ -247,7 +249,7 @@ def linalg(kind, x, axes, name=None):
             raise error(singular if kind == "inv" else not_positive)
         return xp.moveaxis(inverse, (-2, -1), axes)
     if kind.startswith("spd_"):
-        factor = cholesky_lower(x)
+        factor = cholesky_lower(x, owned)
         if factor is None:
             raise error(not_positive)
         if kind == "spd_factor":

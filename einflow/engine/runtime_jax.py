@@ -45,7 +45,7 @@ def outside(values, length):
     return False
 
 
-def cholesky_lower(x):
+def cholesky_lower(x, overwrite=False):
     """The lower Cholesky factors; None where one is not positive definite (jax's factor holds nan there)."""
     factor = xp.linalg.cholesky(x)
     return None if flagged(~xp.isfinite(factor) & xp.isfinite(x).all(axis=(-2, -1), keepdims=True)) else factor

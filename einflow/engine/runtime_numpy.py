@@ -135,16 +135,22 @@ def true_divide(a, b):
     return a / b
 
 
-def cholesky_lower(x):
+def cholesky_lower(x, overwrite=False):
     """The lower Cholesky factors of the matrices on the last two axes of x; None where one is not positive
-    definite."""
+    definite. ``overwrite``: x is the caller's to lose (a real one is factorised in its own memory)."""
     if xp.__name__ == "numpy" and x.ndim == 2 and x.dtype.kind == "f":
         try:  # LAPACK's potrf (numpy's own cholesky is about twice as slow on one matrix)
             from scipy.linalg import get_lapack_funcs
         except ImportError:
             pass
         else:
-            factor, info = get_lapack_funcs(("potrf",), (x,))[0](x, lower=True, clean=True)
+            potrf = get_lapack_funcs(("potrf",), (x,))[0]
+            if overwrite and x.flags.f_contiguous:
+                factor, info = potrf(x, lower=True, clean=True, overwrite_a=True)
+            elif overwrite and x.flags.c_contiguous:  # x^T = x (symmetric), and Fortran-ordered as LAPACK wants it
+                factor, info = potrf(x.T, lower=True, clean=True, overwrite_a=True)
+            else:
+                factor, info = potrf(x, lower=True, clean=True)
             if info > 0:
                 return None
             if info == 0:

@@ -201,7 +201,7 @@ def true_divide(a, b):
     return as_float(a) / as_float(b)
 
 
-def cholesky_lower(x):
+def cholesky_lower(x, overwrite=False):
     """The lower Cholesky factors; None where one is not positive definite."""
     factor, info = xp.linalg.cholesky_ex(x)
     return None if info.numel() and int(info.max()) != 0 else factor
