@@ -19,11 +19,14 @@ import math
 from collections import Counter
 
 from einflow.derive.canonical import bound_inside
+from einflow.derive.cse import reuse_forward
+from einflow.derive.factor import fewer_operations
 from einflow.derive.normal import rename
 from einflow.derive.rules import Leaf, derivative, input_leaf
 from einflow.derive.simplify import simplify
 from einflow.derive.sweep import _INLINE_DEPTH, Work, _fresh_copy, _on_axes
 from einflow.lang import ir
+from einflow.lang.indices import indices_in
 
 __all__ = ["laplacian_sweep", "taylor_sweep", "split_calls"]
 
@@ -133,8 +136,9 @@ class _Coefficients:
         return visit(expr), depth[0]
 
     def keep(self, target: str, indices: tuple[str, ...], axes: tuple[str, ...], expr: ir.Expr, depth: int,
-             name: str) -> None:
-        """Record ``target``'s coefficient: inlined where it is simple, else a statement named ``name``."""
+             name: str, inline: bool = False) -> None:
+        """Record ``target``'s coefficient: inlined where it is simple (or ``inline``: where its one reader
+        computes it with its own), else a statement named ``name``."""
         work = self.work
         full = axes + indices  # the directions first: a contraction over the last axis is then one matrix product
 
@@ -144,7 +148,7 @@ class _Coefficients:
             work.ranks[tensor] = len(kept)
             return ir.Tensor(tensor, kept)
 
-        if isinstance(expr, (ir.Num, ir.Tensor)):
+        if isinstance(expr, (ir.Num, ir.Tensor)) or inline:
             self.known[target] = (full, expr, depth + 1)
         elif (isinstance(expr, ir.Sum) or any(isinstance(n, ir.Reduce) for n in ir.walk(expr))
               or depth + 1 > _INLINE_DEPTH):  # (a contraction is computed once, in this statement's layout)
@@ -172,6 +176,8 @@ def laplacian_sweep(work: Work, wrt: str, output: str, weights: str | None = Non
     tangents = _Coefficients(work, _FIRST)
     laplacians = _Coefficients(work, _SECOND)
     symmetric = wrt in work.symmetric
+    alone = _read_once_elementwise(work)
+    calls = [s for s in work.statements[: work.forward_count] if isinstance(s.expr, ir.Call)]
 
     def along(axes: tuple[str, ...]) -> Leaf:
         seed = input_leaf(wrt, axes, symmetric)
@@ -211,14 +217,42 @@ def laplacian_sweep(work: Work, wrt: str, output: str, weights: str | None = Non
                 parts.append(ir.Reduce(u, body) if u else body)
         laplacian = simplify(ir.Sum(tuple(parts)) if len(parts) > 1 else parts[0]) if parts else ir.Num(0)
         laplacian = _sums_apart(laplacian)
+        if isinstance(laplacian, ir.Sum):  # the forward's values by name first: sigmoid(z) is y's factor too
+            laplacian = fewer_operations(reuse_forward(calls, [ir.Assign(None, indices, laplacian)])[0].expr, indices)
         if target == output:
             return laplacian
         if not _is_zero(tangent):
             tangents.keep(target, indices, u, tangent, depth, f"d{target}_d{wrt}")
         if not _is_zero(laplacian):
-            laplacians.keep(target, indices, (), laplacian, 0,
-                            f"lap_{target}")
+            laplacians.keep(target, indices, (), laplacian, 0, f"lap_{target}",
+                            inline=target in alone and _elementwise(laplacian, indices, set(u) | set(w)))
     return ir.Num(0)  # the output does not depend on wrt
+
+
+def _elementwise(expr: ir.Expr, indices: tuple[str, ...], directions: set[str]) -> bool:
+    """Does ``expr`` compute element by element over ``indices``, summing nothing but the directions?"""
+    return all(set(ir.reduced_indices(n)) <= directions for n in ir.walk(expr) if ir.reduces(n)) and \
+        indices_in(expr) - directions <= set(indices)
+
+
+def _read_once_elementwise(work: Work) -> set[str]:
+    """The forward's targets that one statement alone reads, elementwise (its indices as that statement's,
+    nothing summed): ``y`` of ``y = sigmoid(z); h = z y``. Their Laplacians are computed in their reader's
+    (one expression, whose common factors come out together: einflow.derive.factor)."""
+    readers: dict[str, list[ir.Assign]] = {}
+    for statement in work.statements[: work.forward_count]:
+        for name in _reads(statement.expr):
+            readers.setdefault(name, []).append(statement)
+    alone = set()
+    for name, statements in readers.items():
+        if len(statements) != 1 or statements[0].target is None:
+            continue
+        reader = statements[0]
+        reads = [n for n in ir.walk(reader.expr) if isinstance(n, ir.Tensor) and n.name == name]
+        if all(n.indices == reader.indices for n in reads) and not any(
+                ir.reduces(n) or isinstance(n, (ir.Read, ir.ShiftDelta)) for n in ir.walk(reader.expr)):
+            alone.add(name)
+    return alone
 
 
 def _sums_apart(expr: ir.Expr) -> ir.Expr:
