@@ -106,6 +106,13 @@ def render(record: Specialised, fitting: Fitting) -> Rendered:
     return Rendered(text, namespace["_run"], renderer)
 
 
+def _real_part_of(dtype: np.dtype, common: np.dtype) -> bool:
+    """Whether ``dtype`` is the real type of complex ``common`` (float64 of complex128): numpy computes its
+    products with the other factors in that precision, as it would after the cast (a product of two such
+    reals is the real part of their complex product), so the cast, a copy per call, is left out."""
+    return dtype.kind == "f" and common.kind == "c" and dtype.itemsize * 2 == common.itemsize
+
+
 class Renderer(Source):
     """Renders the steps for one signature: literal sizes, planned contractions, fused elementwise engines."""
 
@@ -179,7 +186,8 @@ class Renderer(Source):
         planned = self.record.contractions[step.out]
         equation, shapes, orders = planned.equation, planned.shapes, planned.orders
         operands = [self.var(register) if order == tuple(range(len(order)))
-                    else f"{self.var(register)}.permute({order})" for register, order in zip(step.args, orders)]
+                    else f"{self.var(register)}.{self.dialect.permute}({order})"
+                    for register, order in zip(step.args, orders)]
         if len(step.args) > 2 or step.scale or not self.dialect.numpy_types:  # (torch: int64 * float32 is float32)
             # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
             # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);
@@ -187,7 +195,8 @@ class Renderer(Source):
             common = self.common_dtype(step)
             for position, register in enumerate(step.args):
                 dtype = self.dtype[register]
-                if not isinstance(dtype, type) and np.dtype(dtype) != common:
+                if not isinstance(dtype, type) and np.dtype(dtype) != common and not (
+                        self.dialect.numpy_types and _real_part_of(np.dtype(dtype), common)):
                     operands[position] = self.astype(operands[position], str(common))
         output_elements = math.prod(self.shape[step.out])
         scaled_inside = False

@@ -98,8 +98,11 @@ def _sliced_contract(renderer: Any, step: Contract) -> list[str] | None:
         lines += [f"{out} = {out} * {renderer.node(factor)[0]}" for factor in step.scale]
         return lines
     at, parts, kernel = renderer.fresh("_at"), renderer.fresh("_parts"), renderer.fresh("_kernel")
+    # (each operand in the axis order the plan reads it in, the order it is stored in: see the equation)
+    stored = [renderer.var(r) if order == tuple(range(len(order))) else f"{renderer.var(r)}.transpose({order})"
+              for r, order in zip(step.args, planned.orders)]
     operands = ", ".join((_window_block_text(renderer, r, f"{parts}[{k}]") if r in renderer.fitting.windows else
-                          f"{renderer.var(r)}[{parts}[{k}]]" if step.operands[k] else renderer.var(r))
+                          f"{stored[k]}[{parts}[{k}]]" if step.operands[k] else stored[k])
                          + (f".astype({str(common)!r})" if casts[k] else "") for k, r in enumerate(step.args))
     allocate, write = ("zeros", "+=") if slicing.accumulates else ("empty", "=")
     lines = [f"{out} = {np_}.{allocate}({shape!r}, dtype={dtype!r})",
