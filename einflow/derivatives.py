@@ -208,23 +208,30 @@ def hessian(p: str | Program, wrt: Wrt, batch: Batch = None, wirtinger: bool = F
                      "use hessian(..., wirtinger=True) for the pair (A, B), or hvp")
 
 
+# the diagonal and the trace of the complex Hessian f''(z), which a program that is not holomorphic lacks
+_SECOND_ORDER_HINT = "use hvp, or hessian(..., wirtinger=True) for the pair (A, B)"
+
+
 @_documented(derive.hessian_diagonal)
 def hessian_diagonal(p: str | Program, wrt: Wrt, batch: Batch = None) -> Program:
     program = compile(p)
-    return _program(derive.hessian_diagonal(program.checked, wrt, batch=batch), program, wrt=wrt)
+    return _refusing(_program(derive.hessian_diagonal(program.checked, wrt, batch=batch), program, wrt=wrt),
+                     program, "hessian_diagonal", _SECOND_ORDER_HINT)
 
 
 @_documented(derive.laplacian)
 def laplacian(p: str | Program, wrt: Wrt, batch: Batch = None, weights: str | None = None) -> Program:
     program = compile(p)
-    return _program(derive.laplacian(program.checked, wrt, batch=batch, weights=weights), program,
-                    [weights] if weights is not None else [], wrt=wrt)
+    return _refusing(_program(derive.laplacian(program.checked, wrt, batch=batch, weights=weights), program,
+                              [weights] if weights is not None else [], wrt=wrt), program, "laplacian",
+                     _SECOND_ORDER_HINT)
 
 
 @_documented(derive.bilaplacian)
 def bilaplacian(p: str | Program, wrt: Wrt, batch: Batch = None) -> Program:
     program = compile(p)
-    return _program(derive.bilaplacian(program.checked, wrt, batch=batch), program, wrt=wrt)
+    return _refusing(_program(derive.bilaplacian(program.checked, wrt, batch=batch), program, wrt=wrt), program,
+                     "bilaplacian", _SECOND_ORDER_HINT)
 
 
 @_documented(derive.taylor)

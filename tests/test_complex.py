@@ -173,6 +173,25 @@ def test_jacobian_of_a_non_holomorphic_program_names_the_function(text: str, fun
     assert real.dtype == np.float64
 
 
+def test_hessian_diagonal_and_laplacians_of_a_holomorphic_program_read_the_complex_hessian() -> None:
+    # f''(z)'s diagonal and trace (jax.hessian with holomorphic=True); a program that is not holomorphic has no
+    # f''(z): refused with complex arrays, as hessian is (hvp and the Wirtinger pair are the ways there)
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    text = "f = sum[i](exp(W[i,j] x[j]) x[i]^2)"
+    w, x = jnp.asarray(W), jnp.asarray(X)
+    want = jax.hessian(lambda x: jnp.sum(jnp.exp(w @ x) * x**2), holomorphic=True)(x)
+    np.testing.assert_allclose(ef.hessian(text, wrt="x")(W=W, x=X), want, rtol=1e-12)
+    np.testing.assert_allclose(ef.hessian_diagonal(text, wrt="x")(W=W, x=X), jnp.diag(want), rtol=1e-12)
+    np.testing.assert_allclose(ef.laplacian(text, wrt="x")(W=W, x=X), jnp.trace(want), rtol=1e-12)
+    for kind in ("hessian", "hessian_diagonal", "laplacian", "bilaplacian"):
+        derivative = getattr(ef, kind)("f = sum[i](abs2(W[i,j] x[j]))", wrt="x")
+        with pytest.raises(ef.DerivativeError, match=f"{kind}: .*'abs2'.*hvp"):
+            derivative(W=W, x=X)
+        assert np.isrealobj(derivative(W=W.real.copy(), x=X.real.copy()))  # real inputs: as before
+
+
 # ---------------------------------------------------------------- Wirtinger Hessians
 def test_wirtinger_hessian_of_a_hermitian_form_is_the_matrix() -> None:
     M = W + W.conj().T

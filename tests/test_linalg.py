@@ -255,6 +255,39 @@ def test_derivatives_by_a_declared_matrix_are_symmetric(text: str, twin) -> None
         assert "_linalg('spd_factor'" in source and "'cho_inv'" in source and "'spd_by_factor'" in source
 
 
+ROW_CASES = [  # a value whose output index is a row of the declared matrix: no independent samples along it
+    ("symmetric A\ny[i] = A[i,j] x[j]", lambda A, x: _sym(A) @ x),
+    ("spd A\ny[i] = tanh(A[i,j] x[j]) + A[j,i] x[j]", lambda A, x: jnp.tanh(_sym(A) @ x) + _sym(A).T @ x),
+    ("symmetric A\ny[i] = exp(A[i,j] x[j]) x[i]", lambda A, x: jnp.exp(_sym(A) @ x) * x),
+]
+
+
+@pytest.mark.parametrize("text, twin", ROW_CASES, ids=[c[0].replace("\n", "; ") for c in ROW_CASES])
+def test_jacobians_by_a_declared_matrix_read_along_its_rows(text: str, twin) -> None:  # noqa: ANN001
+    # y[i] reads row i of A, but a declared A[i,j] is A[j,i]: i is no batch index (it was taken out of A, whose
+    # declaration then failed on a rank-1 A); the Jacobian is jax's of y((A + A^T)/2), as for the gradient
+    A, x = spd(4), RNG.standard_normal(4)
+    ja, jx = jnp.asarray(A), jnp.asarray(x)
+    jacobian = call(ef.jacobian(text, wrt="A"), A=A, x=x)
+    assert np.allclose(jacobian, jax.jacobian(twin)(ja, jx), rtol=1e-10, atol=1e-12)
+    assert np.allclose(jacobian, jacobian.transpose(0, 2, 1))
+    # finite differences along a symmetric direction: the Jacobian contracted with it
+    T = RNG.standard_normal((4, 4))
+    T = T + T.T
+    eps = 1e-6
+    difference = (np.asarray(twin(ja + eps * T, jx)) - np.asarray(twin(ja - eps * T, jx))) / (2 * eps)
+    assert np.allclose(np.einsum("ipq,pq->i", jacobian, T), difference, atol=1e-7)
+    # a sum over the rows: the Hessian by A (per-row blocks before) and its diagonal
+    total = text.rsplit("\n", 1)[0] + "\nf = sum[i](" + text.rsplit("= ", 1)[1] + ")"
+    hessian = call(ef.hessian(total, wrt="A"), A=A, x=x)
+    expected = jax.hessian(lambda a: jnp.sum(twin(a, jx)))(ja)
+    assert np.allclose(hessian, expected, rtol=1e-9, atol=1e-10)
+    diagonal = call(ef.hessian_diagonal(total, wrt="A"), A=A, x=x)
+    assert np.allclose(diagonal, np.einsum("pqpq->pq", expected), rtol=1e-9, atol=1e-10)
+    with pytest.raises(ef.DerivativeError, match="not independent|mixes samples"):  # (asked for: refused)
+        ef.jacobian(text, wrt="A", batch="i")
+
+
 def test_gp_gradient_factors_the_kernel_once() -> None:
     gp = ("K[i,j] = X[i,d] X[j,d] + s delta[i,j]\nspd K\n"
           "f = 0.5 y[i] inv[i,j](K[i,j]) y[j] + 0.5 logdet[i,j](K[i,j])")

@@ -68,6 +68,18 @@ def test_a_sliced_contraction_agrees_with_numpy_einsum() -> None:
     np.testing.assert_allclose(value, np.einsum("ij,jk,kl->il", a, b, c), rtol=1e-10)
 
 
+def test_a_sliced_contraction_reads_a_transposed_intermediate_in_its_stored_order() -> None:
+    # T is A B computed as [i,j] and viewed as [j,i]: the contraction reading it plans for its stored order, and
+    # each slice cuts the axes of that order (a slice of the logical order would cut the wrong axis)
+    A, B = RNG.standard_normal((150, 40)), RNG.standard_normal((40, 160))
+    D, F = RNG.standard_normal((150, 300)), RNG.standard_normal((300, 120))
+    program = ef.compile("T[j,i] = A[i,k] B[k,j]\nC[j,l] = T[j,i] D[i,m] F[m,l]")
+    assert program.plan(A=A, B=B, D=D, F=F, memory_limit=400_000).sliced
+    value = program(A=A, B=B, D=D, F=F, memory_limit=400_000)
+    np.testing.assert_allclose(value, np.einsum("ik,kj,im,ml->jl", A, B, D, F), rtol=1e-10)
+    assert "T.transpose((1, 0))[" in next(iter(program._plans.values())).source
+
+
 def test_mixed_dtypes_accumulate_in_the_result_type() -> None:
     a = RNG.integers(-5, 5, (120, 80)).astype(np.int16)
     b = RNG.standard_normal((80, 90)).astype(np.float32)

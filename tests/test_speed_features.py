@@ -92,6 +92,36 @@ def test_compiled_gemm_allocates_only_its_result(equation: str) -> None:
     assert peak <= result.nbytes + internal * 8 + SLACK
 
 
+def test_an_operand_copied_anyway_is_copied_into_the_results_order() -> None:
+    # E[b,w,c] = A[t,c] T[w,t,b]: T must be copied to be a (rows, t) matrix; copied with rows (b, w), the matrix
+    # product makes E contiguous, where rows (w, b) made a transposed view that a reader such as E[b,w,c] B[c,w]
+    # copies again. The stored order of a transposed intermediate (T here) is what the plan reads.
+    rng = np.random.default_rng(3)
+    text = "T[w,t,b] = M[w,s,t] S[s,b]\nE[b,w,c] = A[t,c] T[w,t,b]\nf[b] = E[b,w,c] B[c,w]"
+    arrays = {"M": rng.standard_normal((3, 4, 2)), "S": rng.standard_normal((4, 16)),
+              "A": rng.standard_normal((2, 16)), "B": rng.standard_normal((16, 3))}
+    program = ef.compile(text)
+    want = np.einsum("wst,sb,tc,cw->b", arrays["M"], arrays["S"], arrays["A"], arrays["B"])
+    np.testing.assert_allclose(program(**arrays), want, rtol=1e-12)
+    source = next(iter(program._plans.values())).source
+    line = next(line for line in source.splitlines() if line.strip().startswith("E = "))
+    assert ".reshape((16, 3, 16))" in line and not line.split("#")[0].rstrip().endswith(")).transpose((1, 0, 2))")
+
+
+def test_a_real_factor_of_a_complex_contraction_is_not_cast_first() -> None:
+    # numpy multiplies float64 by complex128 in double precision as it would after a cast (a copy per call);
+    # an integer factor is still cast (its pairwise product must not wrap before the complex factor joins)
+    rng = np.random.default_rng(4)
+    E = rng.standard_normal((4, 3, 4)) + 1j * rng.standard_normal((4, 3, 4))
+    A = rng.standard_normal((4, 2, 4)) + 1j * rng.standard_normal((4, 2, 4))
+    M, K = rng.standard_normal((3, 3, 2, 2)), rng.integers(-3, 3, (3, 3, 2, 2)).astype(np.int8)
+    for W, cast in ((M, False), (K, True)):
+        program = ef.compile("F[e,w,t,b] = E[a,v,e] conj(A[a,s,b]) W[v,w,s,t]")
+        np.testing.assert_allclose(program(E=E, A=A, W=W), np.einsum("ave,asb,vwst->ewtb", E, A.conj(), W),
+                                   rtol=1e-12)
+        assert ("W.astype(" in list(program._plans.values())[-1].source) == cast  # (one program: a plan per dtype)
+
+
 # ---------------------------------------------------------------------------- released intermediates, peak
 
 LEAST_SQUARES = "L = sum[i,j]((A[i,k] X[k,j] - B[i,j])^2)"

@@ -124,6 +124,14 @@ def follow(program: Checked, names: tuple[str, ...], wrt: list[str], what: str) 
     for tensor, seen in reads.items():
         if tensor not in axes:
             axes[tensor] = _consistent(tensor, seen, what)
+    for statement in statements:  # a declared matrix ties its two axes: A[b,j] is A[j,b], so rows are no samples
+        if isinstance(statement, ir.MatrixDecl):
+            for tensor in statement.names:
+                if axes.get(tensor):
+                    name = next(iter(axes[tensor]))
+                    raise DerivativeError(f"{what}: '{tensor}' is declared {statement.kind} and carries batch index "
+                                          f"'{name}' on one axis: its axes are tied, so the samples along "
+                                          f"'{name}' are not independent")
     used = all_index_names(ir.ProgramIR(tuple(s for s in statements if isinstance(s, ir.Assign))))
     for statement in statements:  # an index sized by a batch axis would lose its size per sample
         if isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):

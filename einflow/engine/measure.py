@@ -169,10 +169,10 @@ def one_float_type(dialect: Dialect, dtypes: Mapping[int, Any], registers: list[
 def _measure_contract(specialiser: Builder, step: Contract) -> None:
     """The contraction's path, its report figures, its intermediates' memory and (torch) its result's layout."""
     letters = index_letters(*step.operands)
-    # torch: each operand is taken in the axis order it is stored in (a transposed view is read as the
-    # contiguous array it views), so matrix products pick their operands' layouts and an elementwise
-    # product inside the contraction meets operands of one layout
-    if specialiser.dialect.stored_orders:
+    # each operand is taken in the axis order it is stored in (a transposed view is read as the contiguous array
+    # it views), so matrix products pick their operands' layouts (numpy: which copies a reshape makes, and how
+    # long their runs are) and (torch) an elementwise product inside the contraction meets operands of one layout
+    if specialiser.dialect.stored_orders or specialiser.backend.pairwise_kernels:
         orders = [specialiser.stored_order(register) for register in step.args]
     else:
         orders = [tuple(range(len(labels))) for labels in step.operands]

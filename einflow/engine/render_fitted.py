@@ -103,8 +103,11 @@ def _sliced_contract(cx: RenderContext, step: Contract) -> list[str] | None:
         lines += [f"{out} = {out} * {codegen.node_text(cx, factor)[0]}" for factor in step.scale]
         return lines
     at, parts, kernel = cx.fresh("_at"), cx.fresh("_parts"), cx.fresh("_kernel")
+    # (each operand in the axis order the plan reads it in, the order it is stored in: see the equation)
+    stored = [cx.var(r) if order == tuple(range(len(order))) else f"{cx.var(r)}.transpose({order})"
+              for r, order in zip(step.args, planned.orders)]
     operands = ", ".join((_window_block_text(cx, r, f"{parts}[{k}]") if r in cx.fitting.windows else
-                          f"{cx.var(r)}[{parts}[{k}]]" if step.operands[k] else cx.var(r))
+                          f"{stored[k]}[{parts}[{k}]]" if step.operands[k] else stored[k])
                          + (f".astype({str(common)!r})" if casts[k] else "") for k, r in enumerate(step.args))
     allocate, write = ("zeros", "+=") if slicing.accumulates else ("empty", "=")
     lines = [f"{out} = {np_}.{allocate}({shape!r}, dtype={dtype!r})",

@@ -27,6 +27,13 @@ from einflow.engine.steps import Contract, Elementwise, node_args
 __all__ = ["contract_text", "elementwise_text"]
 
 
+def _real_part_of(dtype: np.dtype, common: np.dtype) -> bool:
+    """Whether ``dtype`` is the real type of complex ``common`` (float64 of complex128): numpy computes its
+    products with the other factors in that precision, as it would after the cast (a product of two such
+    reals is the real part of their complex product), so the cast, a copy per call, is left out."""
+    return dtype.kind == "f" and common.kind == "c" and dtype.itemsize * 2 == common.itemsize
+
+
 def contract_text(cx: RenderContext, step: Contract) -> str:
     """A contraction as the record planned it, times its scale."""
     record, backend, dialect = cx.record, cx.record.backend, cx.dialect
@@ -41,7 +48,7 @@ def contract_text(cx: RenderContext, step: Contract) -> str:
     planned = record.contractions[step.out]
     equation, shapes, orders = planned.equation, planned.shapes, planned.orders
     operands = [cx.var(register) if order == tuple(range(len(order)))
-                else f"{cx.var(register)}.permute({order})" for register, order in zip(step.args, orders)]
+                else f"{cx.var(register)}.{dialect.permute}({order})" for register, order in zip(step.args, orders)]
     if len(step.args) > 2 or step.scale or not dialect.numpy_types:  # (torch: int64 * float32 is float32)
         # numpy's dtype rule: every pairwise step computes in the result type of all the factors, the
         # scale included (a bool or int8 pair must not saturate or wrap before a wider factor joins it);
@@ -49,7 +56,8 @@ def contract_text(cx: RenderContext, step: Contract) -> str:
         common = common_dtype(record.dtypes, step)
         for position, register in enumerate(step.args):
             dtype = record.dtypes[register]
-            if not isinstance(dtype, type) and np.dtype(dtype) != common:
+            if not isinstance(dtype, type) and np.dtype(dtype) != common and not (
+                    dialect.numpy_types and _real_part_of(np.dtype(dtype), common)):
                 operands[position] = codegen.astype(cx, operands[position], str(common))
     output_elements = math.prod(record.shapes[step.out])
     scaled_inside = False
