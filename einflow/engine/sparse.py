@@ -153,7 +153,9 @@ class _Rewriter:
             coords, shape, group = pattern
             z = self.fresh("z")
             mapping: dict[str, Any] = {index: ir.Gather(coord, (z,)) for index, coord in zip(indices, coords)}
-            body = self.expr(_substitute(expr, mapping, self.sparse), frozenset({z}), frozenset())
+            expr = self._hoist_scopes(expr, frozenset(indices), frozenset(indices))
+            body = self.expr(_substitute(expr, mapping, self.sparse, frozenset(indices)), frozenset({z}),
+                             frozenset())
             if z not in indices_in(body):  # the same value on every entry: broadcast it over z
                 ones = ir.Sum((ir.Num(1), ir.Product((ir.Num(0), ir.Tensor(coords[0], (z,))))))
                 body = ir.Product((body, ones))
@@ -297,6 +299,24 @@ class _Rewriter:
         self.kept = kept
         return ir.Tensor(name, found[1])
 
+    def _hoist_scopes(self, expr: ir.Expr, keys: frozenset[str], bound: frozenset[str]) -> ir.Expr:
+        """``expr`` with each normaliser or matrix function over an index in ``keys`` (an index about to be read at
+        a sparse tensor's coordinates: ``softmax[j](X[i,j])``, ``inv[a,b](M[a,b])``) computed densely as a statement
+        of its own, to be gathered from: its indices are taken whole inside it, not entry by entry."""
+        if not keys & indices_in(expr):
+            return expr
+        if isinstance(expr, (ir.Normalize, ir.Linalg)) and not expr.reduces and keys & set(expr.indices):
+            indices = free_indices(expr, bound)
+            name = self.fresh("t")
+            kept = self.kept
+            self.pending.extend(self.assign(ir.Assign(name, indices, expr)))
+            self.kept = kept
+            return ir.Tensor(name, indices, span=expr.span)
+        if isinstance(expr, (ir.Reduce, ir.Linalg)) and expr.reduces:
+            return replace(expr, body=self._hoist_scopes(expr.body, keys - set(expr.indices),
+                                                         bound | frozenset(expr.indices)))
+        return _map_children(expr, lambda child: self._hoist_scopes(child, keys, bound))
+
     def product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], consumed: frozenset[str],
                 span: Any) -> ir.Expr:
         """A product with a sparse factor as a gather over its coordinates (and a scatter for kept indices)."""
@@ -304,7 +324,8 @@ class _Rewriter:
         position = next((k for k, factor in enumerate(factors)
                          if isinstance(factor, ir.Tensor) and factor.name in self.sparse), None)
         if position is None:
-            plain = tuple(self.expr(factor, bound, frozenset()) for factor in factors)
+            plain = tuple(self.expr(factor, bound | _around(factors, k, bound), frozenset())
+                          for k, factor in enumerate(factors))
             return ir.Product(plain, span=span) if len(plain) > 1 else plain[0]
         factor = factors[position]
         assert isinstance(factor, ir.Tensor)
@@ -315,10 +336,13 @@ class _Rewriter:
         z = self.fresh("z")
         mapping: dict[str, Any] = {index: ir.Gather(coord, (z,)) for index, coord in zip(factor.indices,
                                                                                           pattern.coords)}
-        others = factors[:position] + factors[position + 1:]
+        others = tuple(self._hoist_scopes(other, frozenset(factor.indices), bound)
+                       for other in factors[:position] + factors[position + 1:])
         elsewhere = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
-        substituted = tuple(_substitute(other, mapping, self.sparse) for other in others)
-        rest = tuple(self.expr(other, bound | {z}, frozenset()) for other in substituted)
+        substituted = tuple(_substitute(other, _scoped(other, mapping, bound), self.sparse, bound)
+                            for other in others)
+        rest = tuple(self.expr(other, bound | {z} | _around(substituted, k, bound), frozenset())
+                     for k, other in enumerate(substituted))
         new: list[ir.Expr] = [ir.Tensor(pattern.values, (z,), span=factor.span)]
         for axis, index in enumerate(factor.indices):
             if index in consumed or (index not in bound and index in elsewhere):
@@ -328,12 +352,38 @@ class _Rewriter:
         new.extend(rest)
         if len(new) == 1:  # every index summed: the sum of the entries
             return ir.Reduce((z,), new[0], span=span)
-        return ir.Product(tuple(new), span=span) if len(new) > 1 else new[0]
+        if any(not isinstance(f, (ir.Num, ir.Tensor, ir.Read, ir.ShiftDelta)) and z in indices_in(f) for f in new):
+            # z inside a sum or a function: bound by a scope of its own, so that a term reading two gathers at z
+            # does not sum over z inside the term
+            return ir.Reduce((z,), ir.Product(tuple(new), span=span), span=span)
+        return ir.Product(tuple(new), span=span)
 
 
-def _substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, Pattern]) -> ir.Expr:
+def _around(factors: tuple[ir.Expr, ...], k: int, bound: frozenset[str]) -> frozenset[str]:
+    """The free indices of a product's factors other than the k-th: shared with it, they are not summed inside it
+    (``e[r] (T[a,r] S[r,b] + ...)``: a sparse tensor in the sum scatters r, which the product then sums)."""
+    found: set[str] = set()
+    for other in factors[:k] + factors[k + 1:]:
+        found.update(i for i in (other.indices if isinstance(other, ir.Tensor) else free_indices(other, bound))
+                     if isinstance(i, str))
+    return frozenset(found)
+
+
+def _scoped(factor: ir.Expr, mapping: Mapping[str, Any], bound: frozenset[str]) -> Mapping[str, Any]:
+    """The part of a gather ``mapping`` that reaches into a product's ``factor``: an index summed inside a factor
+    of its own (``W[c,c]`` in ``u[c] A[m,c] / W[c,c]``, a trace) is another index than the product's."""
+    if isinstance(factor, (ir.Num, ir.Tensor, ir.Read, ir.Delta, ir.ShiftDelta)) or \
+            all(isinstance(value, str) for value in mapping.values()):
+        return mapping
+    free = frozenset(free_indices(factor, bound))
+    return {index: value for index, value in mapping.items() if index in free}
+
+
+def _substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, Pattern],
+                bound: frozenset[str] = frozenset()) -> ir.Expr:
     """``expr`` with indices replaced: by another index (a str) or by a gather (an ir.Gather). A sparse tensor
-    read at exactly its own coordinates becomes its values."""
+    read at exactly its own coordinates becomes its values. ``bound``: the indices bound around ``expr`` (an index
+    summed inside a factor of a product is not replaced there)."""
     if not mapping:
         return expr
     if isinstance(expr, ir.Num):
@@ -387,23 +437,25 @@ def _substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, 
             raise SparseError(f"{ir.format_expr(expr)} at a sparse tensor's coordinates is not supported")
         return replace(expr, index=index, position=_rename_position(expr.position, mapping))
     if isinstance(expr, ir.Product):
-        return replace(expr, factors=tuple(_substitute(f, mapping, sparse) for f in expr.factors))
+        return replace(expr, factors=tuple(_substitute(f, _scoped(f, mapping, bound), sparse, bound)
+                                           for f in expr.factors))
     if isinstance(expr, ir.Sum):
-        return replace(expr, terms=tuple(_substitute(t, mapping, sparse) for t in expr.terms))
+        return replace(expr, terms=tuple(_substitute(t, mapping, sparse, bound) for t in expr.terms))
     if isinstance(expr, ir.Call):
-        return replace(expr, arg=_substitute(expr.arg, mapping, sparse))
+        return replace(expr, arg=_substitute(expr.arg, mapping, sparse, bound))
     if isinstance(expr, ir.Power):
-        return replace(expr, base=_substitute(expr.base, mapping, sparse))
+        return replace(expr, base=_substitute(expr.base, mapping, sparse, bound))
     if isinstance(expr, ir.Binary):
-        return replace(expr, left=_substitute(expr.left, mapping, sparse),
-                       right=_substitute(expr.right, mapping, sparse))
+        return replace(expr, left=_substitute(expr.left, mapping, sparse, bound),
+                       right=_substitute(expr.right, mapping, sparse, bound))
     if isinstance(expr, (ir.Reduce, ir.Normalize, ir.Linalg)):
         inner = {k: v for k, v in mapping.items() if k not in expr.indices}  # the scope's own indices shadow
         renamed = tuple(mapping.get(i, i) if isinstance(mapping.get(i, i), str) else i for i in expr.indices) \
             if all(isinstance(v, str) for v in mapping.values()) else expr.indices
         if renamed != expr.indices:
             inner = dict(mapping)
-        return replace(expr, indices=renamed, body=_substitute(expr.body, inner, sparse))  # type: ignore[arg-type]
+        return replace(expr, indices=renamed,  # type: ignore[arg-type]
+                       body=_substitute(expr.body, inner, sparse, bound | frozenset(expr.indices)))
     raise SparseError(f"a sparse tensor's coordinates inside {ir.format_expr(expr)} are not supported")
 
 
