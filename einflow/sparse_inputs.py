@@ -5,18 +5,44 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from einflow.engine.backends import infer_backend
+from einflow.engine.segments import forget
 from einflow.engine.sparse import Rewritten, rewrite
-from einflow.engine.sparse_arrays import SUPPORTED, SparseArray, is_sparse, sparse_kind, spmm, to_coo, wrap
+from einflow.engine.sparse_arrays import SUPPORTED, SparseArray, is_sparse, sparse_kind, spmm, to_coo, values_of, wrap
 from einflow.lang.errors import SparseError
 
 __all__ = ["call", "plan_program", "prepared", "check_backend"]
 
 # ---------------------------------------------------------------- calls
+#: id of a sparse input -> (a weak reference to it, its shape and nnz, its conversion): the coordinates of an
+#: input passed again are not made again (their sorting order stays cached on them, einflow.engine.segments)
+_CONVERTED: dict[int, tuple[Any, tuple[int, ...], int, SparseArray]] = {}
+
+
+def converted_input(name: str, value: Any) -> SparseArray:
+    """The coordinates and values of a sparse input, its coordinates kept from the last call with the same array
+    (its values read again: changed in place, they are seen) where its values are its own data."""
+    values = values_of(value)
+    hit = _CONVERTED.get(id(value))
+    if values is not None and hit is not None and hit[0]() is value and hit[1] == tuple(value.shape) and \
+            hit[2] == values.shape[0]:
+        return replace(hit[3], values=values)
+    array = to_coo(name, value)
+    if values is not None:
+        key = id(value)
+        try:
+            ref = weakref.ref(value, forget(_CONVERTED, key))
+        except TypeError:  # an array without weak references is converted on every call
+            return array
+        _CONVERTED[key] = (ref, tuple(value.shape), array.nnz, array)
+    return array
+
+
 _REWRITES: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
 
 
@@ -28,7 +54,7 @@ def prepared(program: Any, values: Mapping[str, Any], make: Any,
     for name in program.info.inputs:
         value = values[name]
         if is_sparse(value):
-            converted[name] = seen[id(value)] if id(value) in seen else to_coo(name, value)
+            converted[name] = seen[id(value)] if id(value) in seen else converted_input(name, value)
             seen[id(value)] = converted[name]
     groups: dict[str, int] = {}
     leaders: list[SparseArray] = []

@@ -13,7 +13,7 @@ import numpy as np
 
 from einflow.lang.errors import SparseError
 
-__all__ = ["sparse_kind", "is_sparse", "SparseArray", "to_coo", "wrap", "SUPPORTED", "SpMM", "spmm"]
+__all__ = ["sparse_kind", "is_sparse", "SparseArray", "to_coo", "values_of", "wrap", "SUPPORTED", "SpMM", "spmm"]
 
 #: what a message about an unsupported sparse input says is supported
 SUPPORTED = ("scipy.sparse arrays and matrices (every format, 2-D) and pydata sparse.COO (n-D) on the numpy "
@@ -95,7 +95,27 @@ def to_coo(name: str, value: Any) -> SparseArray:
                           f"{SUPPORTED} (convert it, or pass it dense)")
     if values.dtype.kind not in "biufc":
         raise SparseError(f"tensor {name!r} has dtype {values.dtype}; einflow computes with numbers")
-    return SparseArray(coords, values, tuple(int(n) for n in value.shape), value)
+    return SparseArray(tuple(map(_owned, coords)), values, tuple(int(n) for n in value.shape), value)
+
+
+def _owned(axis: np.ndarray) -> np.ndarray:
+    """A coordinate vector einflow owns, read-only: its sorting order can be kept on it
+    (``einflow.engine.segments``) without the caller's array changing under it."""
+    if axis.base is not None or axis.flags.writeable:
+        axis = np.array(axis, dtype=np.int64, copy=True)
+    axis.setflags(write=False)
+    return axis
+
+
+def values_of(value: Any) -> np.ndarray | None:
+    """The stored values of a sparse input already converted, read again (in place changes seen), when they are
+    the array's own data in the converted order (pydata COO, canonical CSR); None: convert it again."""
+    kind = sparse_kind(value)
+    if kind == "pydata" and hasattr(value, "coords") and _is_zero(value.fill_value):
+        return np.asarray(value.data)
+    if kind == "scipy" and value.format == "csr" and value.has_canonical_format:
+        return np.asarray(value.data)
+    return None
 
 
 def _is_zero(value: Any) -> bool:
