@@ -8,12 +8,20 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from einflow.engine.backends import infer_backend
 from einflow.engine.segments import forget
 from einflow.engine.sparse import Rewritten, rewrite
-from einflow.engine.sparse_arrays import SUPPORTED, SparseArray, is_sparse, sparse_kind, spmm, to_coo, values_of, wrap
+from einflow.engine.sparse_arrays import (
+    SUPPORTED,
+    SparseArray,
+    is_sparse,
+    same_coords,
+    sparse_kind,
+    spmm,
+    to_coo,
+    values_of,
+    wrap,
+)
 from einflow.lang.errors import SparseError
 
 __all__ = ["call", "plan_program", "prepared", "check_backend"]
@@ -60,8 +68,7 @@ def prepared(program: Any, values: Mapping[str, Any], make: Any,
     leaders: list[SparseArray] = []
     for name, array in converted.items():
         for k, leader in enumerate(leaders):
-            if leader is array or (leader.shape == array.shape and leader.nnz == array.nnz and all(
-                    np.array_equal(a, b) for a, b in zip(leader.coords, array.coords))):
+            if same_coords(leader, array):
                 groups[name] = k
                 break
         else:
@@ -93,35 +100,44 @@ def prepared(program: Any, values: Mapping[str, Any], make: Any,
     return runner, rewritten, arrays, leaders
 
 
-def check_backend(program: Any, values: Mapping[str, Any], backend: str) -> None:
-    """A SparseError for a sparse input this backend cannot take (the numpy backend takes scipy and pydata)."""
+def check_backend(program: Any, values: Mapping[str, Any], backend: str) -> str:
+    """The backend a call with sparse inputs runs on (numpy for scipy and pydata inputs, torch for torch sparse
+    tensors), or a SparseError for a sparse input that backend cannot take."""
+    wanted: str | None = None
     for name in program.info.inputs:
         value = values[name]
         kind = sparse_kind(value)
         if kind is None:
             continue
-        if kind in ("torch", "jax"):
-            raise SparseError(f"tensor {name!r} is a {kind} sparse tensor; sparse inputs are supported as "
-                              f"{SUPPORTED} (pass it dense, or as a scipy/pydata sparse array)")
-        if backend not in ("auto", "numpy"):
-            raise SparseError(f"tensor {name!r} is sparse; the {backend} backend does not take sparse inputs: "
-                              f"sparse inputs are supported as {SUPPORTED}")
+        if kind == "jax":
+            raise SparseError(f"tensor {name!r} is a jax sparse tensor (BCOO); sparse inputs are supported as "
+                              f"{SUPPORTED} (pass it dense: jax.experimental.sparse's own operations take BCOO)")
+        home = "torch" if kind == "torch" else "numpy"
+        if backend not in ("auto", home):
+            raise SparseError(f"tensor {name!r} is sparse; the {backend} backend does not take it: sparse inputs "
+                              f"are supported as {SUPPORTED}")
+        if wanted is not None and wanted != home:
+            raise SparseError(f"tensor {name!r} is a {kind} sparse array beside sparse arrays of another library; "
+                              "pass them all as one library's (scipy/pydata, or torch)")
+        wanted = home
+    return wanted or "numpy"
 
 
 def call(program: Any, values: Mapping[str, Any], backend: str, options: Mapping[str, Any], make: Any) -> Any:
     """Run ``program`` with sparse inputs among ``values``: the rewritten program (built by ``make``, the Program
     class), sparse results wrapped."""
-    check_backend(program, values, backend)
-    runner, rewritten, arrays, leaders = prepared(program, values, make)
+    home = check_backend(program, values, backend)
+    runner, rewritten, arrays, leaders = prepared(program, values, make, matmuls=home == "numpy")
     if backend == "auto":
         found = infer_backend(arrays.values())
-        if found != "numpy":
+        if found != home:
             names = ", ".join(repr(name) for name in rewritten.inputs)
+            beside = "numpy arrays" if home == "numpy" else "torch tensors"
             raise SparseError(f"tensor {names} is sparse and the other inputs are {found} arrays; sparse inputs "
-                              f"are supported as {SUPPORTED} (pass numpy arrays beside them)")
+                              f"are supported as {SUPPORTED} (pass {beside} beside them)")
     for product in rewritten.products:  # SpMM through scipy's kernel (einflow.engine.sparse_arrays.spmm)
         arrays[product.name] = spmm(product, values[product.sparse], values[product.dense])
-    result = runner(arrays, backend="numpy", **options)
+    result = runner(arrays, backend=home, **options)
     outputs = list(result) if type(result) is tuple else [result]
     for k, where in enumerate(rewritten.outputs):
         if where is None or k >= len(outputs):
