@@ -3,12 +3,14 @@ results on a pattern returned as sparse arrays of the inputs' kind (``einflow.en
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from einflow.engine.backends import infer_backend
+from einflow.engine.plan import PlanStep
 from einflow.engine.segments import forget
 from einflow.engine.sparse import Rewritten, rewrite
 from einflow.engine.sparse_arrays import (
@@ -24,7 +26,7 @@ from einflow.engine.sparse_arrays import (
 )
 from einflow.lang.errors import SparseError
 
-__all__ = ["call", "plan_program", "prepared", "check_backend"]
+__all__ = ["call", "plan", "prepared", "check_backend"]
 
 # ---------------------------------------------------------------- calls
 #: id of a sparse input -> (a weak reference to it, its shape and nnz, its conversion): the coordinates of an
@@ -148,7 +150,28 @@ def call(program: Any, values: Mapping[str, Any], backend: str, options: Mapping
     return tuple(outputs) if type(result) is tuple else outputs[0]
 
 
-def plan_program(program: Any, shapes: Mapping[str, Any], make: Any) -> tuple[Any, dict[str, Any]]:
-    """The rewritten program and the shapes to plan it with, for ``Program.plan`` given sparse arrays."""
-    runner, _, arrays, _ = prepared(program, shapes, make, matmuls=False)  # the gather form: FLOPs from nnz
-    return runner, {name: value for name, value in arrays.items() if name in runner.info.inputs}
+def plan(program: Any, shapes: Mapping[str, Any], make: Any, options: Mapping[str, Any]) -> Any:
+    """``Program.plan`` given sparse arrays: the report of the program that runs for them, FLOPs and memory from
+    nnz, with a first step per sparse-dense matrix product computed by scipy's CSR kernel before the program."""
+    home = "torch" if any(sparse_kind(shapes.get(name)) == "torch" for name in program.info.inputs) else "numpy"
+    runner, rewritten, arrays, leaders = prepared(program, shapes, make, matmuls=home == "numpy")
+    given = {name: value for name, value in arrays.items() if name in runner.info.inputs}
+    steps = []
+    extra = 0
+    for product in rewritten.products:
+        matrix, other = shapes[product.sparse], shapes[product.dense]
+        other_shape = tuple(other) if isinstance(other, (tuple, list)) else tuple(other.shape)
+        rest = other_shape[:product.axis] + other_shape[product.axis + 1:]
+        shape = (int(matrix.shape[1 if product.transpose else 0]), *rest)
+        given[product.name] = shape
+        nnz = int(getattr(matrix, "nnz", 0))
+        itemsize = int(options.get("itemsize") or 8)
+        read = f"{product.sparse}^T" if product.transpose else product.sparse
+        steps.append(PlanStep(f"{product.name} = {read} @ {product.dense} (scipy CSR kernel, before the program)",
+                              "spmm", f"{read} @ {product.dense} -> {product.name}", 2 * nnz * math.prod(rest),
+                              shape, itemsize))
+        extra += math.prod(shape) * itemsize
+    report = runner.plan(given, **options)
+    report.steps[:0] = steps
+    report.peak_bytes += extra
+    return report

@@ -214,11 +214,17 @@ def test_spmm_through_scipy_and_gather_form_agree() -> None:
         np.testing.assert_allclose(w, 2 * dense @ D3[:, :, 0], atol=1e-13)
 
 
-def test_plan_report_shows_the_gather_form() -> None:
+def test_plan_report_shows_the_form_that_runs() -> None:
     S = sp.csr_array(_matrix(50, 40, density=0.1, seed=10))
+    # an SpMM of two inputs runs through scipy's CSR kernel: the report's first step, 2 nnz x 8 FLOPs
     report = ef.compile("y[i,f] = S[i,j] H[j,f]").plan(S=S, H=(40, 8))
-    text = str(report)
-    assert "S_v" in text and report.flops < 2 * 50 * 40 * 8
+    assert report.steps[0].kind == "spmm" and report.steps[0].flops == 2 * S.nnz * 8
+    assert report.steps[0].shape == (50, 8) and "S @ H" in str(report)
+    assert report.flops < 2 * 50 * 40 * 8
+    # a product the kernel does not take: the gather form, its FLOPs from nnz
+    report = ef.compile("y[i,f] = S[i,j] H[j,f] W[i,f]").plan(S=S, H=(40, 8), W=(50, 8))
+    assert "S_v" in str(report) and all(step.kind != "spmm" for step in report.steps)
+    assert report.flops < 2 * 50 * 40 * 8
 
 
 def test_jvp_and_hvp_by_a_dense_operand() -> None:
