@@ -324,3 +324,11 @@ def test_segment_sums_in_chunks_match_bincount(monkeypatch: pytest.MonkeyPatch) 
         np.testing.assert_allclose(segments.segment_sum(value, positions, 1, 0, (1, 0), (50, 3)), expected,
                                    atol=1e-12)
     assert segments.cacheable(positions) and not segments.cacheable(np.arange(3))
+
+
+def test_declaration_of_a_tensor_only_dead_statements_read() -> None:
+    # (seed 110 of the sparse differential test: the rewrite drops G, and with it the only read of A)
+    dense = _matrix()
+    program = ef.compile("symmetric A\nG[i] = inv[a,b](A[a,b]) S[i,b]\ny[i] = S[i,j] x[j]\ny[i]")
+    x, A = np.arange(5.0), np.eye(5) * 2
+    np.testing.assert_allclose(program(A=A, S=sp.csr_array(dense), x=x), dense @ x, atol=1e-13)

@@ -277,6 +277,11 @@ def live(statements: list[ir.Statement], info: ProgramInfo) -> list[ir.Statement
             needed |= tensor_names(statement.expr)
         elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
             needed.add(statement.source)
+        elif isinstance(statement, (ir.MatrixDecl, ir.PadDecl)):  # a declaration of tensors no longer read goes
+            names = tuple(name for name in statement.names if name in needed)
+            if not names:
+                continue
+            statement = replace(statement, names=names)
         kept.append(statement)
     return kept[::-1]
 
