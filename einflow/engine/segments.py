@@ -15,8 +15,8 @@ import numpy as np
 
 __all__ = ["cacheable", "segments", "segment_sum", "forget"]
 
-#: elements of the value taken into sorted order at a time (a segment longer than this is taken whole)
-CHUNK = 1 << 20
+#: elements of the value taken into sorted order at a time, 512 KiB of float64 (a longer segment is taken whole)
+CHUNK = 1 << 16
 
 #: id of a coordinate array -> (a weak reference to it, the segment ids, the sorting order or None, the starts)
 _SEGMENTS: dict[int, tuple[Any, np.ndarray, np.ndarray | None, np.ndarray]] = {}
