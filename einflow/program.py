@@ -369,9 +369,8 @@ class Program:
         if any(is_sparse(shapes.get(name)) for name in self.info.inputs):  # their nnz sets FLOPs and memory
             from einflow import sparse_inputs
 
-            runner, dense = sparse_inputs.plan_program(self, shapes, Program)
-            return runner.plan(dense, optimize=optimize, backend=backend, itemsize=itemsize,
-                               memory_limit=memory_limit, slicing=slicing)
+            return sparse_inputs.plan(self, shapes, Program, dict(optimize=optimize, backend=backend,
+                                      itemsize=itemsize, memory_limit=memory_limit, slicing=slicing))
         resolved: dict[str, tuple[int, ...]] = {}
         for name in self.info.inputs:
             if name not in shapes:

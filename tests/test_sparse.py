@@ -183,9 +183,7 @@ def test_errors() -> None:
     p = ef.compile("y[i,f] = S[i,j] H[j,f]")
     with pytest.raises(ef.SparseError, match="'S'.*numpy"):
         p(S=S, H=np.ones((5, 2)), backend="dask")
-    torch = pytest.importorskip("torch")
-    with pytest.raises(ef.SparseError, match="'S'"):
-        p(S=torch.eye(5).to_sparse(), H=torch.ones(5, 2))
+    torch = pytest.importorskip("torch")  # (torch sparse tensors: tests/test_sparse_torch.py)
     with pytest.raises(ef.SparseError, match="'S'"):
         p(S=S, H=torch.ones(5, 2))
     with pytest.raises(ef.SparseError, match="diagonal"):
@@ -216,11 +214,17 @@ def test_spmm_through_scipy_and_gather_form_agree() -> None:
         np.testing.assert_allclose(w, 2 * dense @ D3[:, :, 0], atol=1e-13)
 
 
-def test_plan_report_shows_the_gather_form() -> None:
+def test_plan_report_shows_the_form_that_runs() -> None:
     S = sp.csr_array(_matrix(50, 40, density=0.1, seed=10))
+    # an SpMM of two inputs runs through scipy's CSR kernel: the report's first step, 2 nnz x 8 FLOPs
     report = ef.compile("y[i,f] = S[i,j] H[j,f]").plan(S=S, H=(40, 8))
-    text = str(report)
-    assert "S_v" in text and report.flops < 2 * 50 * 40 * 8
+    assert report.steps[0].kind == "spmm" and report.steps[0].flops == 2 * S.nnz * 8
+    assert report.steps[0].shape == (50, 8) and "S @ H" in str(report)
+    assert report.flops < 2 * 50 * 40 * 8
+    # a product the kernel does not take: the gather form, its FLOPs from nnz
+    report = ef.compile("y[i,f] = S[i,j] H[j,f] W[i,f]").plan(S=S, H=(40, 8), W=(50, 8))
+    assert "S_v" in str(report) and all(step.kind != "spmm" for step in report.steps)
+    assert report.flops < 2 * 50 * 40 * 8
 
 
 def test_jvp_and_hvp_by_a_dense_operand() -> None:
@@ -247,3 +251,84 @@ def test_value_and_grad_with_a_sparse_input() -> None:
     assert isinstance(gS, sp.csr_matrix)
     np.testing.assert_allclose(gS.toarray(), 2 * (dense @ H) @ H.T * (dense != 0), atol=1e-12)
     np.testing.assert_allclose(gH, 2 * dense.T @ (dense @ H), atol=1e-12)
+
+
+# ---------------------------------------------------------------- found by tests/test_sparse_differential.py
+REGRESSIONS = [
+    # an index summed inside a divisor of its own (a trace) is another index than the product's (seed 17)
+    ("Y[m] = u[c] S[m,c] / W[c,c]", {"u": (5,), "W": (5, 5)}),
+    # inv over indices read at the sparse tensor's coordinates: computed whole first (seed 61)
+    ("L = inv[a,b](M[a,b] + 3 delta[a,b]) S[i,a] Q[i,b]", {"M": (5, 5), "Q": (7, 5)}),
+    # a sum's terms keep the index they share with the product around them (seed 57)
+    ("f = sum[i](e[i] (S[i,j] T[j,k] + S[i,j] U[j,k]) g[k])", {"e": (7,), "T": (5, 3), "U": (5, 3), "g": (3,)}),
+    # an index summed inside a function's argument is not the product's (seed 69)
+    ("L[t,l] = X[n,n] y[n] / exp(A[r,n] R[t,r] S[n,l])", {"X": (7, 7), "y": (7,), "A": (2, 7), "R": (3, 2)}),
+    # a delta partner of a coordinate gets its size (seed 64)
+    ("f = logsumexp[h,r](d[h,m] S[m,n] P[r,n])", {"d": (7, 7), "P": (2, 5)}),
+    # an index gathered in one term and read in another keeps its size (seed 96)
+    ("G[r] = sum[n](R[r,a] S[n,a]) + (B[j] delta[n,n])^1", {"R": (3, 5), "B": (2,)}),
+]
+
+
+@pytest.mark.parametrize("text, shapes", REGRESSIONS)
+def test_rewrite_scopes_against_dense(text: str, shapes: dict) -> None:
+    dense = _matrix()
+    rng = np.random.default_rng(7)
+    arrays = {name: rng.uniform(0.5, 1.5, size=shape) for name, shape in shapes.items()}
+    program = ef.compile(text)
+    for S in (sp.csr_array(dense), sparse.COO.from_numpy(dense)):
+        got, want = program(**arrays, S=S), program(**arrays, S=dense)
+        got = _dense(got) if sp.issparse(got) or isinstance(got, sparse.SparseArray) else got
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_conversion_and_segment_order_are_kept_per_input() -> None:
+    from einflow import sparse_inputs
+    from einflow.engine import segments
+
+    rng = np.random.default_rng(8)
+    shape, rank = (6, 5, 4), 3
+    dense = rng.normal(size=shape) * (rng.random(shape) < 0.4)
+    X = sparse.COO.from_numpy(dense)
+    A, B, C = (rng.normal(size=(n, rank)) for n in shape)
+    first = sparse_inputs.converted_input("X", X)
+    assert sparse_inputs.converted_input("X", X).coords[1] is first.coords[1]  # not converted again
+    assert not first.coords[0].flags.writeable
+    W = sparse.COO(X.coords, np.ones(X.nnz), shape=shape)
+    gradient = ef.grad("L = sum[i,j,k]((X[i,j,k] - W[i,j,k] A[i,r] B[j,r] C[k,r])^2)", wrt="B")
+    mask = W.todense()
+
+    def expected() -> np.ndarray:
+        residual = X.todense() - mask * np.einsum("ir,jr,kr->ijk", A, B, C)
+        return -2 * np.einsum("ijk,ir,kr->jr", mask * residual, A, C)
+
+    for _ in range(2):
+        np.testing.assert_allclose(gradient(X=X, W=W, A=A, B=B, C=C), expected(), atol=1e-12)
+    rows = sparse_inputs.converted_input("W", W).coords[1]  # (the group's coordinates are W's, read first)
+    assert any(entry[0]() is rows for entry in segments._SEGMENTS.values())  # sorted once, kept on them
+    X.data *= 2  # values changed in place are read again
+    np.testing.assert_allclose(gradient(X=X, W=W, A=A, B=B, C=C), expected(), atol=1e-12)
+
+
+def test_segment_sums_in_chunks_match_bincount(monkeypatch: pytest.MonkeyPatch) -> None:
+    from einflow.engine import segments
+
+    rng = np.random.default_rng(9)
+    positions = rng.integers(0, 50, 1000)
+    positions[positions == 7] = 8  # an empty segment
+    positions.setflags(write=False)
+    value = rng.normal(size=(3, 1000))
+    expected = np.stack([np.bincount(positions, weights=row, minlength=50) for row in value], axis=1)
+    for chunk in (1, 7, 64, 1 << 20):
+        monkeypatch.setattr(segments, "CHUNK", chunk)
+        np.testing.assert_allclose(segments.segment_sum(value, positions, 1, 0, (1, 0), (50, 3)), expected,
+                                   atol=1e-12)
+    assert segments.cacheable(positions) and not segments.cacheable(np.arange(3))
+
+
+def test_declaration_of_a_tensor_only_dead_statements_read() -> None:
+    # (seed 110 of the sparse differential test: the rewrite drops G, and with it the only read of A)
+    dense = _matrix()
+    program = ef.compile("symmetric A\nG[i] = inv[a,b](A[a,b]) S[i,b]\ny[i] = S[i,j] x[j]\ny[i]")
+    x, A = np.arange(5.0), np.eye(5) * 2
+    np.testing.assert_allclose(program(A=A, S=sp.csr_array(dense), x=x), dense @ x, atol=1e-13)

@@ -24,6 +24,7 @@ import numpy as np
 
 from einflow.engine.dialect import JAX, NUMPY, TORCH, Dialect
 from einflow.engine.helpers import bound_helpers
+from einflow.engine.segments import cacheable, segment_sum
 from einflow.lang import ir
 from einflow.lang.errors import GatherIndexError, ShapeError
 from einflow.lang.indices import position_bounds
@@ -447,6 +448,9 @@ def scatter_numpy(value: Any, spec: ScatterSpec, *gathers: Any) -> Any:
         return out
     value, spec = _in_memory_order(value, spec)
     value_shape = spec[1]
+    rows = _row_scatter(spec) if xp is np and len(gathers) == 1 and cacheable(gathers[0]) else None
+    if rows is not None and len(spec[2][rows[0]]) == 4 and value.dtype.kind in "fc":  # a sparse input's coordinates
+        return segment_sum(value, gathers[0], rows[1][rows[0]], rows[0], rows[1], out_shape)
     flat, inside = _scatter_positions(xp, spec, gathers)
     # (bincount copies a read-only broadcast view: one of the value's own shape is not made)
     if tuple(getattr(flat, "shape", ())) != tuple(value_shape) or not hasattr(flat, "reshape"):

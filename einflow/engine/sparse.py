@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.sparse_arrays import SpMM
+from einflow.engine.sparse_terms import Inliner, around, map_children, scoped, substitute, walk
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
 from einflow.lang.errors import SparseError
@@ -96,6 +97,8 @@ class _Rewriter:
         self.inputs = dict(self.sparse)
         self.group_coords = tuple(group_coords[k] for k in sorted(group_coords))
         self.kept: dict[str, int] = {}
+        #: indices read through a gather in the statement being rewritten, with their sizes
+        self.gathered: dict[str, int] = {}
         #: statements computing hoisted values on a pattern, to go before the statement being rewritten
         self.pending: list[ir.Statement] = []
         self.products: list[SpMM] = []
@@ -149,11 +152,14 @@ class _Rewriter:
                               span=statement.span)]
         pattern = self._pattern_of(statement, indices)
         self.kept = {}
+        self.gathered = {}
         if pattern is not None:
             coords, shape, group = pattern
             z = self.fresh("z")
             mapping: dict[str, Any] = {index: ir.Gather(coord, (z,)) for index, coord in zip(indices, coords)}
-            body = self.expr(_substitute(expr, mapping, self.sparse), frozenset({z}), frozenset())
+            expr = self._hoist_scopes(expr, frozenset(indices), frozenset(indices))
+            body = self.expr(substitute(expr, mapping, self.sparse, frozenset(indices)), frozenset({z}),
+                             frozenset())
             if z not in indices_in(body):  # the same value on every entry: broadcast it over z
                 ones = ir.Sum((ir.Num(1), ir.Product((ir.Num(0), ir.Tensor(coords[0], (z,))))))
                 body = ir.Product((body, ones))
@@ -167,11 +173,15 @@ class _Rewriter:
             new_terms = tuple(self.expr(term, frozenset(indices), consumed) for term in terms)
             body = ir.Sum(new_terms, span=expr.span) if isinstance(expr, ir.Sum) else new_terms[0]
             new = ir.Assign(statement.target, tuple(indices), body, span=statement.span)
+        left = indices_in(new.expr)
+        for index, size in self.gathered.items():  # still read elsewhere in the statement: its size declared
+            if index in left:
+                self.kept.setdefault(index, size)
         if not self.kept:
             return [new]
         renames = {index: self.fresh(f"{index}_") for index in self.kept}
         declarations: list[ir.Statement] = [ir.SizeDecl((renames[index],), size) for index, size in self.kept.items()]
-        renamed = _substitute(new.expr, renames, {})
+        renamed = substitute(new.expr, renames, {})
         target_indices = tuple(renames.get(index, index) for index in new.indices or ())
         return [*declarations, replace(new, indices=target_indices, expr=renamed)]
 
@@ -264,7 +274,7 @@ class _Rewriter:
             if inner is not None:
                 expr = replace(expr, body=inner)
             if expr.kind == "sum" and isinstance(expr.body, (ir.Product, ir.Tensor)):
-                body = self.expr(expr.body, bound, consumed | frozenset(expr.indices))
+                body = self.expr(expr.body, bound | frozenset(expr.indices), consumed | frozenset(expr.indices))
                 left = tuple(index for index in expr.indices if index in indices_in(body))
                 return replace(expr, indices=left, body=body) if left else body
             return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), frozenset()))
@@ -292,10 +302,28 @@ class _Rewriter:
         if found is None or set(free_indices(expr)) != set(found[1]):
             return None
         name = self.fresh("t")
-        kept = self.kept
+        kept, gathered = self.kept, self.gathered
         self.pending.extend(self.assign(ir.Assign(name, found[1], expr)))
-        self.kept = kept
+        self.kept, self.gathered = kept, gathered
         return ir.Tensor(name, found[1])
+
+    def _hoist_scopes(self, expr: ir.Expr, keys: frozenset[str], bound: frozenset[str]) -> ir.Expr:
+        """``expr`` with each normaliser or matrix function over an index in ``keys`` (an index about to be read at
+        a sparse tensor's coordinates: ``softmax[j](X[i,j])``, ``inv[a,b](M[a,b])``) computed densely as a statement
+        of its own, to be gathered from: its indices are taken whole inside it, not entry by entry."""
+        if not keys & indices_in(expr):
+            return expr
+        if isinstance(expr, (ir.Normalize, ir.Linalg)) and not expr.reduces and keys & set(expr.indices):
+            indices = free_indices(expr, bound)
+            name = self.fresh("t")
+            kept, gathered = self.kept, self.gathered
+            self.pending.extend(self.assign(ir.Assign(name, indices, expr)))
+            self.kept, self.gathered = kept, gathered
+            return ir.Tensor(name, indices, span=expr.span)
+        if isinstance(expr, (ir.Reduce, ir.Linalg)) and expr.reduces:
+            return replace(expr, body=self._hoist_scopes(expr.body, keys - set(expr.indices),
+                                                         bound | frozenset(expr.indices)))
+        return map_children(expr, lambda child: self._hoist_scopes(child, keys, bound))
 
     def product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], consumed: frozenset[str],
                 span: Any) -> ir.Expr:
@@ -304,7 +332,8 @@ class _Rewriter:
         position = next((k for k, factor in enumerate(factors)
                          if isinstance(factor, ir.Tensor) and factor.name in self.sparse), None)
         if position is None:
-            plain = tuple(self.expr(factor, bound, frozenset()) for factor in factors)
+            plain = tuple(self.expr(factor, bound | around(factors, k, bound), frozenset())
+                          for k, factor in enumerate(factors))
             return ir.Product(plain, span=span) if len(plain) > 1 else plain[0]
         factor = factors[position]
         assert isinstance(factor, ir.Tensor)
@@ -315,254 +344,33 @@ class _Rewriter:
         z = self.fresh("z")
         mapping: dict[str, Any] = {index: ir.Gather(coord, (z,)) for index, coord in zip(factor.indices,
                                                                                           pattern.coords)}
-        others = factors[:position] + factors[position + 1:]
+        others = tuple(self._hoist_scopes(other, frozenset(factor.indices), bound)
+                       for other in factors[:position] + factors[position + 1:])
         elsewhere = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
-        substituted = tuple(_substitute(other, mapping, self.sparse) for other in others)
-        rest = tuple(self.expr(other, bound | {z}, frozenset()) for other in substituted)
+        substituted = tuple(substitute(other, scoped(other, mapping, bound), self.sparse, bound)
+                            for other in others)
+        for other in substituted:  # delta[h, m] with m a coordinate: h scattered, its size the coordinate's axis
+            for node in walk(other):
+                if isinstance(node, ir.ShiftDelta) and isinstance(node.position, ir.Gather) and \
+                        node.position.name in pattern.coords:
+                    self.kept.setdefault(node.index, pattern.shape[pattern.coords.index(node.position.name)])
+        rest = tuple(self.expr(other, bound | {z} | around(substituted, k, bound), frozenset())
+                     for k, other in enumerate(substituted))
         new: list[ir.Expr] = [ir.Tensor(pattern.values, (z,), span=factor.span)]
         for axis, index in enumerate(factor.indices):
             if index in consumed or (index not in bound and index in elsewhere):
+                self.gathered.setdefault(index, pattern.shape[axis])
                 continue  # summed here: the other factors read it through the gather
             self.kept[index] = pattern.shape[axis]
             new.append(ir.ShiftDelta(index, ir.Gather(pattern.coords[axis], (z,))))
         new.extend(rest)
         if len(new) == 1:  # every index summed: the sum of the entries
             return ir.Reduce((z,), new[0], span=span)
-        return ir.Product(tuple(new), span=span) if len(new) > 1 else new[0]
-
-
-def _substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, Pattern]) -> ir.Expr:
-    """``expr`` with indices replaced: by another index (a str) or by a gather (an ir.Gather). A sparse tensor
-    read at exactly its own coordinates becomes its values."""
-    if not mapping:
-        return expr
-    if isinstance(expr, ir.Num):
-        return expr
-    if isinstance(expr, ir.Tensor):
-        if not any(index in mapping for index in expr.indices):
-            return expr
-        positions = tuple(mapping.get(index, index) for index in expr.indices)
-        if expr.name in sparse:
-            own = sparse[expr.name]
-            gathers = [p for p in positions if isinstance(p, ir.Gather)]
-            if len(gathers) == len(positions) and tuple(p.name for p in gathers) == own.coords \
-                    and len({p.indices for p in gathers}) == 1:
-                return ir.Tensor(own.values, gathers[0].indices, span=expr.span)
-            if gathers:
-                raise SparseError(f"tensor {expr.name!r} is sparse and is read where another sparse tensor's "
-                                  "entries are: a product of two sparse tensors on different patterns is not "
-                                  "supported")
-            return replace(expr, indices=positions)
-        if all(isinstance(p, str) for p in positions):
-            return replace(expr, indices=positions)
-        return ir.Read(expr.name, positions, span=expr.span)
-    if isinstance(expr, ir.Read):
-        positions_out: list[ir.Position] = []
-        for position in expr.positions:
-            if isinstance(position, str):
-                positions_out.append(mapping.get(position, position))
-            elif any(index in mapping for index in ir.position_indices(position)):
-                if any(not isinstance(mapping[i], str) for i in ir.position_indices(position) if i in mapping):
-                    raise SparseError(f"{ir.format_expr(expr)}: a shifted or gathered read at a sparse tensor's "
-                                      "coordinates is not supported")
-                positions_out.append(_rename_position(position, mapping))
-            else:
-                positions_out.append(position)
-        return replace(expr, positions=tuple(positions_out))
-    if isinstance(expr, ir.Delta):
-        first, second = mapping.get(expr.first, expr.first), mapping.get(expr.second, expr.second)
-        if isinstance(first, str) and isinstance(second, str):
-            return replace(expr, first=first, second=second)
-        if first == second:
-            return ir.Num(1)  # delta[p,p] with p bound (a broadcast over p): 1 on every entry
-        if isinstance(first, str):
-            return ir.ShiftDelta(first, second, span=expr.span)
-        if isinstance(second, str):
-            return ir.ShiftDelta(second, first, span=expr.span)
-        raise SparseError(f"{ir.format_expr(expr)} between two coordinates of a sparse tensor is not supported")
-    if isinstance(expr, ir.ShiftDelta):
-        index = mapping.get(expr.index, expr.index)
-        if not isinstance(index, str) or any(not isinstance(mapping.get(i, i), str)
-                                             for i in ir.position_indices(expr.position)):
-            raise SparseError(f"{ir.format_expr(expr)} at a sparse tensor's coordinates is not supported")
-        return replace(expr, index=index, position=_rename_position(expr.position, mapping))
-    if isinstance(expr, ir.Product):
-        return replace(expr, factors=tuple(_substitute(f, mapping, sparse) for f in expr.factors))
-    if isinstance(expr, ir.Sum):
-        return replace(expr, terms=tuple(_substitute(t, mapping, sparse) for t in expr.terms))
-    if isinstance(expr, ir.Call):
-        return replace(expr, arg=_substitute(expr.arg, mapping, sparse))
-    if isinstance(expr, ir.Power):
-        return replace(expr, base=_substitute(expr.base, mapping, sparse))
-    if isinstance(expr, ir.Binary):
-        return replace(expr, left=_substitute(expr.left, mapping, sparse),
-                       right=_substitute(expr.right, mapping, sparse))
-    if isinstance(expr, (ir.Reduce, ir.Normalize, ir.Linalg)):
-        inner = {k: v for k, v in mapping.items() if k not in expr.indices}  # the scope's own indices shadow
-        renamed = tuple(mapping.get(i, i) if isinstance(mapping.get(i, i), str) else i for i in expr.indices) \
-            if all(isinstance(v, str) for v in mapping.values()) else expr.indices
-        if renamed != expr.indices:
-            inner = dict(mapping)
-        return replace(expr, indices=renamed, body=_substitute(expr.body, inner, sparse))  # type: ignore[arg-type]
-    raise SparseError(f"a sparse tensor's coordinates inside {ir.format_expr(expr)} are not supported")
-
-
-def _rename_position(position: Any, mapping: Mapping[str, Any]) -> Any:
-    if isinstance(position, ir.Gather):
-        return replace(position, indices=tuple(mapping.get(i, i) for i in position.indices))
-    return replace(position, terms=tuple((c, mapping.get(i, i)) for c, i in position.terms))
-
-
-class _Inliner:
-    """Products of plain tensors computed into intermediates (a derivative's shared outer products,
-    ``t2[i,r,k] = A[i,r] C[k,r]``, or a contraction with a sparse factor) put back into the products reading them,
-    so that a sparse factor there gathers them per entry instead of reading a dense intermediate."""
-
-    def __init__(self, program: ir.ProgramIR, info: ProgramInfo, keep: frozenset[str], used: set[str],
-                 sparse: frozenset[str]) -> None:
-        self.info = info
-        #: the sparse inputs and the values computed from them
-        self.touched = set(sparse)
-        self.used = used
-        self.defs: dict[str, tuple[tuple[str, ...], tuple[ir.Expr, ...]]] = {}
-        #: the definitions with a sparse factor: put back into products only (read alone, as a function's
-        #: argument, they stay a statement of their own, which may run as one SpMM)
-        self.sparse_defs: set[str] = set()
-        blocked: set[str] = set(keep)
-        for statement in program.statements:
-            if isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
-                blocked.add(statement.source)
-            elif isinstance(statement, ir.Assign):
-                blocked.update(_indirect_names(statement.expr))
-        self.blocked = blocked
-
-    def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.used:
-            name, k = f"{base}{k}", k + 1
-        self.used.add(name)
-        return name
-
-    def run(self, program: ir.ProgramIR) -> ir.ProgramIR:
-        out: list[ir.Statement] = []
-        for statement in program.statements:
-            if isinstance(statement, ir.Assign):
-                statement = replace(statement, expr=self.expr(statement.expr, frozenset(statement.indices or ()),
-                                                               True))
-                self._learn(statement)
-            out.append(statement)
-        return ir.ProgramIR(tuple(_live(out, self.info)))
-
-    def _learn(self, statement: ir.Assign) -> None:
-        target = statement.target
-        mentions = bool(_tensor_names(statement.expr) & self.touched)
-        if mentions and target is not None:
-            self.touched.add(target)
-        if target is None or target in self.blocked:
-            return
-        indices = statement.indices if statement.indices is not None else self.info.targets.get(target)
-        expr = statement.expr
-        factors = expr.factors if isinstance(expr, ir.Product) else (expr,)
-        if indices is None or len(set(indices)) != len(indices) or not all(
-                isinstance(f, (ir.Num, ir.Tensor)) for f in factors):
-            return
-        if set(free_indices(expr, frozenset(indices))) != set(indices) or \
-                set(free_indices(expr)) - set(indices):  # every other index is summed inside the product
-            return
-        if not mentions and set(indices_in(expr)) - set(indices):
-            return  # a dense contraction stays computed once; a dense outer product is gathered where it is read
-        self.defs[target] = (tuple(indices), tuple(factors))
-        if mentions:
-            self.sparse_defs.add(target)
-
-    def _body(self, read: ir.Tensor) -> tuple[ir.Expr, ...]:
-        indices, factors = self.defs[read.name]
-        mapping = dict(zip(indices, read.indices))
-        for factor in factors:
-            for index in getattr(factor, "indices", ()):
-                if index not in mapping:
-                    mapping[index] = self.fresh(index)
-        return tuple(_substitute(factor, mapping, {}) for factor in factors)
-
-    def _fits(self, read: ir.Tensor, others: tuple[ir.Expr, ...], bound: frozenset[str], top: bool) -> bool:
-        """Whether splicing the definition of ``read`` into its product keeps every index free or summed as it
-        was: a target index occurring twice in the definition must be bound, or summed here anyway."""
-        if read.name in self.sparse_defs and any(_tensor_names(other) & self.touched for other in others):
-            return False  # a second sparse factor in one product: it stays a statement of its own
-        if read.name not in self.defs or top:
-            return read.name in self.defs
-        indices, factors = self.defs[read.name]
-        around = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
-        for index, outer in zip(indices, read.indices):
-            count = sum(getattr(f, "indices", ()).count(index) for f in factors)
-            if count > 1 and outer not in bound and outer not in around:
-                return False
-        return True
-
-    def expr(self, expr: ir.Expr, bound: frozenset[str], top: bool) -> ir.Expr:
-        if isinstance(expr, ir.Tensor):
-            if expr.name not in self.sparse_defs and self._fits(expr, (), bound, top):
-                body = self._body(expr)
-                return ir.Product(body) if len(body) > 1 else body[0]
-            return expr
-        if isinstance(expr, ir.Product):
-            factors: list[ir.Expr] = []
-            for k, factor in enumerate(expr.factors):
-                others = expr.factors[:k] + expr.factors[k + 1:]
-                if isinstance(factor, ir.Tensor) and self._fits(factor, others, bound, top):
-                    factors.extend(self._body(factor))
-                else:
-                    factors.append(self.expr(factor, bound, False))
-            return replace(expr, factors=tuple(factors))
-        if isinstance(expr, ir.Sum):
-            return replace(expr, terms=tuple(self.expr(term, bound, top) for term in expr.terms))
-        if isinstance(expr, ir.Reduce):
-            return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), top))
-        if isinstance(expr, (ir.Normalize, ir.Linalg)):
-            return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), False))
-        if isinstance(expr, ir.Call):
-            return replace(expr, arg=self.expr(expr.arg, bound, False))
-        if isinstance(expr, ir.Power):
-            return replace(expr, base=self.expr(expr.base, bound, False))
-        if isinstance(expr, ir.Binary):
-            return replace(expr, left=self.expr(expr.left, bound, False), right=self.expr(expr.right, bound, False))
-        return expr
-
-
-def _indirect_names(expr: ir.Expr) -> set[str]:
-    """Tensors read other than plainly: at shifted or gathered positions, or as gather positions."""
-    found: set[str] = set()
-    if isinstance(expr, ir.Read):
-        found.add(expr.name)
-    if isinstance(expr, (ir.Read, ir.ShiftDelta)):
-        found.update(gather.name for gather in expr.gathers)
-    for child in ir.children(expr):
-        found |= _indirect_names(child)
-    return found
-
-
-def _tensor_names(expr: ir.Expr) -> set[str]:
-    found = {expr.name} if isinstance(expr, (ir.Tensor, ir.Read)) else set()
-    if isinstance(expr, (ir.Read, ir.ShiftDelta)):
-        found.update(gather.name for gather in expr.gathers)
-    for child in ir.children(expr):
-        found |= _tensor_names(child)
-    return found
-
-
-def _live(statements: list[ir.Statement], info: ProgramInfo) -> list[ir.Statement]:
-    """The statements without assignments nothing reads (the program's outputs are read)."""
-    needed = {name for name in info.outputs if name is not None}
-    kept: list[ir.Statement] = []
-    for statement in reversed(statements):
-        if isinstance(statement, ir.Assign):
-            if statement.target is not None and statement.target not in needed and statement is not statements[-1]:
-                continue
-            needed |= _tensor_names(statement.expr)
-        elif isinstance(statement, ir.SizeDecl) and isinstance(statement.source, str):
-            needed.add(statement.source)
-        kept.append(statement)
-    return kept[::-1]
+        if any(not isinstance(f, (ir.Num, ir.Tensor, ir.Read, ir.ShiftDelta)) and z in indices_in(f) for f in new):
+            # z inside a sum or a function: bound by a scope of its own, so that a term reading two gathers at z
+            # does not sum over z inside the term
+            return ir.Reduce((z,), ir.Product(tuple(new), span=span), span=span)
+        return ir.Product(tuple(new), span=span)
 
 
 def _gather_key(read: ir.Read, coords: frozenset[str]) -> tuple[Any, ...] | None:
@@ -610,7 +418,7 @@ def _shared_gathers(statements: list[ir.Statement], rewriter: _Rewriter) -> list
                 plain = tuple(p for p in expr.positions if isinstance(p, str))
                 return ir.Tensor(shared[key], (gather.indices[0], *plain), span=expr.span)
             return expr
-        return _map_children(expr, replace_reads)
+        return map_children(expr, replace_reads)
 
     for statement in statements:
         if isinstance(statement, ir.Assign):
@@ -629,22 +437,6 @@ def _shared_gathers(statements: list[ir.Statement], rewriter: _Rewriter) -> list
     return out
 
 
-def _map_children(expr: ir.Expr, function: Any) -> ir.Expr:
-    if isinstance(expr, ir.Product):
-        return replace(expr, factors=tuple(map(function, expr.factors)))
-    if isinstance(expr, ir.Sum):
-        return replace(expr, terms=tuple(map(function, expr.terms)))
-    if isinstance(expr, ir.Call):
-        return replace(expr, arg=function(expr.arg))
-    if isinstance(expr, ir.Power):
-        return replace(expr, base=function(expr.base))
-    if isinstance(expr, (ir.Reduce, ir.Normalize, ir.Linalg)):
-        return replace(expr, body=function(expr.body))
-    if isinstance(expr, ir.Binary):
-        return replace(expr, left=function(expr.left), right=function(expr.right))
-    return expr
-
-
 def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
             shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True) -> Rewritten:
     """``program`` over the coordinates and values of its sparse inputs (``groups``: sparse input -> the group of
@@ -652,7 +444,7 @@ def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
     ``matmuls``: sparse-dense matrix products of inputs computed before the program by scipy, :class:`SpMM`)."""
     used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
     keep = frozenset(name for name in info.outputs if name is not None) | frozenset(sample)
-    program = _Inliner(program, info, keep, used, frozenset(groups)).run(program)
+    program = Inliner(program, info, keep, used, frozenset(groups)).run(program)
     rewriter = _Rewriter(program, info, groups, shapes, sample, matmuls)
     statements = rewriter.statements(program)
     statements = _shared_gathers(statements, rewriter)

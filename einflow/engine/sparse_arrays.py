@@ -13,11 +13,12 @@ import numpy as np
 
 from einflow.lang.errors import SparseError
 
-__all__ = ["sparse_kind", "is_sparse", "SparseArray", "to_coo", "wrap", "SUPPORTED", "SpMM", "spmm"]
+__all__ = ["sparse_kind", "is_sparse", "SparseArray", "to_coo", "values_of", "wrap", "SUPPORTED", "SpMM", "spmm",
+           "same_coords"]
 
 #: what a message about an unsupported sparse input says is supported
 SUPPORTED = ("scipy.sparse arrays and matrices (every format, 2-D) and pydata sparse.COO (n-D) on the numpy "
-             "backend")
+             "backend, torch sparse COO and CSR tensors on the torch backend")
 
 
 def sparse_kind(value: Any) -> str | None:
@@ -52,8 +53,8 @@ class SparseArray:
     """One sparse input as coordinates (int64, one vector per axis, no duplicates) and values, and the array it
     came from (a sparse result takes its kind and format)."""
 
-    coords: tuple[np.ndarray, ...]
-    values: np.ndarray
+    coords: tuple[Any, ...]
+    values: Any
     shape: tuple[int, ...]
     like: Any
 
@@ -63,10 +64,11 @@ class SparseArray:
 
 
 def to_coo(name: str, value: Any) -> SparseArray:
-    """The coordinates and values of the sparse input ``name`` (scipy.sparse of any format, or pydata sparse).
+    """The coordinates and values of the sparse input ``name`` (scipy.sparse of any format, pydata sparse, torch
+    sparse COO/CSR).
 
-    Duplicate coordinates are summed (the input itself is left alone); torch and jax sparse arrays, and pydata
-    arrays whose fill value is not 0, are a :class:`SparseError` naming the tensor.
+    Duplicate coordinates are summed (the input itself is left alone); jax sparse arrays, and pydata arrays whose
+    fill value is not 0, are a :class:`SparseError` naming the tensor.
     """
     kind = sparse_kind(value)
     coords: tuple[np.ndarray, ...]
@@ -90,12 +92,75 @@ def to_coo(name: str, value: Any) -> SparseArray:
         # (a pydata COO sums its duplicate coordinates when it is built, unless told it has none)
         coords = tuple(np.asarray(axis, dtype=np.int64) for axis in array.coords)
         values = np.asarray(array.data)
+    elif kind == "torch":
+        return _torch_coo(name, value)
     else:
         raise SparseError(f"tensor {name!r} is a {type(value).__module__}.{type(value).__name__}; einflow takes "
                           f"{SUPPORTED} (convert it, or pass it dense)")
     if values.dtype.kind not in "biufc":
         raise SparseError(f"tensor {name!r} has dtype {values.dtype}; einflow computes with numbers")
+    return SparseArray(tuple(map(_owned, coords)), values, tuple(int(n) for n in value.shape), value)
+
+
+def _torch_coo(name: str, value: Any) -> SparseArray:
+    """A torch sparse COO or CSR tensor as coordinates and values (torch tensors on its device); the values keep
+    their autograd history (``coalesce().values()``, a CSR tensor's ``values()``), so gradients reach it."""
+    import torch
+
+    if value.layout == torch.sparse_coo:
+        coalesced = value.coalesce()  # duplicates summed
+        indices = coalesced.indices()
+        coords = tuple(indices[axis] for axis in range(indices.shape[0]))
+        values = coalesced.values()
+    elif value.layout == torch.sparse_csr:
+        crow = value.crow_indices()
+        rows = torch.repeat_interleave(torch.arange(value.shape[0], device=crow.device), crow[1:] - crow[:-1])
+        coords = (rows, value.col_indices().to(torch.int64))
+        values = value.values()
+    else:
+        raise SparseError(f"tensor {name!r} is a torch tensor of layout {value.layout}; einflow takes torch sparse "
+                          "COO and CSR tensors (convert it with .to_sparse() or .to_sparse_csr(), or pass it dense)")
+    if values.dim() != 1:
+        raise SparseError(f"tensor {name!r} is a hybrid sparse tensor (dense axes under its entries); einflow takes "
+                          "torch sparse tensors whose every axis is sparse")
+    if values.dtype.is_complex or not values.dtype.is_floating_point and values.dtype not in (
+            torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool):
+        raise SparseError(f"tensor {name!r} has dtype {values.dtype}; einflow computes with numbers")
     return SparseArray(coords, values, tuple(int(n) for n in value.shape), value)
+
+
+def same_coords(first: SparseArray, second: SparseArray) -> bool:
+    """Whether two converted inputs lie on one pattern (equal coordinates, axis by axis)."""
+    if first is second:
+        return True
+    if first.shape != second.shape or first.nnz != second.nnz:
+        return False
+    if sparse_kind(first.like) == "torch" or sparse_kind(second.like) == "torch":
+        import torch
+
+        return all(torch.is_tensor(a) and torch.is_tensor(b) and bool(torch.equal(a, b))
+                   for a, b in zip(first.coords, second.coords))
+    return all(np.array_equal(a, b) for a, b in zip(first.coords, second.coords))
+
+
+def _owned(axis: np.ndarray) -> np.ndarray:
+    """A coordinate vector einflow owns, read-only: its sorting order can be kept on it
+    (``einflow.engine.segments``) without the caller's array changing under it."""
+    if axis.base is not None or axis.flags.writeable:
+        axis = np.array(axis, dtype=np.int64, copy=True)
+    axis.setflags(write=False)
+    return axis
+
+
+def values_of(value: Any) -> np.ndarray | None:
+    """The stored values of a sparse input already converted, read again (in place changes seen), when they are
+    the array's own data in the converted order (pydata COO, canonical CSR); None: convert it again."""
+    kind = sparse_kind(value)
+    if kind == "pydata" and hasattr(value, "coords") and _is_zero(value.fill_value):
+        return np.asarray(value.data)
+    if kind == "scipy" and value.format == "csr" and value.has_canonical_format:
+        return np.asarray(value.data)
+    return None
 
 
 def _is_zero(value: Any) -> bool:
@@ -105,8 +170,14 @@ def _is_zero(value: Any) -> bool:
         return False
 
 
-def wrap(values: Any, coords: tuple[np.ndarray, ...], shape: tuple[int, ...], like: Any) -> Any:
+def wrap(values: Any, coords: tuple[Any, ...], shape: tuple[int, ...], like: Any) -> Any:
     """A sparse array of ``like``'s kind (scipy: its format, array or matrix; pydata: COO) on a pattern."""
+    if sparse_kind(like) == "torch":
+        import torch
+
+        indices = torch.stack(coords) if coords else torch.zeros((0, values.shape[0]), dtype=torch.int64)
+        result = torch.sparse_coo_tensor(indices, values, shape, is_coalesced=True)
+        return result.to_sparse_csr() if like.layout == torch.sparse_csr else result
     values = np.asarray(values)
     if sparse_kind(like) == "scipy":
         import scipy.sparse as sp
