@@ -221,7 +221,7 @@ def run(repeat: int = 15, only: tuple[str, ...] = (), batch: int = 8,
         rows.append(Row("hand speed", label, seconds(times["einflow"]), f"hand numpy/scipy {seconds(times['hand'])}",
                         times["einflow"] / times["hand"], 1.1))
     if not only or "conv" in only:
-        rows.extend(convolution_rows(batch, max(5, repeat // 3), clock))
+        rows.extend(convolution_rows(batch, max(9, repeat // 3), clock))  # (medians of 9 rounds at least)
     return combined_table(rows), rows
 
 

@@ -3,6 +3,8 @@ gradient): values against torch's conv2d and autograd in float64, and the float3
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,11 @@ F = torch.nn.functional
 
 
 @pytest.mark.parametrize(("shape", "pad"), [((2, 8, 9, 11), 0), ((1, 8, 8, 8), 1), ((2, 9, 7, 6), 2),
-                                            ((1, 8, 4, 5), 0), ((3, 16, 12, 10), 1)])
+                                            ((1, 8, 4, 5), 0), ((3, 16, 12, 10), 1), ((0, 8, 6, 6), 0),
+                                            # blocks (convolution._blocks) of 4 images (5 = 4 + 1), of 8 tile
+                                            # rows (19 = 8 + 8 + 3) with the padding at the first and last, and
+                                            # the kernel gradient's blocks of 8 tile rows of one image
+                                            ((5, 64, 10, 10), 1), ((2, 16, 40, 62), 1), ((1, 64, 40, 130), 2)])
 def test_winograd_forward_and_kernel_gradient_against_torch(shape: tuple[int, ...], pad: int) -> None:
     rng = np.random.default_rng(sum(shape) + pad)
     x = rng.standard_normal(shape)
@@ -61,9 +67,31 @@ def test_programs_convolve_by_winograd_on_numpy(text: str, pad: int) -> None:
     assert source.count("_convolve(") == 3 and "'weight'" in source  # the forward, both gradients
 
 
+def test_winograd_holds_one_block_of_tiles_and_the_plan_counts_it() -> None:
+    """The transforms and products go block by block (convolution._blocks), so a call holds one block's tiles, not the
+    whole batch's (16 x C per 2x2 output tile) nor an im2col window (9 x the input): the plan's peak is within 1.25x
+    of what tracemalloc measures, and under a third of the window."""
+    rng = np.random.default_rng(6)
+    x, K = rng.standard_normal((8, 8, 64, 64)), rng.standard_normal((8, 8, 3, 3))
+    program = ef.Program(ef.compile(SAME).ir)
+    predicted = program.plan(x=x, K=K).peak_bytes
+    program(x=x, K=K)
+    tracemalloc.start()
+    try:
+        value = program(x=x, K=K)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "_convolve(" in _sources(program)
+    assert predicted / 1.25 <= peak <= 1.25 * predicted, (peak, predicted)
+    assert peak < 9 * x.nbytes / 3
+    expected = F.conv2d(torch.from_numpy(x), torch.from_numpy(K), padding=1).numpy()
+    np.testing.assert_allclose(value, expected, rtol=1e-12, atol=1e-12)
+
+
 def test_float32_error_against_float64() -> None:
     """F(2x2, 3x3) in float32: within 2e-6 of the float64 convolution relative to its largest entry (torch's own
-    float32 conv2d measured 1e-6 on these arrays)."""
+    float32 conv2d measured 1e-6 on these arrays), and so are both gradients."""
     rng = np.random.default_rng(7)
     x = rng.standard_normal((2, 64, 20, 20))
     K = 0.05 * rng.standard_normal((64, 64, 3, 3))
@@ -77,6 +105,11 @@ def test_float32_error_against_float64() -> None:
     (F.conv2d(torch.from_numpy(x), kernel) * torch.from_numpy(T)).sum().backward()
     gradient = ef.grad(CONV + LOSS, wrt="K")(x=x.astype(np.float32), K=K.astype(np.float32), T=T.astype(np.float32))
     assert np.abs(gradient - kernel.grad.numpy()).max() <= 2e-6 * np.abs(kernel.grad.numpy()).max()
+    xr = torch.from_numpy(x).requires_grad_(True)
+    (F.conv2d(xr, torch.from_numpy(K)) * torch.from_numpy(T)).sum().backward()
+    single = ef.grad(CONV + LOSS, wrt="x")(x=x.astype(np.float32), K=K.astype(np.float32), T=T.astype(np.float32))
+    assert single.dtype == np.float32
+    assert np.abs(single - xr.grad.numpy()).max() <= 2e-6 * np.abs(xr.grad.numpy()).max()
 
 
 def test_small_or_strided_convolutions_stay_einsums() -> None:

@@ -147,7 +147,9 @@ def _same_convolution(x: np.ndarray, K: np.ndarray) -> np.ndarray:
 
 def test_a_padded_same_convolution_under_40_mib_runs_sliced_instead_of_needing_the_whole_window() -> None:
     rng = np.random.default_rng(6)
-    x, K = rng.standard_normal((8, 8, 64, 64)), rng.standard_normal((8, 8, 3, 3))  # x: 2 MiB, its window 18
+    # x: 2 MiB, its window 18; 4 kernels, so an einsum over the window (8 or more in and out would be Winograd's,
+    # block by block with no window: tests/test_convolution_numpy.py)
+    x, K = rng.standard_normal((8, 8, 64, 64)), rng.standard_normal((4, 8, 3, 3))
     program = ef.compile("size n, c, h, w = x\ny[n,o,h,w] = x[n,c,h+r-1,w+s-1] K[o,c,r,s]")
     report = program.plan(x=x, K=K, memory_limit=6 * MIB)
     assert report.sliced

@@ -340,89 +340,132 @@ def _winograd_shape(spec: ConvSpec, other_shape: tuple[int, ...]) -> tuple[int, 
     return outs, ins, rows, columns
 
 
+#: about how many bytes of transformed tiles one pass of :func:`winograd_3x3` (and of :func:`winograd_3x3_weight`,
+#: whose products sum over the tiles and gain from more of them) works on: a block of images, or of one image's tile
+#: rows, whose transforms and products run while their buffers are still in cache (docs/benchmarks.md, 2026-12-08)
+_BLOCK_BYTES = {"forward": 512 << 10, "weight": 4 << 20}
+
+
+def _blocks(form: str, batch: int, tiles_h: int, tiles_w: int, channels: int,
+            itemsize: int) -> list[tuple[int, int, int, int]]:
+    """``(first image, last image + 1, first tile row, last tile row + 1)`` of each block of a Winograd pass
+    (``form``: forward or weight) over ``batch`` images of ``tiles_h`` x ``tiles_w`` tiles, 16 values a channel each."""
+    rows = max(1, _BLOCK_BYTES[form] // (16 * tiles_w * channels * itemsize))
+    if rows < tiles_h:
+        return [(n, n + 1, t, min(tiles_h, t + rows)) for n in range(batch) for t in range(0, tiles_h, rows)]
+    images = max(1, rows // tiles_h)
+    return [(n, min(batch, n + images), 0, tiles_h) for n in range(0, batch, images)]
+
+
 def _winograd_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...], itemsize: int) -> int:
-    """The temporaries :func:`winograd_3x3` holds at once for the forward convolution ``spec`` (its result aside)."""
+    """The temporaries :func:`winograd_3x3` (or :func:`winograd_3x3_weight`) holds at once for ``spec`` (its result
+    aside): the transformed kernels and one block's phases, transformed tiles and products."""
     found = _winograd_shape(spec, other_shape)
     assert found is not None
     outs, ins, rows, columns = found
     batch = _prod([x_shape[axis] for axis in spec[1][:spec[2][0]]])
     tiles_h, tiles_w = -(-rows // 2), -(-columns // 2)
-    tiles = batch * tiles_h * tiles_w
-    padded = batch * ins * (2 * tiles_h + 2) * (2 * tiles_w + 2)
-    row_stage = 4 * ins * batch * tiles_h * (2 * tiles_w + 2)
-    transformed, products = 16 * ins * tiles, 16 * outs * tiles
-    output_stage = 8 * outs * tiles + 2 * outs * tiles + 4 * outs * tiles
-    return (16 * outs * ins + padded + max(row_stage + transformed, transformed + products, products + output_stage)) \
-        * itemsize
+    n0, n1, t0, t1 = _blocks(spec[0], batch, tiles_h, tiles_w, max(ins, outs), itemsize)[0]
+    tiles = (n1 - n0) * (t1 - t0 + 1) * (tiles_w + 1)
+    return (16 * outs * ins + 44 * tiles * max(ins, outs)) * itemsize
 
 
-def _padded(x: Any, pads: tuple[tuple[int, int], ...], rows: int, columns: int) -> Any:
-    """``x`` (N, C, H, W) with ``pads[k][0]`` zeros before its axis 2 + k, at least ``rows`` x ``columns`` on those
-    axes (zeros after it where it is shorter); ``x`` itself where nothing is added."""
+def _span(first: int, length: int, count: int) -> tuple[int, int, int]:
+    """The positions ``t`` in ``[lo, hi)`` (``0 <= t < count``) whose row ``2 t + first`` is one of ``length``, and
+    the first such row: ``(lo, hi, 2 lo + first)``."""
+    lo = max(0, (1 - first) // 2)
+    hi = max(lo, min(count, (length - first + 1) // 2))
+    return lo, hi, 2 * lo + first
+
+
+def _phases(x: Any, top: int, left: int, count_h: int, count_w: int) -> Any:
+    """``x`` (N, C, H, W) split by the parity of its rows and columns, channels last: ``P[p, q, n, t, u, c] =
+    x[n, c, 2 t + p - top, 2 u + q - left]`` (zero outside ``x``), a (2, 2, N, count_h, count_w, C) array. A 4x4 tile
+    at rows and columns ``2 t + k`` reads ``P[k % 2, l % 2, :, t + k // 2, u + l // 2]``: contiguous runs, no stride 2."""
     import numpy as np
 
-    (top, _), (left, _) = pads
-    if not top and not left and x.shape[2] >= rows and x.shape[3] >= columns:
-        return x
-    padded = np.zeros((*x.shape[:2], rows, columns), dtype=x.dtype)
-    h, w = min(x.shape[2], rows - top), min(x.shape[3], columns - left)
-    padded[:, :, top:top + h, left:left + w] = x[:, :, :h, :w]
-    return padded
+    N, C, H, W = x.shape
+    P = np.empty((2, 2, N, count_h, count_w, C), dtype=x.dtype)
+    for p in range(2):
+        t0, t1, row = _span(p - top, H, count_h)
+        for q in range(2):
+            u0, u1, column = _span(q - left, W, count_w)
+            block = P[p, q]
+            if (t0, t1, u0, u1) != (0, count_h, 0, count_w):
+                block[...] = 0
+            if t1 > t0 and u1 > u0:
+                block[:, t0:t1, u0:u1] = x[:, :, row:row + 2 * (t1 - t0) - 1:2,
+                                           column:column + 2 * (u1 - u0) - 1:2].transpose(0, 2, 3, 1)
+    return P
 
 
-def _input_tiles(x: Any, tiles_h: int, tiles_w: int) -> Any:
-    """Winograd's F(2x2, 3x3) input transform B^T d B of every 4x4 tile d of ``x`` (N, C, H, W; tiles start every 2
-    rows and columns), as a (4, 4, C, N, tiles_h, tiles_w) array: along the rows first, then the columns."""
+def _input_tiles(P: Any, tiles_h: int, tiles_w: int) -> Any:
+    """Winograd's F(2x2, 3x3) input transform B^T d B of every 4x4 tile d of the phases ``P`` (:func:`_phases`), as a
+    (4, 4, N, tiles_h, tiles_w, C) array: along the rows (both column parities at once), then the columns."""
     import numpy as np
 
-    N, C = x.shape[:2]
-    columns = 2 * tiles_w + 2
-    xt = x.transpose(1, 0, 2, 3)
-    d = [xt[:, :, k:k + 2 * tiles_h - 1:2, :columns] for k in range(4)]
-    R = np.empty((4, C, N, tiles_h, columns), dtype=x.dtype)
-    np.subtract(d[0], d[2], out=R[0])
-    np.add(d[1], d[2], out=R[1])
-    np.subtract(d[2], d[1], out=R[2])
-    np.subtract(d[1], d[3], out=R[3])
-    V = np.empty((4, 4, C, N, tiles_h, tiles_w), dtype=x.dtype)
-    for a in range(4):
-        e = [R[a][..., k:k + 2 * tiles_w - 1:2] for k in range(4)]
-        np.subtract(e[0], e[2], out=V[a, 0])
-        np.add(e[1], e[2], out=V[a, 1])
-        np.subtract(e[2], e[1], out=V[a, 2])
-        np.subtract(e[1], e[3], out=V[a, 3])
+    N, C = P.shape[2], P.shape[5]
+    R = np.empty((4, 2, N, tiles_h, tiles_w + 1, C), dtype=P.dtype)
+    a, b = P[:, :, :, :tiles_h], P[:, :, :, 1:tiles_h + 1]  # rows 2t + k: a[k % 2] for k < 2, b[k % 2] after
+    np.subtract(a[0], b[0], out=R[0])
+    np.add(a[1], b[0], out=R[1])
+    np.subtract(b[0], a[1], out=R[2])
+    np.subtract(a[1], b[1], out=R[3])
+    V = np.empty((4, 4, N, tiles_h, tiles_w, C), dtype=P.dtype)
+    a, b = R[..., :tiles_w, :], R[..., 1:tiles_w + 1, :]
+    np.subtract(a[:, 0], b[:, 0], out=V[:, 0])
+    np.add(a[:, 1], b[:, 0], out=V[:, 1])
+    np.subtract(b[:, 0], a[:, 1], out=V[:, 2])
+    np.subtract(a[:, 1], b[:, 1], out=V[:, 3])
     return V
+
+
+def _kernel_tiles(weight: Any) -> Any:
+    """The kernels' transform G g G^T of ``weight`` (O, C, 3, 3), as a (16, C, O) array."""
+    import numpy as np
+
+    O, C = weight.shape[:2]
+    g = weight.transpose(2, 3, 1, 0)  # (3, 3, C, O)
+    U = np.empty((4, 4, C, O), dtype=weight.dtype)
+    for a, row in enumerate((g[0], (g[0] + g[1] + g[2]) * 0.5, (g[0] - g[1] + g[2]) * 0.5, g[2])):
+        U[a, 0] = row[0]
+        np.multiply(row[0] + row[1] + row[2], 0.5, out=U[a, 1])
+        np.multiply(row[0] - row[1] + row[2], 0.5, out=U[a, 2])
+        U[a, 3] = row[2]
+    return U.reshape(16, C, O)
 
 
 def winograd_3x3_weight(x: Any, grad: Any, pads: tuple[tuple[int, int], ...]) -> Any:
     """The gradient (O, C, 3, 3) of ``sum(grad * winograd_3x3(x, kernel, pads, ...))`` by the kernel, ``grad``
     (N, O, rows, columns): the adjoint of the forward's F(2x2, 3x3) map, G^T (sum over the tiles of
-    (A dY A^T) * (B^T d B)) G, with its 16 matrix products over the tiles (the same multiplications as the forward)."""
+    (A dY A^T) * (B^T d B)) G, with its 16 matrix products over the tiles (the same multiplications as the forward),
+    block by block (:func:`_blocks`)."""
     import numpy as np
 
     N, O, rows, columns = grad.shape
+    C = x.shape[1]
     tiles_h, tiles_w = -(-rows // 2), -(-columns // 2)
-    V = _input_tiles(_padded(x, pads, 2 * tiles_h + 2, 2 * tiles_w + 2), tiles_h, tiles_w)
-    C = V.shape[2]
-    grad = _padded(grad, ((0, 0), (0, 0)), 2 * tiles_h, 2 * tiles_w)
-    gt = grad.transpose(1, 0, 2, 3)
-    e0, e1 = gt[:, :, 0::2], gt[:, :, 1::2]
-    R = np.empty((4, O, N, tiles_h, 2 * tiles_w), dtype=grad.dtype)
-    R[0] = e0
-    np.add(e0, e1, out=R[1])
-    np.subtract(e0, e1, out=R[2])
-    np.negative(e1, out=R[3])
-    W = np.empty((4, 4, O, N, tiles_h, tiles_w), dtype=grad.dtype)
-    for a in range(4):
-        f0, f1 = R[a][..., 0::2], R[a][..., 1::2]
-        W[a, 0] = f0
-        np.add(f0, f1, out=W[a, 1])
-        np.subtract(f0, f1, out=W[a, 2])
-        np.negative(f1, out=W[a, 3])
-    del R
-    tiles = N * tiles_h * tiles_w
-    Z = np.matmul(W.reshape(16, O, tiles), V.reshape(16, C, tiles).transpose(0, 2, 1)).reshape(4, 4, O, C)
-    del W, V
+    Z = np.zeros((4, 4, O, C), dtype=grad.dtype)
+    for n0, n1, t0, t1 in _blocks("weight", N, tiles_h, tiles_w, max(C, O), grad.dtype.itemsize):
+        V = _input_tiles(_phases(x[n0:n1], pads[0][0] - 2 * t0, pads[1][0], t1 - t0 + 1, tiles_w + 1), t1 - t0,
+                         tiles_w)
+        G = _phases(grad[n0:n1], -2 * t0, 0, t1 - t0, tiles_w)  # the 2x2 output tiles dY, by parity
+        # A dY A^T, A = [[1, 0], [1, 1], [1, -1], [0, -1]]: its rows and columns 1 and 2 are sums and differences,
+        # 0 and 3 the tile's own rows and columns (3's sign applied to Z below)
+        R = np.empty((2, 2, *G.shape[2:]), dtype=grad.dtype)
+        np.add(G[0], G[1], out=R[0])
+        np.subtract(G[0], G[1], out=R[1])
+        rows_ = (G[0], R[0], R[1], G[1])
+        S = np.empty((4, 2, *G.shape[2:]), dtype=grad.dtype)
+        for a, row in enumerate(rows_):
+            np.add(row[0], row[1], out=S[a, 0])
+            np.subtract(row[0], row[1], out=S[a, 1])
+        for a, row in enumerate(rows_):
+            for b, tile in enumerate((row[0], S[a, 0], S[a, 1], row[1])):
+                Z[a, b] += np.matmul(tile.reshape(-1, O).T, V[a, b].reshape(-1, C))
+        del V, G, R, S
+    Z[3] *= -1
+    Z[:, 3] *= -1
     half = 0.5 * (Z[1] + Z[2])
     Q = (Z[0] + half, 0.5 * (Z[1] - Z[2]), half + Z[3])  # G^T Z along the rows: (3, 4, O, C)
     out = np.empty((O, C, 3, 3), dtype=grad.dtype)
@@ -437,42 +480,36 @@ def winograd_3x3_weight(x: Any, grad: Any, pads: tuple[tuple[int, int], ...]) ->
 def winograd_3x3(x: Any, weight: Any, pads: tuple[tuple[int, int], ...], rows: int, columns: int) -> Any:
     """The correlation of ``x`` (N, C, H, W) with ``weight`` (O, C, 3, 3), ``x`` zero-padded by ``pads`` (before,
     after) on its last two axes, as an (N, O, rows, columns) array, by Winograd's minimal filtering F(2x2, 3x3):
-    each 4x4 input tile and each 3x3 kernel transformed (B^T d B, G g G^T), 16 matrix products over the channels
+    each 4x4 input tile and each 3x3 kernel transformed (B^T d B, G g G^T), 16 matrix products (tiles x C) @ (C x O)
     (one per tile position), each 2x2 output tile transformed back (A^T m A): 16 multiplications per output tile
-    instead of 36, the transforms additions and halvings (float32 error: tests/test_convolution_numpy.py)."""
+    instead of 36, the transforms additions and halvings (float32 error: tests/test_convolution_numpy.py). The work
+    goes block by block (:func:`_blocks`) on channels-last tiles, each pass over contiguous runs; the result is a
+    view of a channels-last (N, rows, columns, O) array."""
     import numpy as np
 
     N, C = x.shape[:2]
     O = weight.shape[0]
     tiles_h, tiles_w = -(-rows // 2), -(-columns // 2)
-    need_h, need_w = 2 * tiles_h + 2, 2 * tiles_w + 2
-    x = _padded(x, pads, need_h, need_w)
-    dtype = x.dtype
-    # the kernels: U = G g G^T, (4, 4, O, C)
-    g = [weight[:, :, k] for k in range(3)]
-    kernel_rows = (g[0], (g[0] + g[1] + g[2]) * 0.5, (g[0] - g[1] + g[2]) * 0.5, g[2])
-    U = np.empty((4, 4, O, C), dtype=dtype)
-    for a, row in enumerate(kernel_rows):
-        c0, c1, c2 = row[..., 0], row[..., 1], row[..., 2]
-        U[a, 0] = c0
-        np.multiply(c0 + c1 + c2, 0.5, out=U[a, 1])
-        np.multiply(c0 - c1 + c2, 0.5, out=U[a, 2])
-        U[a, 3] = c2
-    V = _input_tiles(x, tiles_h, tiles_w)
-    tiles = N * tiles_h * tiles_w
-    M = np.matmul(U.reshape(16, O, C), V.reshape(16, C, tiles)).reshape(4, 4, O, N, tiles_h, tiles_w)
-    del V
-    # the output tiles: A^T m A, written into the (N, O) output through its stride-2 views
-    first, second = M[0] + M[1], M[1] - M[2]
-    first += M[2]
-    second -= M[3]
-    del M
-    out = np.empty((N, O, 2 * tiles_h, 2 * tiles_w), dtype=dtype)
-    view = out.transpose(1, 0, 2, 3)
-    for i, S in enumerate((first, second)):
-        np.add(S[0] + S[1], S[2], out=view[:, :, i::2, 0::2])
-        np.subtract(S[1] - S[2], S[3], out=view[:, :, i::2, 1::2])
-    return out[:, :, :rows, :columns]
+    U = _kernel_tiles(weight)
+    out = np.empty((N, tiles_h, 2, tiles_w, 2, O), dtype=x.dtype)
+    view = out.transpose(2, 4, 0, 1, 3, 5)  # (row parity, column parity, N, tile row, tile column, O)
+    for n0, n1, t0, t1 in _blocks("forward", N, tiles_h, tiles_w, max(C, O), x.dtype.itemsize):
+        V = _input_tiles(_phases(x[n0:n1], pads[0][0] - 2 * t0, pads[1][0], t1 - t0 + 1, tiles_w + 1), t1 - t0,
+                         tiles_w)
+        M = np.matmul(V.reshape(16, -1, C), U).reshape(4, 4, n1 - n0, t1 - t0, tiles_w, O)
+        del V
+        # A^T m A, A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: along the rows in place, then the columns into the output
+        np.add(M[0], M[1], out=M[0])
+        np.add(M[0], M[2], out=M[0])
+        np.subtract(M[1], M[2], out=M[1])
+        np.subtract(M[1], M[3], out=M[1])
+        S, target = M[:2], view[:, :, n0:n1, t0:t1]
+        np.add(S[:, 0], S[:, 1], out=S[:, 0])
+        np.add(S[:, 0], S[:, 2], out=target[:, 0])
+        np.subtract(S[:, 1], S[:, 2], out=S[:, 1])
+        np.subtract(S[:, 1], S[:, 3], out=target[:, 1])
+        del M
+    return out.reshape(N, 2 * tiles_h, 2 * tiles_w, O)[:, :rows, :columns].transpose(0, 3, 1, 2)
 
 
 def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...],
