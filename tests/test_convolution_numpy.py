@@ -15,12 +15,23 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 
-@pytest.mark.parametrize(("shape", "pad"), [((2, 8, 9, 11), 0), ((1, 8, 8, 8), 1), ((2, 9, 7, 6), 2),
-                                            ((1, 8, 4, 5), 0), ((3, 16, 12, 10), 1), ((0, 8, 6, 6), 0),
-                                            # blocks (convolution._blocks) of 4 images (5 = 4 + 1), of 8 tile
-                                            # rows (19 = 8 + 8 + 3) with the padding at the first and last, and
-                                            # the kernel gradient's blocks of 8 tile rows of one image
-                                            ((5, 64, 10, 10), 1), ((2, 16, 40, 62), 1), ((1, 64, 40, 130), 2)])
+@pytest.mark.parametrize(
+    ("shape", "pad"),
+    [
+        ((2, 8, 9, 11), 0),
+        ((1, 8, 8, 8), 1),
+        ((2, 9, 7, 6), 2),
+        ((1, 8, 4, 5), 0),
+        ((3, 16, 12, 10), 1),
+        ((0, 8, 6, 6), 0),
+        # blocks (convolution._blocks) of 4 images (5 = 4 + 1), of 8 tile
+        # rows (19 = 8 + 8 + 3) with the padding at the first and last, and
+        # the kernel gradient's blocks of 8 tile rows of one image
+        ((5, 64, 10, 10), 1),
+        ((2, 16, 40, 62), 1),
+        ((1, 64, 40, 130), 2),
+    ],
+)
 def test_winograd_forward_and_kernel_gradient_against_torch(shape: tuple[int, ...], pad: int) -> None:
     rng = np.random.default_rng(sum(shape) + pad)
     x = rng.standard_normal(shape)
@@ -32,8 +43,9 @@ def test_winograd_forward_and_kernel_gradient_against_torch(shape: tuple[int, ..
     grad = rng.standard_normal(expected.shape)
     kernel = torch.from_numpy(K).requires_grad_(True)
     (F.conv2d(torch.from_numpy(x), kernel, padding=pad) * torch.from_numpy(grad)).sum().backward()
-    np.testing.assert_allclose(winograd_3x3_weight(x, grad, ((pad, pad), (pad, pad))), kernel.grad.numpy(),
-                               rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(
+        winograd_3x3_weight(x, grad, ((pad, pad), (pad, pad))), kernel.grad.numpy(), rtol=1e-11, atol=1e-11
+    )
 
 
 CONV = "y[n,o,h,w] = x[n,c,h+r,w+s] K[o,c,r,s]"
@@ -116,11 +128,13 @@ def test_small_or_strided_convolutions_stay_einsums() -> None:
     rng = np.random.default_rng(3)
     x, K = rng.standard_normal((1, 3, 8, 8)), rng.standard_normal((4, 3, 3, 3))  # 3 channels in: im2col
     program = ef.Program(ef.compile(CONV).ir)  # (a plan cache of its own)
-    np.testing.assert_allclose(program(x=x, K=K), F.conv2d(torch.from_numpy(x), torch.from_numpy(K)).numpy(),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        program(x=x, K=K), F.conv2d(torch.from_numpy(x), torch.from_numpy(K)).numpy(), rtol=1e-12, atol=1e-12
+    )
     assert "_convolve(" not in _sources(program)
     strided = ef.Program(ef.compile("y[n,o,h,w] = x[n,c,2*h+r,2*w+s] K[o,c,r,s]").ir)  # (its own cache too)
     x, K = rng.standard_normal((1, 8, 9, 9)), rng.standard_normal((8, 8, 3, 3))
-    np.testing.assert_allclose(strided(x=x, K=K), F.conv2d(torch.from_numpy(x), torch.from_numpy(K), stride=2).numpy(),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        strided(x=x, K=K), F.conv2d(torch.from_numpy(x), torch.from_numpy(K), stride=2).numpy(), rtol=1e-12, atol=1e-12
+    )
     assert "_convolve(" not in _sources(strided)

@@ -31,10 +31,19 @@ from typing import Any
 
 from einflow.engine.steps import step_inputs
 
-__all__ = ["ConvSpec", "window_convolution", "scatter_convolution", "convolve_torch", "convolve_numpy",
-           "convolution_kernel", "numpy_convolution_bytes", "numpy_convolves", "winograd_3x3",
-           "winograd_3x3_weight",
-           "sole_reader"]
+__all__ = [
+    "ConvSpec",
+    "window_convolution",
+    "scatter_convolution",
+    "convolve_torch",
+    "convolve_numpy",
+    "convolution_kernel",
+    "numpy_convolution_bytes",
+    "numpy_convolves",
+    "winograd_3x3",
+    "winograd_3x3_weight",
+    "sole_reader",
+]
 
 #: (form, input order, input groups, input slices, pads, other order, other groups, flips, stride, dilation,
 #:  result sizes, result permutation); ``form`` is forward, weight or transpose; a transpose's has which operand
@@ -47,18 +56,28 @@ def _prod(sizes: list[int]) -> int:
     return math.prod(sizes) if sizes else 1
 
 
-def window_convolution(labels: tuple[str, ...], spec: Any, source_shape: tuple[int, ...], other: tuple[str, ...],
-                       output: tuple[str, ...], output_shape: tuple[int, ...]) -> ConvSpec | None:
+def window_convolution(
+    labels: tuple[str, ...],
+    spec: Any,
+    source_shape: tuple[int, ...],
+    other: tuple[str, ...],
+    output: tuple[str, ...],
+    output_shape: tuple[int, ...],
+) -> ConvSpec | None:
     """The convolution computing ``einsum(window, other -> output)`` (window ``labels``, ``spec`` a
     :data:`~einflow.engine.affine.WindowSpec`, other operand's labels ``other``, the result's shape
     ``output_shape``), or None where it is not one."""
     shape, pads, positions, _, mode = spec
-    if any(position[0] != "affine" for position in positions) or not all(shape) or \
-            len({*labels}) != len(labels) or len({*other}) != len(other) or len({*output}) != len(output):
+    if (
+        any(position[0] != "affine" for position in positions)
+        or not all(shape)
+        or len({*labels}) != len(labels)
+        or len({*other}) != len(other)
+        or len({*output}) != len(output)
+    ):
         return None
     window, others, result = set(labels), set(other), set(output)
-    if window & others & result or others - window - result or window - others - result or \
-            result - window - others:
+    if window & others & result or others - window - result or window - others - result or result - window - others:
         return None
     size = {**dict(zip(output, output_shape)), **dict(zip(labels, shape))}
     plain: list[tuple[int, str, int]] = []  # (source axis, index, first position)
@@ -129,22 +148,36 @@ def window_convolution(labels: tuple[str, ...], spec: Any, source_shape: tuple[i
     other_groups = (len(fresh) if form == "forward" else len(summed), len(summed) if form == "forward" else len(fresh))
     result_sizes = tuple(size[name] for name in result_labels)
     permutation = tuple(result_labels.index(name) for name in output)
-    found = (form, order, groups, tuple(slices), tuple(axis_pads), other_order, other_groups, tuple(flips),
-             tuple(stride_), tuple(dilation_), result_sizes, permutation)
+    found = (
+        form,
+        order,
+        groups,
+        tuple(slices),
+        tuple(axis_pads),
+        other_order,
+        other_groups,
+        tuple(flips),
+        tuple(stride_),
+        tuple(dilation_),
+        result_sizes,
+        permutation,
+    )
     if mode == "zeros":
         return found
     # a folded boundary (``pad reflect x``): torch's own padding_mode, where its limits allow it (reflect pads
     # less than the axis, circular at most the axis) and the padded axes are read whole (folding needs both ends)
     for (axis, *_), pair in zip(spatial, axis_pads):
         length = source_shape[axis]
-        if pair != (0, 0) and (slices[axis] != (0, length) or max(pair) > length or
-                               mode == "reflect" and max(pair) >= length):
+        if pair != (0, 0) and (
+            slices[axis] != (0, length) or max(pair) > length or mode == "reflect" and max(pair) >= length
+        ):
             return None
     return (*found, mode)
 
 
-def scatter_convolution(operands: tuple[tuple[str, ...], ...], shapes: tuple[tuple[int, ...], ...],
-                        value: tuple[str, ...], spec: Any) -> ConvSpec | None:
+def scatter_convolution(
+    operands: tuple[tuple[str, ...], ...], shapes: tuple[tuple[int, ...], ...], value: tuple[str, ...], spec: Any
+) -> ConvSpec | None:
     """The transposed convolution computing the scatter-add ``spec`` (a :data:`~einflow.engine.affine.ScatterSpec`)
     of ``einsum(operands -> value)``, or None where it is not one."""
     out_shape, _, positions, _ = spec
@@ -174,8 +207,9 @@ def scatter_convolution(operands: tuple[tuple[str, ...], ...], shapes: tuple[tup
     if sorted(seen) != sorted(value) or not 1 <= len(spatial) <= 3:
         return None
     # the input is the operand with the larger spatial extent; its spatial indices carry the stride
-    extent = [_prod([size[name] for _, terms, _ in spatial for name, _ in terms if name in labels])
-              for labels in operands]
+    extent = [
+        _prod([size[name] for _, terms, _ in spatial for name, _ in terms if name in labels]) for labels in operands
+    ]
     first = 0 if extent[0] >= extent[1] else 1
     grad, weight = operands[first], operands[1 - first]
     summed = [name for name in grad if name in weight]
@@ -208,13 +242,28 @@ def scatter_convolution(operands: tuple[tuple[str, ...], ...], shapes: tuple[tup
         dilations.append(dilation)
     order = tuple(grad.index(name) for name in batch + summed + ins)
     other_order = tuple(weight.index(name) for name in summed + channels + kernels)
-    out_axes = [axis for axis, _ in plain if value[positions[axis][1]] in grad] + \
-        [axis for axis, _ in plain if value[positions[axis][1]] in weight] + [axis for axis, _, _ in spatial]
+    out_axes = (
+        [axis for axis, _ in plain if value[positions[axis][1]] in grad]
+        + [axis for axis, _ in plain if value[positions[axis][1]] in weight]
+        + [axis for axis, _, _ in spatial]
+    )
     result_sizes = tuple(out_shape[axis] for axis in out_axes)
     permutation = tuple(out_axes.index(axis) for axis in range(len(out_shape)))
-    return ("transpose", order, (len(batch), len(summed)), tuple(native), tuple(out_pads), other_order,
-            (len(summed), len(channels)), tuple(flips), tuple(strides), tuple(dilations), result_sizes, permutation,
-            first)
+    return (
+        "transpose",
+        order,
+        (len(batch), len(summed)),
+        tuple(native),
+        tuple(out_pads),
+        other_order,
+        (len(summed), len(channels)),
+        tuple(flips),
+        tuple(strides),
+        tuple(dilations),
+        result_sizes,
+        permutation,
+        first,
+    )
 
 
 def _grouped(array: Any, order: tuple[int, ...], groups: tuple[int, int]) -> Any:
@@ -222,8 +271,9 @@ def _grouped(array: Any, order: tuple[int, ...], groups: tuple[int, int]) -> Any
     array = array.permute(order)
     shape = tuple(array.shape)
     first, second = groups
-    return array.reshape(_prod(list(shape[:first])), _prod(list(shape[first:first + second])),
-                         *shape[first + second:])
+    return array.reshape(
+        _prod(list(shape[:first])), _prod(list(shape[first : first + second])), *shape[first + second :]
+    )
 
 
 def convolve_torch(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
@@ -234,8 +284,9 @@ def convolve_torch(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
     F = torch.nn.functional
     kind = getattr(torch, dtype)
     x, other = x.to(kind), other.to(kind)
-    form, order, groups, slices, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation = \
-        spec[:12]
+    form, order, groups, slices, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation = spec[
+        :12
+    ]
     if form == "transpose" and spec[12] == 1:
         x, other = other, x
     if flips:
@@ -255,24 +306,39 @@ def convolve_torch(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
         explicit = [(0, 0) if left == right and mode == "zeros" else (left, right) for left, right in pads]
         source = _grouped(x, order, groups)
         if any(pair != (0, 0) for pair in explicit):
-            source = F.pad(source, [w for pair in reversed(explicit) for w in pair],
-                           mode="constant" if mode == "zeros" else mode)
+            source = F.pad(
+                source, [w for pair in reversed(explicit) for w in pair], mode="constant" if mode == "zeros" else mode
+            )
         if form == "forward":
-            out = torch.convolution(source, weight, None, list(stride), symmetric, list(dilation), False,
-                                    [0] * len(stride), 1)
+            out = torch.convolution(
+                source, weight, None, list(stride), symmetric, list(dilation), False, [0] * len(stride), 1
+            )
         else:
-            shape = (weight.shape[1], source.shape[1], *sizes[-len(stride):])
+            shape = (weight.shape[1], source.shape[1], *sizes[-len(stride) :])
             # torch infers the output's length from the input's: where the stride does not tile the input (its
             # last positions are read by no output), those positions go, so that it agrees with the gradient's
-            needed = [(out - 1) * step + spread * (kernel - 1) + 1 - 2 * pad for out, step, spread, kernel, pad
-                      in zip(weight.shape[2:], stride, dilation, shape[2:], symmetric)]
+            needed = [
+                (out - 1) * step + spread * (kernel - 1) + 1 - 2 * pad
+                for out, step, spread, kernel, pad in zip(weight.shape[2:], stride, dilation, shape[2:], symmetric)
+            ]
             if any(length > need for length, need in zip(source.shape[2:], needed)):
-                crop = [slice(None), slice(None)] + [slice(0, min(length, need))
-                                                     for length, need in zip(source.shape[2:], needed)]
+                crop = [slice(None), slice(None)] + [
+                    slice(0, min(length, need)) for length, need in zip(source.shape[2:], needed)
+                ]
                 source = source[tuple(crop)]
-            out = torch.ops.aten.convolution_backward(weight, source, source.new_empty(shape), None, list(stride),
-                                                      symmetric, list(dilation), False, [0] * len(stride), 1,
-                                                      [False, True, False])[1]
+            out = torch.ops.aten.convolution_backward(
+                weight,
+                source,
+                source.new_empty(shape),
+                None,
+                list(stride),
+                symmetric,
+                list(dilation),
+                False,
+                [0] * len(stride),
+                1,
+                [False, True, False],
+            )[1]
     out = out.reshape(sizes)
     return out.permute(permutation)
 
@@ -319,20 +385,19 @@ def numpy_convolves(spec: ConvSpec, other_shape: tuple[int, ...] | None = None) 
 def _winograd_shape(spec: ConvSpec, other_shape: tuple[int, ...]) -> tuple[int, int, int, int] | None:
     """``(out channels, in channels, output rows, output columns)`` of a forward convolution that Winograd's
     F(2x2, 3x3) computes, else None."""
-    if spec[0] not in ("forward", "weight") or len(spec) != 12 or tuple(spec[8]) != (1, 1) or \
-            tuple(spec[9]) != (1, 1):
+    if spec[0] not in ("forward", "weight") or len(spec) != 12 or tuple(spec[8]) != (1, 1) or tuple(spec[9]) != (1, 1):
         return None
     weight = [other_shape[axis] for axis in spec[5]]
     first, second = spec[6]
     if spec[0] == "forward":  # other: the kernel (out, in, 3, 3)
-        if weight[first + second:] != [3, 3]:
+        if weight[first + second :] != [3, 3]:
             return None
-        outs, ins = _prod(weight[:first]), _prod(weight[first:first + second])
+        outs, ins = _prod(weight[:first]), _prod(weight[first : first + second])
         rows, columns = spec[10][-2:]
     else:  # other: the output's gradient (batch, out, rows, columns); the result the kernel's (out, in, 3, 3)
         if len(weight) != first + second + 2 or tuple(spec[10][-2:]) != (3, 3):
             return None
-        outs = _prod(weight[first:first + second])
+        outs = _prod(weight[first : first + second])
         ins = _prod(list(spec[10][:-2])) // max(outs, 1)
         rows, columns = weight[-2:]
     if outs < 8 or ins < 8 or rows < 2 or columns < 2:
@@ -346,8 +411,9 @@ def _winograd_shape(spec: ConvSpec, other_shape: tuple[int, ...]) -> tuple[int, 
 _BLOCK_BYTES = {"forward": 512 << 10, "weight": 4 << 20}
 
 
-def _blocks(form: str, batch: int, tiles_h: int, tiles_w: int, channels: int,
-            itemsize: int) -> list[tuple[int, int, int, int]]:
+def _blocks(
+    form: str, batch: int, tiles_h: int, tiles_w: int, channels: int, itemsize: int
+) -> list[tuple[int, int, int, int]]:
     """``(first image, last image + 1, first tile row, last tile row + 1)`` of each block of a Winograd pass
     (``form``: forward or weight) over ``batch`` images of ``tiles_h`` x ``tiles_w`` tiles, 16 values a channel each."""
     rows = max(1, _BLOCK_BYTES[form] // (16 * tiles_w * channels * itemsize))
@@ -363,7 +429,7 @@ def _winograd_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple
     found = _winograd_shape(spec, other_shape)
     assert found is not None
     outs, ins, rows, columns = found
-    batch = _prod([x_shape[axis] for axis in spec[1][:spec[2][0]]])
+    batch = _prod([x_shape[axis] for axis in spec[1][: spec[2][0]]])
     tiles_h, tiles_w = -(-rows // 2), -(-columns // 2)
     n0, n1, t0, t1 = _blocks(spec[0], batch, tiles_h, tiles_w, max(ins, outs), itemsize)[0]
     tiles = (n1 - n0) * (t1 - t0 + 1) * (tiles_w + 1)
@@ -380,8 +446,9 @@ def _span(first: int, length: int, count: int) -> tuple[int, int, int]:
 
 def _phases(x: Any, top: int, left: int, count_h: int, count_w: int) -> Any:
     """``x`` (N, C, H, W) split by the parity of its rows and columns, channels last: ``P[p, q, n, t, u, c] =
-    x[n, c, 2 t + p - top, 2 u + q - left]`` (zero outside ``x``), a (2, 2, N, count_h, count_w, C) array. A 4x4 tile
-    at rows and columns ``2 t + k`` reads ``P[k % 2, l % 2, :, t + k // 2, u + l // 2]``: contiguous runs, no stride 2."""
+    x[n, c, 2 t + p - top, 2 u + q - left]`` (zero outside ``x``), a (2, 2, N, count_h, count_w, C) array. A 4x4
+    tile at rows and columns ``2 t + k`` reads ``P[k % 2, l % 2, :, t + k // 2, u + l // 2]``: contiguous runs, no
+    stride 2."""
     import numpy as np
 
     N, C, H, W = x.shape
@@ -394,8 +461,9 @@ def _phases(x: Any, top: int, left: int, count_h: int, count_w: int) -> Any:
             if (t0, t1, u0, u1) != (0, count_h, 0, count_w):
                 block[...] = 0
             if t1 > t0 and u1 > u0:
-                block[:, t0:t1, u0:u1] = x[:, :, row:row + 2 * (t1 - t0) - 1:2,
-                                           column:column + 2 * (u1 - u0) - 1:2].transpose(0, 2, 3, 1)
+                block[:, t0:t1, u0:u1] = x[
+                    :, :, row : row + 2 * (t1 - t0) - 1 : 2, column : column + 2 * (u1 - u0) - 1 : 2
+                ].transpose(0, 2, 3, 1)
     return P
 
 
@@ -406,13 +474,13 @@ def _input_tiles(P: Any, tiles_h: int, tiles_w: int) -> Any:
 
     N, C = P.shape[2], P.shape[5]
     R = np.empty((4, 2, N, tiles_h, tiles_w + 1, C), dtype=P.dtype)
-    a, b = P[:, :, :, :tiles_h], P[:, :, :, 1:tiles_h + 1]  # rows 2t + k: a[k % 2] for k < 2, b[k % 2] after
+    a, b = P[:, :, :, :tiles_h], P[:, :, :, 1 : tiles_h + 1]  # rows 2t + k: a[k % 2] for k < 2, b[k % 2] after
     np.subtract(a[0], b[0], out=R[0])
     np.add(a[1], b[0], out=R[1])
     np.subtract(b[0], a[1], out=R[2])
     np.subtract(a[1], b[1], out=R[3])
     V = np.empty((4, 4, N, tiles_h, tiles_w, C), dtype=P.dtype)
-    a, b = R[..., :tiles_w, :], R[..., 1:tiles_w + 1, :]
+    a, b = R[..., :tiles_w, :], R[..., 1 : tiles_w + 1, :]
     np.subtract(a[:, 0], b[:, 0], out=V[:, 0])
     np.add(a[:, 1], b[:, 0], out=V[:, 1])
     np.subtract(b[:, 0], a[:, 1], out=V[:, 2])
@@ -447,8 +515,7 @@ def winograd_3x3_weight(x: Any, grad: Any, pads: tuple[tuple[int, int], ...]) ->
     tiles_h, tiles_w = -(-rows // 2), -(-columns // 2)
     Z = np.zeros((4, 4, O, C), dtype=grad.dtype)
     for n0, n1, t0, t1 in _blocks("weight", N, tiles_h, tiles_w, max(C, O), grad.dtype.itemsize):
-        V = _input_tiles(_phases(x[n0:n1], pads[0][0] - 2 * t0, pads[1][0], t1 - t0 + 1, tiles_w + 1), t1 - t0,
-                         tiles_w)
+        V = _input_tiles(_phases(x[n0:n1], pads[0][0] - 2 * t0, pads[1][0], t1 - t0 + 1, tiles_w + 1), t1 - t0, tiles_w)
         G = _phases(grad[n0:n1], -2 * t0, 0, t1 - t0, tiles_w)  # the 2x2 output tiles dY, by parity
         # A dY A^T, A = [[1, 0], [1, 1], [1, -1], [0, -1]]: its rows and columns 1 and 2 are sums and differences,
         # 0 and 3 the tile's own rows and columns (3's sign applied to Z below)
@@ -494,8 +561,7 @@ def winograd_3x3(x: Any, weight: Any, pads: tuple[tuple[int, int], ...], rows: i
     out = np.empty((N, tiles_h, 2, tiles_w, 2, O), dtype=x.dtype)
     view = out.transpose(2, 4, 0, 1, 3, 5)  # (row parity, column parity, N, tile row, tile column, O)
     for n0, n1, t0, t1 in _blocks("forward", N, tiles_h, tiles_w, max(C, O), x.dtype.itemsize):
-        V = _input_tiles(_phases(x[n0:n1], pads[0][0] - 2 * t0, pads[1][0], t1 - t0 + 1, tiles_w + 1), t1 - t0,
-                         tiles_w)
+        V = _input_tiles(_phases(x[n0:n1], pads[0][0] - 2 * t0, pads[1][0], t1 - t0 + 1, tiles_w + 1), t1 - t0, tiles_w)
         M = np.matmul(V.reshape(16, -1, C), U).reshape(4, 4, n1 - n0, t1 - t0, tiles_w, O)
         del V
         # A^T m A, A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]: along the rows in place, then the columns into the output
@@ -512,8 +578,9 @@ def winograd_3x3(x: Any, weight: Any, pads: tuple[tuple[int, int], ...], rows: i
     return out.reshape(N, 2 * tiles_h, 2 * tiles_w, O)[:, :rows, :columns].transpose(0, 3, 1, 2)
 
 
-def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...],
-                            itemsize: int) -> int:
+def numpy_convolution_bytes(
+    spec: ConvSpec, x_shape: tuple[int, ...], other_shape: tuple[int, ...], itemsize: int
+) -> int:
     """The temporaries :func:`convolve_numpy` holds at once for the convolution ``spec`` (its result aside), in
     bytes: a transposed convolution's two copies of its input, its output before the crop and one offset's
     product; a forward one's Winograd buffers (:func:`winograd_3x3`)."""
@@ -523,11 +590,11 @@ def numpy_convolution_bytes(spec: ConvSpec, x_shape: tuple[int, ...], other_shap
     if spec[12] == 1:
         x_shape, other_shape = other_shape, x_shape
     elements = _prod(list(x_shape))
-    inputs = [x_shape[axis] for axis in order[len(order) - len(stride):]]
+    inputs = [x_shape[axis] for axis in order[len(order) - len(stride) :]]
     weight = [other_shape[axis] for axis in other_order]
-    kernel = weight[sum(other_groups):]
-    outs = _prod(weight[other_groups[0]:sum(other_groups)])
-    batch = elements // (_prod(inputs) * _prod(weight[:other_groups[0]]))
+    kernel = weight[sum(other_groups) :]
+    outs = _prod(weight[other_groups[0] : sum(other_groups)])
+    batch = elements // (_prod(inputs) * _prod(weight[: other_groups[0]]))
     full = _prod([s * (n - 1) + d * (k - 1) + 1 for s, n, d, k in zip(stride, inputs, dilation, kernel)])
     return max(2 * elements, elements + outs * batch * (full + _prod(inputs))) * itemsize
 
@@ -543,24 +610,26 @@ def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
         _, order, groups, slices, pads, other_order, other_groups, flips, _, _, sizes, permutation = spec
         x = x[tuple(slice(start, end) for start, end in slices)].transpose(order)
         shape = x.shape
-        source = x.reshape(_prod(list(shape[:groups[0]])), _prod(list(shape[groups[0]:sum(groups)])), *shape[-2:])
+        source = x.reshape(_prod(list(shape[: groups[0]])), _prod(list(shape[groups[0] : sum(groups)])), *shape[-2:])
         if flips:
             other = np.flip(other, flips)
         weight = other.transpose(other_order)
         kernel = weight.shape
-        weight = weight.reshape(_prod(list(kernel[:other_groups[0]])),
-                                _prod(list(kernel[other_groups[0]:sum(other_groups)])), 3, 3)
+        weight = weight.reshape(
+            _prod(list(kernel[: other_groups[0]])), _prod(list(kernel[other_groups[0] : sum(other_groups)])), 3, 3
+        )
         result = winograd_3x3(source, weight, pads, *sizes[-2:])
         return result.reshape(sizes).transpose(permutation)
     if spec[0] == "weight":  # x: the window's source (batch, in, ...), other: the output's gradient (batch, out, ...)
         _, order, groups, slices, pads, other_order, other_groups, _, _, _, sizes, permutation = spec
         x = x[tuple(slice(start, end) for start, end in slices)].transpose(order)
         shape = x.shape
-        source = x.reshape(_prod(list(shape[:groups[0]])), _prod(list(shape[groups[0]:sum(groups)])), *shape[-2:])
+        source = x.reshape(_prod(list(shape[: groups[0]])), _prod(list(shape[groups[0] : sum(groups)])), *shape[-2:])
         grad = other.transpose(other_order)
         shape = grad.shape
-        grad = grad.reshape(_prod(list(shape[:other_groups[0]])),
-                            _prod(list(shape[other_groups[0]:sum(other_groups)])), *shape[-2:])
+        grad = grad.reshape(
+            _prod(list(shape[: other_groups[0]])), _prod(list(shape[other_groups[0] : sum(other_groups)])), *shape[-2:]
+        )
         return winograd_3x3_weight(source, grad, pads).reshape(sizes).transpose(permutation)
     _, order, groups, native, pads, other_order, other_groups, flips, stride, dilation, sizes, permutation, first = spec
     if first == 1:
@@ -569,10 +638,10 @@ def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
         other = np.flip(other, flips)
     source = np.ascontiguousarray(x.transpose(order))
     shape = source.shape
-    inputs = shape[len(order) - len(stride):]
-    source = source.reshape(_prod(list(shape[:groups[0]])), _prod(list(shape[groups[0]:groups[0] + groups[1]])), -1)
+    inputs = shape[len(order) - len(stride) :]
+    source = source.reshape(_prod(list(shape[: groups[0]])), _prod(list(shape[groups[0] : groups[0] + groups[1]])), -1)
     weight = other.transpose(other_order)
-    kernel = weight.shape[other_groups[0] + other_groups[1]:]
+    kernel = weight.shape[other_groups[0] + other_groups[1] :]
     weight = weight.reshape(source.shape[1], -1, *kernel)
     full = [s * (n - 1) + d * (k - 1) + 1 for s, n, d, k in zip(stride, inputs, dilation, kernel)]
     batch = source.shape[0]
@@ -584,12 +653,14 @@ def convolve_numpy(x: Any, other: Any, spec: ConvSpec, dtype: str) -> Any:
         view = tuple(slice(d * k, d * k + s * (n - 1) + 1, s) for d, k, s, n in zip(dilation, offset, stride, inputs))
         out[(slice(None), slice(None)) + view] += product
     out = out.transpose(1, 0, *range(2, out.ndim))
-    result = np.zeros(out.shape[:2] + tuple(sizes[-len(stride):]), dtype=dtype)
+    result = np.zeros(out.shape[:2] + tuple(sizes[-len(stride) :]), dtype=dtype)
     starts = [-crop if pair == (0, 0) else pair[0] for (crop, _), pair in zip(native, pads)]
-    inside = tuple(slice(max(0, start), min(length, start + f))
-                   for start, length, f in zip(starts, sizes[-len(stride):], full))
-    taken = tuple(slice(max(0, -start), max(0, -start) + (piece.stop - piece.start))
-                  for start, piece in zip(starts, inside))
+    inside = tuple(
+        slice(max(0, start), min(length, start + f)) for start, length, f in zip(starts, sizes[-len(stride) :], full)
+    )
+    taken = tuple(
+        slice(max(0, -start), max(0, -start) + (piece.stop - piece.start)) for start, piece in zip(starts, inside)
+    )
     result[(slice(None), slice(None)) + inside] = out[(slice(None), slice(None)) + taken]
     return result.reshape(sizes).transpose(permutation)
 
