@@ -1,5 +1,6 @@
 """numpy's 3x3 convolutions by Winograd's F(2x2, 3x3) (einflow.engine.convolution.winograd_3x3 and its kernel
-gradient): values against torch's conv2d and autograd in float64, and the float32 error against float64."""
+gradient): values against torch's conv2d and autograd in float64, the float32 error against float64, and
+gradients of convolutions over an empty batch."""
 
 from __future__ import annotations
 
@@ -122,6 +123,40 @@ def test_float32_error_against_float64() -> None:
     single = ef.grad(CONV + LOSS, wrt="x")(x=x.astype(np.float32), K=K.astype(np.float32), T=T.astype(np.float32))
     assert single.dtype == np.float32
     assert np.abs(single - xr.grad.numpy()).max() <= 2e-6 * np.abs(xr.grad.numpy()).max()
+
+
+@pytest.mark.parametrize(
+    ("text", "x_shape", "k_shape"),
+    [
+        ("y[n,o,h] = x[n,c,h+r] K[o,c,r]", (0, 3, 6), (4, 3, 3)),
+        (CONV, (0, 3, 6, 6), (4, 3, 3, 3)),
+        (CONV, (0, 8, 6, 7), (8, 8, 3, 3)),  # (Winograd's shape, were the batch not empty)
+    ],
+)
+def test_gradients_over_an_empty_batch(text: str, x_shape: tuple[int, ...], k_shape: tuple[int, ...]) -> None:
+    """An unpadded convolution of no images: the kernel's gradient is zeros of its shape and the input's an empty
+    array (torch's autograd gives the same); the kernel's once raised a ShapeError from a range helper that read
+    position 0 of the empty batch axis."""
+    rng = np.random.default_rng(5)
+    K = rng.standard_normal(k_shape)
+    x = np.zeros(x_shape)
+    spatial = len(x_shape) - 2
+    conv = F.conv1d if spatial == 1 else F.conv2d
+    out = conv(torch.from_numpy(x), torch.from_numpy(K)).numpy()
+    T = rng.standard_normal(out.shape)
+    xr, Kr = torch.from_numpy(x).requires_grad_(True), torch.from_numpy(K).requires_grad_(True)
+    (conv(xr, Kr) * torch.from_numpy(T)).sum().backward()
+    indices = "n,o,h" if spatial == 1 else "n,o,h,w"
+    both = ef.value_and_grad(f"{text}\nL = sum[{indices}](T[{indices}] y[{indices}])", wrt=["x", "K"])
+    value, (gx, gK) = both(x=x, K=K, T=T)
+    assert value == 0
+    assert gK.shape == K.shape and gx.shape == x.shape
+    np.testing.assert_array_equal(gK, Kr.grad.numpy())
+    np.testing.assert_array_equal(gK, np.zeros(K.shape))
+    assert (
+        np.asarray(ef.grad(f"{text}\nL = sum[{indices}](T[{indices}] y[{indices}])", wrt="K")(x=x, K=K, T=T)).shape
+        == K.shape
+    )
 
 
 def test_small_or_strided_convolutions_stay_einsums() -> None:

@@ -294,9 +294,6 @@ def _plainly_sized(expr: ir.Expr) -> set[str]:
     return found
 
 
-_ZERO = ir.Affine((), 0)
-
-
 class _Ranges:
     """Exact ranges for the indices of derivative statements that stand for indices of reads through positions.
 
@@ -305,7 +302,7 @@ class _Ranges:
     ``U[a, b+1] - U[a+1, b+1]``) would get a longer one. So each such index gets a ``size`` declaration of the
     range it had in its own statement: the axis of that statement's target, the program's own declaration,
     the gather tensor's axis, or else the axis of a range helper, ``_range1[a,b] = U[a,b+1] U[a+1,b+1]``: the
-    statement's reads of those indices (other axes read at 0), whose ranges are inferred as the statement's.
+    statement's reads of those indices (other axes summed), whose ranges are inferred as the statement's.
     """
 
     def __init__(self, table: _Table, ranks: dict[str, int]) -> None:
@@ -331,8 +328,10 @@ class _Ranges:
         for node in nodes:
             if isinstance(node, (ir.Tensor, ir.Read)) and node.name in available:
                 old = node.indices if isinstance(node, ir.Tensor) else node.positions
-                new = tuple(p if set(ir.position_indices(p)) <= keep else _ZERO for p in old)
-                if set(ir.position_indices(p) for p in new) - {()}:
+                if any(ir.position_indices(p) and set(ir.position_indices(p)) <= keep for p in old):
+                    # the other axes summed over whole (a fresh index each), never read at one position: an axis
+                    # may be empty (a batch of 0), and its length is no part of the kept indices' ranges
+                    new = tuple(p if set(ir.position_indices(p)) <= keep else self.table.fresh("_over") for p in old)
                     plain = all(isinstance(p, str) for p in new)
                     factors.append(ir.Tensor(node.name, new) if plain else ir.Read(node.name, new))  # type: ignore
             elif isinstance(node, ir.ShiftDelta) and not node.gathers and set(node.indices) <= keep:
