@@ -8,7 +8,8 @@ in its own block, ``common.compare``):
   Laplacian with sparsity threshold 4 (``jax.jit``; dense asks for 102 GB); and the plan FLOPs over the forward's;
 * Dangel et al.'s MLP 50-768-768-512-512-1 (tanh), batch 16: ``laplacian(..., batch="b")`` against
   ``jax.jit(vmap(trace(hessian)))`` and folx's dense forward Laplacian;
-* the bi-Laplacian of a 5-128-128-1 tanh MLP, batch 16, against nested jax (``trace(hessian)`` twice);
+* the bi-Laplacian of a 5-128-128-1 and a 50-128-128-1 tanh MLP, batch 16, against nested jax (``trace(hessian)``
+  twice) and against the Laplacian of einflow's Laplacian program (alternating order, per-round ratios);
 * derive + plan + first call of the MLP Laplacian; batch 64 over batch 16; ``taylor`` of order 8 of a
   depth-3 network: plan FLOPs over the forward's.
 
@@ -140,24 +141,50 @@ def dangel_rows(jax, folx, rows: list[list[str]]) -> None:  # type: ignore[no-un
                  f"{scale['64'] / scale['16']:.2f}x", "-", "-"])
 
 
-def bilaplacian_row(jax, rows: list[list[str]]) -> None:  # type: ignore[no-untyped-def]
-    import jax.numpy as jnp
+def _alternating(first, second, rounds: int) -> float:  # type: ignore[no-untyped-def]
+    """The median over ``rounds`` of first's time over second's, the two called in turn, the order alternating."""
+    first(), second()
+    found = []
+    for k in range(rounds):
+        pair = (first, second) if k % 2 == 0 else (second, first)
+        spent = []
+        for function in pair:
+            start = CLOCK()
+            function()
+            spent.append(CLOCK() - start)
+        found.append(spent[0] / spent[1] if k % 2 == 0 else spent[1] / spent[0])
+    return float(np.median(found))
 
-    text, arrays = _mlp([5, 128, 128, 1], 16)
-    f = _jax_mlp(arrays, 2)
-    bilaplacian = ef.bilaplacian(text, wrt="x", batch="b")
+
+def bilaplacian_rows(jax, rows: list[list[str]]) -> None:  # type: ignore[no-untyped-def]
+    """The collapsed bi-Laplacian (one fourth-order sweep) against nested jax and against the Laplacian of the
+    Laplacian program (the nested forward Laplacian, einflow's form before), D = 5 and D = 50 inputs."""
+    for inputs in (5, 50):
+        _bilaplacian_row(jax, inputs, rows)
+
+
+def _bilaplacian_row(jax, inputs: int, rows: list[list[str]]) -> None:  # type: ignore[no-untyped-def]
+    import jax.numpy as jnp
 
     def lap(g):  # type: ignore[no-untyped-def]
         return lambda u: jnp.trace(jax.hessian(g)(u))
 
+    text, arrays = _mlp([inputs, 128, 128, 1], 16)
+    f = _jax_mlp(arrays, 2)
+    bilaplacian = ef.bilaplacian(text, wrt="x", batch="b")
+    twice = ef.laplacian(ef.laplacian(text, wrt="x", batch="b"), wrt="x", batch="b")
     nested = jax.jit(jax.vmap(lap(lap(f))))
     x = jnp.asarray(arrays["x"])
     np.testing.assert_allclose(bilaplacian(**arrays), nested(x), rtol=1e-8)
+    np.testing.assert_allclose(twice(**arrays), nested(x), rtol=1e-8)
     times = compare({"einflow": lambda: bilaplacian(**arrays), "jax.jit": lambda: nested(x).block_until_ready()},
                     repeat=9, clock=CLOCK)
-    rows.append(["bi-Laplacian 5-128-128-1, batch 16", seconds(times["einflow"]),
-                 f"nested jax {seconds(times['jax.jit'])}", ratio(times["einflow"] / times["jax.jit"]), "-",
-                 f"plan {_flops(bilaplacian, arrays) / _flops(ef.compile(text), arrays):.1f}x forward"])
+    against = _alternating(lambda: bilaplacian(**arrays), lambda: twice(**arrays), 15)
+    forward = _flops(ef.compile(text), arrays)
+    plan = f"plan {_flops(bilaplacian, arrays) / forward:.1f}x forward (nested {_flops(twice, arrays) / forward:.1f}x)"
+    rows.append([f"bi-Laplacian {inputs}-128-128-1, batch 16", seconds(times["einflow"]),
+                 f"nested jax {seconds(times['jax.jit'])}", ratio(times["einflow"] / times["jax.jit"]),
+                 f"÷ Laplacian of Laplacian {against:.2f}", plan])
 
 
 def taylor_row(rows: list[list[str]]) -> None:
@@ -180,7 +207,7 @@ def main() -> None:
         if folx is not None:
             folx_row(jax, folx, rows)
         dangel_rows(jax, folx, rows)
-        bilaplacian_row(jax, rows)
+        bilaplacian_rows(jax, rows)
     taylor_row(rows)
     print(f"# differential operators, float64 ({machine()}; {'CPU' if CLOCK is time.process_time else 'wall'} time)")
     print(format_table(rows, ["row", "einflow", "peer", "einflow ÷ peer", "other", "plan"]))

@@ -21,6 +21,7 @@ from einflow.derive.simplify import simplify as simplified  # (the module keeps 
 from einflow.derive.sizes import IndexSizes, activated
 from einflow.derive.sweep import forward_sweep, reverse_sweep, tangent_sweep, zeros
 from einflow.derive.taylor import laplacian_sweep, taylor_sweep
+from einflow.derive.taylor_collapsed import bilaplacian_sweep
 from einflow.lang import ir
 from einflow.lang.check import Checked, check_name, checked
 from einflow.lang.errors import DerivativeError, EinflowError
@@ -596,6 +597,26 @@ def laplacian(program: Checked, wrt: str | Sequence[str], batch: Batched = None,
 
 
 def _bilaplacian(program: Checked, wrt: str | Sequence[str]) -> Checked:
+    """One collapsed fourth-order sweep (einflow.derive.taylor_collapsed) for one wrt input; the Laplacian of
+    the Laplacian where several inputs' directions mix or the program gathers."""
+    names, _ = _wrt_list(program, wrt, "bilaplacian")
+    if len(names) == 1 and not _gathers(program):
+        return _bilaplacian_collapsed(program, names[0])
+    return _bilaplacian_nested(program, wrt)
+
+
+@_deriving
+def _bilaplacian_collapsed(program: Checked, wrt: str) -> Checked:
+    setup = Setup(program, "bilaplacian")
+    if setup.value_rank:
+        raise DerivativeError(f"bilaplacian needs a scalar value, but '{setup.value}' has rank {setup.value_rank}")
+    work = setup.work
+    name = work.tensor_fresh.pick([f"bilaplacian_{setup.value}"], "bilaplacian")
+    work.statements.append(mark_missing_targets(ir.Assign(name, (), bilaplacian_sweep(work, wrt, setup.value))))
+    return setup.assemble([name], False)
+
+
+def _bilaplacian_nested(program: Checked, wrt: str | Sequence[str]) -> Checked:
     once = _laplacian(program, wrt)
     value = value_name(program) or "f"
     read = [x for x in ([wrt] if isinstance(wrt, str) else wrt) if x in once.info.inputs]
