@@ -6,13 +6,22 @@ convention, dE/dRe + i dE/dIm); jax: ``jax.jit(jax.grad(energy, argnums=all))`` 
 jax.numpy, whose answer is the conjugate (checked before timing). One pinned core for both sides, paired and
 interleaved (the order alternates), medians of the times and of the per-pair ratios. Target: einflow / jax <= 1.0.
 
-Run:  taskset -c 0 python benchmarks/complex_mps.py
+Each call's minor page faults are counted too (``getrusage``). On this machine (glibc), once jax (or scipy.linalg)
+is imported, glibc gives the top of the heap back to the system as each einflow call frees its intermediates, and
+the next call faults those pages in again (400-500 faults per call, 1-2 ms); the same process before that import
+runs the same plan without a fault. ``--steady-heap`` fixes glibc's trim and mmap thresholds (``mallopt``) for the
+whole process, both sides alike, before anything is timed, so that neither gives memory back between calls; the
+default leaves the allocator as it is.
+
+Run:  taskset -c 0 python benchmarks/complex_mps.py [repeat] [--steady-heap]
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
+import resource
 import statistics
 import sys
 import time
@@ -37,8 +46,7 @@ SITES, BOND, PHYSICAL, FIELD = 16, 16, 2, 1.0
 
 def energy_program(sites: int = SITES) -> str:
     """<psi|H|psi> / <psi|psi>, contracted site by site from the left (as examples/mps_ground_state.py)."""
-    lines = ["N1[b,c] = conj(A1[s,b]) A1[s,c]",
-             "E1[b,w,c] = conj(A1[s,b]) M1[w,s,t] A1[t,c]"]
+    lines = ["N1[b,c] = conj(A1[s,b]) A1[s,c]", "E1[b,w,c] = conj(A1[s,b]) M1[w,s,t] A1[t,c]"]
     for k in range(2, sites):
         lines.append(f"N{k}[b,c] = N{k - 1}[a,e] conj(A{k}[a,s,b]) A{k}[e,s,c]")
         lines.append(f"E{k}[b,w,c] = E{k - 1}[a,v,e] conj(A{k}[a,s,b]) M{k}[v,w,s,t] A{k}[e,t,c]")
@@ -60,9 +68,20 @@ def arrays(seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
     """(the site tensors A1..AL, the MPO tensors M1..ML)."""
     rng = np.random.default_rng(seed)
     shapes = [(PHYSICAL, BOND)] + [(BOND, PHYSICAL, BOND)] * (SITES - 2) + [(BOND, PHYSICAL)]
-    sites = {f"A{k + 1}": (rng.normal(size=s) + 1j * rng.normal(size=s)) / np.sqrt(2 * BOND)
-             for k, s in enumerate(shapes)}
+    sites = {
+        f"A{k + 1}": (rng.normal(size=s) + 1j * rng.normal(size=s)) / np.sqrt(2 * BOND) for k, s in enumerate(shapes)
+    }
     return sites, {f"M{k + 1}": w for k, w in enumerate(mpo())}
+
+
+def steady_heap() -> bool:
+    """Keep freed memory in the process (glibc: trim threshold 256 MiB, mmap threshold 32 MiB); False elsewhere."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+    return bool(libc.mallopt(M_TRIM_THRESHOLD, 256 << 20)) and bool(libc.mallopt(M_MMAP_THRESHOLD, 32 << 20))
 
 
 def jax_energy(jnp):  # type: ignore[no-untyped-def]
@@ -81,7 +100,8 @@ def jax_energy(jnp):  # type: ignore[no-untyped-def]
     return energy
 
 
-def main(repeat: int = 21) -> None:
+def main(repeat: int = 21, steady: bool = False) -> None:
+    heap = "glibc thresholds fixed (--steady-heap)" if steady and steady_heap() else "allocator as it is"
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -117,9 +137,10 @@ def main(repeat: int = 21) -> None:
     assert jitted <= 1e-10 * scale, f"einflow under jax.jit differs by {jitted:.3g}"
     candidates = {"einflow": run_einflow, "einflow in jax.jit": run_einflow_jit, "jax": run_jax}
     # wall time, and CPU time (time.process_time: not stretched by other jobs on a shared machine)
-    times = {(clock, name): [] for clock in ("wall", "cpu") for name in candidates}  # type: ignore[var-annotated]
-    pairs: dict[tuple[str, str], list[float]] = {(clock, name): [] for clock in ("wall", "cpu")
-                                                 for name in ("einflow", "einflow in jax.jit")}
+    times = {(clock, name): [] for clock in ("wall", "cpu", "faults") for name in candidates}  # type: ignore[var-annotated]
+    pairs: dict[tuple[str, str], list[float]] = {
+        (clock, name): [] for clock in ("wall", "cpu") for name in ("einflow", "einflow in jax.jit")
+    }
     for _ in range(3):  # warm-up
         for function in candidates.values():
             function()
@@ -127,27 +148,39 @@ def main(repeat: int = 21) -> None:
     gc.disable()  # as timeit: a collection of jax's garbage is not charged to whichever call runs next
     for k in range(repeat):
         order = list(candidates.items())
-        order = order[k % 3:] + order[:k % 3]  # each candidate first, second and third in turn
+        order = order[k % 3 :] + order[: k % 3]  # each candidate first, second and third in turn
         pair = {}
         for name, function in order:
             time.sleep(0.05)  # jax's runtime threads spin a while after a call: idle before each timing
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             wall, cpu = time.perf_counter(), time.process_time()
             function()
             pair["wall", name], pair["cpu", name] = time.perf_counter() - wall, time.process_time() - cpu
+            pair["faults", name] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         for key, value in pair.items():
             times[key].append(value)
         for clock, name in pairs:
             pairs[clock, name].append(pair[clock, name] / pair[clock, "jax"])
     gc.enable()
-    print(f"# complex MPS energy gradient, L = {SITES}, bond {BOND}, d = {PHYSICAL}, MPO bond 3 ({machine()}); "
-          f"max |einflow - conj(jax)| = {worst:.2g}")
+    print(
+        f"# complex MPS energy gradient, L = {SITES}, bond {BOND}, d = {PHYSICAL}, MPO bond 3 ({machine()}); "
+        f"max |einflow - conj(jax)| = {worst:.2g}; {heap}; load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        "minor page faults per call (median): "
+        + ", ".join(f"{name} {statistics.median(times['faults', name]):.0f}" for name in candidates)
+    )
     for clock in ("wall", "cpu"):
         jaxs = statistics.median(times[clock, "jax"])
         for name, label in (("einflow", "einflow ef.grad (numpy)"), ("einflow in jax.jit", "its program in jax.jit")):
             mine = statistics.median(times[clock, name])
-            print(f"{clock:4s}: {label} {seconds(mine)}, jax.jit(jax.grad) {seconds(jaxs)}: ratio of medians "
-                  f"{ratio(mine / jaxs)}, median paired ratio {ratio(statistics.median(pairs[clock, name]))} "
-                  "(target <= 1.0)")
+            print(
+                f"{clock:4s}: {label} {seconds(mine)}, jax.jit(jax.grad) {seconds(jaxs)}: ratio of medians "
+                f"{ratio(mine / jaxs)}, median paired ratio {ratio(statistics.median(pairs[clock, name]))} "
+                "(target <= 1.0)"
+            )
+
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 21)
+    numbers = [argument for argument in sys.argv[1:] if argument.isdigit()]
+    main(int(numbers[0]) if numbers else 21, "--steady-heap" in sys.argv[1:])
