@@ -14,6 +14,7 @@ from einflow.derive.normal import (
 )
 from einflow.derive.rules import Leaf, input_leaf
 from einflow.derive.samples import expanded, sample_indices, value_indices, value_name, with_name
+from einflow.derive.schedule import on_demand
 from einflow.derive.setup import Setup, mark_missing_targets
 from einflow.derive.shifts import with_shifts
 from einflow.derive.simplify import is_zero
@@ -336,8 +337,10 @@ def _laplacian(program: Checked, wrt: str | Sequence[str], weights: str | None =
             terms.append(term)
     name = work.tensor_fresh.pick([f"laplacian_{setup.value}"], "laplacian")
     total = ir.Num(0) if not terms else terms[0] if len(terms) == 1 else simplified(ir.Sum(tuple(terms)))
+    forward = {s.target for s in work.statements[: setup.forward_count] if s.target is not None}
     work.statements.append(mark_missing_targets(ir.Assign(name, (), total)))
-    return setup.assemble([name], False)
+    # each forward value computed when the sweep first needs it, freed with its layer (einflow.derive.schedule)
+    return on_demand(setup.assemble([name], False), forward)
 
 
 def _gathers(program: Checked) -> bool:
