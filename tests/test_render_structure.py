@@ -127,20 +127,10 @@ def test_the_check_sees_a_subclass(tmp_path: pathlib.Path) -> None:
     assert _derived(classes) == {("example.py", "Renderer")}
 
 
-#: the render stage's modules (engine/lower.py, the lowering, is split under issue 34's third item)
+#: the render stage's modules (every module's and class's size: tests/test_module_sizes.py)
 RENDER_STAGE = ["codegen.py", "context.py", "rows.py", "dialect.py", "helpers.py", "runtime.py", "runtime_torch.py",
                 "runtime_jax.py", "specialise.py", "measure.py", "hoisting.py", "render.py", "render_steps.py",
                 "render_fitted.py", "plan.py", "kernels.py", "blocks.py"]
-
-
-@pytest.mark.parametrize("module", RENDER_STAGE)
-def test_render_stage_modules_and_classes_stay_small(module: str) -> None:
-    text = (ENGINE / module).read_text()
-    assert text.count("\n") <= 700, f"{module} has {text.count(chr(10))} lines"
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.ClassDef):
-            assert node.end_lineno is not None
-            assert node.end_lineno - node.lineno + 1 <= 350, f"class {node.name} of {module}"
 
 
 #: the render stage's modules, as ``benchmarks/upcalls.py`` names them
