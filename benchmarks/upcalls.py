@@ -57,7 +57,9 @@ def closure(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return reached
 
 
-def count(run) -> collections.Counter:  # noqa: ANN001
+def count(run, functions: bool = False) -> collections.Counter:  # noqa: ANN001
+    """The up-calls ``run()`` makes, counted by ``caller -> callee`` module (``functions``: by
+    ``module:function``, so that a callback is told by the function that calls it, ``split_product``'s)."""
     below = closure(import_graph())
     found: collections.Counter = collections.Counter()
 
@@ -69,7 +71,10 @@ def count(run) -> collections.Counter:  # noqa: ANN001
         caller = caller_frame.f_globals.get("__name__", "") if caller_frame is not None else ""
         if callee.startswith("einflow") and caller.startswith("einflow") and callee != caller \
                 and caller in below.get(callee, ()) and callee not in below.get(caller, ()):
-            found[f"{caller.removeprefix('einflow.')} -> {callee.removeprefix('einflow.')}"] += 1
+            pair = [caller.removeprefix("einflow."), callee.removeprefix("einflow.")]
+            if functions and caller_frame is not None:
+                pair = [f"{pair[0]}:{caller_frame.f_code.co_name}", f"{pair[1]}:{frame.f_code.co_name}"]
+            found[" -> ".join(pair)] += 1
 
     sys.setprofile(profile)
     try:
@@ -82,7 +87,7 @@ def count(run) -> collections.Counter:  # noqa: ANN001
 def main() -> None:
     arrays = {name: np.random.default_rng(0).standard_normal(shape) for name, shape in SHAPES.items()}
     for label, program in (("program", ef.compile(PROGRAM)), ("gradient", ef.grad(PROGRAM, wrt="W"))):
-        found = count(lambda program=program: program(**arrays))
+        found = count(lambda program=program: program(**arrays), functions=True)
         print(f"{label}: {sum(found.values())} up-calls")
         for pair, number in found.most_common():
             print(f"    {number:3d}  {pair}")

@@ -4,9 +4,17 @@ calls back up the layers on a first call."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import pathlib
+import sys
+from typing import Any
 
+import numpy as np
 import pytest
+
+import einflow as ef
+from einflow.engine.lower import _lower
+from einflow.program import _compile_text
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "einflow"
 ENGINE = ROOT / "engine"
@@ -119,46 +127,86 @@ def test_the_check_sees_a_subclass(tmp_path: pathlib.Path) -> None:
     assert _derived(classes) == {("example.py", "Renderer")}
 
 
-#: the render stage's modules (engine/lower.py, the lowering, is split under issue 34's third item)
+#: the render stage's modules (every module's and class's size: tests/test_module_sizes.py)
 RENDER_STAGE = ["codegen.py", "context.py", "rows.py", "dialect.py", "helpers.py", "runtime.py", "runtime_torch.py",
                 "runtime_jax.py", "specialise.py", "measure.py", "hoisting.py", "render.py", "render_steps.py",
                 "render_fitted.py", "plan.py", "kernels.py", "blocks.py"]
-
-
-@pytest.mark.parametrize("module", RENDER_STAGE)
-def test_render_stage_modules_and_classes_stay_small(module: str) -> None:
-    text = (ENGINE / module).read_text()
-    assert text.count("\n") <= 700, f"{module} has {text.count(chr(10))} lines"
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.ClassDef):
-            assert node.end_lineno is not None
-            assert node.end_lineno - node.lineno + 1 <= 350, f"class {node.name} of {module}"
 
 
 #: the render stage's modules, as ``benchmarks/upcalls.py`` names them
 RENDER_STAGE_MODULES = {f"engine.{name.removesuffix('.py')}" for name in RENDER_STAGE}
 
 
-def test_the_render_stage_calls_nothing_back_up() -> None:
-    """The first call of a small program and of its gradient makes no call from a render stage module into a module
-    that imports it (``benchmarks/upcalls.py``: the rows are functions of a context, and the writers above them walk
-    the steps; the ``split_product`` callbacks of the lowering are not the render stage's)."""
-    import importlib.util
-    import sys
-
-    import numpy as np
-
-    import einflow as ef
-
+def _upcalls() -> Any:
+    """``benchmarks/upcalls.py`` as a module."""
     spec = importlib.util.spec_from_file_location("_upcalls", ROOT.parent / "benchmarks" / "upcalls.py")
     assert spec is not None and spec.loader is not None
     upcalls = importlib.util.module_from_spec(spec)
     sys.modules["_upcalls"] = upcalls
     spec.loader.exec_module(upcalls)
+    return upcalls
+
+
+def _first_calls(text: str, arrays: dict[str, np.ndarray], wrt: str, functions: bool = False) -> list[Any]:
+    """The up-calls of the first call of a program and of its gradient: the lowering's and the compiled texts'
+    caches are emptied first, so that the call lowers and plans whatever another test did before."""
+    upcalls = _upcalls()
+    _lower.cache_clear()
+    _compile_text.cache_clear()
+    found = []
+    for program in (ef.compile(text), ef.grad(text, wrt=wrt)):
+        found.append(upcalls.count(lambda program=program: program(**arrays), functions=functions))
+    return found
+
+
+def _small_program() -> tuple[str, dict[str, np.ndarray]]:
+    upcalls = _upcalls()
     rng = np.random.default_rng(0)
-    arrays = {name: rng.standard_normal(shape) for name, shape in upcalls.SHAPES.items()}
-    for program in (ef.compile(upcalls.PROGRAM), ef.grad(upcalls.PROGRAM, wrt="W")):
-        found = upcalls.count(lambda program=program: program(**arrays))
+    return upcalls.PROGRAM, {name: rng.standard_normal(shape) for name, shape in upcalls.SHAPES.items()}
+
+
+def test_the_render_stage_calls_nothing_back_up() -> None:
+    """The first call of a small program and of its gradient makes no call from a render stage module into a module
+    that imports it (``benchmarks/upcalls.py``: the rows are functions of a context, and the writers above them walk
+    the steps; the ``split_product`` callbacks of the lowering are not the render stage's)."""
+    text, arrays = _small_program()
+    for found in _first_calls(text, arrays, "W"):
         stage = {pair: number for pair, number in found.items()
                  if set(pair.split(" -> ")) & RENDER_STAGE_MODULES}
         assert not stage, f"calls back up in the render stage: {stage}"
+
+
+#: ``split_product`` (einflow.lang.contraction) sorts a product's factors for the evaluator and the lowering alike,
+#: calling back the lowering of a scope-opening factor: the one call back up a first call makes
+SPLIT_PRODUCT = "lang.contraction:split_product -> engine.lower:"
+
+
+def test_the_only_calls_back_up_are_split_products() -> None:
+    """``benchmarks/upcalls.py``'s program and its gradient: every call back up the layers is a ``split_product``
+    callback (the contraction lowering calls the methods of its frozen context, never the walk that made it)."""
+    text, arrays = _small_program()
+    for found in _first_calls(text, arrays, "W", functions=True):
+        assert found, "the counter saw no split_product callback: is it still counting?"
+        others = {pair: number for pair, number in found.items() if not pair.startswith(SPLIT_PRODUCT)}
+        assert not others, f"calls back up other than split_product's: {others}"
+
+
+#: a feature's lowering (linear algebra, shifted reads) calls back the walk for a sub-expression's value, and only
+#: for that: its steps are made by its context's methods
+SUB_EXPRESSION = {"lower", "lower_product"}
+
+
+@pytest.mark.parametrize("text, shapes, wrt", [
+    ("spd K\nx[i] = inv[i,j](K[i,j]) y[j]\nl = logdet[i,j](K[i,j]) + y[i] x[i]", {"K": (4, 4), "y": (4,)}, "y"),
+    ("y[i] = x[i+1] - x[i]\ns = sum[i](y[i]^2)", {"x": (6,)}, "x"),
+])
+def test_feature_lowerings_call_back_only_for_sub_expressions(text: str, shapes: dict[str, tuple[int, ...]],
+                                                              wrt: str) -> None:
+    rng = np.random.default_rng(1)
+    arrays = {name: rng.standard_normal(shape) for name, shape in shapes.items()}
+    if "K" in arrays:
+        arrays["K"] = arrays["K"] @ arrays["K"].T + 4 * np.eye(4)
+    for found in _first_calls(text, arrays, wrt, functions=True):
+        others = {pair: number for pair, number in found.items() if not pair.startswith(SPLIT_PRODUCT)
+                  and pair.rsplit(":", 1)[-1] not in SUB_EXPRESSION}
+        assert not others, f"calls back up other than for a sub-expression: {others}"

@@ -10,8 +10,8 @@ from einflow.engine import runtime
 from einflow.engine.dialect import DIALECTS, JAX, NUMPY, TORCH
 from einflow.engine.helpers import (
     HELPER_KEYS,
-    HELPER_NEEDS,
     WINDOW_KEYS,
+    defined_helpers,
     function_source,
     helper_needs,
     helper_text,
@@ -45,11 +45,74 @@ def test_a_dialect_module_redefines_only_the_table(module: str) -> None:
         assert function_source(module, algorithm) is None
 
 
-def test_helper_needs_are_what_the_sources_call() -> None:
+def _called_by_text(dialect_name: str, key: str) -> set[str]:
+    """The helpers ``key``'s source calls in a dialect, read off its text with a regular expression (the
+    reference for ``helper_needs``, which walks the syntax tree), and those they call."""
+    import re
+
+    dialect, found, todo = DIALECTS[dialect_name], set(), [key]
+    names = (*HELPER_KEYS, *WINDOW_KEYS)
+    while todo:
+        name = todo.pop()
+        for module in filter(None, (dialect.runtime, "einflow.engine.runtime_numpy", "einflow.engine.runtime")):
+            source = function_source(module, name)
+            if source is not None:
+                break
+        body = source[0].split("\n", 1)[1]  # (not its own def line)
+        body = re.sub(r"#.*", "", body)
+        body = re.sub(r'"""[\s\S]*?"""|f?"[^"\n]*"', "", body)  # docstrings and messages
+        for called in set(re.findall(r"(?<![.\w])(\w+)\(", body)) & set(names):
+            if called not in found and called != key:
+                found.add(called)
+                if called != "fold":
+                    todo.append(called)
+    return found - {"fold"}
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECTS))
+def test_helper_needs_are_what_the_sources_call(dialect: str) -> None:
+    """Each dialect's needs are read from its own sources (a dialect module's functions first)."""
     keys = (*HELPER_KEYS, *(key for key in WINDOW_KEYS if key != "fold"))
     for key in keys:
-        found = set().union(*(helper_needs(dialect, key) for dialect in DIALECTS.values()))
-        assert set(HELPER_NEEDS.get(key, ())) == found & set(HELPER_KEYS), key
+        assert helper_needs(DIALECTS[dialect], key) == _called_by_text(dialect, key), key
+
+
+def test_helper_needs_differ_by_dialect() -> None:
+    """jax's linear algebra checks its factors with ``flagged``; numpy's and torch's raise from the library."""
+    assert "flagged" in helper_needs(JAX, "linalg")
+    assert "flagged" not in helper_needs(NUMPY, "linalg") and "flagged" not in helper_needs(TORCH, "linalg")
+    assert defined_helpers(NUMPY, {"window"}) >= {"window", "flat", "gather_view", "fold"}
+    assert "scatter" not in defined_helpers(NUMPY, {"window", "ranges"})
+
+
+WINDOWS_AND_SOFTMAX = "y[i] = x[i+1] - x[i]\ns[i] = softmax[i](y[i])\nz[i] = inv[i,j](A[i,j]) s[j] / 2"
+
+
+@pytest.mark.parametrize("target", sorted(DIALECTS))
+def test_exported_source_defines_only_what_it_calls(target: str) -> None:
+    """A dialect's exported source defines the helpers its code calls and those they call in that dialect:
+    every function it defines is called in it (no torch- or jax-only helper in numpy's source)."""
+    import re
+
+    source = ef.compile(WINDOWS_AND_SOFTMAX).to_source("f", target=target)
+    defined = re.findall(r"^def (\w+)\(", source, flags=re.M)
+    for name in defined:
+        if name != "f":
+            assert re.search(rf"(?<![.\w]){name}\(", source.replace(f"def {name}(", "")), f"{name} is never called"
+    assert ("def _flagged(" in source) == (target == "jax")  # jax's factorisations' checks only
+    assert "def _scatter(" not in source  # a forward read: no scatter-add
+
+
+def test_exported_numpy_source_of_windows_and_softmax_runs_standalone() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(6)
+    A = rng.standard_normal((5, 5)) + 5 * np.eye(5)
+    namespace: dict[str, object] = {}
+    exec(ef.compile(WINDOWS_AND_SOFTMAX).to_source("f"), namespace)  # nothing of einflow in scope
+    z = namespace["f"](x=x, A=A)  # type: ignore[operator]
+    y = x[1:] - x[:-1]
+    s = np.exp(y - y.max()) / np.exp(y - y.max()).sum()
+    np.testing.assert_allclose(z, np.linalg.solve(A, s) / 2, rtol=1e-12)
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))

@@ -103,8 +103,7 @@ def lower_shifted(cx: LoweringContext, factors: tuple[ir.Expr, ...], bound: froz
     labels = tuple(output)
     sizes = cx.sizes_of(labels)
     key = ("scatter", value.reg, value.labels, positions, gathers, labels, sizes, modes)
-    return cx.emit(key, lambda out: Scatter(cx.statement, out, value.reg, value.labels,  # type: ignore
-                                            positions, gathers, labels, sizes, modes), labels)  # type: ignore
+    return cx.emit(key, labels, Scatter, value.reg, value.labels, positions, gathers, labels, sizes, modes)
 
 
 def indicator(cx: LoweringContext, shift: ir.ShiftDelta) -> ir.Tensor:
@@ -124,8 +123,7 @@ def indicator(cx: LoweringContext, shift: ir.ShiftDelta) -> ir.Tensor:
     positions = (shift.position, *labels)
     modes = (shift.mode, *("zeros" for _ in labels)) if shift.mode != "zeros" else ()
     key = ("scatter", value.reg, labels, positions, gathers, output, sizes, modes)
-    result = cx.emit(key, lambda out: Scatter(cx.statement, out, value.reg, labels,  # type: ignore[arg-type]
-                                              positions, gathers, output, sizes, modes), output)
+    result = cx.emit(key, output, Scatter, value.reg, labels, positions, gathers, output, sizes, modes)
     name = f"#{result.reg}"
     cx.names[name] = Value(result.reg, output)
     return ir.Tensor(name, output)
@@ -138,5 +136,4 @@ def window(cx: LoweringContext, read: ir.Read) -> Value:
     labels = read.indices
     sizes = cx.sizes_of(labels)
     key = ("window", source.reg, read.positions, gathers, labels, sizes, read.mode)
-    return cx.emit(key, lambda out: Window(cx.statement, out, source.reg, read.name,  # type: ignore[arg-type]
-                                           read.positions, gathers, labels, sizes, read.mode), labels)  # type: ignore
+    return cx.emit(key, labels, Window, source.reg, read.name, read.positions, gathers, labels, sizes, read.mode)

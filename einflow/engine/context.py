@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from einflow.engine.dialect import NUMPY, Dialect
-from einflow.engine.helpers import HELPER_KEYS, HELPER_NEEDS
+from einflow.engine.helpers import HELPER_KEYS
 from einflow.engine.steps import Diagonal, Inferred, Lowered, Ones, SizeRef
 from einflow.lang.numbers import _is_unit
 
@@ -108,9 +108,9 @@ class Names:
         return found
 
     def helper(self, key: str) -> str:
+        """The name of the helper ``key``, noted as used (exported source defines it and, in its dialect, what it
+        calls: ``einflow.engine.helpers.defined_helpers``)."""
         self.used_helpers.add(key)
-        for need in HELPER_NEEDS.get(key, ()):
-            self.used_helpers.add(need)
         return self.alias[key]
 
 

@@ -72,8 +72,7 @@ def contract(cx: LoweringContext, operands: list[tuple[Value, list[str]]], outpu
     # positional: the same contraction under other index names is computed once
     equation = einsum_equation(keys, inner, index_letters(everything))
     key = ("contract", equation, args, tuple(scale), number_types(Mul(tuple(scale))))
-    result = cx.emit(key, lambda out: Contract(  # type: ignore[arg-type]
-        cx.statement, out, args, tuple(keys), inner, sizes, tuple(scale)), inner)
+    result = cx.emit(key, inner, Contract, args, tuple(keys), inner, sizes, tuple(scale))
     return diagonal(cx, result, output, classes)
 
 
@@ -114,5 +113,4 @@ def diagonal(cx: LoweringContext, value: Value, output: list[str], classes: dict
     groups = tuple(tuple(members) for members in classes.values())
     sizes = cx.sizes_of(full)
     reg, labels = value.reg, value.labels
-    return cx.emit(("diag", reg, labels, full, groups, sizes), lambda out: Diagonal(
-        cx.statement, out, reg, labels, full, groups, sizes), full)  # type: ignore[arg-type]
+    return cx.emit(("diag", reg, labels, full, groups, sizes), full, Diagonal, reg, labels, full, groups, sizes)

@@ -14,14 +14,14 @@ import functools
 import importlib
 import importlib.util
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from einflow.engine.dialect import Dialect
 from einflow.lang.errors import MatrixError
 
-__all__ = ["HELPER_KEYS", "WINDOW_KEYS", "HELPER_NEEDS", "WINDOW_NEEDS", "helper_needs", "helper_text", "helpers",
-           "bound_helpers", "function_source"]
+__all__ = ["HELPER_KEYS", "WINDOW_KEYS", "helper_needs", "defined_helpers", "helper_text", "helpers", "bound_helpers",
+           "function_source"]
 
 #: the helpers in the order generated code defines them: the algorithms, then the operations they are written
 #: over that are not helpers themselves (``einflow.engine.runtime_numpy``'s table)
@@ -33,27 +33,7 @@ HELPER_KEYS = ("output", "input", "as_float", "reciprocal", "divide", "sigmoid",
                "cholesky_inverted", "spd_inverted", "lu_inverted", "lu_solved", "adjugate")
 #: the helpers of exported code with shifted, strided or gathered reads (``einflow.export.windows``), in the
 #: order it defines them (``fold`` is ``einflow.lang.padding.fold``)
-WINDOW_KEYS = ("ranges", "flat", "fold", "window", "scatter_positions", "scatter")
-#: the helpers each helper calls, and those they call, in any dialect (``helper_needs``; a test holds them equal)
-HELPER_NEEDS: dict[str, tuple[str, ...]] = {
-    "reciprocal": ("as_float",), "divide": ("as_float", "true_divide"), "erf": ("as_float",),
-    "diagonal": ("arange_on", "zeros_on", "written"),
-    "reduce": ("as_float", "dtype_kind", "astype", "extreme", "constant"),
-    "linalg": ("as_float", "flagged", "svd_adjugate", "dtype_kind", "cholesky_lower", "cholesky_inverted",
-               "spd_inverted", "lu_inverted", "adjugate"),
-    "solve": ("as_float", "flagged", "dtype_kind", "astype", "zeros_on", "cholesky_lower", "cholesky_solved",
-              "lu_solved"),
-    "true_divide": ("as_float",), "cholesky_lower": ("flagged",),
-    "spd_inverted": ("flagged", "cholesky_lower", "lu_inverted"), "lu_inverted": ("flagged",),
-    "lu_solved": ("flagged",), "adjugate": ("svd_adjugate",),
-    "flat": ("arange_on", "permuted", "outside"),
-    "window": ("arange_on", "as_index", "permuted", "zero_padded", "taken", "strided_view", "outside"),
-    "scatter_positions": ("arange_on", "permuted"),
-    "scatter": ("arange_on", "asarray_on", "as_index", "permuted", "added_at"),
-}
-#: the helpers exported code with windows or scatter-adds defines besides ``WINDOW_KEYS``
-WINDOW_NEEDS = tuple(key for key in HELPER_KEYS if any(key in HELPER_NEEDS[window] for window in WINDOW_KEYS
-                                                        if window in HELPER_NEEDS))
+WINDOW_KEYS = ("ranges", "gather_view", "flat", "fold", "window", "scatter_positions", "scatter")
 #: the module every dialect's algorithms come from, and the module of the operations they are written over as
 #: numpy spells them (a dialect's own module, ``Dialect.runtime``, respells some of those)
 RUNTIME, TABLE = "einflow.engine.runtime", "einflow.engine.runtime_numpy"
@@ -106,16 +86,35 @@ def _source(dialect: Dialect, key: str) -> tuple[str, tuple[tuple[int, int, str]
     raise AssertionError(key)
 
 
+def _called(dialect: Dialect, key: str) -> frozenset[str]:
+    """The helpers (algorithms, operations, window helpers, ``fold``) the source of ``key`` calls in ``dialect``."""
+    return frozenset(name for _, _, name in _source(dialect, key)[1][1:] if name not in ("xp", "oe", key))
+
+
 def helper_needs(dialect: Dialect, key: str) -> frozenset[str]:
-    """The helpers ``key`` calls in ``dialect``, and those they call (not ``key`` itself)."""
-    found: set[str] = set()
-    todo = [key]
+    """The helpers ``key`` calls in ``dialect``, and those they call (not ``key`` itself; ``fold``, which is
+    ``einflow.lang.padding``'s, neither)."""
+    return defined_helpers(dialect, (key,)) - {key, "fold"}
+
+
+@functools.cache
+def _closure(dialect: Dialect, keys: frozenset[str]) -> frozenset[str]:
+    found = set(keys)
+    todo = [key for key in keys if key != "fold"]
     while todo:
-        for _, _, name in _source(dialect, todo.pop())[1][1:]:
-            if name in _GLOBALS and name not in ("xp", "oe", "fold", key) and name not in found:
+        for name in _called(dialect, todo.pop()):
+            if name not in found:
                 found.add(name)
-                todo.append(name)
+                if name != "fold":  # (einflow.lang.padding's: it calls no helper)
+                    todo.append(name)
     return frozenset(found)
+
+
+def defined_helpers(dialect: Dialect, used: Iterable[str]) -> frozenset[str]:
+    """What exported source in ``dialect`` defines for the helpers its code calls (``used``): those, and the
+    helpers they call in ``dialect``, transitively; each dialect's own (numpy's source never defines the
+    ``flagged`` that only jax's linear algebra calls)."""
+    return _closure(dialect, frozenset(used))
 
 
 def helper_text(dialect: Dialect, key: str, alias: Mapping[str, str]) -> str:

@@ -53,8 +53,7 @@ def check_matrix(cx: LoweringContext, name: str) -> None:
     assert reg is not None
     sizes = cx.register_sizes[reg]
     labels = tuple(f"_{k}" for k in range(len(sizes)))
-    checked = cx.emit((kind, "check", reg), lambda out: Reduce(cx.statement, out, reg, labels, (0, 1), sizes,
-                                                               kind), value.labels)
+    checked = cx.emit((kind, "check", reg), value.labels, Reduce, reg, labels, (0, 1), sizes, kind)
     cx.names[name] = checked
 
 
@@ -66,8 +65,7 @@ def cholesky_factor(cx: LoweringContext, value: Value, indices: tuple[str, str])
     axes = tuple(sorted((value.labels.index(indices[0]), value.labels.index(indices[1]))))
     sizes = cx.register_sizes[reg]
     labels = tuple(f"_{k}" for k in range(len(sizes)))
-    made = cx.emit(("spd_factor", reg, axes), lambda out: Reduce(cx.statement, out, reg, labels, axes, sizes,
-                                                                 "spd_factor"), labels)
+    made = cx.emit(("spd_factor", reg, axes), labels, Reduce, reg, labels, axes, sizes, "spd_factor")
     return Factor(made.reg, axes)  # type: ignore[arg-type]
 
 
@@ -84,8 +82,7 @@ def linalg_step(cx: LoweringContext, kind: str, value: Value, indices: tuple[str
     sizes = cx.sizes_of(labels)
     reg = value.reg
     # the result's shape is the argument's (less the two axes): one step per matrix, whatever indices name it
-    made = cx.emit((kind, reg, axes),
-                     lambda out: Reduce(cx.statement, out, reg, value.labels, axes, sizes, kind), labels)
+    made = cx.emit((kind, reg, axes), labels, Reduce, reg, value.labels, axes, sizes, kind)
     if kind == "det":
         cx.determinants[made.reg] = (reg, axes)  # type: ignore[index]
     return made
@@ -206,9 +203,8 @@ def solve(cx: LoweringContext, inverse: ir.Linalg, rhs: ir.Tensor, index: str, o
     rhs_reg = cx.names[rhs.name].reg
     rhs_axis = rhs.indices.index(index)
     sizes = cx.sizes_of(labels)
-    made = cx.emit(("solve", kind, solved, axes, rhs_reg, rhs_axis, transposed, batch),
-                     lambda out: Solve(cx.statement, out, solved, rhs_reg, axes, rhs_axis,  # type: ignore
-                                       transposed, labels, sizes, kind, batch), labels)
+    made = cx.emit(("solve", kind, solved, axes, rhs_reg, rhs_axis, transposed, batch), labels, Solve, solved,
+                   rhs_reg, axes, rhs_axis, transposed, labels, sizes, kind, batch)
     name = f"solve#{made.reg}"  # not a name the language can write: never a user's tensor
     cx.names[name] = Value(made.reg, labels)
     return ir.Tensor(name, labels)

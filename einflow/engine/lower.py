@@ -43,7 +43,6 @@ from einflow.engine.steps import (
     Apply,
     Arg,
     AsFloat,
-    Constant,
     Diagonal,
     Elementwise,
     Free,
@@ -51,7 +50,6 @@ from einflow.engine.steps import (
     Mul,
     Node,
     Number,
-    Ones,
     Pow,
     Reduce,
     Size,
@@ -87,7 +85,8 @@ class _Lowering:
         self.program = program
         self.real = real
         self.steps: list[Step] = []
-        self.count = len(inputs)
+        #: the register of the first step (the inputs are registers 0 .. first - 1)
+        self.first = len(inputs)
         self.names: dict[str, Value] = {name: Value(k) for k, name in enumerate(inputs)}
         self.register_sizes: dict[int, tuple[SizeRef, ...]] = {
             k: tuple((k, axis) for axis in range(rank)) for k, rank in enumerate(ranks)}
@@ -120,28 +119,15 @@ class _Lowering:
 
     def context(self) -> LoweringContext:
         """The current statement's :class:`LoweringContext`."""
-        return LoweringContext(self.statement, self.emit, self.sizes_of, self.materialize, self.elementwise,
-                               self.ones, self.sum_axes, self.aligned, self.lower, self.lower_product, self.names,
-                               self.register_sizes, self.matrices, self.determinants, self.declared, self.ranges,
-                               self.synthetic, self.real)
+        return LoweringContext(self.statement, self.sizes, self.first, self.steps, self.numbering, self.lower,
+                               self.lower_product, self.names, self.register_sizes, self.matrices, self.determinants,
+                               self.declared, self.ranges, self.synthetic, self.real)
 
-    # ------------------------------------------------------------------ registers
-    def emit(self, key: Any, make: Any, labels: tuple[str, ...]) -> Value:
-        """Append the step ``make(register)`` unless an equal one (by ``key``) exists; its value has ``labels``."""
-        register = self.numbering.get(key)
-        if register is None:
-            register = self.count
-            self.count += 1
-            step = make(register)
-            self.steps.append(step)
-            self.register_sizes[register] = getattr(step, "sizes", ())
-            self.numbering[key] = register
-        return Value(register, labels)
+    @property
+    def count(self) -> int:
+        """The next register a step makes."""
+        return self.first + len(self.steps)
 
-    def sizes_of(self, labels: tuple[str, ...]) -> tuple[SizeRef, ...]:
-        return tuple(self.sizes.get(label, -1) for label in labels)  # -1: none; specialising says so
-
-    # ------------------------------------------------------------------ sizes
     # ------------------------------------------------------------------ program
     def run(self, returns_tuple: bool) -> tuple[tuple[int, ...], tuple[str, ...]]:
         outputs: list[int] = []
@@ -182,11 +168,12 @@ class _Lowering:
             if isinstance(statement, (ir.MatrixDecl, ir.PadDecl)):  # matrices: inputs checked first, targets
                 continue  # where assigned; pads: the reads carry their modes
             if isinstance(statement, ir.Return):
-                outputs.extend(self.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
+                outputs.extend(self.cx.materialize(self.names[name]).reg for name in statement.names)  # type: ignore[misc]
                 continue
             self.sizes, self.shifted = statement_size_refs(self.cx, statement)
+            self.cx = self.context()  # with the statement's index sizes
             if statement.target in size_only:
-                self.shape_only[statement.target or ""] = self.sizes_of(statement.indices or ())
+                self.shape_only[statement.target or ""] = self.cx.sizes_of(statement.indices or ())
                 continue
             first_new = self.count
             value = self.lower_statement(statement)
@@ -201,15 +188,8 @@ class _Lowering:
             final = value
         if not returns_tuple:
             assert final is not None
-            outputs.append(self.materialize(final).reg)  # type: ignore[arg-type]
+            outputs.append(self.cx.materialize(final).reg)  # type: ignore[arg-type]
         return tuple(outputs), tuple(texts)
-
-    def materialize(self, value: Value) -> Value:
-        if value.const is None:
-            return value
-        constant = _weak(value.const)  # type: ignore[arg-type]
-        return self.emit(("const", type(constant), constant),
-                         lambda out: Constant(self.statement, out, constant), ())
 
     def lower_statement(self, statement: ir.Assign) -> Value:
         if statement.indices is None:
@@ -242,7 +222,7 @@ class _Lowering:
         if isinstance(expr, ir.Num):
             return Value(None, (), expr.value)  # exact while folding; _weak where it is used
         if isinstance(expr, ir.Read):
-            return self.sum_axes(window(self.cx, expr), reduce)
+            return self.cx.sum_axes(window(self.cx, expr), reduce)
         if isinstance(expr, (ir.Tensor, ir.Delta, ir.ShiftDelta)):
             return self.lower_product((expr,), bound, reduce)
         if isinstance(expr, ir.Product):
@@ -258,30 +238,30 @@ class _Lowering:
         elif isinstance(expr, ir.Reduce):
             inner = frozenset(expr.indices)
             body = self.lower(expr.body, bound | inner, frozenset())
-            value = self.sum_axes(self.reduce_axes(expr.kind, body, inner), reduce)
+            value = self.cx.sum_axes(self.reduce_axes(expr.kind, body, inner), reduce)
         elif isinstance(expr, ir.Normalize):
             body = self.lower(expr.body, bound, frozenset())
-            value = self.sum_axes(self.reduce_axes(expr.kind, body, frozenset(expr.indices)), reduce)
+            value = self.cx.sum_axes(self.reduce_axes(expr.kind, body, frozenset(expr.indices)), reduce)
         elif isinstance(expr, ir.Linalg):
             value = lower_linalg(self.cx, expr, bound, reduce)
         elif isinstance(expr, ir.Binary):
             order = free_indices(expr, bound)
             left = self.lower(expr.left, bound, frozenset())
             right = self.lower(expr.right, bound, frozenset())
-            value = self.sum_axes(self.binary(expr.func, left, right, order), reduce)
+            value = self.cx.sum_axes(self.binary(expr.func, left, right, order), reduce)
         elif isinstance(expr, ir.Sum) and len(free_indices(expr, bound)) > _MOST_AXES and \
                 reduce & set(free_indices(expr, bound)):
             value = self.sum_of_term_sums(expr, bound, reduce)
         elif isinstance(expr, ir.Sum):
             order = free_indices(expr, bound)
             value = self.add([self.lower(term, bound, frozenset()) for term in expr.terms], order)
-            value = self.sum_axes(value, reduce)
+            value = self.cx.sum_axes(value, reduce)
         elif isinstance(expr, ir.Call) and expr.func == "sigmoid" and _signed(expr.arg)[1] in self.paired_sigmoids:
             negated, inner = _signed(expr.arg)
-            value = self.sum_axes(_sigmoid(self, self.lower(inner, bound, frozenset()), negated), reduce)
+            value = self.cx.sum_axes(_sigmoid(self, self.lower(inner, bound, frozenset()), negated), reduce)
         elif isinstance(expr, ir.Call):
             value = self.apply(expr.func, self.lower(expr.arg, bound, frozenset()))
-            value = self.sum_axes(value, reduce)
+            value = self.cx.sum_axes(value, reduce)
         elif isinstance(expr, ir.Power) and expr.exponent == 2 and reduce & indices_in(expr.base) and \
                 free_indices(expr.base, bound) and not set(free_indices(expr.base, bound)) <= reduce:
             # a sum of squares over some of the base's indices (a Laplacian's sum[p](dz[b,p,j]^2)) is the base
@@ -292,7 +272,7 @@ class _Lowering:
             value = self.lower_product((expr.base, expr.base), bound | kept, reduce)
         elif isinstance(expr, ir.Power):
             value = self.power(self.lower(expr.base, bound, frozenset()), expr.exponent)
-            value = self.sum_axes(value, reduce)
+            value = self.cx.sum_axes(value, reduce)
         else:  # pragma: no cover
             raise TypeError(expr)
         self.memo[key] = value
@@ -313,19 +293,15 @@ class _Lowering:
                 # (a number counted over more than 64 indices is a float: the count leaves int64's range)
                 operand: Node = Number(float(_weak(value.const))) if value.reg is None else Arg(value.reg)  # type: ignore
                 product = Mul((operand, *sizes))
-                value = self.elementwise(("counted", product, number_types(product)), product, value.labels)
+                value = self.cx.elementwise(("counted", product, number_types(product)), product, value.labels)
             values.append(value)
         return self.add(values, order)
-
-    def elementwise(self, key: Any, expr: Node, labels: tuple[str, ...]) -> Value:
-        sizes = self.sizes_of(labels)
-        return self.emit(key, lambda out: Elementwise(self.statement, out, expr, labels, sizes), labels)
 
     def apply(self, func: str, arg: Value) -> Value:
         if arg.reg is None:
             return Value(None, (), _fold(func, _weak(arg.const)))  # type: ignore[arg-type]
         # keys are positional: the same register may carry other names (`tanh(y[i])` and `tanh(y[l])`)
-        value = self.elementwise(("apply", func, arg.reg), Apply(func, Arg(arg.reg)), arg.labels)
+        value = self.cx.elementwise(("apply", func, arg.reg), Apply(func, Arg(arg.reg)), arg.labels)
         return Value(value.reg, arg.labels)
 
     def binary(self, func: str, left: Value, right: Value, order: tuple[str, ...]) -> Value:
@@ -335,7 +311,7 @@ class _Lowering:
         parts = [Number(_weak(v.const)) if v.reg is None else Arg(v.reg, align(v.labels, order))  # type: ignore
                  for v in (left, right)]
         expr = Apply(func, parts[0], parts[1])
-        return self.elementwise(("binary", expr, self.sizes_of(order)), expr, order)
+        return self.cx.elementwise(("binary", expr, self.cx.sizes_of(order)), expr, order)
 
     def reduce_axes(self, kind: str, value: Value, over: frozenset[str]) -> Value:
         """A non-sum reduction (the axes ``over`` go away) or a normaliser (they stay) of a lowered value."""
@@ -344,29 +320,18 @@ class _Lowering:
             raise AssertionError("a reduction of a constant")
         axes = tuple(position for position, label in enumerate(value.labels) if label in over)
         labels = value.labels if normalise else tuple(label for label in value.labels if label not in over)
-        sizes = self.sizes_of(labels)
+        sizes = self.cx.sizes_of(labels)
         reg = value.reg
-        return self.emit((kind, reg, axes, sizes),
-                         lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes, kind), labels)
+        return self.cx.emit((kind, reg, axes, sizes), labels, Reduce, reg, value.labels, axes, sizes, kind)
 
     def power(self, base: Value, exponent: int | float) -> Value:
         if base.reg is None:
             return Value(None, (), _fold_power(base.const, exponent))  # type: ignore[arg-type]
         if exponent == 1:
             return base
-        value = self.elementwise(("pow", exponent, type(exponent), base.reg), Pow(Arg(base.reg), exponent),
+        value = self.cx.elementwise(("pow", exponent, type(exponent), base.reg), Pow(Arg(base.reg), exponent),
                                  base.labels)
         return Value(value.reg, base.labels)
-
-    def sum_axes(self, value: Value, reduce: frozenset[str]) -> Value:
-        axes = tuple(position for position, label in enumerate(value.labels) if label in reduce)
-        if not axes or value.reg is None:
-            return value
-        labels = tuple(label for label in value.labels if label not in reduce)
-        sizes = self.sizes_of(labels)
-        reg = value.reg
-        return self.emit(("sum", reg, axes),
-                         lambda out: Reduce(self.statement, out, reg, value.labels, axes, sizes), labels)
 
     def add(self, terms: list[Value], order: tuple[str, ...]) -> Value:
         constant: int | float = 0
@@ -384,14 +349,10 @@ class _Lowering:
         if len(args) == 1 and not has_constant:
             if args[0].axes is None:
                 return Value(arrays[0].reg, order)
-            return self.aligned(args[0], order)
+            return self.cx.aligned(args[0], order)
         expr = Add((*args, Number(_weak(constant)))) if has_constant else Add(tuple(args))
         # positional: the same sum under other index names (`1 - h[b,i]^2`, `1 - h[w,i]^2`) is computed once
-        return self.elementwise(("add", expr, number_types(expr)), expr, order)
-
-    def aligned(self, arg: Arg, order: tuple[str, ...]) -> Value:
-        """A register transposed (a view): one step, so that the report and the code show it."""
-        return self.elementwise(("align", arg), arg, order)
+        return self.cx.elementwise(("add", expr, number_types(expr)), expr, order)
 
     # ------------------------------------------------------------------ products
     def lower_product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], reduce: frozenset[str],
@@ -410,7 +371,7 @@ class _Lowering:
         output, summed = product_output(parts.sequence, bound, reduce, preferred)
         classes, missing, counted = eliminate_deltas([labels for _, labels in parts.operands], parts.deltas, summed,
                                                      output)
-        parts.operands.extend((self.ones(label), [label]) for label in missing)
+        parts.operands.extend((self.cx.ones(label), [label]) for label in missing)
         # a summed index that only counts multiplies the product by its size (contracting booleans would saturate)
         counts = [Size(self.sizes.get(label, -1)) for label in counted]
         if counts and not parts.operands and not parts.scalars:
@@ -420,19 +381,9 @@ class _Lowering:
             if not _is_unit(parts.coefficient):
                 factors.append(Number(_weak(parts.coefficient)))
             expr = Mul(tuple(factors)) if len(factors) > 1 else factors[0]
-            value = self.elementwise(("count", expr, number_types(expr)), expr, ())
+            value = self.cx.elementwise(("count", expr, number_types(expr)), expr, ())
             return diagonal(self.cx, value, output, classes)
         return contract(self.cx, parts.operands, output, classes, parts.coefficient, parts.scalars, counts)
-
-    # ------------------------------------------------------------------ linear algebra (LANGUAGE.md 8.1)
-
-    def ones(self, label: str) -> Value:
-        size = self.sizes.get(label, -1)
-        value = self.emit(("ones", size), lambda out: Ones(self.statement, out, size), (label,))
-        self.register_sizes[value.reg] = (size,)  # type: ignore[index]
-        self.synthetic.add(value.reg)  # type: ignore[arg-type]
-        return value
-
 
 #: the most axes an array has (numpy's limit; ``einflow.engine.specialise.MAX_AXES``): a sum of terms with more
 #: free indices, summed over some, is summed term by term
@@ -486,12 +437,12 @@ def _sigmoid(self: _Lowering, arg: Value, negated: bool) -> Value:
     one step e shared by both signs: a sigmoid's derivative sigmoid(u) sigmoid(-u) costs one exp, not two."""
     if arg.reg is None:
         return self.apply("sigmoid", Value(None, (), _weak(-arg.const) if negated else arg.const))  # type: ignore
-    e = self.elementwise(("sigmoid exp", arg.reg), Apply("exp", Mul((Number(-1), Apply("abs", Arg(arg.reg))))),
+    e = self.cx.elementwise(("sigmoid exp", arg.reg), Apply("exp", Mul((Number(-1), Apply("abs", Arg(arg.reg))))),
                          arg.labels)
     sign: Node = Mul((Number(-1), Arg(arg.reg))) if negated else Arg(arg.reg)
     expr = Mul((Apply("maximum", Arg(e.reg), Apply("step", sign)),  # type: ignore[arg-type]
                 Pow(Add((Arg(e.reg), Number(1))), -1)))  # type: ignore[arg-type]
-    value = self.elementwise(("sigmoid", negated, arg.reg), expr, arg.labels)
+    value = self.cx.elementwise(("sigmoid", negated, arg.reg), expr, arg.labels)
     return Value(value.reg, arg.labels)
 
 

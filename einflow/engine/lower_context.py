@@ -2,18 +2,37 @@
 
 ``einflow.engine.lower`` walks the IR; the lowerings of linear algebra (``einflow.engine.linalg_lower``), of
 shifted reads (``einflow.engine.affine_lower``) and of contractions (``einflow.engine.contract_lower``) are
-functions of a :class:`LoweringContext` (the registers, the names in scope and the current statement), which
-the walk builds for each statement and passes down.
+functions of a :class:`LoweringContext` (the register table, the names in scope, the current statement and its
+index sizes), which the walk builds for each statement and passes down. The register operations (a step
+numbered once, an elementwise step, a sum over axes, a transposed view, a number made an array, a vector of
+ones) are the context's own methods, here: a feature's lowering calls nothing of the walk's but the lowering of
+a sub-expression (``lower``, ``lower_product``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from einflow.engine.steps import Add, Apply, Arg, AsFloat, Node, Number, Pow, Size, SizeRef, Step
+from einflow.engine.steps import (
+    Add,
+    Apply,
+    Arg,
+    AsFloat,
+    Constant,
+    Elementwise,
+    Node,
+    Number,
+    Ones,
+    Pow,
+    Reduce,
+    Size,
+    SizeRef,
+    Step,
+)
 from einflow.lang import ir
+from einflow.lang.numbers import _weak
 
 __all__ = ["Value", "Factor", "LoweringContext", "align", "number_types"]
 
@@ -58,20 +77,20 @@ class Factor:
 
 @dataclass(frozen=True, slots=True)
 class LoweringContext:
-    """One statement's lowering as a feature's lowering sees it: the register operations, the lowering of a
-    sub-expression, and the tables they share (mutable dicts the walk owns; a feature adds to them)."""
+    """One statement's lowering as a feature's lowering sees it: the register table and its operations, the
+    lowering of a sub-expression, and the tables they share (mutable containers the walk owns; a feature adds to
+    them). The walk makes one for each statement (and again once the statement's index sizes are known)."""
 
     #: the statement's position in the program (each step records it)
     statement: int
-    #: ``emit(key, make, labels)``: the step ``make(register)`` unless an equal one (by ``key``) exists
-    emit: Callable[[Any, Callable[[int], Step], tuple[str, ...]], Value]
-    sizes_of: Callable[[tuple[str, ...]], tuple[SizeRef, ...]]
-    materialize: Callable[[Value], Value]
-    elementwise: Callable[[Any, Node, tuple[str, ...]], Value]
-    ones: Callable[[str], Value]
-    sum_axes: Callable[[Value, frozenset[str]], Value]
-    #: ``aligned(arg, order)``: a register transposed (a view step)
-    aligned: Callable[[Arg, tuple[str, ...]], Value]
+    #: where each index of the statement gets its size (``einflow.engine.lower_sizes.statement_size_refs``)
+    sizes: Mapping[str, SizeRef]
+    #: the register of the first step (registers below it are the inputs)
+    first: int
+    #: the steps made so far, in order: the step at position k makes register ``first + k``
+    steps: list[Step]
+    #: each step's key -> its register: equal work (by key) is numbered once
+    numbering: dict[Any, int]
     #: ``lower(expr, bound, reduce)``: a sub-expression's value
     lower: Callable[[ir.Expr, frozenset[str], frozenset[str]], Value]
     #: ``lower_product(factors, bound, reduce, preferred)``: a product's value
@@ -91,3 +110,51 @@ class LoweringContext:
     synthetic: set[int]
     #: every value is real (no complex input or literal): a symmetric matrix is its own transpose
     real: bool = False
+
+    def emit(self, key: Any, labels: tuple[str, ...], kind: Callable[..., Step], *fields: Any) -> Value:
+        """Append the step ``kind(statement, register, *fields)`` unless an equal one (by ``key``) exists; its
+        value has ``labels``. (The step's class and fields, not a function making it: nothing is called back.)"""
+        register = self.numbering.get(key)
+        if register is None:
+            register = self.first + len(self.steps)
+            step = kind(self.statement, register, *fields)
+            self.steps.append(step)
+            self.register_sizes[register] = getattr(step, "sizes", ())
+            self.numbering[key] = register
+        return Value(register, labels)
+
+    def sizes_of(self, labels: tuple[str, ...]) -> tuple[SizeRef, ...]:
+        return tuple(self.sizes.get(label, -1) for label in labels)  # -1: none; specialising says so
+
+    def elementwise(self, key: Any, expr: Node, labels: tuple[str, ...]) -> Value:
+        sizes = self.sizes_of(labels)
+        return self.emit(key, labels, Elementwise, expr, labels, sizes)
+
+    def materialize(self, value: Value) -> Value:
+        """A compile-time number as a (0-d) array; an array as it is."""
+        if value.const is None:
+            return value
+        constant = _weak(value.const)
+        return self.emit(("const", type(constant), constant), (), Constant, constant)
+
+    def sum_axes(self, value: Value, reduce: frozenset[str]) -> Value:
+        axes = tuple(position for position, label in enumerate(value.labels) if label in reduce)
+        if not axes or value.reg is None:
+            return value
+        labels = tuple(label for label in value.labels if label not in reduce)
+        sizes = self.sizes_of(labels)
+        reg = value.reg
+        return self.emit(("sum", reg, axes), labels, Reduce, reg, value.labels, axes, sizes)
+
+    def aligned(self, arg: Arg, order: tuple[str, ...]) -> Value:
+        """A register transposed (a view): one step, so that the report and the code show it."""
+        return self.elementwise(("align", arg), arg, order)
+
+    def ones(self, label: str) -> Value:
+        """A vector of ones along ``label`` (a delta's axis no operand carries): synthetic, a boolean."""
+        size = self.sizes.get(label, -1)
+        value = self.emit(("ones", size), (label,), Ones, size)
+        assert value.reg is not None
+        self.register_sizes[value.reg] = (size,)
+        self.synthetic.add(value.reg)
+        return value

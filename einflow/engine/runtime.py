@@ -44,7 +44,7 @@ from einflow.lang.padding import fold
 
 __all__ = ["output", "input", "as_float", "reciprocal", "divide", "sigmoid", "step", "sign", "as_input_float",
            "diagonal", "owned", "contract", "device", "erf", "reduce", "linalg", "solve", "conj", "real", "imag",
-           "abs2", "ranges", "flat", "window", "scatter", "scatter_positions", "flagged", "PRIMITIVES"]
+           "abs2", "ranges", "gather_view", "flat", "window", "scatter", "scatter_positions", "flagged", "PRIMITIVES"]
 
 # ruff: noqa: A001 - the helpers are named as the generated code names them (``input``, ``reduce``)
 
@@ -396,6 +396,16 @@ def ranges(reads, sizes, padded):
     return sizes
 
 
+def gather_view(values, axes, shape):
+    """A gather's positions (an index array) laid along the axes ``axes`` of a broadcast array of ``shape``: its
+    k-th axis on axis ``axes[k]`` (its axes moved into the order of ``axes``), length 1 on the others."""
+    order = sorted(range(len(axes)), key=lambda a: axes[a])
+    view = [1] * len(shape)
+    for a in axes:
+        view[a] = shape[a]
+    return permuted(values, order).reshape(view)
+
+
 def flat(padded, shape, planned, gathers, like=None):
     """Flat positions into a C-ordered array of shape ``padded`` for every element of a read (broadcast), on the
     device of ``like``. ``planned``: per axis ("affine", ((label axis, coefficient), ...), offset) or ("gather",
@@ -412,14 +422,10 @@ def flat(padded, shape, planned, gathers, like=None):
                 view[label] = shape[label]
                 value = value + coefficient * arange_on(shape[label], like).reshape(view)
         else:
-            values, axes = gathers[position[1]], position[2]
+            values = gathers[position[1]]
             if outside(values, padded[axis]):
                 raise IndexError(f"a gather reads a position outside its axis of length {padded[axis]}")
-            order = sorted(range(len(axes)), key=lambda a: axes[a])
-            view = [1] * rank
-            for a in axes:
-                view[a] = shape[a]
-            value = permuted(values, order).reshape(view)
+            value = gather_view(values, position[2], shape)
         flat = flat + value * strides[axis]
     return flat
 
@@ -483,12 +489,7 @@ def scatter_positions(value_shape, shape, positions, gathers, like=None):
                 fits = (place >= 0) & (place < shape[axis])
                 inside = fits if inside is None else inside & fits
         else:
-            values, axes = gathers[position[1]], position[2]
-            order = sorted(range(len(axes)), key=lambda a: axes[a])
-            view = [1] * rank
-            for a in axes:
-                view[a] = value_shape[a]
-            place = permuted(values, order).reshape(view)
+            place = gather_view(gathers[position[1]], position[2], value_shape)
         flat = flat + place * strides[axis]
     return flat, inside
 
