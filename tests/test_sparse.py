@@ -267,7 +267,31 @@ REGRESSIONS = [
     ("f = logsumexp[h,r](d[h,m] S[m,n] P[r,n])", {"d": (7, 7), "P": (2, 5)}),
     # an index gathered in one term and read in another keeps its size (seed 96)
     ("G[r] = sum[n](R[r,a] S[n,a]) + (B[j] delta[n,n])^1", {"R": (3, 5), "B": (2,)}),
+    # the kept indices written in another order than the sparse factor's (seeds 142, 155, 163, 168, 288)
+    ("Y[j,i,l] = P[j,l] S[i,j]", {"P": (5, 2)}),
+    ("Y[l,j,i] = P[j,l] S[i,j] - E[i,j]", {"P": (5, 2), "E": (7, 5)}),
+    # a reduction over an index of the same name as the (implicit) target's (seed 102)
+    ("Y = mean[j,i](delta[h,j] S[h,i]) + w[j]", {"w": (7,)}),
+    ("Y = max[j,i](delta[i,j] S[h,i] D[i]) + w[j]", {"w": (5,), "D": (5,)}),
+    # an index read in one scope and sized by a tensor of another (seed 203)
+    ("Y[a] = sum[r](delta[k,k] S[a,r]) + sum[k](P[a,k])", {"P": (7, 3)}),
 ]
+
+
+def test_scatter_of_gathered_positions_in_the_output_order() -> None:
+    # a product scattering two gathered positions into an output whose axes are not in the deltas' order: each
+    # axis takes its own positions (it took them in the deltas' order, a transposed result), on any arrays
+    rng = np.random.default_rng(11)
+    rows, cols = rng.integers(0, 4, 9), rng.integers(0, 3, 9)
+    v, P = rng.normal(size=9), rng.normal(size=(3, 2))
+    expected = np.zeros((3, 4, 2))
+    np.add.at(expected, (cols, rows), v[:, None] * P[cols])
+    program = ef.compile("size h = 3\nsize k = 4\nY[h,k,l] = v[z] delta[k, r[z]] delta[h, c[z]] P[c[z], l]")
+    for read_only in (False, True):  # (read-only coordinates take the sorted segment sums)
+        r, c = rows.copy(), cols.copy()
+        r.setflags(write=not read_only)
+        c.setflags(write=not read_only)
+        np.testing.assert_allclose(program(v=v, r=r, c=c, P=P), expected, atol=1e-13)
 
 
 @pytest.mark.parametrize("text, shapes", REGRESSIONS)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.sparse_arrays import SpMM
-from einflow.engine.sparse_terms import Inliner, around, map_children, scoped, substitute, walk
+from einflow.engine.sparse_terms import Inliner, around, map_children, scoped, substitute, unshadow, walk
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
 from einflow.lang.errors import SparseError
@@ -145,6 +145,9 @@ class _Rewriter:
             indices = free_indices(expr)
         if not self._mentions_sparse(expr) and statement.target not in self.sample:
             return [statement]
+        aliases: dict[str, str] = {}
+        expr = unshadow(expr, frozenset(indices), self.fresh, aliases)
+        statement = replace(statement, expr=expr)
         product = self._spmm(expr, indices) if self.matmuls else None
         if product is not None:
             self.products.append(product)
@@ -177,6 +180,9 @@ class _Rewriter:
         for index, size in self.gathered.items():  # still read elsewhere in the statement: its size declared
             if index in left:
                 self.kept.setdefault(index, size)
+        for index, size in [*self.gathered.items(), *self.kept.items()]:  # the same for a scope's index renamed
+            if aliases.get(index) in left:
+                self.kept.setdefault(aliases[index], size)
         if not self.kept:
             return [new]
         renames = {index: self.fresh(f"{index}_") for index in self.kept}

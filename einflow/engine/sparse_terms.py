@@ -4,7 +4,7 @@ plain tensors put back into the products that read them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -13,7 +13,7 @@ from einflow.lang.check import ProgramInfo
 from einflow.lang.errors import SparseError
 from einflow.lang.indices import free_indices, indices_in
 
-__all__ = ["walk", "around", "scoped", "substitute", "Inliner", "live", "tensor_names", "map_children"]
+__all__ = ["walk", "around", "scoped", "substitute", "Inliner", "live", "tensor_names", "map_children", "unshadow"]
 
 
 def walk(expr: ir.Expr) -> Any:
@@ -121,6 +121,21 @@ def substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, A
         return replace(expr, indices=renamed,  # type: ignore[arg-type]
                        body=substitute(expr.body, inner, sparse, bound | frozenset(expr.indices)))
     raise SparseError(f"a sparse tensor's coordinates inside {ir.format_expr(expr)} are not supported")
+
+
+def unshadow(expr: ir.Expr, target: frozenset[str], fresh: Callable[[str], str], aliases: dict[str, str]) -> ir.Expr:
+    """``expr`` with each scope that reduces an index of the ``target`` (``Y = mean[j,i](S[h,i] delta[h,j]) + w[j]``,
+    its target implicit: ``[h,j]``) reducing it under a new name (by ``fresh``): the statement rewritten names its
+    target's indices, which no scope inside may reduce, and the scope's index is another index than the target's
+    when the indices a sparse factor keeps are renamed statement-wide. ``aliases`` gets each new name's old one
+    (one name has one size in a statement: the target's index may take its size from the scope's tensors)."""
+    if ir.reduces(expr):
+        mapping = {index: fresh(index) for index in expr.indices if index in target}
+        if mapping:
+            expr = replace(expr, indices=tuple(mapping.get(i, i) for i in expr.indices),  # type: ignore[arg-type]
+                           body=substitute(expr.body, mapping, {}))
+            aliases.update({new: old for old, new in mapping.items()})
+    return map_children(expr, lambda child: unshadow(child, target, fresh, aliases))
 
 
 def rename_position(position: Any, mapping: Mapping[str, Any]) -> Any:
