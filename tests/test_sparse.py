@@ -275,6 +275,11 @@ REGRESSIONS = [
     ("Y = max[j,i](delta[i,j] S[h,i] D[i]) + w[j]", {"w": (5,), "D": (5,)}),
     # an index read in one scope and sized by a tensor of another (seed 203)
     ("Y[a] = sum[r](delta[k,k] S[a,r]) + sum[k](P[a,k])", {"P": (7, 3)}),
+    # a tensor's diagonal read at a gather sums the diagonal where its own product does (seeds 615, 806, 903, 912)
+    ("f[h] = log_softmax[h](S[p,h] g[p] W[t,t,p])", {"g": (7,), "W": (2, 2, 7)}),
+    ("L = (P[r,k,r] - y[k])^2 v[r] S[k,r]", {"P": (5, 7, 5), "y": (7,), "v": (5,)}),
+    # the entries of a sparse factor summed by the scope that sums its indices, not by the statement (seed 699)
+    ("L = c (sum[q,i,j](S[i,j] W[q]) + T[q] Y[q])", {"c": (), "W": (3,), "T": (3,), "Y": (3,)}),
 ]
 
 
@@ -356,3 +361,17 @@ def test_declaration_of_a_tensor_only_dead_statements_read() -> None:
     program = ef.compile("symmetric A\nG[i] = inv[a,b](A[a,b]) S[i,b]\ny[i] = S[i,j] x[j]\ny[i]")
     x, A = np.arange(5.0), np.eye(5) * 2
     np.testing.assert_allclose(program(A=A, S=sp.csr_array(dense), x=x), dense @ x, atol=1e-13)
+
+
+def test_inverse_read_at_gathered_positions_stays_a_statement() -> None:
+    # (seed 586: an intermediate holding inv, read by a gather as well as by a product, was inlined into the
+    # product as a solve and its statement dropped, while the gather still read it)
+    rng = np.random.default_rng(12)
+    A = rng.normal(size=(4, 4)) + 4 * np.eye(4)
+    X, ix = rng.normal(size=(4, 2)), np.array([3, 0, 0, 2, 1])
+    program = ef.compile("t[m,p] = inv[m,p](A[m,p])\ng[z,a] = t[ix[z], a]\nh[m,q] = T[m,p] t[p,n] X[n,q]\ng, h")
+    T = rng.normal(size=(4, 4))
+    g, h = program(A=A, ix=ix, X=X, T=T)
+    inverse = np.linalg.inv(A)
+    np.testing.assert_allclose(g, inverse[ix], atol=1e-12)
+    np.testing.assert_allclose(h, T @ inverse @ X, atol=1e-12)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.sparse_arrays import SpMM
-from einflow.engine.sparse_terms import Inliner, around, map_children, scoped, substitute, unshadow, walk
+from einflow.engine.sparse_terms import Inliner, around, beside, map_children, scoped, substitute, unshadow, walk
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
 from einflow.lang.errors import SparseError
@@ -280,8 +280,12 @@ class _Rewriter:
             if inner is not None:
                 expr = replace(expr, body=inner)
             if expr.kind == "sum" and isinstance(expr.body, (ir.Product, ir.Tensor)):
-                body = self.expr(expr.body, bound | frozenset(expr.indices), consumed | frozenset(expr.indices))
-                left = tuple(index for index in expr.indices if index in indices_in(body))
+                inner = bound | frozenset(expr.indices)
+                body = self.expr(expr.body, inner, consumed | frozenset(expr.indices))
+                # the entries' index of a sparse factor, left free in the body, is summed here too (not by the
+                # statement, where a term beside the scope would be broadcast over it)
+                entries = tuple(i for i in free_indices(body, inner) if i not in indices_in(expr.body))
+                left = tuple(index for index in expr.indices if index in indices_in(body)) + entries
                 return replace(expr, indices=left, body=body) if left else body
             return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), frozenset()))
         if isinstance(expr, (ir.Normalize, ir.Linalg)):
@@ -353,8 +357,8 @@ class _Rewriter:
         others = tuple(self._hoist_scopes(other, frozenset(factor.indices), bound)
                        for other in factors[:position] + factors[position + 1:])
         elsewhere = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
-        substituted = tuple(substitute(other, scoped(other, mapping, bound), self.sparse, bound)
-                            for other in others)
+        substituted = tuple(substitute(other, scoped(other, mapping, bound), self.sparse, bound, beside(others, k))
+                            for k, other in enumerate(others))
         for other in substituted:  # delta[h, m] with m a coordinate: h scattered, its size the coordinate's axis
             for node in walk(other):
                 if isinstance(node, ir.ShiftDelta) and isinstance(node.position, ir.Gather) and \
