@@ -375,3 +375,42 @@ def test_inverse_read_at_gathered_positions_stays_a_statement() -> None:
     inverse = np.linalg.inv(A)
     np.testing.assert_allclose(g, inverse[ix], atol=1e-12)
     np.testing.assert_allclose(h, T @ inverse @ X, atol=1e-12)
+
+
+def test_contraction_order_knows_nnz() -> None:
+    # S B C: with many entries per row, B C is contracted first (n k f) and gathered once (nnz f); with few, each
+    # entry gathers a row of B (nnz k f): the order that costs less for this nnz (einflow.engine.sparse_order)
+    rng = np.random.default_rng(13)
+    n, k, f = 300, 40, 20
+    B, C = rng.normal(size=(n, k)), rng.normal(size=(k, f))
+    program = ef.compile("y[i,f] = S[i,j] B[j,k] C[k,f]")
+    for density in (0.05, 0.0005):
+        S = sp.random_array((n, n), density=density, random_state=1, format="csr")
+        np.testing.assert_allclose(program(S=S, B=B, C=C), S.toarray() @ B @ C, atol=1e-10)
+        report = program.plan(S=S, B=B, C=C)
+        gathered = 2 * S.nnz * k * f  # every entry times a row of B, times C
+        first = report.steps[0]
+        if density == 0.05:  # 15 entries a row: B C first
+            assert first.kind == "contract" and "[j,k] [k,f] -> [j,f]" in first.equation, report
+            assert report.flops < gathered / 3
+        else:  # 0.15 entries a row: B gathered at the entries first
+            assert first.kind == "window" and "B[" in first.equation, report
+            assert report.flops < 2 * n * k * f  # below the dense product B C alone
+    # a program of dense factors only is planned as before, by opt_einsum
+    dense = ef.compile("y[i,f] = A[i,j] B[j,k] C[k,f]").plan(A=np.ones((n, n)), B=B, C=C)
+    assert dense.steps[0].kind == "contract"
+
+
+def test_plan_flops_scale_with_nnz_in_the_grouped_order() -> None:
+    # the grouped order's cost beyond the dense contraction is the entries': 10x nnz, about 10x its FLOPs
+    rng = np.random.default_rng(14)
+    n, k, f = 400, 30, 16
+    program = ef.compile("y[i,f] = S[i,j] B[j,k] C[k,f]")
+    B, C = rng.normal(size=(n, k)), rng.normal(size=(k, f))
+    flops = []
+    for density in (0.01, 0.1):
+        S = sp.random_array((n, n), density=density, random_state=2, format="csr")
+        report = program.plan(S=S, B=B, C=C)
+        assert report.steps[0].kind == "contract"
+        flops.append(report.flops - report.steps[0].flops)
+    assert 8 < flops[1] / flops[0] < 12

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.sparse_arrays import SpMM
+from einflow.engine.sparse_order import dense_groups
 from einflow.engine.sparse_terms import Inliner, around, beside, map_children, scoped, substitute, unshadow, walk
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
@@ -82,9 +83,13 @@ def keeps_zero(function: str) -> bool:
 
 class _Rewriter:
     def __init__(self, program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
-                 shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True) -> None:
+                 shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True,
+                 dense: Mapping[str, tuple[int, ...]] | None = None, nnz: Mapping[int, int] | None = None) -> None:
         self.info = info
         self.matmuls = matmuls
+        #: the dense inputs' shapes and each pattern group's entries (an order of contraction by cost, sparse_order)
+        self.dense = dense or {}
+        self.nnz = nnz or {}
         self.used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
         self.sample = sample
         group_coords: dict[int, tuple[str, ...]] = {}
@@ -335,6 +340,38 @@ class _Rewriter:
                                                          bound | frozenset(expr.indices)))
         return map_children(expr, lambda child: self._hoist_scopes(child, keys, bound))
 
+    def _order(self, others: tuple[ir.Expr, ...], factor: ir.Tensor, pattern: Pattern,
+               kept: frozenset[str]) -> tuple[ir.Expr, ...]:
+        """``others`` (the factors beside a sparse one) with the dense inputs that are cheaper contracted with each
+        other first (``B[j,k] C[k,f]`` beside ``S[i,j]`` with many entries per row) computed by a statement of
+        their own, read as one factor (``einflow.engine.sparse_order``); ``kept``: the indices the product keeps."""
+        nnz = self.nnz.get(pattern.group)
+        candidates = [k for k, other in enumerate(others) if isinstance(other, ir.Tensor)
+                      and other.name in self.dense and other.name not in self.sparse
+                      and len(set(other.indices)) == len(other.indices) == len(self.dense[other.name])]
+        if nnz is None or len(candidates) < 2:
+            return others
+        sizes = dict(zip(factor.indices, pattern.shape))
+        tensors = [others[k] for k in candidates]
+        for tensor in tensors:
+            assert isinstance(tensor, ir.Tensor)
+            sizes.update(zip(tensor.indices, self.dense[tensor.name]))
+        rest = frozenset().union(*(indices_in(other) for k, other in enumerate(others) if k not in candidates))
+        operands = [frozenset(indices_in(tensor)) for tensor in tensors]
+        groups = dense_groups(frozenset(factor.indices), operands, kept | rest, sizes, nnz)
+        if not groups:
+            return others
+        taken = {candidates[k] for group in groups for k in group}
+        new = [other for k, other in enumerate(others) if k not in taken]
+        for group in groups:
+            outside = frozenset(factor.indices) | kept | rest | frozenset().union(
+                *(operands[k] for k in range(len(operands)) if k not in group))
+            keep = tuple(dict.fromkeys(i for k in group for i in indices_in(tensors[k]) if i in outside))
+            name = self.fresh("t")
+            self.pending.append(ir.Assign(name, keep, ir.Product(tuple(tensors[k] for k in group))))
+            new.append(ir.Tensor(name, keep))
+        return tuple(new)
+
     def product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], consumed: frozenset[str],
                 span: Any) -> ir.Expr:
         """A product with a sparse factor as a gather over its coordinates (and a scatter for kept indices)."""
@@ -356,6 +393,7 @@ class _Rewriter:
                                                                                           pattern.coords)}
         others = tuple(self._hoist_scopes(other, frozenset(factor.indices), bound)
                        for other in factors[:position] + factors[position + 1:])
+        others = self._order(others, factor, pattern, bound - consumed)
         elsewhere = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
         substituted = tuple(substitute(other, scoped(other, mapping, bound), self.sparse, bound, beside(others, k))
                             for k, other in enumerate(others))
@@ -448,14 +486,16 @@ def _shared_gathers(statements: list[ir.Statement], rewriter: _Rewriter) -> list
 
 
 def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
-            shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True) -> Rewritten:
+            shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True,
+            dense: Mapping[str, tuple[int, ...]] | None = None, nnz: Mapping[int, int] | None = None) -> Rewritten:
     """``program`` over the coordinates and values of its sparse inputs (``groups``: sparse input -> the group of
     inputs with the same coordinates; ``sample``: output -> the sparse input whose pattern it is sampled on;
-    ``matmuls``: sparse-dense matrix products of inputs computed before the program by scipy, :class:`SpMM`)."""
+    ``matmuls``: sparse-dense matrix products of inputs computed before the program by scipy, :class:`SpMM`;
+    ``dense``, ``nnz``: the dense inputs' shapes and each group's entries, for the order of contraction)."""
     used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
     keep = frozenset(name for name in info.outputs if name is not None) | frozenset(sample)
     program = Inliner(program, info, keep, used, frozenset(groups)).run(program)
-    rewriter = _Rewriter(program, info, groups, shapes, sample, matmuls)
+    rewriter = _Rewriter(program, info, groups, shapes, sample, matmuls, dense, nnz)
     statements = rewriter.statements(program)
     statements = _shared_gathers(statements, rewriter)
     outputs: list[tuple[int, tuple[int, ...], tuple[int, ...]] | None] = []
