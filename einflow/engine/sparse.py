@@ -285,11 +285,11 @@ class _Rewriter:
             if inner is not None:
                 expr = replace(expr, body=inner)
             if expr.kind == "sum" and isinstance(expr.body, (ir.Product, ir.Tensor)):
-                inner = bound | frozenset(expr.indices)
-                body = self.expr(expr.body, inner, consumed | frozenset(expr.indices))
+                scope = bound | frozenset(expr.indices)
+                body = self.expr(expr.body, scope, consumed | frozenset(expr.indices))
                 # the entries' index of a sparse factor, left free in the body, is summed here too (not by the
                 # statement, where a term beside the scope would be broadcast over it)
-                entries = tuple(i for i in free_indices(body, inner) if i not in indices_in(expr.body))
+                entries = tuple(i for i in free_indices(body, scope) if i not in indices_in(expr.body))
                 left = tuple(index for index in expr.indices if index in indices_in(body)) + entries
                 return replace(expr, indices=left, body=body) if left else body
             return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), frozenset()))
