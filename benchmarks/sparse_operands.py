@@ -12,12 +12,15 @@
    each phase in a process of its own.
 
 Candidates are timed interleaved (medians), by wall time and by the process's CPU time.
-Run: python -m benchmarks.sparse_operands [--quick] [--torch]   (--quick: nnz 1e5 in the CP and MTTKRP rows;
---torch: the pytorch#41128 row alone)
+5. ``S[i,j] B[j,k] C[k,f]`` in the order of contraction chosen from nnz against each dense factor gathered alone.
+
+Run: python -m benchmarks.sparse_operands [--quick] [--torch] [--order]   (--quick: nnz 1e5 in the CP and MTTKRP
+rows; --torch, --order: that row alone)
 """
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import time
@@ -127,6 +130,35 @@ def spmm_row(repeat: int) -> None:
           f"CPU {ratio(cpu['einflow'] / cpu['scipy A @ X'])}")
 
 
+def order_row(repeat: int) -> None:
+    """``S[i,j] B[j,k] C[k,f]`` in the order chosen from nnz against every dense factor gathered alone (the grouped
+    order switched off: ``einflow.engine.sparse_order.GAIN = 0`` while that program is first rewritten)."""
+    from einflow.engine import sparse_order
+
+    n, k, f = 2000, 64, 32
+    rng = np.random.default_rng(4)
+    B, C = rng.standard_normal((n, k)), rng.standard_normal((k, f))
+    print(f"\n### Order of contraction: y[i,f] = S[i,j] B[j,k] C[k,f], S {n:,} x {n:,} CSR, k {k}, f {f}")
+    print("| nnz | plan FLOPs chosen / gathered | CPU time chosen / gathered |")
+    print("|---|---|---|")
+    for density in (0.01, 0.0002):
+        S = sp.random_array((n, n), density=density, random_state=0, format="csr")
+        saved, sparse_order.GAIN = sparse_order.GAIN, 0.0
+        try:  # (a text of its own: compiled programs are cached by their text)
+            gathered = ef.compile(f"y[i,g] = S[i,j] B[j,k] C[k,g]  # {density}")
+            gathered(S=S, B=B, C=C)
+        finally:
+            sparse_order.GAIN = saved
+        chosen = ef.compile(f"y[i,f] = S[i,j] B[j,k] C[k,f]  # {density}")
+        np.testing.assert_allclose(chosen(S=S, B=B, C=C), gathered(S=S, B=B, C=C), atol=1e-9)
+        flops = chosen.plan(S=S, B=B, C=C).flops, gathered.plan(S=S, B=B, C=C).flops
+        arrays = {"S": S, "B": B, "C": C}
+        candidates = {"chosen": functools.partial(chosen, **arrays), "gathered": functools.partial(gathered, **arrays)}
+        cpu = compare(candidates, repeat=repeat, clock=time.process_time)
+        print(f"| {S.nnz:,} | {flops[0]:,} / {flops[1]:,} | {ratio(cpu['chosen'] / cpu['gathered'])} "
+              f"({seconds(cpu['chosen'])} / {seconds(cpu['gathered'])}) |")
+
+
 def _resident() -> tuple[int, int]:
     """(resident bytes now, the peak since the last reset) of this process (Linux)."""
     fields = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
@@ -194,11 +226,15 @@ def main() -> None:
     if "--torch" in sys.argv:  # the pytorch#41128 row alone
         torch_backward_row()
         return
+    if "--order" in sys.argv:  # the order-of-contraction row alone
+        order_row(15)
+        return
     nnz = 100_000 if quick else 1_000_000
     repeat = 3 if quick else 5
     cp_row(nnz, 16, repeat)
     mttkrp_row(nnz, 16, repeat)
     spmm_row(repeat)
+    order_row(15)
     torch_backward_row()
 
 
