@@ -107,6 +107,8 @@ class _Rewriter:
         #: statements computing hoisted values on a pattern, to go before the statement being rewritten
         self.pending: list[ir.Statement] = []
         self.products: list[SpMM] = []
+        #: the statement being rewritten (a scope computed on its own takes its indices' sizes from it)
+        self.whole: ir.Expr = ir.Num(0)
 
     def fresh(self, base: str) -> str:
         name, k = base, 1
@@ -153,6 +155,7 @@ class _Rewriter:
         aliases: dict[str, str] = {}
         expr = unshadow(expr, frozenset(indices), self.fresh, aliases)
         statement = replace(statement, expr=expr)
+        self.whole = expr
         product = self._spmm(expr, indices) if self.matmuls else None
         if product is not None:
             self.products.append(product)
@@ -331,46 +334,16 @@ class _Rewriter:
         if isinstance(expr, (ir.Normalize, ir.Linalg)) and not expr.reduces and keys & set(expr.indices):
             indices = free_indices(expr, bound)
             name = self.fresh("t")
-            kept, gathered = self.kept, self.gathered
-            self.pending.extend(self.assign(ir.Assign(name, indices, expr)))
-            self.kept, self.gathered = kept, gathered
+            kept, gathered, whole = self.kept, self.gathered, self.whole
+            declarations, sized = _sizes_from(self, expr)
+            self.pending.extend(declarations)
+            self.pending.extend(self.assign(ir.Assign(name, indices, sized)))
+            self.kept, self.gathered, self.whole = kept, gathered, whole
             return ir.Tensor(name, indices, span=expr.span)
         if isinstance(expr, (ir.Reduce, ir.Linalg)) and expr.reduces:
             return replace(expr, body=self._hoist_scopes(expr.body, keys - set(expr.indices),
                                                          bound | frozenset(expr.indices)))
         return map_children(expr, lambda child: self._hoist_scopes(child, keys, bound))
-
-    def _order(self, others: tuple[ir.Expr, ...], factor: ir.Tensor, pattern: Pattern,
-               kept: frozenset[str]) -> tuple[ir.Expr, ...]:
-        """``others`` (the factors beside a sparse one) with the dense inputs that are cheaper contracted with each
-        other first (``B[j,k] C[k,f]`` beside ``S[i,j]`` with many entries per row) computed by a statement of
-        their own, read as one factor (``einflow.engine.sparse_order``); ``kept``: the indices the product keeps."""
-        nnz = self.nnz.get(pattern.group)
-        candidates = [k for k, other in enumerate(others) if isinstance(other, ir.Tensor)
-                      and other.name in self.dense and other.name not in self.sparse
-                      and len(set(other.indices)) == len(other.indices) == len(self.dense[other.name])]
-        if nnz is None or len(candidates) < 2:
-            return others
-        sizes = dict(zip(factor.indices, pattern.shape))
-        tensors = [others[k] for k in candidates]
-        for tensor in tensors:
-            assert isinstance(tensor, ir.Tensor)
-            sizes.update(zip(tensor.indices, self.dense[tensor.name]))
-        rest = frozenset().union(*(indices_in(other) for k, other in enumerate(others) if k not in candidates))
-        operands = [frozenset(indices_in(tensor)) for tensor in tensors]
-        groups = dense_groups(frozenset(factor.indices), operands, kept | rest, sizes, nnz)
-        if not groups:
-            return others
-        taken = {candidates[k] for group in groups for k in group}
-        new = [other for k, other in enumerate(others) if k not in taken]
-        for group in groups:
-            outside = frozenset(factor.indices) | kept | rest | frozenset().union(
-                *(operands[k] for k in range(len(operands)) if k not in group))
-            keep = tuple(dict.fromkeys(i for k in group for i in indices_in(tensors[k]) if i in outside))
-            name = self.fresh("t")
-            self.pending.append(ir.Assign(name, keep, ir.Product(tuple(tensors[k] for k in group))))
-            new.append(ir.Tensor(name, keep))
-        return tuple(new)
 
     def product(self, factors: tuple[ir.Expr, ...], bound: frozenset[str], consumed: frozenset[str],
                 span: Any) -> ir.Expr:
@@ -393,7 +366,7 @@ class _Rewriter:
                                                                                           pattern.coords)}
         others = tuple(self._hoist_scopes(other, frozenset(factor.indices), bound)
                        for other in factors[:position] + factors[position + 1:])
-        others = self._order(others, factor, pattern, bound - consumed)
+        others = _order(self, others, factor, pattern, bound - consumed)
         elsewhere = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
         substituted = tuple(substitute(other, scoped(other, mapping, bound), self.sparse, bound, beside(others, k))
                             for k, other in enumerate(others))
@@ -419,6 +392,61 @@ class _Rewriter:
             # does not sum over z inside the term
             return ir.Reduce((z,), ir.Product(tuple(new), span=span), span=span)
         return ir.Product(tuple(new), span=span)
+
+
+def _sizes_from(rewriter: _Rewriter, expr: ir.Expr) -> tuple[list[ir.Statement], ir.Expr]:
+    """For a scope about to become a statement of its own: each index it reads on no tensor's axis (only in a
+    delta, ``delta[q,q]``) renamed, and declared from an input that reads it elsewhere in the statement."""
+    sized = {i for node in walk(expr) if isinstance(node, (ir.Tensor, ir.Read))
+             for i in (node.indices if isinstance(node, ir.Tensor) else node.positions) if isinstance(i, str)}
+    declarations: list[ir.Statement] = []
+    renames: dict[str, str] = {}
+    for index in sorted(indices_in(expr) - sized):
+        source = next((node for node in walk(rewriter.whole) if isinstance(node, ir.Tensor) and index in node.indices
+                       and (node.name in rewriter.info.inputs or node.name in rewriter.sparse)), None)
+        if source is None:
+            continue
+        axis = source.indices.index(index)
+        renames[index] = rewriter.fresh(f"{index}_")
+        if source.name in rewriter.sparse:
+            declarations.append(ir.SizeDecl((renames[index],), rewriter.sparse[source.name].shape[axis]))
+        else:
+            names = tuple(renames[index] if k == axis else rewriter.fresh("_axis") for k in range(len(source.indices)))
+            declarations.append(ir.SizeDecl(names, source.name))
+    return declarations, substitute(expr, renames, {}) if renames else expr
+
+
+def _order(rewriter: _Rewriter, others: tuple[ir.Expr, ...], factor: ir.Tensor, pattern: Pattern,
+           kept: frozenset[str]) -> tuple[ir.Expr, ...]:
+    """``others`` (the factors beside a sparse one) with the dense inputs that are cheaper contracted with each
+    other first (``B[j,k] C[k,f]`` beside ``S[i,j]`` with many entries per row) computed by a statement of
+    their own, read as one factor (``einflow.engine.sparse_order``); ``kept``: the indices the product keeps."""
+    nnz = rewriter.nnz.get(pattern.group)
+    candidates = [k for k, other in enumerate(others) if isinstance(other, ir.Tensor)
+                  and other.name in rewriter.dense and other.name not in rewriter.sparse
+                  and len(set(other.indices)) == len(other.indices) == len(rewriter.dense[other.name])]
+    if nnz is None or len(candidates) < 2:
+        return others
+    sizes = dict(zip(factor.indices, pattern.shape))
+    tensors = [others[k] for k in candidates]
+    for tensor in tensors:
+        assert isinstance(tensor, ir.Tensor)
+        sizes.update(zip(tensor.indices, rewriter.dense[tensor.name]))
+    rest = frozenset().union(*(indices_in(other) for k, other in enumerate(others) if k not in candidates))
+    operands = [frozenset(indices_in(tensor)) for tensor in tensors]
+    groups = dense_groups(frozenset(factor.indices), operands, kept | rest, sizes, nnz)
+    if not groups:
+        return others
+    taken = {candidates[k] for group in groups for k in group}
+    new = [other for k, other in enumerate(others) if k not in taken]
+    for group in groups:
+        outside = frozenset(factor.indices) | kept | rest | frozenset().union(
+            *(operands[k] for k in range(len(operands)) if k not in group))
+        keep = tuple(dict.fromkeys(i for k in group for i in indices_in(tensors[k]) if i in outside))
+        name = rewriter.fresh("t")
+        rewriter.pending.append(ir.Assign(name, keep, ir.Product(tuple(tensors[k] for k in group))))
+        new.append(ir.Tensor(name, keep))
+    return tuple(new)
 
 
 def _gather_key(read: ir.Read, coords: frozenset[str]) -> tuple[Any, ...] | None:
