@@ -11,8 +11,11 @@ counted, not failed; every other exception, and every difference, fails.
 
 Each seed also checks a program of a family the random programs draw seldom (:func:`family_case`): a scatter into
 an output whose index order is not the sparse factor's (seeds 142, 155, 163, 168 and 288 found a scatter that
-took its gathered positions in the factors' order, not the output's), and a reduction over an index of the same
-name as one read outside it (seed 102: the sparse rewrite's renaming joined the two).
+took its gathered positions in the factors' order, not the output's), a reduction over an index of the same
+name as one read outside it (seed 102: the sparse rewrite's renaming joined the two), a dense factor read on its
+diagonal beside the sparse one (seeds 615, 806, 903, 912: the diagonal, read at a gather, was left free) and a
+scope summing every index of the sparse factor beside another term (seed 699: the entries were left to the
+statement to sum, the other term broadcast over them).
 
 Environment: ``EINFLOW_SPARSE_DIFF_N`` (default 60 programs), ``EINFLOW_SPARSE_DIFF_START`` (first seed, default 0),
 ``EINFLOW_SPARSE_DIFF_SEED=1234`` (one seed, every check, printed), ``EINFLOW_SPARSE_DIFF_CHECKS=all``.
@@ -212,15 +215,36 @@ def _shadow_family(r: random.Random, sizes: dict[str, int]) -> tuple[list[randpr
     return [randprog.Stmt("Y", None, expr)], shapes
 
 
+def _diagonal_family(r: random.Random, sizes: dict[str, int]) -> tuple[list[randprog.Stmt], dict[str, Any]]:
+    """``Y[h] = log_softmax[h](S[p,h] g[p] M[t,t,p])`` (or the product in a function, or alone): a dense factor
+    read on its diagonal beside a sparse one (the diagonal summed in its own product, read at a gather), and
+    ``Y = c (sum[q,p,h](S[p,h] w[q]) + u[q] v[q])``: a scope summing all of the sparse factor's indices beside a
+    term."""
+    shapes: dict[str, Any] = {"S": (sizes["i"], sizes["h"])}
+    if r.random() < 0.5:
+        shapes.update(g=(sizes["i"],), M=(sizes["k"], sizes["k"], sizes["i"]))
+        inner: Any = _prod(_ref("S", "i", "h"), _ref("g", "i"), _ref("M", "k", "k", "i"))
+        wrap = r.choice(("log_softmax", "tanh", ""))
+        expr = randprog.Norm(wrap, ("h",), inner) if wrap == "log_softmax" else \
+            randprog.Call(wrap, inner) if wrap else inner
+        return [randprog.Stmt("Y", ("h",), expr)], shapes
+    shapes.update(c=(), w=(sizes["l"],), u=(sizes["l"],), v=(sizes["l"],))
+    summed = randprog.Reduce(("l", "i", "h"), _prod(_ref("S", "i", "h"), _ref("w", "l")))
+    expr = _prod(_ref("c"), randprog.Add((summed, _prod(_ref("u", "l"), _ref("v", "l"))), (1, 1)))
+    return [randprog.Stmt("Y", None, expr)], shapes
+
+
 def family_case(seed: int) -> tuple[randprog.Case, tuple[str, ...]]:
     """A program of one of the families the random programs draw too seldom (a scatter into an output whose order
-    is not the sparse factor's; a reduction shadowing an index read outside it), its value a tensor or (half the
-    time) a scalar ``loss``, and the inputs to pass sparse."""
+    is not the sparse factor's; a reduction shadowing an index read outside it; a diagonal or a whole-pattern sum
+    beside the sparse factor), its value a tensor or (half the time) a scalar ``loss``, and the inputs to pass
+    sparse."""
     r = random.Random(seed * 104729 + 11)
     sizes = {index: r.randint(2, 4) for index in ("h", "i", "k", "l", "m")}
-    statements, shapes = (_scatter_family if seed % 2 == 0 else _shadow_family)(r, sizes)
+    family = (_scatter_family, _shadow_family, _diagonal_family)[seed % 3]
+    statements, shapes = family(r, sizes)
     scalar = r.random() < 0.5
-    if scalar:
+    if scalar and statements[0].indices != ():
         labels = randprog.labels_of(statements[0].expr, frozenset()) if statements[0].indices is None \
             else statements[0].indices
         shapes["W"] = tuple(sizes[i] for i in labels)
