@@ -280,6 +280,9 @@ REGRESSIONS = [
     ("L = (P[r,k,r] - y[k])^2 v[r] S[k,r]", {"P": (5, 7, 5), "y": (7,), "v": (5,)}),
     # the entries of a sparse factor summed by the scope that sums its indices, not by the statement (seed 699)
     ("L = c (sum[q,i,j](S[i,j] W[q]) + T[q] Y[q])", {"c": (), "W": (3,), "T": (3,), "Y": (3,)}),
+    # dense factors contracted first keep the one size source of an index read elsewhere in a delta (seed 845)
+    ("L = sum[n](S[a,n] X[k] M[k,q,b] P[q,b]) - delta[q,q] u[a]", {"X": (4,), "M": (4, 3, 2), "P": (3, 2),
+                                                                  "u": (7,)}),
     # a normaliser computed on its own keeps the size of an index it reads only in a delta (seed 636)
     ("L = S[p,n] softmax[n](u[n] delta[q,q]) M[q,q]", {"u": (5,), "M": (3, 3)}),
 ]

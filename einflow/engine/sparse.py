@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -437,12 +438,21 @@ def _order(rewriter: _Rewriter, others: tuple[ir.Expr, ...], factor: ir.Tensor, 
     groups = dense_groups(frozenset(factor.indices), operands, kept | rest, sizes, nnz)
     if not groups:
         return others
-    taken = {candidates[k] for group in groups for k in group}
-    new = [other for k, other in enumerate(others) if k not in taken]
+    # (an index summed inside a group and read elsewhere in the statement, if only in a delta, keeps the group's
+    # tensors in the statement: they give it its size)
+    mentions = Counter(i for node in walk(rewriter.whole) if isinstance(node, (ir.Tensor, ir.Read, ir.Delta))
+                       for i in set(indices_in(node)))
+    chosen: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
     for group in groups:
         outside = frozenset(factor.indices) | kept | rest | frozenset().union(
             *(operands[k] for k in range(len(operands)) if k not in group))
         keep = tuple(dict.fromkeys(i for k in group for i in indices_in(tensors[k]) if i in outside))
+        inside = frozenset().union(*(operands[k] for k in group)) - frozenset(keep)
+        if all(mentions[i] <= sum(i in operands[k] for k in group) for i in inside):
+            chosen.append((group, keep))
+    taken = {candidates[k] for group, _ in chosen for k in group}
+    new = [other for k, other in enumerate(others) if k not in taken]
+    for group, keep in chosen:
         name = rewriter.fresh("t")
         rewriter.pending.append(ir.Assign(name, keep, ir.Product(tuple(tensors[k] for k in group))))
         new.append(ir.Tensor(name, keep))
