@@ -5,14 +5,23 @@
    sorted segment sums (argsort once per mode, ``np.add.reduceat``), and the peak memory each allocates
    (tracemalloc) beyond the inputs;
 2. one MTTKRP ``M[i,r] = X[i,j,k] B[j,r] C[k,r]``: einflow vs ``sparse.einsum``;
-3. SpMM of a 100k x 100k CSR matrix with nnz = 1e6 and a (100k, 32) block: einflow vs scipy's ``A @ X``.
+3. SpMM of a 100k x 100k CSR matrix with nnz = 1e6 and a (100k, 32) block: einflow vs scipy's ``A @ X``;
+4. the shape of pytorch#41128 at 1/10 scale (a torch sparse COO n x n matrix, n = 11,000, nnz = 86,000, times a
+   dense (n, 200) block, ``.sum()``, backward by both): the resident memory the forward and the backward each add
+   (peak RSS, /proc/self/status VmHWM reset before each), einflow on the torch backend vs ``torch.sparse.mm``,
+   each phase in a process of its own.
 
 Candidates are timed interleaved (medians), by wall time and by the process's CPU time.
-Run: python benchmarks/sparse_operands.py [--quick]   (--quick: nnz 1e5 in the CP and MTTKRP rows)
+5. ``S[i,j] B[j,k] C[k,f]`` in the order of contraction chosen from nnz against each dense factor gathered alone.
+
+Run: python -m benchmarks.sparse_operands [--quick] [--torch] [--order]   (--quick: nnz 1e5 in the CP and MTTKRP
+rows; --torch, --order: that row alone)
 """
 
 from __future__ import annotations
 
+import functools
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -121,14 +130,112 @@ def spmm_row(repeat: int) -> None:
           f"CPU {ratio(cpu['einflow'] / cpu['scipy A @ X'])}")
 
 
+def order_row(repeat: int) -> None:
+    """``S[i,j] B[j,k] C[k,f]`` in the order chosen from nnz against every dense factor gathered alone (the grouped
+    order switched off: ``einflow.engine.sparse_order.GAIN = 0`` while that program is first rewritten)."""
+    from einflow.engine import sparse_order
+
+    n, k, f = 2000, 64, 32
+    rng = np.random.default_rng(4)
+    B, C = rng.standard_normal((n, k)), rng.standard_normal((k, f))
+    print(f"\n### Order of contraction: y[i,f] = S[i,j] B[j,k] C[k,f], S {n:,} x {n:,} CSR, k {k}, f {f}")
+    print("| nnz | plan FLOPs chosen / gathered | CPU time chosen / gathered |")
+    print("|---|---|---|")
+    for density in (0.01, 0.0002):
+        S = sp.random_array((n, n), density=density, random_state=0, format="csr")
+        saved, sparse_order.GAIN = sparse_order.GAIN, 0.0
+        try:  # (a text of its own: compiled programs are cached by their text)
+            gathered = ef.compile(f"y[i,g] = S[i,j] B[j,k] C[k,g]  # {density}")
+            gathered(S=S, B=B, C=C)
+        finally:
+            sparse_order.GAIN = saved
+        chosen = ef.compile(f"y[i,f] = S[i,j] B[j,k] C[k,f]  # {density}")
+        np.testing.assert_allclose(chosen(S=S, B=B, C=C), gathered(S=S, B=B, C=C), atol=1e-9)
+        flops = chosen.plan(S=S, B=B, C=C).flops, gathered.plan(S=S, B=B, C=C).flops
+        arrays = {"S": S, "B": B, "C": C}
+        candidates = {"chosen": functools.partial(chosen, **arrays), "gathered": functools.partial(gathered, **arrays)}
+        cpu = compare(candidates, repeat=repeat, clock=time.process_time)
+        print(f"| {S.nnz:,} | {flops[0]:,} / {flops[1]:,} | {ratio(cpu['chosen'] / cpu['gathered'])} "
+              f"({seconds(cpu['chosen'])} / {seconds(cpu['gathered'])}) |")
+
+
+def _resident() -> tuple[int, int]:
+    """(resident bytes now, the peak since the last reset) of this process (Linux)."""
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+
+
+def torch_phase(candidate: str, phase: str) -> int:
+    """Bytes of resident memory the forward (``phase`` "forward") or the backward adds at its peak, for the
+    pytorch#41128 shape at 1/10 scale; run in a process of its own (``--torch-phase CANDIDATE PHASE``)."""
+    import torch
+
+    torch.set_num_threads(1)
+    n, nnz, columns = 11_000, 86_000, 200
+    rng = np.random.default_rng(3)
+    rows, cols = rng.integers(0, n, nnz), rng.integers(0, n, nnz)
+    X = torch.sparse_coo_tensor(np.stack([rows, cols]), torch.randn(nnz), (n, n)).coalesce().requires_grad_(True)
+    Y = torch.randn((n, columns), requires_grad=True)
+    program = ef.compile("L = sum[i,f](X[i,j] Y[j,f])")
+
+    def forward() -> Any:
+        return program(X=X, Y=Y) if candidate == "einflow" else torch.sparse.mm(X, Y).sum()
+
+    small = torch.sparse_coo_tensor([[0, 1], [1, 0]], torch.randn(2), (2, 2)).coalesce().requires_grad_(True)
+    if candidate == "einflow":  # the modules a first call imports, loaded before the measured call
+        program(X=small, Y=torch.randn((2, 3), requires_grad=True)).backward()
+    else:
+        torch.sparse.mm(small, torch.randn((2, 3), requires_grad=True)).sum().backward()
+    if phase == "backward":
+        loss = forward()
+    open("/proc/self/clear_refs", "w").write("5")  # the peak resident size starts again from now
+    start, _ = _resident()
+    if phase == "forward":
+        loss = forward()
+    else:
+        loss.backward()
+        assert X.grad is not None and Y.grad is not None
+    return _resident()[1] - start
+
+
+def torch_backward_row() -> None:
+    """Forward and backward memory of the pytorch#41128 shape at 1/10 scale, each phase in a fresh process."""
+    found: dict[tuple[str, str], int] = {}
+    for candidate in ("einflow", "torch.sparse.mm"):
+        for phase in ("forward", "backward"):
+            done = subprocess.run([sys.executable, "-m", "benchmarks.sparse_operands", "--torch-phase", candidate,
+                                   phase], capture_output=True, text=True, check=True)
+            found[candidate, phase] = int(done.stdout.split()[-1])
+    print("\n### pytorch#41128 at 1/10 scale: torch sparse COO 11,000 x 11,000, nnz 86,000, times (11,000, 200), "
+          "sum, backward by both")
+    print("| candidate | forward adds | backward adds | backward / forward |")
+    print("|---|---|---|---|")
+    for candidate in ("einflow", "torch.sparse.mm"):
+        forward, backward = found[candidate, "forward"], found[candidate, "backward"]
+        print(f"| {candidate} | {forward / 2**20:.0f} MiB | {backward / 2**20:.0f} MiB | "
+              f"{ratio(backward / max(forward, 1))} |")
+
+
 def main() -> None:
+    if "--torch-phase" in sys.argv:
+        at = sys.argv.index("--torch-phase")
+        print(torch_phase(sys.argv[at + 1], sys.argv[at + 2]))
+        return
     quick = "--quick" in sys.argv
     print(f"## Sparse operands ({machine()})")
+    if "--torch" in sys.argv:  # the pytorch#41128 row alone
+        torch_backward_row()
+        return
+    if "--order" in sys.argv:  # the order-of-contraction row alone
+        order_row(15)
+        return
     nnz = 100_000 if quick else 1_000_000
     repeat = 3 if quick else 5
     cp_row(nnz, 16, repeat)
     mttkrp_row(nnz, 16, repeat)
     spmm_row(repeat)
+    order_row(15)
+    torch_backward_row()
 
 
 if __name__ == "__main__":

@@ -81,13 +81,16 @@ def prepared(program: Any, values: Mapping[str, Any], make: Any,
         for output, cast in zip(program.info.outputs, program.casts):
             if output is not None and cast in converted:
                 sample[output] = cast
+    dense = {name: _shape(values[name]) for name in program.info.inputs if name not in converted}
+    # (the order of contraction reads nnz to a power of two: one rewrite per pattern size, not per pattern)
+    nnz = {group: 1 << max(0, leader.nnz.bit_length() - 1) for group, leader in enumerate(leaders)}
     key = (matmuls, tuple(sorted(groups.items())), tuple((name, a.shape) for name, a in converted.items()),
-           tuple(sorted(sample.items())))
+           tuple(sorted(sample.items())), tuple(sorted(dense.items())), tuple(sorted(nnz.items())))
     cache = _REWRITES.setdefault(program, {})
     built = cache.get(key)
     if built is None:
         rewritten = rewrite(program.ir, program.info, groups, {n: a.shape for n, a in converted.items()}, sample,
-                            matmuls)
+                            matmuls, dense, nnz)
         runner = make(rewritten.program)  # einflow.program.Program (program.py calls this module)
         if program.casts is not None:
             runner.casts = tuple(rewritten.inputs[c].values if c in rewritten.inputs else c for c in program.casts)
@@ -100,6 +103,15 @@ def prepared(program: Any, values: Mapping[str, Any], make: Any,
         for coord, axis in zip(rewritten.group_coords[group], leader.coords):
             arrays[coord] = axis
     return runner, rewritten, arrays, leaders
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    """The shape of a dense input: an array's, or the shape ``plan`` was given."""
+    if hasattr(value, "shape"):
+        return tuple(int(n) for n in value.shape)
+    if isinstance(value, (tuple, list)):
+        return tuple(int(n) for n in value)
+    return ()
 
 
 def check_backend(program: Any, values: Mapping[str, Any], backend: str) -> str:

@@ -10,6 +10,10 @@ are gathers of the factors at each entry's coordinates and sums into their rows,
 (60, 50, 40) tensor is never formed. The plan report shows FLOPs that follow nnz. Adam steps recover factors
 whose error on held-out entries is printed as it falls.
 
+Last, the plan of a graph layer ``Y[i,g] = A[i,j] H[j,f] W[f,g]`` with a sparse adjacency A shows the order of
+contraction chosen from nnz: with many neighbours per node, ``H W`` first (a statement of its own) and one
+gather of it per edge; with few, each edge gathers a row of H.
+
 Run:  python examples/sparse_cp.py
 """
 
@@ -68,5 +72,19 @@ def main(steps: int = 500, learning_rate: float = 0.05, shape: tuple[int, int, i
     print(f"final held-out relative error: {error:.4f}")
 
 
+def graph_layer_order(nodes: int = 2000, features: int = 64, out: int = 16) -> None:
+    """The plan of ``A H W`` for a dense-ish and a very sparse adjacency: the first step shows the order."""
+    import scipy.sparse as sp
+
+    layer = ef.compile("Y[i,g] = A[i,j] H[j,f] W[f,g]")
+    for neighbours in (20, 0.2):
+        A = sp.random_array((nodes, nodes), density=neighbours / nodes, random_state=0, format="csr")
+        report = layer.plan(A=A, H=(nodes, features), W=(features, out))
+        first = report.steps[0]
+        print(f"{neighbours} neighbours a node (nnz {A.nnz}): first step {first.kind} {first.equation}, "
+              f"total FLOPs {report.flops:,} (each edge times H W: {2 * A.nnz * features * out:,})")
+
+
 if __name__ == "__main__":
     main()
+    graph_layer_order()

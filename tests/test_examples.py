@@ -91,6 +91,8 @@ def test_sparse_cp_fits_held_out_entries_with_nnz_flops(outputs: dict[str, subpr
     flops = _number(r"total FLOPs: (\d+)", text.replace(",", ""))
     dense = _number(r"dense loss would need about (\d+)", text.replace(",", ""))
     assert flops < dense / 10
+    # the graph layer's order of contraction follows nnz: H W first with many neighbours, a gather of H with few
+    assert "first step contract [j,f] [f,g] -> [j,g]" in text and "first step window H[" in text
 
 
 def test_cp_decomposition_recovers_the_tensor(outputs: dict[str, subprocess.CompletedProcess[str]]) -> None:

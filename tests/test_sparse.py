@@ -267,7 +267,41 @@ REGRESSIONS = [
     ("f = logsumexp[h,r](d[h,m] S[m,n] P[r,n])", {"d": (7, 7), "P": (2, 5)}),
     # an index gathered in one term and read in another keeps its size (seed 96)
     ("G[r] = sum[n](R[r,a] S[n,a]) + (B[j] delta[n,n])^1", {"R": (3, 5), "B": (2,)}),
+    # the kept indices written in another order than the sparse factor's (seeds 142, 155, 163, 168, 288)
+    ("Y[j,i,l] = P[j,l] S[i,j]", {"P": (5, 2)}),
+    ("Y[l,j,i] = P[j,l] S[i,j] - E[i,j]", {"P": (5, 2), "E": (7, 5)}),
+    # a reduction over an index of the same name as the (implicit) target's (seed 102)
+    ("Y = mean[j,i](delta[h,j] S[h,i]) + w[j]", {"w": (7,)}),
+    ("Y = max[j,i](delta[i,j] S[h,i] D[i]) + w[j]", {"w": (5,), "D": (5,)}),
+    # an index read in one scope and sized by a tensor of another (seed 203)
+    ("Y[a] = sum[r](delta[k,k] S[a,r]) + sum[k](P[a,k])", {"P": (7, 3)}),
+    # a tensor's diagonal read at a gather sums the diagonal where its own product does (seeds 615, 806, 903, 912)
+    ("f[h] = log_softmax[h](S[p,h] g[p] W[t,t,p])", {"g": (7,), "W": (2, 2, 7)}),
+    ("L = (P[r,k,r] - y[k])^2 v[r] S[k,r]", {"P": (5, 7, 5), "y": (7,), "v": (5,)}),
+    # the entries of a sparse factor summed by the scope that sums its indices, not by the statement (seed 699)
+    ("L = c (sum[q,i,j](S[i,j] W[q]) + T[q] Y[q])", {"c": (), "W": (3,), "T": (3,), "Y": (3,)}),
+    # dense factors contracted first keep the one size source of an index read elsewhere in a delta (seed 845)
+    ("L = sum[n](S[a,n] X[k] M[k,q,b] P[q,b]) - delta[q,q] u[a]", {"X": (4,), "M": (4, 3, 2), "P": (3, 2),
+                                                                  "u": (7,)}),
+    # a normaliser computed on its own keeps the size of an index it reads only in a delta (seed 636)
+    ("L = S[p,n] softmax[n](u[n] delta[q,q]) M[q,q]", {"u": (5,), "M": (3, 3)}),
 ]
+
+
+def test_scatter_of_gathered_positions_in_the_output_order() -> None:
+    # a product scattering two gathered positions into an output whose axes are not in the deltas' order: each
+    # axis takes its own positions (it took them in the deltas' order, a transposed result), on any arrays
+    rng = np.random.default_rng(11)
+    rows, cols = rng.integers(0, 4, 9), rng.integers(0, 3, 9)
+    v, P = rng.normal(size=9), rng.normal(size=(3, 2))
+    expected = np.zeros((3, 4, 2))
+    np.add.at(expected, (cols, rows), v[:, None] * P[cols])
+    program = ef.compile("size h = 3\nsize k = 4\nY[h,k,l] = v[z] delta[k, r[z]] delta[h, c[z]] P[c[z], l]")
+    for read_only in (False, True):  # (read-only coordinates take the sorted segment sums)
+        r, c = rows.copy(), cols.copy()
+        r.setflags(write=not read_only)
+        c.setflags(write=not read_only)
+        np.testing.assert_allclose(program(v=v, r=r, c=c, P=P), expected, atol=1e-13)
 
 
 @pytest.mark.parametrize("text, shapes", REGRESSIONS)
@@ -332,3 +366,56 @@ def test_declaration_of_a_tensor_only_dead_statements_read() -> None:
     program = ef.compile("symmetric A\nG[i] = inv[a,b](A[a,b]) S[i,b]\ny[i] = S[i,j] x[j]\ny[i]")
     x, A = np.arange(5.0), np.eye(5) * 2
     np.testing.assert_allclose(program(A=A, S=sp.csr_array(dense), x=x), dense @ x, atol=1e-13)
+
+
+def test_inverse_read_at_gathered_positions_stays_a_statement() -> None:
+    # (seed 586: an intermediate holding inv, read by a gather as well as by a product, was inlined into the
+    # product as a solve and its statement dropped, while the gather still read it)
+    rng = np.random.default_rng(12)
+    A = rng.normal(size=(4, 4)) + 4 * np.eye(4)
+    X, ix = rng.normal(size=(4, 2)), np.array([3, 0, 0, 2, 1])
+    program = ef.compile("t[m,p] = inv[m,p](A[m,p])\ng[z,a] = t[ix[z], a]\nh[m,q] = T[m,p] t[p,n] X[n,q]\ng, h")
+    T = rng.normal(size=(4, 4))
+    g, h = program(A=A, ix=ix, X=X, T=T)
+    inverse = np.linalg.inv(A)
+    np.testing.assert_allclose(g, inverse[ix], atol=1e-12)
+    np.testing.assert_allclose(h, T @ inverse @ X, atol=1e-12)
+
+
+def test_contraction_order_knows_nnz() -> None:
+    # S B C: with many entries per row, B C is contracted first (n k f) and gathered once (nnz f); with few, each
+    # entry gathers a row of B (nnz k f): the order that costs less for this nnz (einflow.engine.sparse_order)
+    rng = np.random.default_rng(13)
+    n, k, f = 300, 40, 20
+    B, C = rng.normal(size=(n, k)), rng.normal(size=(k, f))
+    program = ef.compile("y[i,f] = S[i,j] B[j,k] C[k,f]")
+    for density in (0.05, 0.0005):
+        S = sp.random_array((n, n), density=density, random_state=1, format="csr")
+        np.testing.assert_allclose(program(S=S, B=B, C=C), S.toarray() @ B @ C, atol=1e-10)
+        report = program.plan(S=S, B=B, C=C)
+        gathered = 2 * S.nnz * k * f  # every entry times a row of B, times C
+        first = report.steps[0]
+        if density == 0.05:  # 15 entries a row: B C first
+            assert first.kind == "contract" and "[j,k] [k,f] -> [j,f]" in first.equation, report
+            assert report.flops < gathered / 3
+        else:  # 0.15 entries a row: B gathered at the entries first
+            assert first.kind == "window" and "B[" in first.equation, report
+            assert report.flops < 2 * n * k * f  # below the dense product B C alone
+    # a program of dense factors only is planned as before, by opt_einsum
+    dense = ef.compile("y[i,f] = A[i,j] B[j,k] C[k,f]").plan(A=np.ones((n, n)), B=B, C=C)
+    assert dense.steps[0].kind == "contract"
+
+
+def test_plan_flops_scale_with_nnz_in_the_grouped_order() -> None:
+    # the grouped order's cost beyond the dense contraction is the entries': 10x nnz, about 10x its FLOPs
+    rng = np.random.default_rng(14)
+    n, k, f = 400, 30, 16
+    program = ef.compile("y[i,f] = S[i,j] B[j,k] C[k,f]")
+    B, C = rng.normal(size=(n, k)), rng.normal(size=(k, f))
+    flops = []
+    for density in (0.01, 0.1):
+        S = sp.random_array((n, n), density=density, random_state=2, format="csr")
+        report = program.plan(S=S, B=B, C=C)
+        assert report.steps[0].kind == "contract"
+        flops.append(report.flops - report.steps[0].flops)
+    assert 8 < flops[1] / flops[0] < 12

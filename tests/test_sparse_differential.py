@@ -9,6 +9,14 @@ dense derivative at the pattern's entries; a tangent for a sparse input is spars
 refuses with :class:`einflow.SparseError` (a construct the sparse rewrite does not take, LANGUAGE.md §9.3) is
 counted, not failed; every other exception, and every difference, fails.
 
+Each seed also checks a program of a family the random programs draw seldom (:func:`family_case`): a scatter into
+an output whose index order is not the sparse factor's (seeds 142, 155, 163, 168 and 288 found a scatter that
+took its gathered positions in the factors' order, not the output's), a reduction over an index of the same
+name as one read outside it (seed 102: the sparse rewrite's renaming joined the two), a dense factor read on its
+diagonal beside the sparse one (seeds 615, 806, 903, 912: the diagonal, read at a gather, was left free) and a
+scope summing every index of the sparse factor beside another term (seed 699: the entries were left to the
+statement to sum, the other term broadcast over them).
+
 Environment: ``EINFLOW_SPARSE_DIFF_N`` (default 60 programs), ``EINFLOW_SPARSE_DIFF_START`` (first seed, default 0),
 ``EINFLOW_SPARSE_DIFF_SEED=1234`` (one seed, every check, printed), ``EINFLOW_SPARSE_DIFF_CHECKS=all``.
 Command line: ``python tests/test_sparse_differential.py START COUNT`` prints every failure and the refusals.
@@ -16,6 +24,7 @@ Command line: ``python tests/test_sparse_differential.py START COUNT`` prints ev
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import sys
@@ -50,6 +59,7 @@ EVERY = os.environ.get("EINFLOW_SPARSE_DIFF_CHECKS", "rotate") == "all" or _REPL
 @dataclass
 class Outcome:
     seed: int
+    family: bool = False
     text: str = ""
     sparse: dict[str, str] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
@@ -57,7 +67,9 @@ class Outcome:
     checked: list[str] = field(default_factory=list)
 
     def fail(self, check: str, detail: str) -> None:
-        self.failures.append(f"seed {self.seed} {check} (sparse {self.sparse}):\n{_indent(self.text)}\n  {detail}\n"
+        which = " (family program)" if self.family else ""
+        self.failures.append(f"seed {self.seed}{which} {check} (sparse {self.sparse}):\n{_indent(self.text)}\n"
+                             f"  {detail}\n"
                              f"  replay: EINFLOW_SPARSE_DIFF_SEED={self.seed} .venv/bin/python -m pytest "
                              f"tests/test_sparse_differential.py -q")
 
@@ -156,16 +168,111 @@ def _huge(values: list[Any]) -> bool:
     return any(not np.all(np.isfinite(_dense(v))) or np.max(np.abs(_dense(v)), initial=0) > LIMIT for v in values)
 
 
+def _ref(name: str, *indices: str) -> randprog.Ref:
+    return randprog.Ref(name, tuple(indices))
+
+
+def _prod(*factors: Any) -> randprog.Prod:
+    return randprog.Prod(tuple(factors), (False,) * len(factors), (False,) * len(factors))
+
+
+def _scatter_family(r: random.Random, sizes: dict[str, int]) -> tuple[list[randprog.Stmt], dict[str, Any]]:
+    """``Y[<a permutation>] = S[h,k(,m)] D[<some of S's indices, l>] (- E[...])``: a product with a sparse factor
+    whose kept indices are written in another order than the factor's (each kept index a scatter of one of its
+    coordinates), the dense factor gathered at its coordinates in an order of its own."""
+    own = ["h", "k", "m"][:r.choice((2, 2, 3))]
+    r.shuffle(own)
+    read = r.sample(own, r.randint(1, len(own)))
+    extra = ["l"] if r.random() < 0.6 else []
+    dense = read + extra
+    r.shuffle(dense)
+    summed = set(r.sample(own, r.randint(0, len(own) - 1)))
+    out = [index for index in own + extra if index not in summed]
+    r.shuffle(out)
+    shapes = {"S": tuple(sizes[i] for i in own), "D": tuple(sizes[i] for i in dense)}
+    expr: Any = _prod(_ref("S", *own), _ref("D", *dense))
+    if r.random() < 0.5:  # a dense term beside it (the sparse product's indices renamed statement-wide)
+        kept = r.sample(out, r.randint(1, len(out)))
+        shapes["E"] = tuple(sizes[i] for i in kept)
+        expr = randprog.Add((expr, _ref("E", *kept)), (1, -1))
+    return [randprog.Stmt("Y", tuple(out), expr)], shapes
+
+
+def _shadow_family(r: random.Random, sizes: dict[str, int]) -> tuple[list[randprog.Stmt], dict[str, Any]]:
+    """``Y = mean[j,i](delta[h,j] S[h,i] (D[i])) + w[j]``: a reduction over an index of the same name as one read
+    outside it, the sparse factor inside scattering a coordinate into it."""
+    first, second = r.sample(["h", "i"], 2)
+    tied = r.choice(("h", "i"))
+    sizes["j"] = sizes[tied]
+    kind = r.choice(("sum", "mean", "max"))
+    inner: list[Any] = [randprog.Delta(tied, "j"), _ref("S", first, second)]
+    shapes = {"S": (sizes[first], sizes[second]), "w": (sizes["j"],)}
+    if r.random() < 0.5:
+        inner.append(_ref("D", "i"))
+        shapes["D"] = (sizes["i"],)
+    reduced = randprog.Reduce(("j", "i"), _prod(*inner), kind)
+    expr = randprog.Add((reduced, _ref("w", "j")), (1, 1))
+    return [randprog.Stmt("Y", None, expr)], shapes
+
+
+def _diagonal_family(r: random.Random, sizes: dict[str, int]) -> tuple[list[randprog.Stmt], dict[str, Any]]:
+    """``Y[h] = log_softmax[h](S[p,h] g[p] M[t,t,p])`` (or the product in a function, or alone): a dense factor
+    read on its diagonal beside a sparse one (the diagonal summed in its own product, read at a gather), and
+    ``Y = c (sum[q,p,h](S[p,h] w[q]) + u[q] v[q])``: a scope summing all of the sparse factor's indices beside a
+    term."""
+    shapes: dict[str, Any] = {"S": (sizes["i"], sizes["h"])}
+    if r.random() < 0.5:
+        shapes.update(g=(sizes["i"],), M=(sizes["k"], sizes["k"], sizes["i"]))
+        inner: Any = _prod(_ref("S", "i", "h"), _ref("g", "i"), _ref("M", "k", "k", "i"))
+        wrap = r.choice(("log_softmax", "tanh", ""))
+        expr = randprog.Norm(wrap, ("h",), inner) if wrap == "log_softmax" else \
+            randprog.Call(wrap, inner) if wrap else inner
+        return [randprog.Stmt("Y", ("h",), expr)], shapes
+    shapes.update(c=(), w=(sizes["l"],), u=(sizes["l"],), v=(sizes["l"],))
+    summed = randprog.Reduce(("l", "i", "h"), _prod(_ref("S", "i", "h"), _ref("w", "l")))
+    expr = _prod(_ref("c"), randprog.Add((summed, _prod(_ref("u", "l"), _ref("v", "l"))), (1, 1)))
+    return [randprog.Stmt("Y", None, expr)], shapes
+
+
+def family_case(seed: int) -> tuple[randprog.Case, tuple[str, ...]]:
+    """A program of one of the families the random programs draw too seldom (a scatter into an output whose order
+    is not the sparse factor's; a reduction shadowing an index read outside it; a diagonal or a whole-pattern sum
+    beside the sparse factor), its value a tensor or (half the time) a scalar ``loss``, and the inputs to pass
+    sparse."""
+    r = random.Random(seed * 104729 + 11)
+    sizes = {index: r.randint(2, 4) for index in ("h", "i", "k", "l", "m")}
+    family = (_scatter_family, _shadow_family, _diagonal_family)[seed % 3]
+    statements, shapes = family(r, sizes)
+    scalar = r.random() < 0.5
+    if scalar and statements[0].indices != ():
+        labels = randprog.labels_of(statements[0].expr, frozenset()) if statements[0].indices is None \
+            else statements[0].indices
+        shapes["W"] = tuple(sizes[i] for i in labels)
+        statements.append(randprog.Stmt("loss", None, randprog.Call("tanh", _prod(_ref("Y", *labels),
+                                                                                   _ref("W", *labels)))))
+    program = randprog.Program(list(statements), dict(sizes), shapes, set())
+    used = [name for name in shapes if math.prod(shapes[name]) <= 30] or [min(shapes, key=lambda n: shapes[n])]
+    wrt = r.sample(used, min(len(used), r.choice((1, 2, 2))))
+    case = randprog.Case(seed, program, wrt, scalar)
+    case.text = randprog.program_text(program)
+    return case, ("S",)
+
+
 class _Checker:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, family: bool = False) -> None:
         self.seed = seed
-        self.case = randprog.generate(seed)
-        self.outcome = Outcome(seed, self.case.text)
+        forced: tuple[str, ...] = ()
+        if family:
+            self.case, forced = family_case(seed)
+        else:
+            self.case = randprog.generate(seed)
+        self.family = family
+        self.outcome = Outcome(seed, family, self.case.text)
         r = random.Random(seed * 31 + 5)
         rng = np.random.default_rng(seed + 101)
         arrays = randprog.make_arrays(self.case.program, seed)
         candidates = _plain_inputs(self.case.program)
-        chosen = r.sample(candidates, min(len(candidates), r.choice((1, 1, 2))))
+        chosen = list(forced) or r.sample(candidates, min(len(candidates), r.choice((1, 1, 2))))
         self.masks: dict[str, np.ndarray] = {}
         self.dense = dict(arrays)
         self.sparse = dict(arrays)
@@ -190,8 +297,10 @@ class _Checker:
             return
         try:
             want = _results(program({**self.dense, **(extra_dense or {})}), pair)
-        except ef.EinflowError:
-            return  # the dense program is the differential test's business
+        except ef.EinflowError as error:
+            if self.family:  # (a random program einflow refuses is the differential test's business)
+                outcome.fail(check, f"the dense program raised {type(error).__name__}: {error}")
+            return
         if _huge(want):
             return
         try:
@@ -268,10 +377,11 @@ class _Checker:
         return self.outcome
 
 
-def check_seed(seed: int) -> Outcome:
+def check_seed(seed: int) -> list[Outcome]:
+    """The random program of ``seed`` and the family program of ``seed`` (:func:`family_case`), checked."""
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return _Checker(seed).check()
+        return [_Checker(seed).check(), _Checker(seed, family=True).check()]
 
 
 START = int(os.environ.get("EINFLOW_SPARSE_DIFF_START", "0"))
@@ -281,10 +391,13 @@ SEEDS = [int(_REPLAY)] if _REPLAY is not None else list(range(START, START + COU
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sparse_inputs_match_dense(seed: int) -> None:
-    outcome = check_seed(seed)
-    if _REPLAY is not None:
+    outcomes = check_seed(seed)
+    for outcome in outcomes if _REPLAY is not None else ():
         print(outcome.text, outcome.sparse, outcome.checked, outcome.refused, sep="\n")
-    assert not outcome.failures, "\n\n".join(outcome.failures)
+    failures = [failure for outcome in outcomes for failure in outcome.failures]
+    assert not failures, "\n\n".join(failures)
+    family = outcomes[1]
+    assert family.checked or family.refused, f"the family program of seed {seed} was not checked:\n{family.text}"
 
 
 def main(start: int, count: int) -> None:
@@ -292,15 +405,16 @@ def main(start: int, count: int) -> None:
     refused: Counter[str] = Counter()
     drawn = failed = 0
     for seed in range(start, start + count):
-        outcome = check_seed(seed)
-        drawn += bool(outcome.sparse)
-        checked.update(outcome.checked)
-        for reason in outcome.refused:
-            refused[reason.split(":", 1)[1].strip()[:90]] += 1
-        for failure in outcome.failures:
-            failed += 1
-            print(failure, "\n")
-    print(f"{count} programs, {drawn} with sparse inputs, {failed} failures; checked: {dict(checked)}")
+        for outcome in check_seed(seed):
+            drawn += bool(outcome.sparse)
+            checked.update(outcome.checked)
+            for reason in outcome.refused:
+                refused[reason.split(":", 1)[1].strip()[:90]] += 1
+            for failure in outcome.failures:
+                failed += 1
+                print(failure, "\n")
+    print(f"{count} seeds ({count} random programs and {count} family programs), {drawn} with sparse inputs, "
+          f"{failed} failures; checked: {dict(checked)}")
     for reason, n in refused.most_common():
         print(f"  refused {n}x: {reason}")
 

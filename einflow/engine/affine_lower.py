@@ -99,7 +99,9 @@ def lower_shifted(cx: LoweringContext, factors: tuple[ir.Expr, ...], bound: froz
     positions = tuple(by_target[label].position if label in by_target else label for label in output)
     modes = tuple(by_target[label].mode if label in by_target else "zeros" for label in output)
     modes = modes if any(mode != "zeros" for mode in modes) else ()
-    gathers = tuple(cx.materialize(cx.names[g.name]).reg for shift in shifts for g in shift.gathers)
+    # (the gathers in the order of the output's axes, as the scatter numbers its gathered positions)
+    gathers = tuple(cx.materialize(cx.names[g.name]).reg for label in output if label in by_target
+                    for g in by_target[label].gathers)
     labels = tuple(output)
     sizes = cx.sizes_of(labels)
     key = ("scatter", value.reg, value.labels, positions, gathers, labels, sizes, modes)

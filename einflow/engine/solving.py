@@ -60,7 +60,11 @@ def _terms(expr: ir.Expr) -> tuple[ir.Expr, ...]:
 
 
 def _reads(expr: ir.Expr) -> set[str]:
-    return {node.name for node in ir.walk(expr) if isinstance(node, ir.Tensor)}
+    """The tensors ``expr`` reads: plainly, at shifted or gathered positions, or as gather positions (a tensor read
+    other than as a plain factor stays a statement of its own)."""
+    found = {node.name for node in ir.walk(expr) if isinstance(node, (ir.Tensor, ir.Read))}
+    found.update(g.name for node in ir.walk(expr) if isinstance(node, (ir.Read, ir.ShiftDelta)) for g in node.gathers)
+    return found
 
 
 def _has_inverse(expr: ir.Expr, inlined: set[str]) -> bool:

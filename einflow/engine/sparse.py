@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -30,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from einflow.engine.sparse_arrays import SpMM
-from einflow.engine.sparse_terms import Inliner, around, map_children, scoped, substitute, walk
+from einflow.engine.sparse_order import dense_groups
+from einflow.engine.sparse_terms import Inliner, around, beside, map_children, scoped, substitute, unshadow, walk
 from einflow.lang import ir
 from einflow.lang.check import ProgramInfo
 from einflow.lang.errors import SparseError
@@ -82,9 +84,13 @@ def keeps_zero(function: str) -> bool:
 
 class _Rewriter:
     def __init__(self, program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
-                 shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True) -> None:
+                 shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True,
+                 dense: Mapping[str, tuple[int, ...]] | None = None, nnz: Mapping[int, int] | None = None) -> None:
         self.info = info
         self.matmuls = matmuls
+        #: the dense inputs' shapes and each pattern group's entries (an order of contraction by cost, sparse_order)
+        self.dense = dense or {}
+        self.nnz = nnz or {}
         self.used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
         self.sample = sample
         group_coords: dict[int, tuple[str, ...]] = {}
@@ -102,6 +108,8 @@ class _Rewriter:
         #: statements computing hoisted values on a pattern, to go before the statement being rewritten
         self.pending: list[ir.Statement] = []
         self.products: list[SpMM] = []
+        #: the statement being rewritten (a scope computed on its own takes its indices' sizes from it)
+        self.whole: ir.Expr = ir.Num(0)
 
     def fresh(self, base: str) -> str:
         name, k = base, 1
@@ -145,6 +153,10 @@ class _Rewriter:
             indices = free_indices(expr)
         if not self._mentions_sparse(expr) and statement.target not in self.sample:
             return [statement]
+        aliases: dict[str, str] = {}
+        expr = unshadow(expr, frozenset(indices), self.fresh, aliases)
+        statement = replace(statement, expr=expr)
+        self.whole = expr
         product = self._spmm(expr, indices) if self.matmuls else None
         if product is not None:
             self.products.append(product)
@@ -177,6 +189,9 @@ class _Rewriter:
         for index, size in self.gathered.items():  # still read elsewhere in the statement: its size declared
             if index in left:
                 self.kept.setdefault(index, size)
+        for index, size in [*self.gathered.items(), *self.kept.items()]:  # the same for a scope's index renamed
+            if aliases.get(index) in left:
+                self.kept.setdefault(aliases[index], size)
         if not self.kept:
             return [new]
         renames = {index: self.fresh(f"{index}_") for index in self.kept}
@@ -274,8 +289,12 @@ class _Rewriter:
             if inner is not None:
                 expr = replace(expr, body=inner)
             if expr.kind == "sum" and isinstance(expr.body, (ir.Product, ir.Tensor)):
-                body = self.expr(expr.body, bound | frozenset(expr.indices), consumed | frozenset(expr.indices))
-                left = tuple(index for index in expr.indices if index in indices_in(body))
+                scope = bound | frozenset(expr.indices)
+                body = self.expr(expr.body, scope, consumed | frozenset(expr.indices))
+                # the entries' index of a sparse factor, left free in the body, is summed here too (not by the
+                # statement, where a term beside the scope would be broadcast over it)
+                entries = tuple(i for i in free_indices(body, scope) if i not in indices_in(expr.body))
+                left = tuple(index for index in expr.indices if index in indices_in(body)) + entries
                 return replace(expr, indices=left, body=body) if left else body
             return replace(expr, body=self.expr(expr.body, bound | frozenset(expr.indices), frozenset()))
         if isinstance(expr, (ir.Normalize, ir.Linalg)):
@@ -316,9 +335,11 @@ class _Rewriter:
         if isinstance(expr, (ir.Normalize, ir.Linalg)) and not expr.reduces and keys & set(expr.indices):
             indices = free_indices(expr, bound)
             name = self.fresh("t")
-            kept, gathered = self.kept, self.gathered
-            self.pending.extend(self.assign(ir.Assign(name, indices, expr)))
-            self.kept, self.gathered = kept, gathered
+            kept, gathered, whole = self.kept, self.gathered, self.whole
+            declarations, sized = _sizes_from(self, expr)
+            self.pending.extend(declarations)
+            self.pending.extend(self.assign(ir.Assign(name, indices, sized)))
+            self.kept, self.gathered, self.whole = kept, gathered, whole
             return ir.Tensor(name, indices, span=expr.span)
         if isinstance(expr, (ir.Reduce, ir.Linalg)) and expr.reduces:
             return replace(expr, body=self._hoist_scopes(expr.body, keys - set(expr.indices),
@@ -346,9 +367,10 @@ class _Rewriter:
                                                                                           pattern.coords)}
         others = tuple(self._hoist_scopes(other, frozenset(factor.indices), bound)
                        for other in factors[:position] + factors[position + 1:])
+        others = _order(self, others, factor, pattern, bound - consumed)
         elsewhere = frozenset().union(*(indices_in(other) for other in others)) if others else frozenset()
-        substituted = tuple(substitute(other, scoped(other, mapping, bound), self.sparse, bound)
-                            for other in others)
+        substituted = tuple(substitute(other, scoped(other, mapping, bound), self.sparse, bound, beside(others, k))
+                            for k, other in enumerate(others))
         for other in substituted:  # delta[h, m] with m a coordinate: h scattered, its size the coordinate's axis
             for node in walk(other):
                 if isinstance(node, ir.ShiftDelta) and isinstance(node.position, ir.Gather) and \
@@ -371,6 +393,70 @@ class _Rewriter:
             # does not sum over z inside the term
             return ir.Reduce((z,), ir.Product(tuple(new), span=span), span=span)
         return ir.Product(tuple(new), span=span)
+
+
+def _sizes_from(rewriter: _Rewriter, expr: ir.Expr) -> tuple[list[ir.Statement], ir.Expr]:
+    """For a scope about to become a statement of its own: each index it reads on no tensor's axis (only in a
+    delta, ``delta[q,q]``) renamed, and declared from an input that reads it elsewhere in the statement."""
+    sized = {i for node in walk(expr) if isinstance(node, (ir.Tensor, ir.Read))
+             for i in (node.indices if isinstance(node, ir.Tensor) else node.positions) if isinstance(i, str)}
+    declarations: list[ir.Statement] = []
+    renames: dict[str, str] = {}
+    for index in sorted(indices_in(expr) - sized):
+        source = next((node for node in walk(rewriter.whole) if isinstance(node, ir.Tensor) and index in node.indices
+                       and (node.name in rewriter.info.inputs or node.name in rewriter.sparse)), None)
+        if source is None:
+            continue
+        axis = source.indices.index(index)
+        renames[index] = rewriter.fresh(f"{index}_")
+        if source.name in rewriter.sparse:
+            declarations.append(ir.SizeDecl((renames[index],), rewriter.sparse[source.name].shape[axis]))
+        else:
+            names = tuple(renames[index] if k == axis else rewriter.fresh("_axis") for k in range(len(source.indices)))
+            declarations.append(ir.SizeDecl(names, source.name))
+    return declarations, substitute(expr, renames, {}) if renames else expr
+
+
+def _order(rewriter: _Rewriter, others: tuple[ir.Expr, ...], factor: ir.Tensor, pattern: Pattern,
+           kept: frozenset[str]) -> tuple[ir.Expr, ...]:
+    """``others`` (the factors beside a sparse one) with the dense inputs that are cheaper contracted with each
+    other first (``B[j,k] C[k,f]`` beside ``S[i,j]`` with many entries per row) computed by a statement of
+    their own, read as one factor (``einflow.engine.sparse_order``); ``kept``: the indices the product keeps."""
+    nnz = rewriter.nnz.get(pattern.group)
+    candidates = [k for k, other in enumerate(others) if isinstance(other, ir.Tensor)
+                  and other.name in rewriter.dense and other.name not in rewriter.sparse
+                  and len(set(other.indices)) == len(other.indices) == len(rewriter.dense[other.name])]
+    if nnz is None or len(candidates) < 2:
+        return others
+    sizes = dict(zip(factor.indices, pattern.shape))
+    tensors = [others[k] for k in candidates]
+    for tensor in tensors:
+        assert isinstance(tensor, ir.Tensor)
+        sizes.update(zip(tensor.indices, rewriter.dense[tensor.name]))
+    rest = frozenset().union(*(indices_in(other) for k, other in enumerate(others) if k not in candidates))
+    operands = [frozenset(indices_in(tensor)) for tensor in tensors]
+    groups = dense_groups(frozenset(factor.indices), operands, kept | rest, sizes, nnz)
+    if not groups:
+        return others
+    # (an index summed inside a group and read elsewhere in the statement, if only in a delta, keeps the group's
+    # tensors in the statement: they give it its size)
+    mentions = Counter(i for node in walk(rewriter.whole) if isinstance(node, (ir.Tensor, ir.Read, ir.Delta))
+                       for i in set(indices_in(node)))
+    chosen: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
+    for group in groups:
+        outside = frozenset(factor.indices) | kept | rest | frozenset().union(
+            *(operands[k] for k in range(len(operands)) if k not in group))
+        keep = tuple(dict.fromkeys(i for k in group for i in indices_in(tensors[k]) if i in outside))
+        inside = frozenset().union(*(operands[k] for k in group)) - frozenset(keep)
+        if all(mentions[i] <= sum(i in operands[k] for k in group) for i in inside):
+            chosen.append((group, keep))
+    taken = {candidates[k] for group, _ in chosen for k in group}
+    new = [other for k, other in enumerate(others) if k not in taken]
+    for group, keep in chosen:
+        name = rewriter.fresh("t")
+        rewriter.pending.append(ir.Assign(name, keep, ir.Product(tuple(tensors[k] for k in group))))
+        new.append(ir.Tensor(name, keep))
+    return tuple(new)
 
 
 def _gather_key(read: ir.Read, coords: frozenset[str]) -> tuple[Any, ...] | None:
@@ -438,14 +524,16 @@ def _shared_gathers(statements: list[ir.Statement], rewriter: _Rewriter) -> list
 
 
 def rewrite(program: ir.ProgramIR, info: ProgramInfo, groups: Mapping[str, int],
-            shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True) -> Rewritten:
+            shapes: Mapping[str, tuple[int, ...]], sample: Mapping[str, str], matmuls: bool = True,
+            dense: Mapping[str, tuple[int, ...]] | None = None, nnz: Mapping[int, int] | None = None) -> Rewritten:
     """``program`` over the coordinates and values of its sparse inputs (``groups``: sparse input -> the group of
     inputs with the same coordinates; ``sample``: output -> the sparse input whose pattern it is sampled on;
-    ``matmuls``: sparse-dense matrix products of inputs computed before the program by scipy, :class:`SpMM`)."""
+    ``matmuls``: sparse-dense matrix products of inputs computed before the program by scipy, :class:`SpMM`;
+    ``dense``, ``nnz``: the dense inputs' shapes and each group's entries, for the order of contraction)."""
     used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", ir.format_program(program)))
     keep = frozenset(name for name in info.outputs if name is not None) | frozenset(sample)
     program = Inliner(program, info, keep, used, frozenset(groups)).run(program)
-    rewriter = _Rewriter(program, info, groups, shapes, sample, matmuls)
+    rewriter = _Rewriter(program, info, groups, shapes, sample, matmuls, dense, nnz)
     statements = rewriter.statements(program)
     statements = _shared_gathers(statements, rewriter)
     outputs: list[tuple[int, tuple[int, ...], tuple[int, ...]] | None] = []

@@ -4,7 +4,7 @@ plain tensors put back into the products that read them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -13,7 +13,8 @@ from einflow.lang.check import ProgramInfo
 from einflow.lang.errors import SparseError
 from einflow.lang.indices import free_indices, indices_in
 
-__all__ = ["walk", "around", "scoped", "substitute", "Inliner", "live", "tensor_names", "map_children"]
+__all__ = ["walk", "around", "scoped", "substitute", "Inliner", "live", "tensor_names", "map_children", "unshadow",
+           "beside"]
 
 
 def walk(expr: ir.Expr) -> Any:
@@ -44,10 +45,15 @@ def scoped(factor: ir.Expr, mapping: Mapping[str, Any], bound: frozenset[str]) -
 
 
 def substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, Any],
-                bound: frozenset[str] = frozenset()) -> ir.Expr:
+               bound: frozenset[str] = frozenset(), around: frozenset[str] = frozenset()) -> ir.Expr:
     """``expr`` with indices replaced: by another index (a str) or by a gather (an ir.Gather). A sparse tensor
     read at exactly its own coordinates becomes its values. ``bound``: the indices bound around ``expr`` (an index
-    summed inside a factor of a product is not replaced there)."""
+    summed inside a factor of a product is not replaced there); ``around``: the indices the factors beside it in
+    its product read.
+
+    A tensor read on a diagonal (``W[t,t,p]``, t summed) and at a gather becomes a read that names t once: where
+    no factor beside it reads t (t summed in its own product), the sum over t is written out
+    (``sum[t](W[t,t,P_i0[z]])``), or t would stay free."""
     if not mapping:
         return expr
     if isinstance(expr, ir.Num):
@@ -69,7 +75,10 @@ def substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, A
             return replace(expr, indices=positions)
         if all(isinstance(p, str) for p in positions):
             return replace(expr, indices=positions)
-        return ir.Read(expr.name, positions, span=expr.span)
+        read = ir.Read(expr.name, positions, span=expr.span)
+        plain = [p for p in positions if isinstance(p, str)]
+        diagonal = tuple(i for i in dict.fromkeys(plain) if plain.count(i) > 1 and i not in bound and i not in around)
+        return ir.Reduce(diagonal, read, span=expr.span) if diagonal else read
     if isinstance(expr, ir.Read):
         positions_out: list[ir.Position] = []
         for position in expr.positions:
@@ -101,8 +110,9 @@ def substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, A
             raise SparseError(f"{ir.format_expr(expr)} at a sparse tensor's coordinates is not supported")
         return replace(expr, index=index, position=rename_position(expr.position, mapping))
     if isinstance(expr, ir.Product):
-        return replace(expr, factors=tuple(substitute(f, scoped(f, mapping, bound), sparse, bound)
-                                           for f in expr.factors))
+        return replace(expr, factors=tuple(
+            substitute(f, scoped(f, mapping, bound), sparse, bound, beside(expr.factors, k))
+            for k, f in enumerate(expr.factors)))
     if isinstance(expr, ir.Sum):
         return replace(expr, terms=tuple(substitute(t, mapping, sparse, bound) for t in expr.terms))
     if isinstance(expr, ir.Call):
@@ -121,6 +131,26 @@ def substitute(expr: ir.Expr, mapping: Mapping[str, Any], sparse: Mapping[str, A
         return replace(expr, indices=renamed,  # type: ignore[arg-type]
                        body=substitute(expr.body, inner, sparse, bound | frozenset(expr.indices)))
     raise SparseError(f"a sparse tensor's coordinates inside {ir.format_expr(expr)} are not supported")
+
+
+def unshadow(expr: ir.Expr, target: frozenset[str], fresh: Callable[[str], str], aliases: dict[str, str]) -> ir.Expr:
+    """``expr`` with each scope that reduces an index of the ``target`` (``Y = mean[j,i](S[h,i] delta[h,j]) + w[j]``,
+    its target implicit: ``[h,j]``) reducing it under a new name (by ``fresh``): the statement rewritten names its
+    target's indices, which no scope inside may reduce, and the scope's index is another index than the target's
+    when the indices a sparse factor keeps are renamed statement-wide. ``aliases`` gets each new name's old one
+    (one name has one size in a statement: the target's index may take its size from the scope's tensors)."""
+    if ir.reduces(expr):
+        mapping = {index: fresh(index) for index in expr.indices if index in target}
+        if mapping:
+            expr = replace(expr, indices=tuple(mapping.get(i, i) for i in expr.indices),  # type: ignore[arg-type]
+                           body=substitute(expr.body, mapping, {}))
+            aliases.update({new: old for old, new in mapping.items()})
+    return map_children(expr, lambda child: unshadow(child, target, fresh, aliases))
+
+
+def beside(factors: tuple[ir.Expr, ...], k: int) -> frozenset[str]:
+    """The indices the factors of a product other than the k-th read."""
+    return frozenset().union(*(indices_in(f) for j, f in enumerate(factors) if j != k))
 
 
 def rename_position(position: Any, mapping: Mapping[str, Any]) -> Any:
