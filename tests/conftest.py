@@ -29,10 +29,12 @@ SLOW_FILES = frozenset({
 #: place). Only the order depends on these numbers.
 FILE_SECONDS = {
     "test_differential.py": 126,
+    "test_taylor_collapsed.py": 90,
     "test_cross_backend.py": 121,
     "test_jax.py": 87,
     "test_dask.py": 84,
     "test_shifted_families.py": 54,
+    "test_operators_memory.py": 40,
     "test_peer_linalg.py": 54,
     "test_shifted_regressions.py": 54,
     "test_index_arithmetic.py": 46,
