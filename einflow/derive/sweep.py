@@ -64,6 +64,13 @@ class Work:
                     self.fresh.sizes.union(name, ("axis", tensor, axis))
         return names
 
+    def varying_forward(self, varying: set[str], wrt: str) -> list[tuple[ir.Assign, str, tuple[str, ...]]]:
+        """The forward statements whose target is in ``varying`` (other than ``wrt``), each with its target and
+        indices, listed before a sweep adds statements."""
+        return [(statement, statement.target, statement.indices or ())
+                for statement in self.statements[: self.forward_count]
+                if statement.target is not None and statement.target in varying and statement.target != wrt]
+
     def depends(self, wrt: set[str]) -> set[str]:
         """Targets whose value depends on any of ``wrt`` (plus ``wrt`` itself)."""
         varying = set(wrt)

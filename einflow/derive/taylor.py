@@ -192,11 +192,7 @@ def laplacian_sweep(work: Work, wrt: str, output: str, weights: str | None = Non
     def second(node: ir.Tensor) -> ir.Expr | None:
         return laplacians.placeholder(node.name, node.indices)
 
-    for statement in list(work.statements[: work.forward_count]):
-        target = statement.target
-        if target is None or target not in varying or target == wrt:
-            continue
-        indices = statement.indices or ()
+    for statement, target, indices in work.varying_forward(varying, wrt):
         first = derivative(statement.expr, along(u))
         if _is_zero(first):
             continue
@@ -323,11 +319,7 @@ def taylor_sweep(work: Work, wrt: str, direction: str, order: int, output: str) 
 
         return leaf
 
-    for statement in list(work.statements[: work.forward_count]):
-        target = statement.target
-        if target is None or target not in varying or target == wrt:
-            continue
-        indices = statement.indices or ()
+    for statement, target, indices in work.varying_forward(varying, wrt):
         call = statement.expr
         if (isinstance(call, ir.Call) and call.func in _POLYNOMIAL_DERIVATIVES and isinstance(call.arg, ir.Tensor)
                 and call.arg.name in coefficients[1].known and target != output):

@@ -95,11 +95,7 @@ def bilaplacian_sweep(work: Work, wrt: str, output: str) -> ir.Expr:
             expr = fewer_operations(reuse_forward(calls, [ir.Assign(None, indices, expr)])[0].expr, indices)
         return expr
 
-    for statement in list(work.statements[: work.forward_count]):
-        target = statement.target
-        if target is None or target not in varying or target == wrt:
-            continue
-        indices = statement.indices or ()
+    for statement, target, indices in work.varying_forward(varying, wrt):
         expr = statement.expr
         e_u = d(expr, along(u))
         if e_u is None:
